@@ -1,0 +1,326 @@
+"""FlashAttention-2 backward in Triton, by recomputation.
+
+Dao, "FlashAttention-2" (2023), Algorithm 2, split as in Triton's fused-attention tutorial into
+three launches so no program ever needs atomics:
+
+1. ``_attn_bwd_preprocess``: delta_i = Σ_d O_id · dO_id (one fp32 per query row).
+2. ``_attn_bwd_dkdv``: one program per (key block, batch·head) holds K_j, V_j and accumulates
+   dV_j = Σ_i P_ijᵀ dO_i and dK_j = scale · Σ_i dS_ijᵀ Q_i over the query blocks that can see it.
+3. ``_attn_bwd_dq``: one program per (query block, batch·head) accumulates
+   dQ_i = scale · Σ_j dS_ij K_j over its visible key blocks.
+
+P is recomputed tile by tile from the forward's logsumexp, P_ij = exp(S_ij − lse_i), and
+dS = P ∘ (dP − delta) with dP = dO Vᵀ. Only q, k, v, o and lse are kept from the forward; nothing
+N×N is ever written. Any N works: full tiles run unmasked, the ragged tails and the causal
+diagonal run masked (the tutorial's backward needs N % 128 == 0).
+
+Matmuls per (query tile, key tile): S recomputed in both kernels, dP recomputed in both, plus
+dV, dK and dQ: 7 tile matmuls against the forward's 2 (the 2.5x FLOP convention counts 5: S and
+dP once, plus the three gradients; see profiler.cost_model).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._checks import check_triton_device
+from kernels.flash_fwd import configs_from, pruner, seq_bucket
+
+HEAD_DIMS = (16, 32, 64, 128)
+
+
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) candidates, as in flash_fwd. The dK/dV kernel walks
+# query tiles, so it wants a tall key tile and short query tiles (BLOCK_N % BLOCK_M == 0 keeps the
+# causal diagonal aligned); the dQ kernel is the mirror image (BLOCK_M % BLOCK_N == 0).
+DKDV_CANDIDATES = {
+    "d64": [(32, 128, 4, 3), (64, 128, 8, 3), (32, 64, 4, 3), (32, 128, 8, 2)],
+    "d128": [(32, 128, 8, 3), (32, 64, 4, 3), (64, 64, 4, 2), (32, 128, 4, 2)],
+    "fp32": [(32, 64, 4, 2), (16, 32, 4, 2)],
+}
+DQ_CANDIDATES = {
+    "d64": [(128, 32, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3), (128, 32, 8, 2)],
+    "d128": [(128, 32, 8, 3), (64, 32, 4, 3), (64, 64, 4, 2), (128, 32, 4, 2)],
+    "fp32": [(64, 32, 4, 2), (32, 16, 4, 2)],
+}
+
+
+@triton.jit
+def _attn_bwd_preprocess(
+    O, DO, Delta,
+    stride_oz, stride_oh, stride_om, stride_od,
+    stride_dz, stride_dh, stride_dm, stride_dd,
+    H, seq_q,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
+    off_hz = tl.program_id(1)
+    off_z = (off_hz // H).to(tl.int64)
+    off_h = (off_hz % H).to(tl.int64)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m[:, None] < seq_q
+    o = tl.load(O + off_z * stride_oz + off_h * stride_oh + offs_m[:, None] * stride_om
+                + offs_d[None, :] * stride_od, mask=row_ok, other=0.0)
+    do = tl.load(DO + off_z * stride_dz + off_h * stride_dh + offs_m[:, None] * stride_dm
+                 + offs_d[None, :] * stride_dd, mask=row_ok, other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)  # (BLOCK_M,)
+    tl.store(Delta + off_hz.to(tl.int64) * seq_q + offs_m, delta, mask=offs_m < seq_q)
+
+
+@triton.jit
+def _dkdv_inner(
+    dk, dv, k, v,
+    q_base, do_base, lse_base, delta_base,
+    stride_qm, stride_qd, stride_dom, stride_dod,
+    offs_n, offs_d, lo, hi, seq_q, qk_scale,
+    BLOCK_M: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    offs_m0 = tl.arange(0, BLOCK_M)
+    for start_m in range(lo, hi, BLOCK_M):
+        rows = start_m + offs_m0  # (BLOCK_M,)
+        q_ptrs = q_base + rows[:, None] * stride_qm + offs_d[None, :] * stride_qd
+        do_ptrs = do_base + rows[:, None] * stride_dom + offs_d[None, :] * stride_dod
+        if MASKED:
+            q = tl.load(q_ptrs, mask=rows[:, None] < seq_q, other=0.0)  # (BLOCK_M, HEAD_DIM)
+            do = tl.load(do_ptrs, mask=rows[:, None] < seq_q, other=0.0)
+            lse2 = tl.load(lse_base + rows, mask=rows < seq_q, other=0.0) * 1.4426950408889634  # log2(e)
+            delta = tl.load(delta_base + rows, mask=rows < seq_q, other=0.0)
+        else:
+            q = tl.load(q_ptrs)
+            do = tl.load(do_ptrs)
+            lse2 = tl.load(lse_base + rows) * 1.4426950408889634  # log2(e): natural -> log2 domain
+            delta = tl.load(delta_base + rows)
+        qkt = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION)  # (BLOCK_N, BLOCK_M) = Sᵀ
+        pt = tl.math.exp2(qkt * qk_scale - lse2[None, :])  # Pᵀ recomputed from the logsumexp
+        if MASKED:
+            if CAUSAL:
+                pt = tl.where(rows[None, :] >= offs_n[:, None], pt, 0.0)
+        dv = tl.dot(pt.to(do.dtype), do, dv, input_precision=DOT_PRECISION)  # (BLOCK_N, HEAD_DIM)
+        dpt = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)  # (BLOCK_N, BLOCK_M) = dPᵀ
+        dst = pt * (dpt - delta[None, :])  # dSᵀ
+        dk = tl.dot(dst.to(q.dtype), q, dk, input_precision=DOT_PRECISION)  # (BLOCK_N, HEAD_DIM)
+    return dk, dv
+
+
+@triton.autotune(
+    configs=configs_from(DKDV_CANDIDATES, interpret=(16, 32, 4, 1)),
+    key=["HEAD_DIM", "CAUSAL", "DOT_PRECISION", "SEQ_BUCKET"],
+    prune_configs_by={"early_config_prune": pruner(DKDV_CANDIDATES)},
+)
+@triton.jit
+def _attn_bwd_dkdv(
+    Q, K, V, DO, DK, DV, LSE, Delta,
+    qk_scale, sm_scale,
+    stride_qz, stride_qh, stride_qm, stride_qd,
+    stride_kz, stride_kh, stride_kn, stride_kd,
+    stride_vz, stride_vh, stride_vn, stride_vd,
+    stride_doz, stride_doh, stride_dom, stride_dod,
+    stride_dkz, stride_dkh, stride_dkn, stride_dkd,  # DK and DV share this layout
+    H, seq_q, seq_kv,
+    SEQ_BUCKET,  # autotune key only
+    HEAD_DIM: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    start_n = tl.program_id(0) * BLOCK_N
+    off_hz = tl.program_id(1)
+    off_z = (off_hz // H).to(tl.int64)
+    off_h = (off_hz % H).to(tl.int64)
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    col_ok = offs_n[:, None] < seq_kv
+    k = tl.load(K + off_z * stride_kz + off_h * stride_kh + offs_n[:, None] * stride_kn
+                + offs_d[None, :] * stride_kd, mask=col_ok, other=0.0)  # (BLOCK_N, HEAD_DIM)
+    v = tl.load(V + off_z * stride_vz + off_h * stride_vh + offs_n[:, None] * stride_vn
+                + offs_d[None, :] * stride_vd, mask=col_ok, other=0.0)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+
+    q_base = Q + off_z * stride_qz + off_h * stride_qh
+    do_base = DO + off_z * stride_doz + off_h * stride_doh
+    lse_base = LSE + off_hz.to(tl.int64) * seq_q
+    delta_base = Delta + off_hz.to(tl.int64) * seq_q
+
+    full_q = (seq_q // BLOCK_M) * BLOCK_M  # query rows in whole tiles
+    if CAUSAL:
+        # Queries above this key block see none of it; the diagonal block is masked; below it,
+        # whole query tiles see all of it.
+        diag_lo = tl.minimum(start_n, seq_q)
+        diag_hi = tl.minimum(start_n + BLOCK_N, seq_q)
+    else:
+        diag_lo = 0
+        diag_hi = 0
+    body_hi = tl.maximum(full_q, diag_hi)
+    dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                         stride_qm, stride_qd, stride_dom, stride_dod,
+                         offs_n, offs_d, diag_lo, diag_hi, seq_q, qk_scale,
+                         BLOCK_M, True, CAUSAL, DOT_PRECISION)
+    dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                         stride_qm, stride_qd, stride_dom, stride_dod,
+                         offs_n, offs_d, diag_hi, body_hi, seq_q, qk_scale,
+                         BLOCK_M, False, CAUSAL, DOT_PRECISION)
+    dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                         stride_qm, stride_qd, stride_dom, stride_dod,
+                         offs_n, offs_d, body_hi, seq_q, seq_q, qk_scale,
+                         BLOCK_M, True, CAUSAL, DOT_PRECISION)
+
+    dk = dk * sm_scale  # dS was taken w.r.t. the scaled scores: dK = scale · dSᵀ Q
+    dk_ptrs = off_z * stride_dkz + off_h * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd
+    tl.store(DK + dk_ptrs, dk.to(DK.dtype.element_ty), mask=col_ok)
+    tl.store(DV + dk_ptrs, dv.to(DV.dtype.element_ty), mask=col_ok)
+
+
+@triton.jit
+def _dq_inner(
+    dq, q, do, lse2, delta,
+    k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+    offs_m, offs_d, lo, hi, seq_kv, qk_scale,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n0
+        kt_ptrs = k_base + cols[None, :] * stride_kn + offs_d[:, None] * stride_kd
+        vt_ptrs = v_base + cols[None, :] * stride_vn + offs_d[:, None] * stride_vd
+        if MASKED:
+            kt = tl.load(kt_ptrs, mask=cols[None, :] < seq_kv, other=0.0)  # (HEAD_DIM, BLOCK_N)
+            vt = tl.load(vt_ptrs, mask=cols[None, :] < seq_kv, other=0.0)
+        else:
+            kt = tl.load(kt_ptrs)
+            vt = tl.load(vt_ptrs)
+        qk = tl.dot(q, kt, input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_N)
+        p = tl.math.exp2(qk * qk_scale - lse2[:, None])
+        if MASKED:
+            visible = cols[None, :] < seq_kv
+            if CAUSAL:
+                visible = visible & (cols[None, :] <= offs_m[:, None])
+            p = tl.where(visible, p, 0.0)
+        dp = tl.dot(do, vt, input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_N)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(kt.dtype), tl.trans(kt), dq, input_precision=DOT_PRECISION)  # (BLOCK_M, HEAD_DIM)
+    return dq
+
+
+@triton.autotune(
+    configs=configs_from(DQ_CANDIDATES, interpret=(32, 16, 4, 1)),
+    key=["HEAD_DIM", "CAUSAL", "DOT_PRECISION", "SEQ_BUCKET"],
+    prune_configs_by={"early_config_prune": pruner(DQ_CANDIDATES)},
+)
+@triton.jit
+def _attn_bwd_dq(
+    Q, K, V, DO, DQ, LSE, Delta,
+    qk_scale, sm_scale,
+    stride_qz, stride_qh, stride_qm, stride_qd,
+    stride_kz, stride_kh, stride_kn, stride_kd,
+    stride_vz, stride_vh, stride_vn, stride_vd,
+    stride_doz, stride_doh, stride_dom, stride_dod,
+    stride_dqz, stride_dqh, stride_dqm, stride_dqd,
+    H, seq_q, seq_kv,
+    SEQ_BUCKET,  # autotune key only
+    HEAD_DIM: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    start_m = tl.program_id(0) * BLOCK_M
+    off_hz = tl.program_id(1)
+    off_z = (off_hz // H).to(tl.int64)
+    off_h = (off_hz % H).to(tl.int64)
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < seq_q
+    q = tl.load(Q + off_z * stride_qz + off_h * stride_qh + offs_m[:, None] * stride_qm
+                + offs_d[None, :] * stride_qd, mask=row_ok[:, None], other=0.0)  # (BLOCK_M, HEAD_DIM)
+    do = tl.load(DO + off_z * stride_doz + off_h * stride_doh + offs_m[:, None] * stride_dom
+                 + offs_d[None, :] * stride_dod, mask=row_ok[:, None], other=0.0)
+    lse2 = tl.load(LSE + off_hz.to(tl.int64) * seq_q + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634
+    delta = tl.load(Delta + off_hz.to(tl.int64) * seq_q + offs_m, mask=row_ok, other=0.0)
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+
+    k_base = K + off_z * stride_kz + off_h * stride_kh
+    v_base = V + off_z * stride_vz + off_h * stride_vh
+    full_kv = (seq_kv // BLOCK_N) * BLOCK_N
+    if CAUSAL:
+        hi_unmasked = tl.minimum(start_m, full_kv)
+        hi = tl.minimum(start_m + BLOCK_M, seq_kv)
+    else:
+        hi_unmasked = full_kv
+        hi = seq_kv
+    dq = _dq_inner(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+                   offs_m, offs_d, 0, hi_unmasked, seq_kv, qk_scale, BLOCK_N, False, CAUSAL, DOT_PRECISION)
+    dq = _dq_inner(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+                   offs_m, offs_d, hi_unmasked, hi, seq_kv, qk_scale, BLOCK_N, True, CAUSAL, DOT_PRECISION)
+    dq = dq * sm_scale
+    tl.store(DQ + off_z * stride_dqz + off_h * stride_dqh + offs_m[:, None] * stride_dqm
+             + offs_d[None, :] * stride_dqd, dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])
+
+
+def flash_attention_backward(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool,
+    sm_scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients (dq, dk, dv) of o = attention(q, k, v) for upstream ``do``.
+
+    do, o: (batch, heads, seq_q, head_dim); q likewise; k, v: (batch, heads, seq_kv, head_dim);
+    lse: (batch, heads, seq_q) fp32 from :func:`kernels.flash_fwd.flash_attention_forward`.
+    """
+    if not isinstance(do, torch.Tensor):
+        raise TypeError(f"the gradient of o must be a torch.Tensor, got {type(do).__name__}")
+    if do.shape != o.shape:
+        raise ValueError(f"the gradient of o has shape {tuple(do.shape)}; it must match o {tuple(o.shape)}")
+    if do.dtype != o.dtype:
+        raise TypeError(f"the gradient of o has dtype {do.dtype}; it must match o ({o.dtype})")
+    if do.device != o.device:
+        raise ValueError(f"the gradient of o is on '{do.device}'; it must be on o's device '{o.device}'")
+    batch, heads, seq_q, head_dim = q.shape
+    seq_kv = k.shape[2]
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(
+            f"backward supports head_dim in {HEAD_DIMS}, got {head_dim} "
+            "(the dK/dV tiles of head_dim 256 do not fit in shared memory)"
+        )
+    check_triton_device(q)
+    dot_precision = "ieee" if q.dtype == torch.float32 else "tf32"
+    qk_scale = sm_scale * 1.4426950408889634  # log2(e), as in the forward
+    bucket = seq_bucket(seq_q, seq_kv)
+
+    delta = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
+    pre_block = 64
+    _attn_bwd_preprocess[(triton.cdiv(seq_q, pre_block), batch * heads)](
+        o, do, delta, *o.stride(), *do.stride(), heads, seq_q, HEAD_DIM=head_dim, BLOCK_M=pre_block,
+    )
+
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    dk = torch.empty((batch, heads, seq_kv, head_dim), dtype=k.dtype, device=k.device)
+    dv = torch.empty_like(dk)
+    _attn_bwd_dkdv[lambda meta: (triton.cdiv(seq_kv, meta["BLOCK_N"]), batch * heads)](
+        q, k, v, do, dk, dv, lse, delta, qk_scale, sm_scale,
+        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(),
+        heads, seq_q, seq_kv, bucket,
+        HEAD_DIM=head_dim, CAUSAL=bool(causal), DOT_PRECISION=dot_precision,
+    )
+    _attn_bwd_dq[lambda meta: (triton.cdiv(seq_q, meta["BLOCK_M"]), batch * heads)](
+        q, k, v, do, dq, lse, delta, qk_scale, sm_scale,
+        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
+        heads, seq_q, seq_kv, bucket,
+        HEAD_DIM=head_dim, CAUSAL=bool(causal), DOT_PRECISION=dot_precision,
+    )
+    return dq, dk, dv
+

@@ -1,0 +1,113 @@
+"""Naive PyTorch attention, one step at a time, and the fp64 oracle every test compares against.
+
+The stepwise version is the "before" picture of the seed posts: it materialises the N×N score
+matrix S and makes four trips through HBM with it (Q Kᵀ writes S; scale/mask reads and writes it;
+softmax reads S and writes P; P V reads P). Each step runs inside its own NVTX range
+(domain "attn", e.g. ``attn:qk_matmul``) so Nsight Systems and the capture can time it alone.
+
+NVTX comes from the ``nvtx`` package, which is a no-op where no profiler listens;
+``torch.cuda.nvtx`` would raise on a CPU-only torch.
+"""
+
+from __future__ import annotations
+
+import nvtx
+import torch
+
+from kernels._checks import check_qkv, resolve_scale
+
+NVTX_DOMAIN = "attn"
+STEPS = ("qk_matmul", "scale_mask", "softmax", "pv_matmul")
+
+
+def qk_matmul(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """S = Q Kᵀ. q: (B, H, Nq, D), k: (B, H, Nk, D) -> S: (B, H, Nq, Nk) in the input dtype."""
+    with nvtx.annotate("qk_matmul", domain=NVTX_DOMAIN):
+        return torch.matmul(q, k.transpose(-2, -1))
+
+
+def scale_mask(s: torch.Tensor, sm_scale: float, causal: bool) -> torch.Tensor:
+    """S * sm_scale, then -inf above the diagonal when causal (top-left aligned, as SDPA's is_causal)."""
+    with nvtx.annotate("scale_mask", domain=NVTX_DOMAIN):
+        s = s * sm_scale
+        if causal:
+            seq_q, seq_kv = s.shape[-2], s.shape[-1]
+            above = torch.ones(seq_q, seq_kv, dtype=torch.bool, device=s.device).triu_(1)
+            s = s.masked_fill_(above, float("-inf"))
+        return s
+
+
+def softmax(s: torch.Tensor) -> torch.Tensor:
+    """P = softmax(S) over keys. PyTorch accumulates in fp32 for fp16/bf16 but reads and writes S, P
+    in the input dtype, so the bytes moved are those of the input dtype."""
+    with nvtx.annotate("softmax", domain=NVTX_DOMAIN):
+        return torch.softmax(s, dim=-1)
+
+
+def pv_matmul(p: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """O = P V. p: (B, H, Nq, Nk), v: (B, H, Nk, D) -> O: (B, H, Nq, D)."""
+    with nvtx.annotate("pv_matmul", domain=NVTX_DOMAIN):
+        return torch.matmul(p, v)
+
+
+def naive_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+) -> torch.Tensor:
+    """Stepwise attention softmax(Q Kᵀ · sm_scale) V on BHSD tensors: (batch, heads, seq, head_dim).
+
+    Works on any device and any floating dtype, and with autograd. Memory is O(N²): S and P are
+    both materialised.
+    """
+    check_qkv(q, k, v, dtypes=(torch.float16, torch.bfloat16, torch.float32, torch.float64))
+    scale = resolve_scale(sm_scale, q.shape[-1])
+    s = qk_matmul(q, k)
+    s = scale_mask(s, scale, causal)
+    p = softmax(s)
+    return pv_matmul(p, v)
+
+
+def attention_oracle(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    return_lse: bool = False,
+):
+    """The fp64 ground truth: the same maths as :func:`naive_attention` in float64 on the CPU.
+
+    Returns O (float64, CPU) and, with ``return_lse``, the natural-log logsumexp of each row of the
+    scaled, masked scores: (B, H, Nq). Differentiable, so tests also take gradients through it.
+    """
+    scale = resolve_scale(sm_scale, q.shape[-1])
+    q64, k64, v64 = (t.to("cpu", torch.float64) for t in (q, k, v))
+    s = torch.matmul(q64, k64.transpose(-2, -1)) * scale
+    if causal:
+        above = torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool).triu_(1)
+        s = s.masked_fill(above, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    o = torch.matmul(torch.exp(s - lse[..., None]), v64)
+    if return_lse:
+        return o, lse
+    return o
+
+
+def oracle_with_grads(q, k, v, do, causal=False, sm_scale=None):
+    """fp64 output and gradients (dq, dk, dv) for upstream gradient ``do``, all on the CPU."""
+    q64, k64, v64 = (t.detach().to("cpu", torch.float64).requires_grad_(True) for t in (q, k, v))
+    o = attention_oracle(q64, k64, v64, causal=causal, sm_scale=sm_scale)
+    o.backward(do.detach().to("cpu", torch.float64))
+    return o.detach(), q64.grad, k64.grad, v64.grad
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """‖out − ref‖ / ‖ref‖ in float64 on the CPU (NaN stays NaN so it can never pass)."""
+    out64 = out.detach().to("cpu", torch.float64)
+    ref64 = ref.detach().to("cpu", torch.float64)
+    denom = torch.linalg.vector_norm(ref64).item()
+    num = torch.linalg.vector_norm(out64 - ref64).item()
+    return num / denom if denom > 0 else num

@@ -1,0 +1,114 @@
+"""Measured ceilings: what this machine really reaches for a large matmul and a large copy.
+
+The datasheet roof (profiler.hardware) is a promise; these are the measured roofs the roofline
+also draws. Matmul FLOP/s = 2·n³ / time for an n×n×n product on random data (never zeros: they
+can run faster); copy bandwidth = (bytes read + bytes written) / time for a device-to-device copy.
+Results are cached per device and software versions in ``~/.cache/attention-roofline``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from profiler.timing import measure
+
+TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    device: str
+    matmul_tflops: dict[str, float]  # by dtype; fp32 is IEEE fp32 (tf32 off)
+    copy_gbps: float  # bytes read + written per second / 1e9
+    matmul_n: int
+    copy_bytes: int
+    torch_version: str
+    measured_at: str
+
+    def peak_flops(self, dtype: str) -> float:
+        return self.matmul_tflops[dtype] * 1e12
+
+    @property
+    def bandwidth(self) -> float:
+        return self.copy_gbps * 1e9
+
+
+def device_name(device: torch.device | str) -> str:
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU {platform.processor() or platform.machine()} ({os.cpu_count()} threads)"
+
+
+def cache_path() -> Path:
+    root = Path(os.environ.get("ATTN_ROOFLINE_CACHE", Path.home() / ".cache" / "attention-roofline"))
+    return root / "ceilings.json"
+
+
+def load_cached(device: torch.device | str) -> Ceilings | None:
+    path = cache_path()
+    if not path.exists():
+        return None
+    try:
+        entries = json.loads(path.read_text())
+        entry = entries.get(f"{device_name(device)}|torch {torch.__version__}")
+        return Ceilings(**entry) if entry else None
+    except (ValueError, TypeError):
+        return None  # an unreadable cache is re-measured, not trusted
+
+
+def _store(ceilings: Ceilings) -> None:
+    path = cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    entries = {}
+    if path.exists():
+        try:
+            entries = json.loads(path.read_text())
+        except ValueError:
+            entries = {}
+    entries[f"{ceilings.device}|torch {ceilings.torch_version}"] = asdict(ceilings)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(entries, indent=2))
+    tmp.replace(path)  # atomic: a crash never leaves half a file
+
+
+def measure_ceilings(device: torch.device | str, dtypes=("fp16", "bf16", "fp32"), use_cache: bool = True) -> Ceilings:
+    """Time a large matmul per dtype and a large copy on ``device`` (GPU: n=8192 and 2 GiB;
+    CPU: n=2048 and 256 MiB, so it finishes in seconds)."""
+    device = torch.device(device)
+    if use_cache and (cached := load_cached(device)) is not None and set(dtypes) <= set(cached.matmul_tflops):
+        return cached
+    on_gpu = device.type == "cuda"
+    n = 8192 if on_gpu else 2048
+    rates = {}
+    old_tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means IEEE fp32, as in our kernels
+    try:
+        for dtype in dtypes:
+            if not on_gpu and dtype != "fp32":
+                continue  # CPU half-precision matmuls are emulated on most CPUs: not a ceiling
+            a = torch.randn(n, n, device=device, dtype=TORCH_DTYPES[dtype])
+            b = torch.randn(n, n, device=device, dtype=TORCH_DTYPES[dtype])
+            t = measure(lambda a=a, b=b: torch.matmul(a, b), device)
+            rates[dtype] = 2 * n**3 / (t.median_ms * 1e-3) / 1e12  # 2·n³ FLOPs per n×n×n product
+            del a, b
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old_tf32
+    copy_bytes = (2 << 30) if on_gpu else (256 << 20)
+    src = torch.randn(copy_bytes // 4, device=device)
+    dst = torch.empty_like(src)
+    t = measure(lambda: dst.copy_(src), device)
+    copy_gbps = 2 * copy_bytes / (t.median_ms * 1e-3) / 1e9  # read + write
+    ceilings = Ceilings(
+        device=device_name(device), matmul_tflops=rates, copy_gbps=copy_gbps, matmul_n=n, copy_bytes=copy_bytes,
+        torch_version=torch.__version__, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    )
+    _store(ceilings)
+    return ceilings

@@ -1,0 +1,134 @@
+"""``python -m profiler``: the command line.
+
+Subcommands: ``demo`` (run every implementation once and print a table), ``bench`` (our kernels
+beside PyTorch's, side by side in one process), ``model`` (the cost model, no GPU needed) and
+``ceilings`` (measured matmul and copy roofs of this machine). Bad arguments print one line and
+exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from profiler.cost_model import DTYPE_BYTES, MODES
+
+EXIT_USAGE = 2
+
+
+class UsageError(ValueError):
+    """A bad value the parser could not check by itself; printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (no usage dump, no traceback) and exit status 2."""
+
+    def error(self, message: str):  # noqa: D102
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of integers") from None
+    if not values or any(x < 1 for x in values):
+        raise argparse.ArgumentTypeError(f"'{text}': every value must be a positive integer")
+    return values
+
+
+def _choice_list(allowed: tuple[str, ...]):
+    def parse(text: str) -> list[str]:
+        values = [x.strip() for x in text.split(",") if x.strip()]
+        bad = [x for x in values if x not in allowed]
+        if bad or not values:
+            raise argparse.ArgumentTypeError(f"'{text}': allowed values are {', '.join(allowed)}")
+        return values
+
+    return parse
+
+
+def _causal_list(text: str) -> list[bool]:
+    options = {"true": [True], "false": [False], "both": [False, True], "yes": [True], "no": [False]}
+    if text.lower() not in options:
+        raise argparse.ArgumentTypeError(f"'{text}': allowed values are true, false, both")
+    return options[text.lower()]
+
+
+def _impl_list(text: str) -> list[str]:
+    from kernels.registry import REGISTRY
+
+    if text == "all":
+        return list(REGISTRY)
+    return _choice_list(tuple(REGISTRY))(text)
+
+
+def _device(text: str) -> str:
+    import torch
+
+    if text == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if text not in ("cuda", "cpu"):
+        raise argparse.ArgumentTypeError(f"'{text}': allowed values are auto, cuda, cpu")
+    if text == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError("'cuda' was asked for but torch sees no CUDA device")
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m profiler", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="run every implementation once and print a small table")
+    demo.add_argument("--device", type=_device, default="auto")
+
+    bench = sub.add_parser("bench", help="our kernels beside PyTorch's SDPA backends, TFLOP/s and ratios")
+    _add_shape_args(bench, seq_default="8192")
+    bench.add_argument("--mode", type=_choice_list(MODES), default=["fwd"], help="fwd, bwd, fwd+bwd (list)")
+    bench.add_argument("--impl", type=_impl_list, default=["triton_flash", "sdpa_flash", "sdpa_cudnn"],
+                       help="implementations, comma-separated, or 'all'")
+    bench.add_argument("--baseline", default="triton_flash", help="ratios are impl / this one")
+    bench.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
+    bench.add_argument("--device", type=_device, default="auto")
+
+    model = sub.add_parser("model", help="FLOPs, bytes and intensity per step from the cost model (no GPU)")
+    _add_shape_args(model, seq_default="4096", lists=False)
+    model.add_argument("--mode", choices=MODES, default="fwd")
+    model.add_argument("--device-name", dest="device_name", default="H100-SXM",
+                       help="a GPU from the datasheet table (see --list-devices) or a name as torch prints it")
+    model.add_argument("--list-devices", action="store_true", help="print the datasheet table and exit")
+    model.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+
+    ceilings = sub.add_parser("ceilings", help="measure this machine's matmul and copy roofs")
+    ceilings.add_argument("--device", type=_device, default="auto")
+    ceilings.add_argument("--no-cache", action="store_true", help="measure again even if cached")
+    ceilings.add_argument("--json", action="store_true")
+    return parser
+
+
+def _add_shape_args(p: argparse.ArgumentParser, seq_default: str, lists: bool = True) -> None:
+    kind = _int_list if lists else int
+    p.add_argument("--seq", type=kind, default=kind(seq_default), help="sequence length(s)")
+    p.add_argument("--batch", type=kind, default=kind("4"))
+    p.add_argument("--heads", type=kind, default=kind("32"))
+    p.add_argument("--dim", type=kind, default=kind("64"), help="head_dim")
+    if lists:
+        p.add_argument("--dtype", type=_choice_list(tuple(DTYPE_BYTES)), default=["fp16"])
+        p.add_argument("--causal", type=_causal_list, default=[False], help="true, false or both")
+    else:
+        p.add_argument("--dtype", choices=tuple(DTYPE_BYTES), default="fp16")
+        p.add_argument("--causal", action="store_true")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from profiler import commands
+
+    try:
+        return getattr(commands, args.command)(args)
+    except UsageError as err:
+        print(f"python -m profiler {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

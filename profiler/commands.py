@@ -1,0 +1,252 @@
+"""The bodies of the ``python -m profiler`` subcommands (parsing lives in profiler.cli)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from profiler import cost_model as cm
+from profiler import hardware, roofline
+from profiler.cli import UsageError
+
+# Wide enough for the tables when output goes to a file or a CI log (rich assumes 80 there).
+console = Console(width=max(shutil.get_terminal_size((160, 40)).columns, 100))
+
+
+def _fmt(x, spec=".3g", missing="-"):
+    return missing if x is None else format(x, spec)
+
+
+# --------------------------------------------------------------------------------------------- model
+
+
+def model_rows(shape: cm.Shape, device: hardware.Device) -> list[dict]:
+    """One row per implementation step: FLOPs, bytes, intensity, bound on ``device``'s datasheet roof."""
+    from kernels.registry import REGISTRY
+
+    peak, bw = device.peak_flops(shape.dtype), device.hbm_bytes_per_s
+    rows = []
+    for impl in REGISTRY.values():
+        if impl.name == "naive":
+            for step in impl.steps:
+                flops, nbytes = cm.naive_step_flops(shape, step), cm.naive_step_bytes(shape, step)
+                rows.append(_model_row(impl.name, step, flops, nbytes, nbytes, peak, bw))
+        elif impl.name == "sdpa_math":
+            # The math backend runs the same unfused steps (its own kernels): sum of the naive steps.
+            flops = sum(cm.naive_step_flops(shape, s) for s in cm.NAIVE_STEPS)
+            nbytes = sum(cm.naive_step_bytes(shape, s) for s in cm.NAIVE_STEPS)
+            rows.append(_model_row(impl.name, "total", flops, nbytes, nbytes, peak, bw))
+        elif impl.name == "triton_naive":
+            # One program per query row: every row re-reads all of K and V (no reuse across rows).
+            if shape.mode != "fwd":
+                continue
+            flops = cm.fused_flops(shape)
+            reread = shape.bh * shape.seq_q * (2 * shape.seq_kv * shape.head_dim * shape.elem_bytes)
+            if shape.causal:
+                reread //= 2
+            rows.append(_model_row(impl.name, "total", flops, cm.compulsory_bytes(shape),
+                                   reread + cm.compulsory_bytes(shape), peak, bw))
+        else:
+            if shape.mode != "fwd" and not impl.supports_backward:
+                continue
+            flops = cm.fused_flops(shape)
+            rows.append(_model_row(impl.name, "total", flops, cm.compulsory_bytes(shape), cm.tile_bytes(shape),
+                                   peak, bw))
+    return rows
+
+
+def _model_row(impl, step, flops, compulsory, tile, peak, bw) -> dict:
+    ai = cm.arithmetic_intensity(flops, compulsory)
+    return {
+        "impl": impl, "step": step, "flops": flops, "hbm_bytes": compulsory, "tile_bytes": tile,
+        "arithmetic_intensity": ai, "tile_intensity": cm.arithmetic_intensity(flops, tile),
+        "attainable_tflops": roofline.attainable_flops(ai, peak, bw) / 1e12,
+        "bound": roofline.bound(ai, peak, bw),
+    }
+
+
+def model(args) -> int:
+    if args.list_devices:
+        table = Table("device", "fp16/bf16 TFLOP/s", "fp32 TFLOP/s", "HBM TB/s", "L2 MB", "SMs", "ridge fp16")
+        for d in hardware.DEVICES.values():
+            table.add_row(d.name, _fmt(d.tensor_tflops["fp16"]), _fmt(d.fp32_tflops), _fmt(d.hbm_tbps),
+                          _fmt(d.l2_bytes / 1e6 if d.l2_bytes else None), _fmt(d.sm_count),
+                          _fmt(roofline.ridge_point(d.peak_flops("fp16"), d.hbm_bytes_per_s), ".0f"))
+        console.print(table)
+        return 0
+    device = hardware.lookup(args.device_name)
+    if device is None:
+        raise UsageError(f"unknown --device-name '{args.device_name}'; known: {', '.join(hardware.DEVICES)}")
+    try:
+        shape = cm.Shape(args.batch, args.heads, args.seq, args.seq, args.dim, args.dtype, args.causal, args.mode)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    rows = model_rows(shape, device)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    peak, bw = device.peak_flops(shape.dtype), device.hbm_bytes_per_s
+    ridge = roofline.ridge_point(peak, bw)
+    table = Table(
+        "impl", "step", "GFLOP", "HBM MB (compulsory)", "MB (tile)", "FLOP/B", "FLOP/B (tile)", "roof TFLOP/s",
+        "bound",
+        title=(f"B={shape.batch} H={shape.heads} N={shape.seq_q} D={shape.head_dim} {shape.dtype} "
+               f"{'causal' if shape.causal else 'full'} {shape.mode} on {device.name} (datasheet): "
+               f"peak {peak / 1e12:.0f} TFLOP/s, {bw / 1e12:.2f} TB/s, ridge {ridge:.0f} FLOP/B"),
+    )
+    for r in rows:
+        table.add_row(r["impl"], r["step"], f"{r['flops'] / 1e9:,.1f}", f"{r['hbm_bytes'] / 1e6:,.1f}",
+                      f"{r['tile_bytes'] / 1e6:,.1f}", f"{r['arithmetic_intensity']:,.2f}",
+                      f"{r['tile_intensity']:,.2f}", f"{r['attainable_tflops']:,.1f}", r["bound"])
+    console.print(table)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ ceilings
+
+
+def ceilings(args) -> int:
+    from profiler.ceilings import measure_ceilings
+
+    with console.status(f"timing a large matmul per dtype and a large copy on {args.device} ..."):
+        measured = measure_ceilings(args.device, use_cache=not args.no_cache)
+    sheet = hardware.lookup(measured.device)
+    rows = []
+    for dtype, tflops in measured.matmul_tflops.items():
+        datasheet = sheet.peak_flops(dtype) / 1e12 if sheet else None
+        rows.append({"what": f"matmul {dtype} (n={measured.matmul_n})", "unit": "TFLOP/s", "measured": tflops,
+                     "datasheet": datasheet, "ratio": tflops / datasheet if datasheet else None})
+    datasheet_bw = sheet.hbm_tbps * 1e3 if sheet else None
+    rows.append({"what": f"copy {measured.copy_bytes >> 20} MiB (read+write)", "unit": "GB/s",
+                 "measured": measured.copy_gbps, "datasheet": datasheet_bw,
+                 "ratio": measured.copy_gbps / datasheet_bw if datasheet_bw else None})
+    if args.json:
+        print(json.dumps({"device": measured.device, "datasheet_entry": sheet.name if sheet else None,
+                          "measured_at": measured.measured_at, "rows": rows}, indent=2))
+        return 0
+    title = f"{measured.device}: measured {measured.measured_at}"
+    if sheet is None:
+        title += " (not in the datasheet table: measured ceilings only)"
+    table = Table("ceiling", "unit", "measured", "datasheet", "measured / datasheet", title=title)
+    for r in rows:
+        table.add_row(r["what"], r["unit"], f"{r['measured']:,.1f}", _fmt(r["datasheet"], ",.1f"),
+                      _fmt(r["ratio"], ".2f"))
+    console.print(table)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------- bench
+
+
+def bench(args) -> int:
+    import torch
+
+    from kernels.registry import REGISTRY
+    from profiler.runner import run_case
+
+    if args.baseline not in args.impl:
+        raise UsageError(f"--baseline '{args.baseline}' must be one of --impl ({', '.join(args.impl)})")
+    try:
+        shapes = [
+            cm.Shape(b, h, n, n, d, dt, c, m)
+            for m, dt, d, c, n, b, h in itertools.product(
+                args.mode, args.dtype, args.dim, args.causal, args.seq, args.batch, args.heads
+            )
+        ]
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    results = []
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("benchmark", total=len(shapes) * len(args.impl))
+        for shape in shapes:
+            for name in args.impl:
+                progress.update(task, description=f"{name} {shape.mode} N={shape.seq_q} D={shape.head_dim}")
+                results.append(run_case(REGISTRY[name], shape, args.device))
+                progress.advance(task)
+    rows = _bench_rows(results, args.baseline)
+    device_name = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
+    table = Table("shape", "mode", *[f"{n} TFLOP/s" for n in args.impl],
+                  *[f"{n}/{args.baseline}" for n in args.impl if n != args.baseline], "max rel err", "peak MiB",
+                  title=f"{device_name}: median do_bench, FLOPs = 4·B·H·N²·D (x0.5 causal, x2.5 bwd)")
+    for key, group in itertools.groupby(rows, key=lambda r: (r["shape"], r["mode"])):
+        group = {r["impl"]: r for r in group}
+        base = group[args.baseline]["tflops"]
+        cells = [_fmt(group[n]["tflops"], ".1f", group[n]["status"]) for n in args.impl]
+        ratios = [_fmt(group[n]["tflops"] / base if group[n]["tflops"] and base else None, ".2f")
+                  for n in args.impl if n != args.baseline]
+        errs = ", ".join(f"{_fmt(group[n]['max_rel_err'], '.1e')}" for n in args.impl)
+        mem = ", ".join(_fmt(group[n]["peak_mem_bytes"] / 2**20 if group[n]["peak_mem_bytes"] else None, ".0f")
+                        for n in args.impl)
+        table.add_row(key[0], key[1], *cells, *ratios, errs, mem)
+    console.print(table)
+    for r in rows:
+        if r["status"] != "ok":
+            console.print(f"[yellow]{r['impl']} {r['shape']} {r['mode']}: {r['status']}: {r['message']}")
+    if args.json:
+        _write_json_atomic(Path(args.json), {"device": device_name, "rows": rows})
+    return 0
+
+
+def _bench_rows(results, baseline: str) -> list[dict]:
+    rows = []
+    for r in results:
+        s = r.shape
+        rows.append({
+            "impl": r.impl, "mode": s.mode,
+            "shape": f"B{s.batch} H{s.heads} N{s.seq_q} D{s.head_dim} {s.dtype}{' causal' if s.causal else ''}",
+            "batch": s.batch, "heads": s.heads, "seq": s.seq_q, "head_dim": s.head_dim, "dtype": s.dtype,
+            "causal": s.causal, "status": r.status, "message": r.message, "flops": r.flops,
+            "time_ms": r.timing.median_ms if r.timing else None,
+            "time_ms_p10": r.timing.p10_ms if r.timing else None,
+            "time_ms_p90": r.timing.p90_ms if r.timing else None,
+            "tflops": r.tflops, "peak_mem_bytes": r.peak_mem_bytes, "max_rel_err": r.max_rel_err,
+        })
+    return rows
+
+
+def _write_json_atomic(path: Path, payload) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------- demo
+
+
+def demo(args) -> int:
+    """Every implementation once at a size that suits the machine, with its error and speed."""
+    from kernels.registry import REGISTRY
+    from profiler.runner import run_case
+
+    on_gpu = args.device == "cuda"
+    # The seed posts' benchmark shape on a GPU; on a CPU a size that runs in seconds.
+    shape = cm.Shape(4, 32, 4096, 4096, 64, "fp16") if on_gpu else cm.Shape(1, 4, 512, 512, 64, "fp32")
+    results = []
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("demo", total=len(REGISTRY))
+        for impl in REGISTRY.values():
+            progress.update(task, description=f"running {impl.name}")
+            results.append(run_case(impl, shape, args.device, rep_ms=50 if on_gpu else 200))
+            progress.advance(task)
+    naive_ms = next((r.timing.median_ms for r in results if r.impl == "naive" and r.timing), None)
+    table = Table("impl", "ms", "TFLOP/s", "speedup vs naive", "max rel err vs fp32", "peak MiB", "status",
+                  title=f"B={shape.batch} H={shape.heads} N={shape.seq_q} D={shape.head_dim} {shape.dtype} "
+                        f"forward on {args.device}")
+    for r in results:
+        ms = r.timing.median_ms if r.timing else None
+        table.add_row(r.impl, _fmt(ms, ".3f"), _fmt(r.tflops, ".2f"),
+                      _fmt(naive_ms / ms if ms and naive_ms else None, ".1f"), _fmt(r.max_rel_err, ".1e"),
+                      _fmt(r.peak_mem_bytes / 2**20 if r.peak_mem_bytes else None, ".0f"),
+                      r.status if r.status == "ok" else f"{r.status}: {r.message}")
+    console.print(table)
+    if not on_gpu and os.environ.get("TRITON_INTERPRET") != "1":
+        console.print("Triton kernels need a GPU; set TRITON_INTERPRET=1 to run them (slowly) on the CPU.")
+    return 0

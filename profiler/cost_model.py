@@ -1,0 +1,246 @@
+"""Analytical cost model: FLOPs and HBM bytes of each attention step, as pure functions of a Shape.
+
+Conventions (each formula below names its source):
+- Matmul FLOPs are 2·M·N·K (one multiply and one add per term).
+- Elementwise FLOPs: ``scale_mask`` counts 1 per element (the multiply; the causal select is not
+  arithmetic), ``softmax`` counts 5 per element (max, subtract, exp, sum, divide), as in the seed
+  post on arithmetic intensity, where that count gives softmax 5 / (2 · 2 bytes) = 1.25 FLOP/byte
+  in fp16/bf16.
+- ``torch.utils.flop_counter.FlopCounterMode`` counts only matmuls (2·M·N·K) and ignores
+  elementwise work and the causal mask; the tests cross-check our matmul steps against it and
+  expect 0 for the elementwise ones.
+- Fused FLOPs are "algorithmic": 4·B·H·Nq·Nk·D forward (the two matmuls of attention), halved
+  when causal (FlashAttention papers, Triton's fused-attention tutorial, tritonbench), and
+  backward = 2.5x forward (FlashAttention-2 paper, §4: five matmuls S, dP, dV, dK, dQ against the
+  forward's two). ``executed_flops`` instead counts what our kernels really multiply: whole tiles,
+  including masked halves of diagonal tiles and padded tails, and our backward's seven matmuls
+  (S and dP are recomputed in both the dK/dV and the dQ kernel).
+- Bytes assume every input read from and every output written to HBM once per kernel, in the
+  tensor's dtype. PyTorch's fp16/bf16 softmax computes in fp32 registers but reads and writes
+  fp16/bf16, so its bytes are those of the input dtype. The fused kernels have two byte counts:
+  ``compulsory`` (Q, K, V read once; O and logsumexp written once: what DRAM sees when L2 holds K
+  and V) and ``tile`` (each query block re-reads the K and V tiles it visits: what L2 serves).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+MODES = ("fwd", "bwd", "fwd+bwd")
+NAIVE_STEPS = ("qk_matmul", "scale_mask", "softmax", "pv_matmul")
+LSE_BYTES = 4  # the logsumexp is kept in fp32 (kernels.flash_fwd)
+
+# Our kernels' default tiles (kernels.flash_fwd / flash_bwd candidates): used for tile traffic and
+# executed FLOPs when the caller does not name others.
+FWD_TILE = (128, 64)  # (BLOCK_M, BLOCK_N)
+BWD_DKDV_TILE = (32, 128)
+BWD_DQ_TILE = (128, 32)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One attention problem. Tensors are BHSD: (batch, heads, seq, head_dim)."""
+
+    batch: int
+    heads: int
+    seq_q: int
+    seq_kv: int
+    head_dim: int
+    dtype: str = "fp16"
+    causal: bool = False
+    mode: str = "fwd"
+
+    def __post_init__(self):
+        for name in ("batch", "heads", "seq_q", "seq_kv", "head_dim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.dtype not in DTYPE_BYTES:
+            raise ValueError(f"dtype '{self.dtype}' is not supported; allowed: {', '.join(DTYPE_BYTES)}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode '{self.mode}' is not supported; allowed: {', '.join(MODES)}")
+
+    @classmethod
+    def square(cls, batch: int, heads: int, seq: int, head_dim: int, **kw) -> Shape:
+        return cls(batch, heads, seq, seq, head_dim, **kw)
+
+    @property
+    def elem_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def bh(self) -> int:
+        return self.batch * self.heads
+
+    @property
+    def score_elems(self) -> int:
+        """Elements of the N×N matrix S (or P) over all batches and heads."""
+        return self.bh * self.seq_q * self.seq_kv
+
+    def with_mode(self, mode: str) -> Shape:
+        return replace(self, mode=mode)
+
+
+def _tensor_bytes(shape: Shape, rows: int) -> int:
+    """Bytes of one (B, H, rows, D) tensor in the shape's dtype."""
+    return shape.bh * rows * shape.head_dim * shape.elem_bytes
+
+
+# ---------------------------------------------------------------------------------------------
+# Naive, stepwise attention (kernels.reference). Forward steps; the backward of each step is the
+# autograd of that step.
+# ---------------------------------------------------------------------------------------------
+
+
+def naive_step_flops(shape: Shape, step: str) -> int:
+    """FLOPs of one naive step in the shape's mode (fwd, bwd or both)."""
+    b, n_q, n_k, d = shape.bh, shape.seq_q, shape.seq_kv, shape.head_dim
+    s = shape.score_elems
+    fwd = {
+        "qk_matmul": 2 * b * n_q * n_k * d,  # S = Q Kᵀ: 2·M·N·K
+        "scale_mask": s,  # one multiply per element; the causal select is not arithmetic
+        "softmax": 5 * s,  # max, subtract, exp, sum, divide (seed post on arithmetic intensity)
+        "pv_matmul": 2 * b * n_q * n_k * d,  # O = P V: 2·M·N·K
+    }
+    bwd = {
+        "qk_matmul": 4 * b * n_q * n_k * d,  # dQ = dS K and dK = dSᵀ Q: two matmuls
+        "scale_mask": s,  # dS · scale (the mask's gradient is a select)
+        "softmax": 4 * s,  # dS = P ∘ (dP − rowsum(dP ∘ P)): multiply, sum, subtract, multiply
+        "pv_matmul": 4 * b * n_q * n_k * d,  # dP = dO Vᵀ and dV = Pᵀ dO: two matmuls
+    }
+    _check_step(step)
+    return _by_mode(shape, fwd[step], bwd[step])
+
+
+def naive_step_bytes(shape: Shape, step: str) -> int:
+    """HBM bytes of one naive step: each operand read once and each result written once."""
+    e = shape.elem_bytes
+    s_bytes = shape.score_elems * e
+    q, kv, o = _tensor_bytes(shape, shape.seq_q), _tensor_bytes(shape, shape.seq_kv), _tensor_bytes(shape, shape.seq_q)
+    # Causal scale_mask is two kernels (multiply, then masked_fill_ in place) reading a bool mask of
+    # Nq·Nk bytes per (batch, head); non-causal is one multiply.
+    mask_pass = (2 * s_bytes + shape.score_elems) if shape.causal else 0
+    fwd = {
+        "qk_matmul": q + kv + s_bytes,  # read Q, K; write S
+        "scale_mask": 2 * s_bytes + mask_pass,  # read S, write S (and the mask pass)
+        "softmax": 2 * s_bytes,  # read S, write P
+        "pv_matmul": s_bytes + kv + o,  # read P, V; write O
+    }
+    bwd = {
+        "pv_matmul": 2 * o + 2 * kv + 2 * s_bytes,  # read dO, V, P, dO; write dP, dV (dO read per matmul)
+        "softmax": 3 * s_bytes,  # read P, dP; write dS
+        "scale_mask": 2 * s_bytes,  # read dS, write dS·scale
+        "qk_matmul": s_bytes + kv + q + s_bytes + q + kv,  # dQ = dS K; dK = dSᵀ Q: each reads dS
+    }
+    _check_step(step)
+    return _by_mode(shape, fwd[step], bwd[step])
+
+
+def _check_step(step: str) -> None:
+    if step not in NAIVE_STEPS:
+        raise ValueError(f"unknown naive step '{step}'; allowed: {', '.join(NAIVE_STEPS)}")
+
+
+def _by_mode(shape: Shape, fwd: int, bwd: int) -> int:
+    return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[shape.mode]
+
+
+# ---------------------------------------------------------------------------------------------
+# Fused attention (FlashAttention and the SDPA backends, one kernel or three for backward).
+# ---------------------------------------------------------------------------------------------
+
+BWD_FLOP_RATIO = 2.5  # FlashAttention-2 paper §4: backward = 2.5x forward (5 matmuls vs 2)
+
+
+def fused_flops(shape: Shape) -> float:
+    """Algorithmic FLOPs: 4·B·H·Nq·Nk·D forward (Q Kᵀ and P V, 2·M·N·K each), ×0.5 when causal
+    (FlashAttention papers, Triton's tutorial, tritonbench), ×2.5 for backward."""
+    fwd = 4 * shape.bh * shape.seq_q * shape.seq_kv * shape.head_dim
+    if shape.causal:
+        fwd *= 0.5
+    return _by_mode(shape, fwd, BWD_FLOP_RATIO * fwd)
+
+
+def _visible_keys(shape: Shape, row_end: int) -> int:
+    """Keys visible to the query rows below ``row_end`` (top-left causal: key j <= query i)."""
+    return min(row_end, shape.seq_kv) if shape.causal else shape.seq_kv
+
+
+def _tiles_visited(shape: Shape, block_m: int, block_n: int) -> int:
+    """Sum over query blocks of the key tiles each visits (whole tiles, masked ones included)."""
+    total = 0
+    for m in range(math.ceil(shape.seq_q / block_m)):
+        total += math.ceil(_visible_keys(shape, (m + 1) * block_m) / block_n)
+    return total
+
+
+def _query_tiles_visited(shape: Shape, block_m: int, block_n: int) -> int:
+    """Sum over key blocks of the query tiles each visits (the dK/dV kernel's loop): with causal
+    attention, key block n is seen by query rows from its first key on."""
+    total = 0
+    for n in range(math.ceil(shape.seq_kv / block_n)):
+        first_row = min(n * block_n, shape.seq_q) if shape.causal else 0
+        total += math.ceil((shape.seq_q - first_row) / block_m)
+    return total
+
+
+def executed_flops(shape: Shape, fwd_tile=FWD_TILE, dkdv_tile=BWD_DKDV_TILE, dq_tile=BWD_DQ_TILE) -> float:
+    """FLOPs our Triton kernels really issue: whole (BLOCK_M × BLOCK_N) tiles, 2 matmuls per tile
+    forward; 7 backward (S and dP recomputed in both backward kernels, plus dV, dK, dQ)."""
+    d = shape.head_dim
+    fwd = shape.bh * _tiles_visited(shape, *fwd_tile) * fwd_tile[0] * fwd_tile[1] * 2 * (2 * d)
+    # dK/dV kernel: per (key tile, query tile) pair, S, dP, dV and dK: 4 matmuls. dQ kernel: S, dP, dQ.
+    bwd_dkdv = shape.bh * _query_tiles_visited(shape, *dkdv_tile) * dkdv_tile[0] * dkdv_tile[1] * 4 * (2 * d)
+    bwd_dq = shape.bh * _tiles_visited(shape, *dq_tile) * dq_tile[0] * dq_tile[1] * 3 * (2 * d)
+    return _by_mode(shape, fwd, bwd_dkdv + bwd_dq)
+
+
+def compulsory_bytes(shape: Shape) -> int:
+    """Fewest HBM bytes a fused kernel can move: each input read once, each output written once.
+    Forward: read Q, K, V; write O and the fp32 logsumexp. Backward: read Q, K, V, O, dO and the
+    logsumexp; write dQ, dK, dV (the fp32 delta = rowsum(O∘dO) is written and read once more)."""
+    q, kv = _tensor_bytes(shape, shape.seq_q), _tensor_bytes(shape, shape.seq_kv)
+    row_stats = shape.bh * shape.seq_q * LSE_BYTES
+    fwd = q + 2 * kv + q + row_stats
+    bwd = (q + 2 * kv + q + q + row_stats) + (q + 2 * kv) + 2 * row_stats
+    return _by_mode(shape, fwd, bwd)
+
+
+def tile_bytes(shape: Shape, fwd_tile=FWD_TILE, dkdv_tile=BWD_DKDV_TILE, dq_tile=BWD_DQ_TILE) -> int:
+    """Bytes moved when every query block re-reads the K and V tiles it visits (and, in the dK/dV
+    kernel, every key block re-reads Q, dO and the row statistics): the traffic L2 serves.
+    Forward: Q once + Σ_blocks visited·(K+V tile) + O + logsumexp."""
+    e, d = shape.elem_bytes, shape.head_dim
+    q = _tensor_bytes(shape, shape.seq_q)
+    row_stats = shape.bh * shape.seq_q * LSE_BYTES
+    kv_tile = 2 * fwd_tile[1] * d * e
+    fwd = q + shape.bh * _tiles_visited(shape, *fwd_tile) * kv_tile + q + row_stats
+    # dK/dV: K, V once; per visited query tile: Q and dO tiles plus lse and delta rows; write dK, dV.
+    kv = _tensor_bytes(shape, shape.seq_kv)
+    q_rows_tile = dkdv_tile[0] * (2 * d * e + 2 * LSE_BYTES)
+    dkdv = 2 * kv + shape.bh * _query_tiles_visited(shape, *dkdv_tile) * q_rows_tile + 2 * kv
+    # dQ: Q, dO, lse, delta once; per visited key tile: K and V tiles; write dQ.
+    dq = 2 * q + 2 * row_stats + shape.bh * _tiles_visited(shape, *dq_tile) * 2 * dq_tile[1] * d * e + q
+    preprocess = 2 * q + row_stats  # read O, dO; write delta
+    return _by_mode(shape, fwd, dkdv + dq + preprocess)
+
+
+def fa1_paper_bytes(shape: Shape, sram_bytes: int) -> float:
+    """HBM traffic of FlashAttention (Dao et al. 2022) Algorithm 1 for SRAM of M bytes, whose
+    Theorem 2 gives Θ(N²d²/M): with Bc = ⌈M/(4d)⌉ columns per block, K and V are read once and Q,
+    O, ℓ, m are read and O, ℓ, m written once per each of Tc = ⌈N/Bc⌉ outer iterations. Forward
+    only; M counted in elements of the shape's dtype, as in the paper."""
+    e, d = shape.elem_bytes, shape.head_dim
+    m_elems = sram_bytes // e
+    block_c = max(1, math.ceil(m_elems / (4 * d)))
+    t_c = math.ceil(shape.seq_kv / block_c)
+    kv = 2 * shape.seq_kv * d
+    per_outer = 3 * shape.seq_q * d + 4 * shape.seq_q  # read Q, O; write O (elements); ℓ, m in and out
+    return shape.bh * (kv + t_c * per_outer) * e
+
+
+def arithmetic_intensity(flops: float, hbm_bytes: float) -> float:
+    """FLOPs per byte of HBM traffic (Williams, Waterman, Patterson, "Roofline", CACM 2009)."""
+    return flops / hbm_bytes if hbm_bytes > 0 else math.inf

@@ -1,0 +1,130 @@
+"""Run one implementation on one shape: inputs, correctness against an fp32 reference, timing with
+CUDA events (``triton.testing.do_bench``), and peak memory. The benchmark and the capture build on it.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+
+import nvtx
+import torch
+
+from kernels import Unsupported
+from kernels.reference import naive_attention, relative_error
+from kernels.registry import Impl
+from profiler.ceilings import TORCH_DTYPES
+from profiler.cost_model import Shape, fused_flops
+from profiler.timing import Timing, measure
+
+NVTX_DOMAIN = "attn"
+CHECK_HEADS = 2  # the correctness check runs on batch 0 and the first heads only, to bound its cost
+
+
+@dataclass
+class CaseResult:
+    impl: str
+    shape: Shape
+    status: str  # ok, oom, unsupported, error
+    message: str = ""
+    timing: Timing | None = None
+    flops: float = 0.0  # algorithmic FLOPs (profiler.cost_model.fused_flops)
+    peak_mem_bytes: int | None = None
+    max_rel_err: float | None = None
+
+    @property
+    def tflops(self) -> float | None:
+        if self.timing is None:
+            return None
+        return self.flops / (self.timing.median_ms * 1e-3) / 1e12
+
+
+def make_inputs(shape: Shape, device, seed: int = 0, requires_grad: bool = False):
+    """Random q, k, v (and dO) for ``shape``: normal, never zeros."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    dtype = TORCH_DTYPES[shape.dtype]
+
+    def rand(rows):
+        t = torch.randn(shape.batch, shape.heads, rows, shape.head_dim, generator=gen, device=device, dtype=dtype)
+        return t.requires_grad_(requires_grad)
+
+    return rand(shape.seq_q), rand(shape.seq_kv), rand(shape.seq_kv), rand(shape.seq_q).detach()
+
+
+def _slice_error(impl: Impl, q, k, v, do, shape: Shape) -> float:
+    """Max relative error of o (and dq, dk, dv when timing backward) on batch 0, first heads,
+    against naive attention in fp32 on the same device."""
+    heads = min(CHECK_HEADS, shape.heads)
+    parts = [t[:1, :heads].detach().clone().requires_grad_(shape.mode != "fwd") for t in (q, k, v)]
+    ref_parts = [t.detach().float().requires_grad_(shape.mode != "fwd") for t in parts]
+    with torch.no_grad() if shape.mode == "fwd" else torch.enable_grad():
+        out = impl.fn(*parts, causal=shape.causal)
+        ref = naive_attention(*ref_parts, causal=shape.causal)
+    errors = [relative_error(out, ref)]
+    if shape.mode != "fwd":
+        grad = do[:1, :heads]
+        out.backward(grad)
+        ref.backward(grad.float())
+        errors += [relative_error(a.grad, b.grad) for a, b in zip(parts, ref_parts)]
+    return max(errors)
+
+
+def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: int = 100) -> CaseResult:
+    """Time ``impl`` on ``shape`` in its mode. Never raises for a failing case: the result's status
+    says ok, oom, unsupported or error."""
+    device = torch.device(device)
+    result = CaseResult(impl.name, shape, "ok", flops=fused_flops(shape))
+    reason = impl.unsupported_reason(device, TORCH_DTYPES[shape.dtype], shape.head_dim, backward=shape.mode != "fwd")
+    if reason:
+        result.status, result.message = "unsupported", reason
+        return result
+    q = k = v = do = out = None
+    try:
+        q, k, v, do = make_inputs(shape, device, requires_grad=shape.mode != "fwd")
+        if check:
+            result.max_rel_err = _slice_error(impl, q, k, v, do, shape)
+        range_name = f"{impl.name}/{shape.mode}/seq={shape.seq_q}"
+        with nvtx.annotate(range_name, domain=NVTX_DOMAIN):
+            if shape.mode == "fwd":
+                with torch.no_grad():
+                    result.timing = measure(lambda: impl.fn(q, k, v, causal=shape.causal), device, rep_ms=rep_ms)
+            elif shape.mode == "bwd":
+                out = impl.fn(q, k, v, causal=shape.causal)
+                result.timing = measure(lambda: out.backward(do, retain_graph=True), device, rep_ms=rep_ms,
+                                        grad_to_none=[q, k, v])
+            else:
+                result.timing = measure(lambda: impl.fn(q, k, v, causal=shape.causal).backward(do), device,
+                                        rep_ms=rep_ms, grad_to_none=[q, k, v])
+        result.peak_mem_bytes = _peak_memory(impl, q, k, v, do, shape, device)
+    except Unsupported as err:
+        result.status, result.message = "unsupported", str(err)
+    except torch.OutOfMemoryError as err:
+        result.status, result.message = "oom", str(err).splitlines()[0]
+    except (RuntimeError, ValueError, TypeError) as err:
+        result.status, result.message = "error", f"{type(err).__name__}: {str(err).splitlines()[0]}"
+    finally:
+        del q, k, v, do, out
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return result
+
+
+def _peak_memory(impl: Impl, q, k, v, do, shape: Shape, device) -> int | None:
+    """Bytes allocated at peak by one run of the case, above what its inputs already hold."""
+    if device.type != "cuda":
+        return None
+    for t in (q, k, v):
+        t.grad = None
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    if shape.mode == "fwd":
+        with torch.no_grad():
+            out = impl.fn(q, k, v, causal=shape.causal)
+    else:
+        out = impl.fn(q, k, v, causal=shape.causal)
+        out.backward(do)
+    torch.cuda.synchronize(device)
+    del out
+    return torch.cuda.max_memory_allocated(device) - base

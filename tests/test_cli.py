@@ -1,0 +1,91 @@
+"""The command line: subcommands, JSON output, and one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from profiler.cli import main
+
+
+def run_cli(*args, env=None):
+    """Run `python -m profiler` in a subprocess, as a user would (no TRITON_INTERPRET)."""
+    full_env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "profiler", *args], capture_output=True, text=True,
+                          env=full_env, timeout=600)
+
+
+def test_help_lists_subcommands():
+    out = run_cli("--help")
+    assert out.returncode == 0
+    for sub in ("demo", "bench", "model", "ceilings"):
+        assert sub in out.stdout
+
+
+def test_model_json_has_every_step(capsys):
+    assert main(["model", "--seq", "8192", "--device-name", "H200", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {"impl", "step", "flops", "hbm_bytes", "arithmetic_intensity", "bound"} <= set(rows[0])
+    steps = [r["step"] for r in rows if r["impl"] == "naive"]
+    assert steps == ["qk_matmul", "scale_mask", "softmax", "pv_matmul"]
+    by = {(r["impl"], r["step"]): r for r in rows}
+    assert by[("naive", "softmax")]["arithmetic_intensity"] == 1.25
+    assert by[("naive", "softmax")]["bound"] == "memory"
+    assert by[("triton_flash", "total")]["bound"] == "compute"
+    assert by[("triton_flash", "total")]["flops"] == 4 * 4 * 32 * 8192**2 * 64
+
+
+def test_model_table_names_the_device_and_ridge(capsys):
+    assert main(["model", "--seq", "4096", "--device-name", "NVIDIA H100 80GB HBM3"]) == 0
+    out = capsys.readouterr().out
+    assert "H100-SXM" in out and "ridge 295" in out
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["model", "--seq", "0"], "seq_q must be a positive integer, got 0"),
+        (["model", "--seq", "abc"], "argument --seq: invalid int value: 'abc'"),
+        (["model", "--device-name", "TPU"], "unknown --device-name 'TPU'; known: A100-SXM4-40GB"),
+        (["model", "--dtype", "fp8"], "argument --dtype: invalid choice: 'fp8'"),
+        (["bench", "--seq", "1,x"], "'1,x' is not a comma-separated list of integers"),
+        (["bench", "--impl", "flash9"], "'flash9': allowed values are naive, triton_naive"),
+        (["bench", "--causal", "maybe"], "'maybe': allowed values are true, false, both"),
+        (["bench", "--mode", "train"], "'train': allowed values are fwd, bwd, fwd+bwd"),
+        (["bench", "--impl", "naive", "--baseline", "triton_flash"], "--baseline 'triton_flash' must be one of"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_bad_arguments_give_one_line_and_exit_2(args, message):
+    out = run_cli(*args)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_ceilings_on_the_cpu_are_measured_and_cached(tmp_path):
+    out = run_cli("ceilings", "--json", env={"ATTN_ROOFLINE_CACHE": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["device"].startswith("CPU")
+    rates = {r["what"]: r["measured"] for r in result["rows"]}
+    assert rates["matmul fp32 (n=2048)"] > 0.001  # TFLOP/s: any real CPU does over 1 GFLOP/s
+    assert rates["copy 256 MiB (read+write)"] > 0.1  # GB/s
+    assert result["datasheet_entry"] is None  # a CPU has measured ceilings only
+    cached = json.loads((tmp_path / "ceilings.json").read_text())
+    assert len(cached) == 1
+
+
+def test_demo_on_the_cpu_runs_the_pytorch_implementations():
+    out = run_cli("demo", "--device", "cpu")
+    assert out.returncode == 0, out.stderr
+    for name in ("naive", "sdpa_math", "sdpa_flash"):
+        row = next(line for line in out.stdout.splitlines() if line.strip("│ ").startswith(name + " "))
+        assert " ok " in row, row
+    assert "needs a CUDA device" in out.stdout  # the Triton rows say why they did not run
