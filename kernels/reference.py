@@ -11,6 +11,8 @@ NVTX comes from the ``nvtx`` package, which is a no-op where no profiler listens
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import nvtx
 import torch
 
@@ -20,15 +22,27 @@ NVTX_DOMAIN = "attn"
 STEPS = ("qk_matmul", "scale_mask", "softmax", "pv_matmul")
 
 
+@contextmanager
+def step_range(name: str):
+    """An NVTX range ``attn:<name>``; also a torch-profiler range while the torch profiler records
+    (only then: record_function costs an op dispatch per call, which the timed runs should not pay)."""
+    with nvtx.annotate(name, domain=NVTX_DOMAIN):
+        if getattr(torch.autograd.profiler, "_is_profiler_enabled", False):
+            with torch.profiler.record_function(name):
+                yield
+        else:
+            yield
+
+
 def qk_matmul(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """S = Q Kᵀ. q: (B, H, Nq, D), k: (B, H, Nk, D) -> S: (B, H, Nq, Nk) in the input dtype."""
-    with nvtx.annotate("qk_matmul", domain=NVTX_DOMAIN):
+    with step_range("qk_matmul"):
         return torch.matmul(q, k.transpose(-2, -1))
 
 
 def scale_mask(s: torch.Tensor, sm_scale: float, causal: bool) -> torch.Tensor:
     """S * sm_scale, then -inf above the diagonal when causal (top-left aligned, as SDPA's is_causal)."""
-    with nvtx.annotate("scale_mask", domain=NVTX_DOMAIN):
+    with step_range("scale_mask"):
         s = s * sm_scale
         if causal:
             seq_q, seq_kv = s.shape[-2], s.shape[-1]
@@ -40,13 +54,13 @@ def scale_mask(s: torch.Tensor, sm_scale: float, causal: bool) -> torch.Tensor:
 def softmax(s: torch.Tensor) -> torch.Tensor:
     """P = softmax(S) over keys. PyTorch accumulates in fp32 for fp16/bf16 but reads and writes S, P
     in the input dtype, so the bytes moved are those of the input dtype."""
-    with nvtx.annotate("softmax", domain=NVTX_DOMAIN):
+    with step_range("softmax"):
         return torch.softmax(s, dim=-1)
 
 
 def pv_matmul(p: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """O = P V. p: (B, H, Nq, Nk), v: (B, H, Nk, D) -> O: (B, H, Nq, D)."""
-    with nvtx.annotate("pv_matmul", domain=NVTX_DOMAIN):
+    with step_range("pv_matmul"):
         return torch.matmul(p, v)
 
 

@@ -1,6 +1,7 @@
 """``python -m profiler``: the command line.
 
-Subcommands: ``demo`` (run every implementation once and print a table), ``bench`` (our kernels
+Subcommands: ``capture`` and ``sweep`` (measure into a capture folder under reports/), ``demo`` (run
+every implementation once and print a table), ``bench`` (our kernels
 beside PyTorch's, side by side in one process), ``model`` (the cost model, no GPU needed) and
 ``ceilings`` (measured matmul and copy roofs of this machine). Bad arguments print one line and
 exit with status 2.
@@ -91,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
     bench.add_argument("--device", type=_device, default="auto")
 
+    capture = sub.add_parser("capture", help="measure implementations at one shape into a capture folder")
+    _add_capture_args(capture, lists=False)
+    sweep = sub.add_parser("sweep", help="like capture, over lists of shapes, into one capture folder")
+    _add_capture_args(sweep, lists=True)
+
     model = sub.add_parser("model", help="FLOPs, bytes and intensity per step from the cost model (no GPU)")
     _add_shape_args(model, seq_default="4096", lists=False)
     model.add_argument("--mode", choices=MODES, default="fwd")
@@ -104,6 +110,33 @@ def build_parser() -> argparse.ArgumentParser:
     ceilings.add_argument("--no-cache", action="store_true", help="measure again even if cached")
     ceilings.add_argument("--json", action="store_true")
     return parser
+
+
+def _add_capture_args(p: argparse.ArgumentParser, lists: bool) -> None:
+    """Capture and sweep share their options; sweep takes comma-separated lists. Defaults left as
+    None are filled by the command: the seed benchmark's shape on a GPU, a smaller one on a CPU."""
+    many = _int_list if lists else int
+    p.add_argument("--seq", type=many, default=None,
+                   help="sequence length" + ("s (default 512,...,16384; CPU 256,512,1024)" if lists else
+                                             " (default 8192)"))
+    p.add_argument("--batch", type=many, default=None, help="default 4 (CPU: 1)")
+    p.add_argument("--heads", type=many, default=None, help="default 32 (CPU: 2)")
+    p.add_argument("--dim", type=many, default=None, help="head_dim (default 64)")
+    if lists:
+        p.add_argument("--dtype", type=_choice_list(tuple(DTYPE_BYTES)), default=None, help="default fp16 (CPU: fp32)")
+        p.add_argument("--causal", type=_causal_list, default=[False], help="true, false or both")
+        p.add_argument("--mode", type=_choice_list(MODES), default=["fwd"], help="fwd, bwd, fwd+bwd (list)")
+    else:
+        p.add_argument("--dtype", choices=tuple(DTYPE_BYTES), default=None, help="default fp16 (CPU: fp32)")
+        p.add_argument("--causal", action="store_true")
+        p.add_argument("--mode", choices=MODES, default="fwd")
+    p.add_argument("--impl", type=_impl_list, default=None, help="comma-separated names or 'all' (default)")
+    p.add_argument("--out", default=None, help="capture folder (default reports/<device>-<time>)")
+    p.add_argument("--trace", choices=("torch", "none"), default=None,
+                   help="torch-profiler trace per implementation (default: torch on a GPU, none on a CPU)")
+    p.add_argument("--resume", action="store_true", help="keep the rows already in --out, measure the rest")
+    p.add_argument("--rep-ms", type=int, default=100, help="do_bench repetition time per case, ms")
+    p.add_argument("--device", type=_device, default="auto")
 
 
 def _add_shape_args(p: argparse.ArgumentParser, seq_default: str, lists: bool = True) -> None:

@@ -1,0 +1,73 @@
+"""Metadata of a measurement: where, with what and how it was taken. Stored next to every number."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def _git_revision() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, timeout=5, cwd=Path(__file__).resolve().parent)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def _driver_version() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+
+
+def _program() -> str:
+    name = Path(sys.argv[0]).name
+    return "python -m profiler" if name == "__main__.py" else name
+
+
+def run_metadata(device: torch.device | str) -> dict:
+    """Device name and compute capability, driver, torch / triton / CUDA versions, the command
+    line, the git revision and the time."""
+    device = torch.device(device)
+    from profiler.ceilings import device_name
+
+    meta = {
+        "device": device_name(device),
+        "device_type": device.type,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "command": " ".join([_program(), *sys.argv[1:]]),
+        "git_revision": _git_revision(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    try:
+        import triton
+
+        meta["triton"] = triton.__version__
+    except ImportError:
+        meta["triton"] = None
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        meta.update(
+            compute_capability=f"{props.major}.{props.minor}",
+            sm_count=props.multi_processor_count,
+            memory_bytes=props.total_memory,
+            l2_bytes=getattr(props, "L2_cache_size", None),
+            driver=_driver_version(),
+        )
+    return meta

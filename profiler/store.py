@@ -1,0 +1,141 @@
+"""The results store: one folder per capture.
+
+    <capture>/meta.json          where and how it was measured (profiler.meta), peaks and ceilings used
+    <capture>/results.parquet    one row per implementation × shape × mode × step (schema below)
+    <capture>/kernels.parquet    torch-profiler kernels: name, GPU time, enclosing range (GPU captures)
+    <capture>/traces/*.json      one Chrome trace per implementation at one shape (open in Perfetto)
+
+Rows are appended as they finish and the parquet file is replaced atomically (write a temporary
+file, then ``os.replace``), so a sweep killed at any point leaves every finished row readable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+
+RESULTS = "results.parquet"
+META = "meta.json"
+KERNELS = "kernels.parquet"
+
+# Column -> (pandas dtype, meaning). The README's schema table is this list.
+SCHEMA: dict[str, tuple[str, str]] = {
+    "impl": ("string", "implementation name from kernels.REGISTRY"),
+    "step": ("string", "'total' for a whole implementation, else a naive step (qk_matmul, scale_mask, softmax, pv_matmul)"),
+    "mode": ("string", "fwd, bwd or fwd+bwd"),
+    "batch": ("int64", "B"),
+    "heads": ("int64", "H"),
+    "seq_q": ("int64", "query sequence length"),
+    "seq_kv": ("int64", "key/value sequence length"),
+    "head_dim": ("int64", "D"),
+    "dtype": ("string", "fp16, bf16 or fp32"),
+    "causal": ("bool", "top-left causal mask"),
+    "time_ms": ("float64", "median time (do_bench on a GPU, torch.utils.benchmark on a CPU)"),
+    "time_ms_p10": ("float64", "10th percentile time"),
+    "time_ms_p90": ("float64", "90th percentile time"),
+    "flops": ("float64", "cost-model FLOPs: per step for naive steps, algorithmic 4·B·H·N²·D (x0.5 causal, x2.5 bwd) for totals"),
+    "hbm_bytes": ("float64", "cost-model HBM bytes: per step for naive steps, compulsory bytes for fused kernels"),
+    "tile_bytes": ("float64", "bytes when each query block re-reads K and V (L2 traffic); equals hbm_bytes for unfused steps"),
+    "arithmetic_intensity": ("float64", "flops / hbm_bytes"),
+    "tflops": ("float64", "flops / time_ms, in TFLOP/s"),
+    "gbps": ("float64", "hbm_bytes / time_ms, in GB/s"),
+    "bound": ("string", "memory or compute, against the datasheet roof (the measured roof when the device is unknown)"),
+    "roof_fraction": ("float64", "achieved over the datasheet roof at this intensity"),
+    "roof_fraction_measured": ("float64", "achieved over the measured roof (ceilings) at this intensity"),
+    "peak_mem_bytes": ("float64", "peak allocated above the inputs during one run (GPU only)"),
+    "max_rel_err": ("float64", "max relative error against naive fp32 attention (output, and grads when bwd)"),
+    "status": ("string", "ok, oom, unsupported or error"),
+    "message": ("string", "why, when status is not ok"),
+}
+COLUMNS = list(SCHEMA)
+KEY = ["impl", "step", "mode", "batch", "heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal"]
+
+
+class CaptureError(ValueError):
+    """A folder that is not a readable capture; the message names what is wrong."""
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, payload) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write_bytes(path, json.dumps(payload, indent=2, default=str).encode())
+
+
+def to_frame(rows: list[dict]) -> pd.DataFrame:
+    """Rows as a DataFrame with exactly the schema's columns and dtypes (extra keys are kept after)."""
+    frame = pd.DataFrame(rows)
+    for column, (dtype, _) in SCHEMA.items():
+        if column not in frame:
+            frame[column] = None
+        if dtype == "float64":  # None and pd.NA become NaN
+            frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")
+        else:
+            frame[column] = frame[column].astype(dtype)
+    extra = [c for c in frame.columns if c not in SCHEMA]
+    return frame[COLUMNS + extra]
+
+
+class ResultStore:
+    """Append-only rows of one capture folder, each append persisted atomically."""
+
+    def __init__(self, folder: Path | str, meta: dict, resume: bool = False):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.rows: list[dict] = []
+        if resume and (self.folder / RESULTS).exists():
+            self.rows = pd.read_parquet(self.folder / RESULTS).to_dict("records")
+        if resume and (self.folder / META).exists():
+            # A resumed capture keeps the history of the commands that filled it.
+            earlier = json.loads((self.folder / META).read_text())
+            meta = {**meta, "commands": [*earlier.get("commands", [earlier.get("command")]), meta.get("command")]}
+        self.meta = meta
+        write_json_atomic(self.folder / META, meta)
+
+    def has(self, key: dict) -> bool:
+        """Whether a row with these key values (and status ok, oom or unsupported) is stored."""
+        for row in self.rows:
+            if all(row.get(k) == v for k, v in key.items()) and row.get("status") != "error":
+                return True
+        return False
+
+    def append(self, rows: list[dict]) -> None:
+        self.rows.extend(rows)
+        frame = to_frame(self.rows)
+        _atomic_write_bytes(self.folder / RESULTS, frame.to_parquet(index=False))
+
+    def update_meta(self, **fields) -> None:
+        self.meta.update(fields)
+        write_json_atomic(self.folder / META, self.meta)
+
+    def write_kernels(self, frame: pd.DataFrame) -> None:
+        _atomic_write_bytes(self.folder / KERNELS, frame.to_parquet(index=False))
+
+
+def load_capture(folder: Path | str) -> tuple[dict, pd.DataFrame]:
+    """(meta, results) of a capture folder; CaptureError names what is missing or malformed."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CaptureError(f"'{folder}' is not a capture folder (expected a directory with {META} and {RESULTS})")
+    missing = [name for name in (META, RESULTS) if not (folder / name).exists()]
+    if missing:
+        raise CaptureError(f"'{folder}' is not a capture: missing {', '.join(missing)}")
+    try:
+        meta = json.loads((folder / META).read_text())
+    except ValueError as err:
+        raise CaptureError(f"'{folder / META}' is not valid JSON: {err}") from None
+    try:
+        frame = pd.read_parquet(folder / RESULTS)
+    except Exception as err:  # pyarrow raises several types for a corrupt file
+        raise CaptureError(f"'{folder / RESULTS}' is not a readable parquet file: {err}") from None
+    absent = [c for c in COLUMNS if c not in frame.columns]
+    if absent:
+        raise CaptureError(f"'{folder / RESULTS}' lacks columns: {', '.join(absent)}")
+    return meta, frame

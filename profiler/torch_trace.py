@@ -1,0 +1,86 @@
+"""torch.profiler traces: record one iteration, and read a Chrome trace back as a kernel table.
+
+``kernels_from_chrome_trace`` is a pure function (file in, DataFrame out) that works on any Chrome
+trace the torch profiler (Kineto) writes. Each GPU kernel is attributed to the innermost
+``record_function`` range that was open on the launching CPU thread when it was launched,
+following the launch's correlation id, the same join Nsight Systems makes for NVTX ranges.
+
+Columns: ``kernel`` (name), ``gpu_us`` (duration on the GPU), ``start_us`` (GPU timestamp),
+``stream``, ``range`` (innermost enclosing range, or "" when none), ``ranges`` (all enclosing
+ranges, outermost first, joined by " > ").
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+KERNEL_COLUMNS = ["kernel", "gpu_us", "start_us", "stream", "range", "ranges"]
+
+
+def record_one_iteration(fn: Callable[[], object], range_name: str, path: Path, cuda: bool) -> None:
+    """Run ``fn`` once under the torch profiler inside ``record_function(range_name)`` and save a
+    Chrome trace to ``path`` (opens in Perfetto or chrome://tracing)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        with record_function(range_name):
+            fn()
+        if cuda:
+            torch.cuda.synchronize()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(path))
+
+
+def kernels_from_chrome_trace(path: Path | str) -> pd.DataFrame:
+    """One row per GPU kernel in the trace, with its enclosing ranges (see module docstring)."""
+    try:
+        events = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"'{path}' is not a readable Chrome trace: {err}") from None
+    if isinstance(events, dict):
+        events = events.get("traceEvents", [])
+    if not isinstance(events, list):
+        raise ValueError(f"'{path}' has no traceEvents list")
+    complete = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
+
+    # Launches on the CPU, by correlation id: (thread, timestamp).
+    launches = {}
+    for e in complete:
+        if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {}):
+            launches[e["args"]["correlation"]] = (e.get("tid"), e["ts"])
+
+    # CPU ranges per thread, sorted by start, for the containment lookup.
+    ranges_by_tid: dict[object, list[tuple[float, float, str]]] = {}
+    for e in complete:
+        if e.get("cat") == "user_annotation":
+            ranges_by_tid.setdefault(e.get("tid"), []).append((e["ts"], e["ts"] + e.get("dur", 0), e["name"]))
+    starts_by_tid = {}
+    for tid, spans in ranges_by_tid.items():
+        spans.sort()
+        starts_by_tid[tid] = [s for s, _, _ in spans]
+
+    rows = []
+    for e in complete:
+        if e.get("cat") != "kernel":
+            continue
+        enclosing: list[str] = []
+        launch = launches.get(e.get("args", {}).get("correlation"))
+        if launch is not None and launch[0] in ranges_by_tid:
+            tid, ts = launch
+            spans = ranges_by_tid[tid]
+            # Ranges that start before the launch and end after it, outermost (earliest) first.
+            upto = bisect.bisect_right(starts_by_tid[tid], ts)
+            enclosing = [name for start, end, name in spans[:upto] if start <= ts <= end]
+        rows.append({
+            "kernel": e["name"], "gpu_us": float(e.get("dur", 0.0)), "start_us": float(e["ts"]),
+            "stream": e.get("args", {}).get("stream", e.get("tid")),
+            "range": enclosing[-1] if enclosing else "", "ranges": " > ".join(enclosing),
+        })
+    return pd.DataFrame(rows, columns=KERNEL_COLUMNS)
