@@ -26,7 +26,7 @@ test-gpu:
 	ATTN_TEST_GPU=1 $(GPU_PY) -m pytest -m gpu -q -p no:cacheprovider tests/gpu
 
 demo: setup
-	$(VPY) -m profiler demo
+	$(VPY) -m profiler capture --seq 8192
 
 lint: setup
 	$(VPY) -m ruff check kernels profiler tests dashboards scripts

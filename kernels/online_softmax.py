@@ -16,7 +16,6 @@ import triton.language as tl
 from kernels._checks import check_triton_device
 
 
-
 @triton.jit
 def _online_softmax_kernel(
     X, Y,

@@ -11,7 +11,8 @@ NVTX comes from the ``nvtx`` package, which is a no-op where no profiler listens
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+import os
+from contextlib import contextmanager, nullcontext
 
 import nvtx
 import torch
@@ -19,14 +20,21 @@ import torch
 from kernels._checks import check_qkv, resolve_scale
 
 NVTX_DOMAIN = "attn"
+# ATTN_NVTX=0 turns every range of ours into a no-op: how the capture's overhead is measured.
+NVTX_ENABLED = os.environ.get("ATTN_NVTX", "1") != "0"
 STEPS = ("qk_matmul", "scale_mask", "softmax", "pv_matmul")
+
+
+def nvtx_range(name: str):
+    """An NVTX range ``attn:<name>`` (a no-op under ATTN_NVTX=0)."""
+    return nvtx.annotate(name, domain=NVTX_DOMAIN) if NVTX_ENABLED else nullcontext()
 
 
 @contextmanager
 def step_range(name: str):
     """An NVTX range ``attn:<name>``; also a torch-profiler range while the torch profiler records
     (only then: record_function costs an op dispatch per call, which the timed runs should not pay)."""
-    with nvtx.annotate(name, domain=NVTX_DOMAIN):
+    with nvtx_range(name):
         if getattr(torch.autograd.profiler, "_is_profiler_enabled", False):
             with torch.profiler.record_function(name):
                 yield

@@ -38,6 +38,8 @@ def _run_backend(name: str, q, k, v, causal: bool, sm_scale: float | None) -> to
         warnings.simplefilter("always")
         try:
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+        except torch.OutOfMemoryError:
+            raise  # out of memory is not "unsupported": the caller records it as oom
         except RuntimeError as err:
             # PyTorch explains why a backend declined in warnings raised just before the error; keep
             # the explanations, drop the "not used because" and "runtime disabled" boilerplate.

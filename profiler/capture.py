@@ -17,19 +17,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import nvtx
 import pandas as pd
 import torch
 
 from kernels import reference
-from kernels.registry import REGISTRY, Impl
+from kernels.reference import nvtx_range
+from kernels.registry import Impl
 from profiler import cost_model as cm
 from profiler import hardware, roofline
 from profiler.ceilings import TORCH_DTYPES, Ceilings
-from profiler.runner import NVTX_DOMAIN, CaseResult, make_inputs, run_case
+from profiler.runner import CaseResult, make_inputs, run_case
 from profiler.store import ResultStore
 from profiler.timing import Timing, measure
-from profiler.torch_trace import kernels_from_chrome_trace, record_one_iteration
+from profiler.torch_trace import kernels_of_capture, record_one_iteration, trace_file_name
 
 
 @dataclass(frozen=True)
@@ -135,9 +135,9 @@ def naive_step_calls(shape: cm.Shape, q, k, v):
         out = fn(*args)
         dout = torch.randn_like(out)
         if shape.mode == "bwd":
-            yield step, lambda: torch.autograd.grad(out, args, dout, retain_graph=True)
+            yield step, lambda out=out, args=args, dout=dout: torch.autograd.grad(out, args, dout, retain_graph=True)
         else:
-            yield step, lambda: torch.autograd.grad(fn(*args), args, dout)
+            yield step, lambda fn=fn, args=args, dout=dout: torch.autograd.grad(fn(*args), args, dout)
         out = dout = None
 
 
@@ -153,7 +153,7 @@ def time_naive_steps(impl: Impl, shape: cm.Shape, device, roofs: Roofs, rep_ms: 
     try:
         q, k, v, _ = make_inputs(shape, device, requires_grad=shape.mode != "fwd")
         for step, call in naive_step_calls(shape, q, k, v):
-            with nvtx.annotate(f"{impl.name}/{shape.mode}/seq={shape.seq_q}/{step}", domain=NVTX_DOMAIN):
+            with nvtx_range(f"{impl.name}/{shape.mode}/seq={shape.seq_q}/{step}"):
                 timing = measure(call, device, rep_ms=rep_ms)
             rows.append(make_row(impl, shape, step, roofs, timing=timing, status="ok"))
             done.add(step)
@@ -200,14 +200,14 @@ def case_rows(result: CaseResult, impl: Impl, roofs: Roofs) -> list[dict]:
                      max_rel_err=result.max_rel_err)]
 
 
-def trace_case(impl: Impl, shape: cm.Shape, device, folder: Path) -> pd.DataFrame | None:
-    """One iteration of ``impl`` under the torch profiler: a Chrome trace in ``folder/traces`` and
-    its kernel table (kernel, GPU time, enclosing range)."""
+def trace_case(impl: Impl, shape: cm.Shape, device, folder: Path) -> bool:
+    """One iteration of ``impl`` under the torch profiler, saved as a Chrome trace in
+    ``folder/traces``; False when it could not run."""
     if impl.unsupported_reason(device, TORCH_DTYPES[shape.dtype], shape.head_dim, backward=shape.mode != "fwd"):
-        return None
-    name = f"{impl.name}-{shape.mode.replace('+', '_')}-B{shape.batch}H{shape.heads}N{shape.seq_q}D{shape.head_dim}" \
-           f"-{shape.dtype}{'-causal' if shape.causal else ''}"
-    path = folder / "traces" / f"{name}.json"
+        return False
+    name = trace_file_name(impl.name, shape.mode, shape.batch, shape.heads, shape.seq_q, shape.head_dim,
+                           shape.dtype, shape.causal)
+    q = k = v = do = out = None
     try:
         q, k, v, do = make_inputs(shape, device, requires_grad=shape.mode != "fwd")
         out = impl.fn(q, k, v, causal=shape.causal) if shape.mode == "bwd" else None
@@ -222,20 +222,14 @@ def trace_case(impl: Impl, shape: cm.Shape, device, folder: Path) -> pd.DataFram
                 impl.fn(q, k, v, causal=shape.causal).backward(do)
 
         once()  # warm-up: compilation and autotuning stay out of the trace
-        record_one_iteration(once, f"{impl.name}/{shape.mode}/seq={shape.seq_q}", path,
+        record_one_iteration(once, f"{impl.name}/{shape.mode}/seq={shape.seq_q}", folder / "traces" / name,
                              cuda=torch.device(device).type == "cuda")
-    except (torch.OutOfMemoryError, RuntimeError):
-        _free(device)
-        return None
+        return True
+    except RuntimeError:  # OOM included: the timing row already says what happened
+        return False
     finally:
         q = k = v = do = out = None
         _free(device)
-    kernels = kernels_from_chrome_trace(path)
-    kernels.insert(0, "trace", path.name)
-    for column, value in (("impl", impl.name), ("mode", shape.mode), ("seq_q", shape.seq_q),
-                          ("head_dim", shape.head_dim), ("dtype", shape.dtype), ("causal", shape.causal)):
-        kernels[column] = value
-    return kernels
 
 
 def shapes_of(batches, heads, seqs, dims, dtypes, causals, modes) -> list[cm.Shape]:
@@ -248,7 +242,6 @@ def run_capture(store: ResultStore, shapes: list[cm.Shape], impls: list[Impl], d
     """Measure every (shape, impl), appending rows to ``store`` as each finishes; shapes that
     ``trace_filter`` accepts also get a torch-profiler trace per implementation."""
     device = torch.device(device)
-    kernel_tables = []
     new_rows = []
     with cuda_profiler_range(device.type == "cuda"):
         for shape in shapes:
@@ -262,8 +255,8 @@ def run_capture(store: ResultStore, shapes: list[cm.Shape], impls: list[Impl], d
                 if store.has(key):
                     continue  # --resume: already measured
                 range_name = f"{impl.name}/{shape.mode}/seq={shape.seq_q}"
-                with nvtx.annotate(range_name, domain=NVTX_DOMAIN):
-                    result = run_case(impl, shape, device, rep_ms=rep_ms)
+                with nvtx_range(range_name):
+                    result = run_case(impl, shape, device, rep_ms=rep_ms, annotate=False)
                     rows = case_rows(result, impl, roofs)
                     if not impl.fused and impl.name == "naive" and result.status in ("ok", "oom"):
                         if result.status == "ok":
@@ -274,10 +267,8 @@ def run_capture(store: ResultStore, shapes: list[cm.Shape], impls: list[Impl], d
                 store.append(rows)
                 new_rows += rows
                 if trace_filter is not None and trace_filter(shape) and result.status == "ok":
-                    table = trace_case(impl, shape, device, store.folder)
-                    if table is not None and not table.empty:
-                        kernel_tables.append(table)
-                        store.write_kernels(pd.concat(kernel_tables, ignore_index=True))
+                    if trace_case(impl, shape, device, store.folder):
+                        store.write_kernels(kernels_of_capture(store.folder))
     return new_rows
 
 

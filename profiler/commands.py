@@ -309,8 +309,8 @@ def _run_capture_command(args, lists: bool) -> int:
     impls = [REGISTRY[n] for n in (args.impl or list(REGISTRY))]
     label = device_name(args.device)
     folder = _capture_folder(args, label)
-    if folder.exists() and any(folder.iterdir()) and not args.resume:
-        raise UsageError(f"--out '{folder}' already holds files; pass --resume to add to it or choose another folder")
+    if (folder / "results.parquet").exists() and not args.resume:
+        raise UsageError(f"--out '{folder}' already holds a capture; pass --resume to add to it or choose another")
     if notes:
         console.print(f"No GPU: defaults shrunk to fit this machine: {', '.join(notes)}.")
     with console.status("measuring the roofs (matmul per dtype, device copy) ..."):

@@ -5,19 +5,18 @@ CUDA events (``triton.testing.do_bench``), and peak memory. The benchmark and th
 from __future__ import annotations
 
 import gc
+from contextlib import nullcontext
 from dataclasses import dataclass
 
-import nvtx
 import torch
 
 from kernels import Unsupported
-from kernels.reference import naive_attention, relative_error
+from kernels.reference import naive_attention, nvtx_range, relative_error
 from kernels.registry import Impl
 from profiler.ceilings import TORCH_DTYPES
 from profiler.cost_model import Shape, fused_flops
 from profiler.timing import Timing, measure
 
-NVTX_DOMAIN = "attn"
 CHECK_HEADS = 2  # the correctness check runs on batch 0 and the first heads only, to bound its cost
 
 
@@ -69,9 +68,11 @@ def _slice_error(impl: Impl, q, k, v, do, shape: Shape) -> float:
     return max(errors)
 
 
-def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: int = 100) -> CaseResult:
-    """Time ``impl`` on ``shape`` in its mode. Never raises for a failing case: the result's status
-    says ok, oom, unsupported or error."""
+def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: int = 100,
+             annotate: bool = True) -> CaseResult:
+    """Time ``impl`` on ``shape`` in its mode, inside the NVTX range ``<impl>/<mode>/seq=<N>``
+    unless ``annotate`` is False (the caller opened it). Never raises for a failing case: the
+    result's status says ok, oom, unsupported or error."""
     device = torch.device(device)
     result = CaseResult(impl.name, shape, "ok", flops=fused_flops(shape))
     reason = impl.unsupported_reason(device, TORCH_DTYPES[shape.dtype], shape.head_dim, backward=shape.mode != "fwd")
@@ -84,7 +85,7 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
         if check:
             result.max_rel_err = _slice_error(impl, q, k, v, do, shape)
         range_name = f"{impl.name}/{shape.mode}/seq={shape.seq_q}"
-        with nvtx.annotate(range_name, domain=NVTX_DOMAIN):
+        with nvtx_range(range_name) if annotate else nullcontext():
             if shape.mode == "fwd":
                 with torch.no_grad():
                     result.timing = measure(lambda: impl.fn(q, k, v, causal=shape.causal), device, rep_ms=rep_ms)
@@ -103,7 +104,7 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
     except (RuntimeError, ValueError, TypeError) as err:
         result.status, result.message = "error", f"{type(err).__name__}: {str(err).splitlines()[0]}"
     finally:
-        del q, k, v, do, out
+        q = k = v = do = out = None  # release the inputs before the next case
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()

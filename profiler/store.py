@@ -24,7 +24,7 @@ KERNELS = "kernels.parquet"
 # Column -> (pandas dtype, meaning). The README's schema table is this list.
 SCHEMA: dict[str, tuple[str, str]] = {
     "impl": ("string", "implementation name from kernels.REGISTRY"),
-    "step": ("string", "'total' for a whole implementation, else a naive step (qk_matmul, scale_mask, softmax, pv_matmul)"),
+    "step": ("string", "'total' for a whole implementation, else a naive step (qk_matmul, scale_mask, softmax, ...)"),
     "mode": ("string", "fwd, bwd or fwd+bwd"),
     "batch": ("int64", "B"),
     "heads": ("int64", "H"),
@@ -36,9 +36,9 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "time_ms": ("float64", "median time (do_bench on a GPU, torch.utils.benchmark on a CPU)"),
     "time_ms_p10": ("float64", "10th percentile time"),
     "time_ms_p90": ("float64", "90th percentile time"),
-    "flops": ("float64", "cost-model FLOPs: per step for naive steps, algorithmic 4·B·H·N²·D (x0.5 causal, x2.5 bwd) for totals"),
-    "hbm_bytes": ("float64", "cost-model HBM bytes: per step for naive steps, compulsory bytes for fused kernels"),
-    "tile_bytes": ("float64", "bytes when each query block re-reads K and V (L2 traffic); equals hbm_bytes for unfused steps"),
+    "flops": ("float64", "cost-model FLOPs: per naive step; for totals 4·B·H·N²·D (x0.5 causal, x2.5 bwd)"),
+    "hbm_bytes": ("float64", "cost-model HBM bytes: per naive step; compulsory bytes for fused kernels"),
+    "tile_bytes": ("float64", "bytes when each query block re-reads K and V (L2 traffic); = hbm_bytes when unfused"),
     "arithmetic_intensity": ("float64", "flops / hbm_bytes"),
     "tflops": ("float64", "flops / time_ms, in TFLOP/s"),
     "gbps": ("float64", "hbm_bytes / time_ms, in GB/s"),

@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
 KERNEL_COLUMNS = ["kernel", "gpu_us", "start_us", "stream", "range", "ranges"]
+TRACE_NAME = re.compile(
+    r"^(?P<impl>\w+?)-(?P<mode>fwd|bwd|fwd_bwd)-B(?P<batch>\d+)H(?P<heads>\d+)N(?P<seq_q>\d+)D(?P<head_dim>\d+)"
+    r"-(?P<dtype>fp16|bf16|fp32)(?P<causal>-causal)?\.json$"
+)
 
 
 def record_one_iteration(fn: Callable[[], object], range_name: str, path: Path, cuda: bool) -> None:
@@ -53,7 +58,8 @@ def kernels_from_chrome_trace(path: Path | str) -> pd.DataFrame:
     # Launches on the CPU, by correlation id: (thread, timestamp).
     launches = {}
     for e in complete:
-        if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {}):
+        # cudaLaunchKernel (runtime API) or cuLaunchKernelEx (driver API: Triton, cuBLASLt's nvjet).
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
             launches[e["args"]["correlation"]] = (e.get("tid"), e["ts"])
 
     # CPU ranges per thread, sorted by start, for the containment lookup.
@@ -84,3 +90,32 @@ def kernels_from_chrome_trace(path: Path | str) -> pd.DataFrame:
             "range": enclosing[-1] if enclosing else "", "ranges": " > ".join(enclosing),
         })
     return pd.DataFrame(rows, columns=KERNEL_COLUMNS)
+
+
+def trace_file_name(impl: str, mode: str, batch: int, heads: int, seq_q: int, head_dim: int, dtype: str,
+                    causal: bool) -> str:
+    """The name a capture gives the trace of one implementation at one shape (parsed by TRACE_NAME)."""
+    return (f"{impl}-{mode.replace('+', '_')}-B{batch}H{heads}N{seq_q}D{head_dim}-{dtype}"
+            f"{'-causal' if causal else ''}.json")
+
+
+def kernels_of_capture(folder: Path | str) -> pd.DataFrame:
+    """The kernel table of every trace in ``<capture>/traces``, with the implementation and shape
+    read from each trace's file name."""
+    tables = []
+    for path in sorted(Path(folder, "traces").glob("*.json")):
+        match = TRACE_NAME.match(path.name)
+        if match is None:
+            continue
+        table = kernels_from_chrome_trace(path)
+        fields = match.groupdict()
+        table.insert(0, "trace", path.name)
+        table["impl"] = fields["impl"]
+        table["mode"] = fields["mode"].replace("_", "+")
+        for name in ("batch", "heads", "seq_q", "head_dim"):
+            table[name] = int(fields[name])
+        table["dtype"] = fields["dtype"]
+        table["causal"] = fields["causal"] is not None
+        tables.append(table)
+    columns = ["trace", *KERNEL_COLUMNS, "impl", "mode", "batch", "heads", "seq_q", "head_dim", "dtype", "causal"]
+    return pd.concat(tables, ignore_index=True)[columns] if tables else pd.DataFrame(columns=columns)

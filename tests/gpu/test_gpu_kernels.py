@@ -79,3 +79,15 @@ def test_forward_noncontiguous_and_long_causal_bf16():
     ref = attention_oracle(q, k, v, causal=True)
     naive_err = relative_error(naive_attention(q, k, v, causal=True), ref)
     assert relative_error(flash_attention(q, k, v, causal=True), ref) <= 2 * naive_err + FLOOR[torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize("n_cols", [1, 1000, 4096, 5000])
+def test_online_softmax_on_gpu(n_cols, dtype):
+    from kernels import online_softmax
+
+    x = (torch.randn(64, n_cols, device="cuda") * 4).to(dtype)
+    x[0, : n_cols // 2] = float("-inf")
+    want = torch.softmax(x.double(), dim=-1)
+    tol = {torch.float16: 1e-3, torch.bfloat16: 8e-3, torch.float32: 1e-6}[dtype]
+    torch.testing.assert_close(online_softmax(x).double(), want, rtol=0, atol=tol)

@@ -1,0 +1,204 @@
+"""Capture, the results store, torch-profiler trace parsing, and the shipped H200 reference."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from profiler import cost_model as cm
+from profiler.cli import main
+from profiler.store import COLUMNS, SCHEMA, CaptureError, ResultStore, load_capture
+from profiler.torch_trace import kernels_from_chrome_trace, kernels_of_capture
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+REFERENCE = ROOT / "reports" / "reference-h200"
+
+
+# ------------------------------------------------------------------------------ torch traces (real)
+
+
+def test_naive_kernels_are_attributed_to_their_steps():
+    # A real trace from the H200: one iteration of naive attention at B4 H32 N4096 D64 fp16.
+    k = kernels_from_chrome_trace(DATA / "torch-traces" / "naive-fwd-B4H32N4096D64-fp16.json")
+    assert list(k["range"]) == ["qk_matmul", "scale_mask", "scale_mask", "softmax", "pv_matmul"]
+    assert all(r.startswith("naive/fwd/seq=4096 > ") for r in k["ranges"])
+    assert k["kernel"][0].startswith("nvjet_sm90") and "SoftMaxForward" in k["kernel"][3]
+    # S has 4·32·4096² = 2³¹ elements: PyTorch splits the scale into two kernels (32-bit indexing).
+    assert list(k["gpu_us"]) == [1269.053, 1000.509, 1002.910, 6702.766, 1141.534]
+
+
+def test_triton_kernel_launched_through_the_driver_api_is_attributed():
+    k = kernels_from_chrome_trace(DATA / "torch-traces" / "triton_flash-fwd-B4H32N4096D64-fp16.json")
+    assert k.to_dict("records")[0] | {"start_us": 0} == {
+        "kernel": "_attn_fwd", "gpu_us": 1259.137, "start_us": 0, "stream": 7,
+        "range": "triton_flash/fwd/seq=4096", "ranges": "triton_flash/fwd/seq=4096",
+    }
+
+
+def test_trace_without_kernels_and_bad_trace(tmp_path):
+    cpu_only = tmp_path / "cpu.json"
+    cpu_only.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1,
+                                                     "dur": 2}]}))
+    assert kernels_from_chrome_trace(cpu_only).empty
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValueError, match="is not a readable Chrome trace"):
+        kernels_from_chrome_trace(tmp_path / "bad.json")
+
+
+# -------------------------------------------------------------------------------------------- store
+
+
+def _row(**kw):
+    row = dict(impl="naive", step="total", mode="fwd", batch=1, heads=2, seq_q=64, seq_kv=64, head_dim=64,
+               dtype="fp32", causal=False, status="ok", time_ms=1.5, flops=1e9, hbm_bytes=1e6)
+    row.update(kw)
+    return row
+
+
+def test_store_round_trip_keeps_values_and_schema(tmp_path):
+    store = ResultStore(tmp_path / "cap", {"device": "test"})
+    store.append([_row()])
+    store.append([_row(impl="sdpa_math", status="oom", time_ms=None, message="CUDA out of memory")])
+    meta, frame = load_capture(tmp_path / "cap")
+    assert meta == {"device": "test"}
+    assert list(frame.columns[: len(COLUMNS)]) == COLUMNS
+    assert frame.loc[0, "time_ms"] == 1.5 and frame.loc[0, "flops"] == 1e9
+    assert pd.isna(frame.loc[1, "time_ms"]) and frame.loc[1, "status"] == "oom"
+    for column, (dtype, _) in SCHEMA.items():
+        assert str(frame[column].dtype) == {"string": "string", "bool": "bool"}.get(dtype, dtype), column
+
+
+def test_store_resume_keeps_rows_and_command_history(tmp_path):
+    ResultStore(tmp_path, {"command": "first"}).append([_row()])
+    store = ResultStore(tmp_path, {"command": "second"}, resume=True)
+    assert store.has({"impl": "naive", "seq_q": 64}) and not store.has({"impl": "triton_flash"})
+    assert json.loads((tmp_path / "meta.json").read_text())["commands"] == ["first", "second"]
+
+
+def test_load_capture_names_what_is_wrong(tmp_path):
+    with pytest.raises(CaptureError, match="is not a capture: missing meta.json, results.parquet"):
+        load_capture(tmp_path)
+    (tmp_path / "meta.json").write_text("{")
+    (tmp_path / "results.parquet").write_bytes(b"PAR1 nonsense")
+    with pytest.raises(CaptureError, match="meta.json' is not valid JSON"):
+        load_capture(tmp_path)
+    (tmp_path / "meta.json").write_text("{}")
+    with pytest.raises(CaptureError, match="is not a readable parquet file"):
+        load_capture(tmp_path)
+    pd.DataFrame({"impl": ["x"]}).to_parquet(tmp_path / "results.parquet")
+    with pytest.raises(CaptureError, match="lacks columns: step, mode"):
+        load_capture(tmp_path)
+
+
+# ---------------------------------------------------------------------------------- capture on CPU
+
+
+def test_cpu_capture_end_to_end(tmp_path):
+    out = tmp_path / "cap"
+    assert main(["capture", "--device", "cpu", "--seq", "48", "--heads", "2", "--batch", "1", "--dtype", "fp32",
+                 "--impl", "naive,triton_flash,sdpa_math,sdpa_cudnn", "--out", str(out), "--rep-ms", "20"]) == 0
+    meta, frame = load_capture(out)
+    assert meta["device"].startswith("CPU") and meta["finished"] is True
+    assert meta["measured_ceilings"]["matmul_tflops"]["fp32"] > 0
+    rows = {(r.impl, r.step): r for r in frame.itertuples()}
+    shape = cm.Shape(1, 2, 48, 48, 64, "fp32")
+    qk = rows[("naive", "qk_matmul")]
+    assert qk.status == "ok" and qk.flops == cm.naive_step_flops(shape, "qk_matmul")
+    assert qk.hbm_bytes == cm.naive_step_bytes(shape, "qk_matmul")
+    assert qk.tflops == pytest.approx(qk.flops / (qk.time_ms * 1e-3) / 1e12)
+    assert qk.arithmetic_intensity == pytest.approx(qk.flops / qk.hbm_bytes)
+    assert qk.bound in ("memory", "compute") and qk.roof_fraction_measured > 0
+    assert pd.isna(qk.roof_fraction)  # a CPU has no datasheet roof
+    flash = rows[("triton_flash", "total")]  # runs under the interpreter in this test session
+    assert flash.status == "ok" and flash.max_rel_err < 1e-5
+    assert flash.flops == cm.fused_flops(shape) and flash.hbm_bytes == cm.compulsory_bytes(shape)
+    assert rows[("sdpa_cudnn", "total")].status == "unsupported"
+    assert {s for (i, s) in rows if i == "naive"} == {"total", "qk_matmul", "scale_mask", "softmax", "pv_matmul"}
+
+
+def test_capture_refuses_to_overwrite(tmp_path, capsys):
+    args = ["capture", "--device", "cpu", "--seq", "16", "--impl", "naive", "--out", str(tmp_path), "--rep-ms", "5"]
+    assert main(args) == 0
+    assert main(args) == 2
+    assert "already holds a capture; pass --resume" in capsys.readouterr().err
+
+
+def test_interrupted_sweep_keeps_every_finished_row(tmp_path):
+    out = tmp_path / "sweep"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, "-m", "profiler", "sweep", "--device", "cpu", "--seq", ",".join(["32"] * 1 + ["48", "64",
+           "80", "96", "112", "128", "144", "160", "176", "192"]), "--impl", "naive,sdpa_math", "--out", str(out),
+           "--rep-ms", "50"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if (out / "results.parquet").exists() and len(pd.read_parquet(out / "results.parquet")) >= 6:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the sweep wrote no rows in 120 s")
+        proc.send_signal(signal.SIGKILL)  # no chance to clean up
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _, frame = load_capture(out)
+    done = len(frame)
+    assert 6 <= done < 11 * 6  # some, not all, of 11 shapes × (naive: 5 rows, sdpa_math: 1 row)
+    assert frame["status"].eq("ok").all() and frame["time_ms"].notna().all()
+    # --resume measures only what is missing.
+    resumed = subprocess.run(cmd + ["--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    _, frame = load_capture(out)
+    assert len(frame) == 11 * 6 and not frame.duplicated(subset=["impl", "step", "seq_q"]).any()
+
+
+# -------------------------------------------------------------------------- the shipped reference
+
+
+def test_shipped_reference_capture_schema_and_coverage():
+    meta, frame = load_capture(REFERENCE)
+    assert meta["device"] == "NVIDIA H200" and meta["compute_capability"] == "9.0"
+    assert meta["datasheet_device"] == "H200" and meta["measured_ceilings"]["copy_gbps"] > 1000
+    totals = frame[frame.step == "total"]
+    assert set(totals.impl) == {"naive", "triton_naive", "triton_flash", "sdpa_flash", "sdpa_efficient",
+                                "sdpa_cudnn", "sdpa_math"}
+    assert sorted(totals.seq_q.unique()) == [512, 1024, 2048, 4096, 8192, 16384]
+    assert set(totals.dtype) == {"fp16", "bf16"} and set(totals.head_dim) == {64, 128}
+    assert set(totals.causal) == {False, True} and set(totals["mode"]) == {"fwd", "fwd+bwd"}
+    assert len(totals) == 6 * 2 * 2 * 2 * 2 * 7  # every case has a row, whatever its status
+    assert set(frame.status) <= {"ok", "oom", "unsupported", "error"}
+    ok = frame[frame.status == "ok"]
+    assert ok.time_ms.notna().all() and (ok.roof_fraction <= 1.0).all()
+    assert (frame[frame.status != "ok"].message.str.len() > 0).all()
+    # The naive steps are rows of their own wherever naive ran.
+    naive = frame[(frame.impl == "naive") & (frame.status == "ok")]
+    assert set(naive.step) == {"total", "qk_matmul", "scale_mask", "softmax", "pv_matmul"}
+    # Our kernels' correctness was checked in the sweep: fp16 ~3e-4, bf16 ~2e-3 against fp32.
+    ours = ok[ok.impl == "triton_flash"]
+    assert (ours[ours.dtype == "fp16"].max_rel_err < 1e-3).all() and (ours.max_rel_err < 1e-2).all()
+
+
+def test_reference_kernel_table_matches_its_traces():
+    stored = pd.read_parquet(REFERENCE / "kernels.parquet")
+    rebuilt = kernels_of_capture(REFERENCE)
+    pd.testing.assert_frame_equal(stored.reset_index(drop=True), rebuilt.reset_index(drop=True), check_dtype=False)
+    assert set(rebuilt.impl) == {"naive", "triton_naive", "triton_flash", "sdpa_flash", "sdpa_efficient",
+                                 "sdpa_cudnn", "sdpa_math"}
+    assert (rebuilt["range"] != "").all()  # every kernel found its enclosing range
+
+
+def test_readme_documents_the_schema_as_stored():
+    readme = (ROOT / "README.md").read_text()
+    for column, (dtype, meaning) in SCHEMA.items():
+        assert f"| `{column}` | {dtype} | {meaning} |" in readme, column
