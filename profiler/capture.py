@@ -153,8 +153,14 @@ def time_naive_steps(impl: Impl, shape: cm.Shape, device, roofs: Roofs, rep_ms: 
     try:
         q, k, v, _ = make_inputs(shape, device, requires_grad=shape.mode != "fwd")
         for step, call in naive_step_calls(shape, q, k, v):
-            with nvtx_range(f"{impl.name}/{shape.mode}/seq={shape.seq_q}/{step}"):
-                timing = measure(call, device, rep_ms=rep_ms)
+            name = f"{impl.name}/{shape.mode}/seq={shape.seq_q}/{step}"
+
+            def timed_call(call=call, name=name):
+                with nvtx_range(f"{name}/call"):  # one range per repetition, as in runner.run_case
+                    call()
+
+            with nvtx_range(name):
+                timing = measure(timed_call, device, rep_ms=rep_ms)
             rows.append(make_row(impl, shape, step, roofs, timing=timing, status="ok"))
             done.add(step)
             call = None

@@ -1,6 +1,7 @@
 """``python -m profiler``: the command line.
 
-Subcommands: ``capture`` and ``sweep`` (measure into a capture folder under reports/), ``demo`` (run
+Subcommands: ``capture`` and ``sweep`` (measure into a capture folder under reports/), ``nsys``
+(read Nsight Systems exports), ``demo`` (run
 every implementation once and print a table), ``bench`` (our kernels
 beside PyTorch's, side by side in one process), ``model`` (the cost model, no GPU needed) and
 ``ceilings`` (measured matmul and copy roofs of this machine). Bad arguments print one line and
@@ -96,6 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_capture_args(capture, lists=False)
     sweep = sub.add_parser("sweep", help="like capture, over lists of shapes, into one capture folder")
     _add_capture_args(sweep, lists=True)
+
+    nsys = sub.add_parser("nsys", help="read Nsight Systems SQLite exports")
+    nsys_sub = nsys.add_subparsers(dest="nsys_command", required=True, metavar="NSYS_COMMAND")
+    summarize = nsys_sub.add_parser("summarize", help="per-range projected GPU time of any nsys SQLite export")
+    summarize.add_argument("export", help="a file from `nsys export --type sqlite` (.sqlite or .sqlite.xz)")
+    summarize.add_argument("--json", action="store_true", help="print a JSON list of objects")
+    ingest = nsys_sub.add_parser("ingest", help="join a capture's profile.sqlite into its results (nsys_gpu_ms)")
+    ingest.add_argument("capture", help="a capture folder holding profile.sqlite (scripts/nsys_profile.sh makes one)")
 
     model = sub.add_parser("model", help="FLOPs, bytes and intensity per step from the cost model (no GPU)")
     _add_shape_args(model, seq_default="4096", lists=False)

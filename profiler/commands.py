@@ -376,3 +376,66 @@ def capture(args) -> int:
 
 def sweep(args) -> int:
     return _run_capture_command(args, lists=True)
+
+
+# ---------------------------------------------------------------------------------------------- nsys
+
+
+def nsys(args) -> int:
+    from profiler import nsys as nsys_export
+
+    if args.nsys_command == "summarize":
+        try:
+            _, _, projection = nsys_export.read_export(args.export)
+        except nsys_export.NsysExportError as err:
+            raise UsageError(str(err)) from None
+        table = nsys_export.summarize(projection)
+        if args.json:
+            print(json.dumps(table.to_dict("records"), indent=2, default=int))
+            return 0
+        if table.empty:
+            console.print(f"{args.export}: no NVTX ranges in this export (was it captured with `-t nvtx`?)")
+            return 0
+        out = Table("range", "instances", "GPU proj ns (total)", "GPU proj median ns", "range ns (total)",
+                    "GPU ops", "kernels", title=f"{args.export}: GPU time projected onto NVTX ranges")
+        for r in table.itertuples():
+            out.add_row(r.range, f"{r.instances:,}", f"{r.gpu_proj_ns:,}", f"{r.gpu_proj_median_ns:,.0f}",
+                        f"{r.range_ns:,}", f"{r.gpu_ops:,}", f"{r.kernels:,}")
+        console.print(out)
+        return 0
+    return _nsys_ingest(Path(args.capture))
+
+
+def _nsys_ingest(folder: Path) -> int:
+    from profiler import nsys as nsys_export
+    from profiler.store import CaptureError, load_capture, write_json_atomic
+
+    try:
+        meta, results = load_capture(folder)
+    except CaptureError as err:
+        raise UsageError(str(err)) from None
+    export = next((p for p in (folder / "profile.sqlite", folder / "profile.sqlite.xz") if p.exists()), None)
+    if export is None:
+        raise UsageError(f"'{folder}' has no profile.sqlite; make one with scripts/nsys_profile.sh")
+    try:
+        ranges, ops, projection = nsys_export.read_export(export)
+    except nsys_export.NsysExportError as err:
+        raise UsageError(str(err)) from None
+    summary = nsys_export.summarize(projection)
+    summary.to_parquet(folder / "nsys_ranges.parquet", index=False)
+    ops.to_parquet(folder / "nsys_gpu_ops.parquet", index=False)
+    results["nsys_gpu_ms"] = nsys_export.capture_gpu_times(projection, ranges, results)
+    tmp = folder / ".results.parquet.tmp"
+    results.to_parquet(tmp, index=False)
+    os.replace(tmp, folder / "results.parquet")
+    meta["nsys"] = {"export": export.name, "ranges": len(summary), "gpu_ops": len(ops)}
+    write_json_atomic(folder / "meta.json", meta)
+    joined = results[results.nsys_gpu_ms.notna()]
+    table = Table("impl", "step", "mode", "N", "CUDA events ms", "nsys GPU ms", "nsys / events",
+                  title=f"{folder}: CUDA-event median vs Nsight Systems median projected GPU time per repetition")
+    for r in joined.itertuples():
+        table.add_row(r.impl, r.step, r.mode, str(r.seq_q), f"{r.time_ms:.4f}", f"{r.nsys_gpu_ms:.4f}",
+                      f"{r.nsys_gpu_ms / r.time_ms:.3f}")
+    console.print(table)
+    console.print(f"Wrote nsys_ranges.parquet, nsys_gpu_ops.parquet and results.parquet's nsys_gpu_ms in {folder}/")
+    return 0

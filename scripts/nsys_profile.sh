@@ -63,3 +63,4 @@ echo "nsys: $NSYS_BIN; capture folder: $out"
 "$NSYS_BIN" stats --report nvtx_gpu_proj_sum,nvtx_sum,cuda_gpu_kern_sum --format csv --force-export=false \
   --output "$out/stats" "$out/profile.nsys-rep"
 echo "Wrote $out/profile.nsys-rep (open in the Nsight Systems GUI), $out/profile.sqlite and $out/stats_*.csv"
+"$PYTHON" -m profiler nsys ingest "$out"

@@ -1,0 +1,310 @@
+"""Read any Nsight Systems SQLite export (``nsys export --type sqlite``) into pandas.
+
+Pure functions, file in, DataFrame out:
+
+- :func:`nvtx_ranges`: one row per NVTX push/pop or start/end range.
+  Columns: ``range_id`` (row id in NVTX_EVENTS), ``domain``, ``name``, ``range`` ("domain:name", or
+  the name alone in the default domain, as nsys prints it), ``start_ns``, ``end_ns``, ``range_ns``,
+  ``global_tid``, ``tid``, ``depth`` (0 = outermost on its thread), ``parent_id``.
+- :func:`gpu_ops`: one row per kernel, memset and memcpy, joined by correlationId to the CUDA API
+  call that launched it. Columns: ``kind`` (kernel, memset, memcpy), ``name`` (kernel name from
+  StringIds), ``start_ns``, ``end_ns``, ``gpu_ns``, ``device``, ``stream``, ``correlation_id``,
+  ``global_tid`` and ``launch_ns`` (the launching call's thread and start), ``grid``, ``block``,
+  ``registers``, ``static_smem``, ``dynamic_smem``, and ``range_id`` / ``range`` of the innermost
+  NVTX range open on the launching thread when it launched ("" when none).
+- :func:`range_projection`: per range instance, the GPU time projected the way
+  ``nsys stats --report nvtx_gpu_proj_sum`` does: from the start of the first GPU operation launched
+  inside the range (on its thread) to the end of the last one. Columns: ``range_id``, ``range``,
+  ``gpu_proj_ns``, ``range_ns``, ``gpu_ops``, ``kernels``.
+- :func:`summarize`: the per-range table: ``range``, ``instances``, ``gpu_proj_ns`` (total),
+  ``gpu_proj_median_ns``, ``range_ns`` (total), ``gpu_ops``, ``kernels``.
+"""
+
+from __future__ import annotations
+
+import lzma
+import shutil
+import sqlite3
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+PUSH_POP, START_END, DOMAIN_CREATE = 59, 60, 75  # ENUM_NSYS_EVENT_TYPE ids
+TID_MASK = 0xFFFFFF  # globalTid packs (pid, tid); nsys's own reports take the low 24 bits as the tid
+
+REQUIRED = {
+    "NVTX_EVENTS": ("start", "end", "eventType", "text", "textId", "domainId", "globalTid"),
+    "StringIds": ("id", "value"),
+}
+GPU_TABLES = {
+    "kernel": "CUPTI_ACTIVITY_KIND_KERNEL",
+    "memset": "CUPTI_ACTIVITY_KIND_MEMSET",
+    "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",
+}
+GPU_COLUMNS = ("start", "end", "deviceId", "streamId", "correlationId")
+KERNEL_COLUMNS = ("demangledName", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread",
+                  "staticSharedMemory", "dynamicSharedMemory")
+LAUNCH_TABLES = ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")
+LAUNCH_COLUMNS = ("start", "globalTid", "correlationId")
+
+
+class NsysExportError(ValueError):
+    """The file is not an Nsight Systems SQLite export we can read; the message names why."""
+
+
+@contextmanager
+def open_export(path: Path | str):
+    """A read-only sqlite3 connection to an export (``.sqlite``, or ``.sqlite.xz`` unpacked to a
+    temporary file), checked for the tables and columns this module needs."""
+    path = Path(path)
+    if not path.is_file():
+        raise NsysExportError(f"'{path}' does not exist or is not a file")
+    tmpdir = None
+    try:
+        if path.suffix == ".xz":
+            tmpdir = tempfile.mkdtemp(prefix="nsys-")
+            plain = Path(tmpdir) / path.stem
+            with lzma.open(path) as src, open(plain, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            path = plain
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            _check_schema(conn, path)
+            yield conn
+        finally:
+            conn.close()
+    except lzma.LZMAError as err:
+        raise NsysExportError(f"'{path}' is not a readable .xz file: {err}") from None
+    finally:
+        if tmpdir:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _tables(conn) -> dict[str, set[str]]:
+    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    return {n: {r[1] for r in conn.execute(f'PRAGMA table_info("{n}")')} for n in names}
+
+
+def _check_schema(conn, path: Path) -> None:
+    try:
+        tables = _tables(conn)
+    except sqlite3.DatabaseError as err:
+        raise NsysExportError(f"'{path}' is not an Nsight Systems SQLite export: {err}") from None
+    missing = [t for t in REQUIRED if t not in tables]
+    if missing:
+        raise NsysExportError(
+            f"'{path}' is not an Nsight Systems SQLite export with NVTX data: missing table(s) {', '.join(missing)}"
+            " (was it exported with `nsys export --type sqlite` from a capture with `-t nvtx`?)"
+        )
+    for table, columns in REQUIRED.items():
+        absent = [c for c in columns if c not in tables[table]]
+        if absent:
+            raise NsysExportError(f"'{path}': table {table} lacks column(s) {', '.join(absent)}; "
+                                  "this export comes from an nsys version with another schema")
+
+
+# ------------------------------------------------------------------------------------------ ranges
+
+
+def nvtx_ranges(conn) -> pd.DataFrame:
+    """Every NVTX range (push/pop and start/end) with its name, domain, thread and nesting."""
+    strings = dict(conn.execute("SELECT id, value FROM StringIds"))
+    domains = dict(conn.execute("SELECT domainId, text FROM NVTX_EVENTS WHERE eventType = ?", (DOMAIN_CREATE,)))
+    frame = pd.read_sql_query(
+        "SELECT rowid AS range_id, start AS start_ns, end AS end_ns, text, textId, domainId, globalTid AS global_tid "
+        "FROM NVTX_EVENTS WHERE eventType IN (?, ?) AND end IS NOT NULL ORDER BY global_tid, start_ns, end_ns DESC",
+        conn, params=(PUSH_POP, START_END),
+    )
+    columns = ["range_id", "domain", "name", "range", "start_ns", "end_ns", "range_ns", "global_tid", "tid", "depth",
+               "parent_id"]
+    if frame.empty:
+        return pd.DataFrame(columns=columns)
+    # Registered strings (nvtxDomainRegisterString, as the nvtx package does) sit in StringIds.
+    frame["name"] = [t if isinstance(t, str) else strings.get(i, "") for t, i in zip(frame.text, frame.textId)]
+    frame["domain"] = [domains.get(d, "") if pd.notna(d) else "" for d in frame.domainId]
+    frame["range"] = [f"{d}:{n}" if d else n for d, n in zip(frame.domain, frame.name)]
+    frame["range_ns"] = frame.end_ns - frame.start_ns
+    frame["tid"] = frame.global_tid & TID_MASK
+    depth, parent = _nesting(frame)
+    frame["depth"], frame["parent_id"] = depth, parent
+    return frame[columns].reset_index(drop=True)
+
+
+def _nesting(frame: pd.DataFrame) -> tuple[list[int], list[int]]:
+    """Depth and parent of each range on its thread (ranges sorted by thread, start, longest first)."""
+    depth, parent = [], []
+    stack: list[tuple[int, int]] = []  # (end_ns, range_id)
+    last_tid = None
+    for rid, tid, end in zip(frame.range_id, frame.global_tid, frame.end_ns):
+        if tid != last_tid:
+            stack, last_tid = [], tid
+        while stack and stack[-1][0] < end:  # the top closed before this range ends: not a parent
+            stack.pop()
+        depth.append(len(stack))
+        parent.append(stack[-1][1] if stack else -1)
+        stack.append((end, rid))
+    return depth, parent
+
+
+# --------------------------------------------------------------------------------------------- GPU
+
+
+def gpu_ops(conn, ranges: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Kernels, memsets and memcpys with their launching thread and innermost enclosing NVTX range."""
+    tables = _tables(conn)
+    strings = dict(conn.execute("SELECT id, value FROM StringIds"))
+    parts = []
+    for kind, table in GPU_TABLES.items():
+        if table not in tables:
+            continue
+        absent = [c for c in GPU_COLUMNS if c not in tables[table]]
+        if absent:
+            raise NsysExportError(f"table {table} lacks column(s) {', '.join(absent)}")
+        extra = [c for c in KERNEL_COLUMNS if kind == "kernel" and c in tables[table]]
+        part = pd.read_sql_query(f"SELECT {', '.join(GPU_COLUMNS + tuple(extra))} FROM {table}", conn)
+        part.insert(0, "kind", kind)
+        parts.append(part)
+    columns = ["kind", "name", "start_ns", "end_ns", "gpu_ns", "device", "stream", "correlation_id", "global_tid",
+               "launch_ns", "grid", "block", "registers", "static_smem", "dynamic_smem", "range_id", "range"]
+    if not parts:
+        return pd.DataFrame(columns=columns)
+    ops = pd.concat(parts, ignore_index=True)
+    launches = [pd.read_sql_query(f"SELECT {', '.join(LAUNCH_COLUMNS)} FROM {t}", conn)
+                for t in LAUNCH_TABLES if t in tables and set(LAUNCH_COLUMNS) <= tables[t]]
+    if not launches:
+        raise NsysExportError("no CUDA API table (CUPTI_ACTIVITY_KIND_RUNTIME) to join GPU work to its launches; "
+                              "capture with `-t cuda`")
+    launch = pd.concat(launches).rename(columns={"start": "launch_ns", "globalTid": "global_tid"})
+    ops = ops.merge(launch.drop_duplicates("correlationId"), on="correlationId", how="left")
+    names = ops["demangledName"] if "demangledName" in ops else pd.Series([None] * len(ops))
+    ops["name"] = [strings.get(n, "") if k == "kernel" else k for k, n in zip(ops.kind, names)]
+    ops = ops.rename(columns={"start": "start_ns", "end": "end_ns", "deviceId": "device", "streamId": "stream",
+                              "correlationId": "correlation_id", "registersPerThread": "registers",
+                              "staticSharedMemory": "static_smem", "dynamicSharedMemory": "dynamic_smem"})
+    ops["gpu_ns"] = ops.end_ns - ops.start_ns
+    if {"gridX", "blockX"} <= set(ops.columns):
+        ops["grid"] = _triples(ops, "grid")
+        ops["block"] = _triples(ops, "block")
+    for column in columns:
+        if column not in ops:
+            ops[column] = None
+    ranges = ranges if ranges is not None else nvtx_ranges(conn)
+    ops["range_id"], ops["range"] = _innermost_range(ops, ranges)
+    return ops[columns].sort_values("start_ns", kind="stable").reset_index(drop=True)
+
+
+def _triples(ops: pd.DataFrame, prefix: str) -> list[str | None]:
+    return [None if pd.isna(x) else f"{int(x)}x{int(y)}x{int(z)}"
+            for x, y, z in zip(ops[f"{prefix}X"], ops[f"{prefix}Y"], ops[f"{prefix}Z"])]
+
+
+def _innermost_range(ops: pd.DataFrame, ranges: pd.DataFrame) -> tuple[list[int], list[str]]:
+    """For each op, the innermost range open on its launching thread at its launch time (bounds
+    inclusive, as nsys counts them): one sweep per thread over range opens, launches and closes."""
+    ids = [-1] * len(ops)
+    names = [""] * len(ops)
+    if ranges.empty:
+        return ids, names
+    range_name = dict(zip(ranges.range_id, ranges.range))
+    events: dict[int, list[tuple[int, int, int]]] = {}
+    for rid, tid, start, end in zip(ranges.range_id, ranges.global_tid, ranges.start_ns, ranges.end_ns):
+        events.setdefault(tid, []).extend([(start, 0, rid), (end, 2, rid)])  # open < launch < close
+    for i, (tid, t) in enumerate(zip(ops.global_tid, ops.launch_ns)):
+        if tid in events and not pd.isna(t):
+            events[tid].append((int(t), 1, i))
+    for timeline in events.values():
+        timeline.sort()
+        open_ranges: list[int] = []
+        for _, what, ref in timeline:
+            if what == 0:
+                open_ranges.append(ref)
+            elif what == 2:
+                open_ranges.remove(ref)  # start/end ranges need not close in order
+            elif open_ranges:
+                ids[ref], names[ref] = open_ranges[-1], range_name[open_ranges[-1]]
+    return ids, names
+
+
+def range_projection(ranges: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
+    """Per range instance: GPU work launched inside it (on its thread), projected onto the GPU as
+    nsys's nvtx_gpu_proj_sum does (first op start to last op end), with op and kernel counts."""
+    rows = []
+    by_tid = {}
+    for tid, group in ops.dropna(subset=["launch_ns"]).groupby("global_tid"):
+        group = group.sort_values("launch_ns")
+        by_tid[tid] = (group.launch_ns.to_numpy(), group.start_ns.to_numpy(), group.end_ns.to_numpy(),
+                       (group.kind == "kernel").to_numpy())
+    for r in ranges.itertuples():
+        proj, n_ops, n_kernels = 0, 0, 0
+        if r.global_tid in by_tid:
+            launch, start, end, is_kernel = by_tid[r.global_tid]
+            lo, hi = np.searchsorted(launch, r.start_ns, "left"), np.searchsorted(launch, r.end_ns, "right")
+            if hi > lo:
+                proj = int(end[lo:hi].max() - start[lo:hi].min())
+                n_ops, n_kernels = int(hi - lo), int(is_kernel[lo:hi].sum())
+        rows.append((r.range_id, r.range, proj, int(r.range_ns), n_ops, n_kernels))
+    return pd.DataFrame(rows, columns=["range_id", "range", "gpu_proj_ns", "range_ns", "gpu_ops", "kernels"])
+
+
+def summarize(projection: pd.DataFrame) -> pd.DataFrame:
+    """One row per range name, as nsys's nvtx_gpu_proj_sum: totals over instances, plus the median."""
+    columns = ["range", "instances", "gpu_proj_ns", "gpu_proj_median_ns", "range_ns", "gpu_ops", "kernels"]
+    if projection.empty:
+        return pd.DataFrame(columns=columns)
+    table = projection.groupby("range", sort=False).agg(
+        instances=("range_id", "size"), gpu_proj_ns=("gpu_proj_ns", "sum"),
+        gpu_proj_median_ns=("gpu_proj_ns", "median"), range_ns=("range_ns", "sum"),
+        gpu_ops=("gpu_ops", "sum"), kernels=("kernels", "sum"),
+    ).reset_index()
+    return table.sort_values("gpu_proj_ns", ascending=False, kind="stable")[columns].reset_index(drop=True)
+
+
+def read_export(path: Path | str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(ranges, gpu ops, per-instance projection) of one export."""
+    with open_export(path) as conn:
+        ranges = nvtx_ranges(conn)
+        ops = gpu_ops(conn, ranges)
+    return ranges, ops, range_projection(ranges, ops)
+
+
+# ------------------------------------------------------------------------------- our own captures
+
+
+def capture_gpu_times(projection: pd.DataFrame, ranges: pd.DataFrame, results: pd.DataFrame) -> list[float | None]:
+    """``nsys_gpu_ms`` for each row of a capture's results: the median projected GPU time of the
+    per-repetition ranges ``<impl>/<mode>/seq=<N>/call`` (steps: ``.../<step>/call``) inside the
+    case's own range. A capture measures its cases in row order, so the k-th instance of the range
+    ``attn:<impl>/<mode>/seq=<N>`` belongs to the k-th total row with that implementation, mode and N."""
+    proj = projection.set_index("range_id")["gpu_proj_ns"]
+    children: dict[int, list[tuple[str, int]]] = {}
+    for rid, parent, name in zip(ranges.range_id, ranges.parent_id, ranges.range):
+        children.setdefault(parent, []).append((name, rid))
+    outer = ranges[ranges.depth == 0].sort_values("start_ns")
+    instances: dict[str, list[int]] = {}
+    for name, rid in zip(outer.range, outer.range_id):
+        instances.setdefault(name, []).append(rid)
+
+    def median_ms(parent: int, call_name: str) -> float | None:
+        calls = [proj[rid] for name, rid in children.get(parent, []) if name == call_name]
+        return float(np.median(calls)) / 1e6 if calls else None
+
+    seen: dict[str, int] = {}
+    case_of_total: dict[tuple, int | None] = {}
+    out: list[float | None] = []
+    for row in results.itertuples():
+        base = f"attn:{row.impl}/{row.mode}/seq={row.seq_q}"
+        key = (row.impl, row.mode, row.seq_q, row.batch, row.heads, row.head_dim, row.dtype, row.causal)
+        if row.step == "total":
+            k = seen.get(base, 0)
+            seen[base] = k + 1
+            case = instances.get(base, [])[k] if k < len(instances.get(base, [])) else None
+            case_of_total[key] = case
+            out.append(None if case is None else median_ms(case, f"{base}/call"))
+        else:
+            case = case_of_total.get(key)
+            step_range = next((rid for name, rid in children.get(case, []) if name == f"{base}/{row.step}"), None)
+            out.append(None if step_range is None else median_ms(step_range, f"{base}/{row.step}/call"))
+    return out
