@@ -1,0 +1,177 @@
+"""Nsight Systems ingestion against a real export from the H200 and the `nsys stats` CSVs of the
+same run (tests/data/nsys-h200-n2048: `scripts/nsys_profile.sh --seq 2048 --batch 4 --heads 16
+--impl naive,triton_flash,sdpa_flash --rep-ms 40`, see its meta.json)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from profiler import nsys
+from profiler.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "nsys-h200-n2048"
+EXPORT = DATA / "profile.sqlite.xz"
+
+
+@pytest.fixture(scope="module")
+def export():
+    return nsys.read_export(EXPORT)
+
+
+def test_projected_gpu_time_equals_nsys_stats_for_every_range(export):
+    _, _, projection = export
+    ours = nsys.summarize(projection).set_index("range")
+    theirs = pd.read_csv(DATA / "stats_nvtx_gpu_proj_sum.csv").set_index("Range")
+    assert set(ours.index) == set(theirs.index) and len(theirs) == 18
+    for name, row in theirs.iterrows():
+        assert ours.loc[name, "gpu_proj_ns"] == row["Total Proj Time (ns)"], name
+        assert ours.loc[name, "instances"] == row["Range Instances"], name
+        assert ours.loc[name, "range_ns"] == row["Total Range Time (ns)"], name
+        assert ours.loc[name, "gpu_ops"] == row["Total GPU Ops"], name
+        assert ours.loc[name, "gpu_proj_median_ns"] == row["Proj Med (ns)"], name
+
+
+def test_range_times_equal_nsys_nvtx_sum(export):
+    ranges, _, _ = export
+    theirs = pd.read_csv(DATA / "stats_nvtx_sum.csv").set_index("Range")
+    ours = ranges.groupby("range").range_ns.agg(["sum", "size", "median"])
+    for name, row in theirs.iterrows():
+        assert ours.loc[name, "sum"] == row["Total Time (ns)"] and ours.loc[name, "size"] == row["Instances"]
+
+
+def test_ranges_have_names_domains_and_nesting(export):
+    ranges, _, _ = export
+    assert set(ranges.domain) == {"attn"}  # registered strings resolved through StringIds
+    outer = ranges[ranges.depth == 0]
+    assert sorted(outer.range) == ["attn:naive/fwd/seq=2048", "attn:sdpa_flash/fwd/seq=2048",
+                                   "attn:triton_flash/fwd/seq=2048"]
+    by_id = ranges.set_index("range_id")
+    calls = ranges[ranges.range == "attn:naive/fwd/seq=2048/softmax/call"]
+    assert (calls.depth == 2).all()
+    assert set(by_id.loc[calls.parent_id, "range"]) == {"attn:naive/fwd/seq=2048/softmax"}
+    steps = ranges[ranges.range == "attn:softmax"]
+    # Naive's own repetitions, and the fp32 naive reference each case's correctness check runs.
+    assert set(by_id.loc[steps.parent_id, "range"]) == {
+        "attn:naive/fwd/seq=2048/softmax/call", "attn:naive/fwd/seq=2048/call", "attn:naive/fwd/seq=2048",
+        "attn:triton_flash/fwd/seq=2048", "attn:sdpa_flash/fwd/seq=2048",
+    }
+
+
+def test_kernels_are_attributed_to_implementation_and_step(export):
+    _, ops, _ = export
+    kernels = ops[ops.kind == "kernel"]
+    ours = kernels[kernels.range == "attn:triton_flash/fwd/seq=2048/call"]
+    assert set(ours.name) == {"_attn_fwd"} and len(ours) == 228
+    assert (ours.grid.str.endswith("x64x1")).all()  # one program column per (batch, head): 4 x 16
+    assert (ours.registers > 0).all() and (ours.dynamic_smem + ours.static_smem > 0).all()
+    softmax = kernels[kernels.range == "attn:softmax"]
+    assert softmax.name.str.contains("softmax", case=False).all()
+    qk = kernels[kernels.range == "attn:qk_matmul"]
+    assert qk.name.str.contains("nvjet|gemm", regex=True).all()
+    flash = kernels[kernels.range == "attn:sdpa_flash/fwd/seq=2048/call"]
+    assert flash.name.str.contains("flash", case=False).all() and len(flash) == 201
+    # nsys's kernel summary sees the same kernels, instance for instance.
+    kern_sum = pd.read_csv(DATA / "stats_cuda_gpu_kern_sum.csv")
+    ours_total = kernels.groupby("name").gpu_ns.agg(["sum", "size"])
+    for row in kern_sum.itertuples():
+        assert ours_total.loc[row.Name, "size"] == row.Instances, row.Name
+        assert ours_total.loc[row.Name, "sum"] == row._2, row.Name  # "Total Time (ns)"
+
+
+def test_capture_join_gives_per_repetition_gpu_time(export):
+    ranges, _, projection = export
+    results = pd.read_parquet(DATA / "results.parquet")
+    stored = results.pop("nsys_gpu_ms")
+    joined = nsys.capture_gpu_times(projection, ranges, results)
+    assert joined == pytest.approx(list(stored))
+    # The nsys median per repetition agrees with the CUDA-event median within a few percent; it is
+    # a little lower because events also time the gaps around the first and last kernel.
+    ratio = pd.Series(joined) / results.time_ms
+    assert ((ratio > 0.95) & (ratio <= 1.0)).all(), ratio.tolist()
+    by = {(r.impl, r.step): j for r, j in zip(results.itertuples(), joined)}
+    assert by[("triton_flash", "total")] == pytest.approx(177343 / 1e6)  # Proj Med of its /call range
+
+
+def test_summarize_cli_json(capsys):
+    assert main(["nsys", "summarize", str(EXPORT), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {"range", "instances", "gpu_proj_ns", "range_ns", "kernels"} <= set(rows[0])
+    assert rows[0]["range"] == "attn:triton_flash/fwd/seq=2048" and rows[0]["gpu_proj_ns"] == 4896585259
+
+
+def test_ingest_writes_tables_and_joins_results(tmp_path, capsys):
+    for name in ("meta.json", "results.parquet", "profile.sqlite.xz"):
+        (tmp_path / name).write_bytes((DATA / name).read_bytes())
+    results = pd.read_parquet(tmp_path / "results.parquet").drop(columns="nsys_gpu_ms")
+    results.to_parquet(tmp_path / "results.parquet", index=False)
+    assert main(["nsys", "ingest", str(tmp_path)]) == 0
+    assert "nsys / events" in capsys.readouterr().out
+    joined = pd.read_parquet(tmp_path / "results.parquet")
+    assert joined.nsys_gpu_ms.notna().all()
+    assert len(pd.read_parquet(tmp_path / "nsys_ranges.parquet")) == 18
+    assert json.loads((tmp_path / "meta.json").read_text())["nsys"]["export"] == "profile.sqlite.xz"
+
+
+# ------------------------------------------------------------------------------------- bad input
+
+
+def test_not_an_export(tmp_path, capsys):
+    bogus = tmp_path / "x.sqlite"
+    bogus.write_text("hello")
+    with pytest.raises(nsys.NsysExportError, match="is not an Nsight Systems SQLite export: file is not a database"):
+        nsys.read_export(bogus)
+    assert main(["nsys", "summarize", str(bogus)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not an Nsight Systems SQLite export" in err
+    with pytest.raises(nsys.NsysExportError, match="does not exist"):
+        nsys.read_export(tmp_path / "missing.sqlite")
+
+
+def test_missing_tables_and_columns_are_named(tmp_path):
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE StringIds (id INTEGER, value TEXT)")
+    with pytest.raises(nsys.NsysExportError, match=r"missing table\(s\) NVTX_EVENTS"):
+        nsys.read_export(other)
+    old = tmp_path / "old.sqlite"
+    with sqlite3.connect(old) as conn:
+        conn.execute("CREATE TABLE StringIds (id INTEGER, value TEXT)")
+        conn.execute("CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT)")
+    with pytest.raises(nsys.NsysExportError, match=r"NVTX_EVENTS lacks column\(s\) textId, domainId, globalTid"):
+        nsys.read_export(old)
+
+
+def test_export_without_ranges_gives_an_empty_table(tmp_path, capsys):
+    empty = tmp_path / "empty.sqlite"
+    with sqlite3.connect(empty) as conn:
+        conn.execute("CREATE TABLE StringIds (id INTEGER, value TEXT)")
+        conn.execute("CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT, "
+                     "textId INTEGER, domainId INTEGER, globalTid INTEGER)")
+        conn.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, globalTid INTEGER, "
+                     "correlationId INTEGER)")
+    ranges, ops, projection = nsys.read_export(empty)
+    assert ranges.empty and ops.empty and nsys.summarize(projection).empty
+    assert main(["nsys", "summarize", str(empty)]) == 0
+    assert "no NVTX ranges in this export" in capsys.readouterr().out
+    assert main(["nsys", "summarize", str(empty), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_profile_script_names_where_it_looked_when_nsys_is_missing(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "nsys_profile.sh"), "--seq", "64"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "Nsight Systems (nsys) not found; looked in: PATH /opt/nvidia/nsight-systems/*/bin/nsys" in out.stderr
+    assert "Set NSYS=/path/to/nsys." in out.stderr
+    bad = subprocess.run(["bash", str(ROOT / "scripts" / "nsys_profile.sh"), "--seq", "64"], cwd=tmp_path,
+                         env={**env, "NSYS": "/nowhere/nsys"}, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "$NSYS=/nowhere/nsys" in bad.stderr
