@@ -106,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     ingest = nsys_sub.add_parser("ingest", help="join a capture's profile.sqlite into its results (nsys_gpu_ms)")
     ingest.add_argument("capture", help="a capture folder holding profile.sqlite (scripts/nsys_profile.sh makes one)")
 
+    report = sub.add_parser("report", help="write a self-contained report.html for a capture (works offline)")
+    report.add_argument("capture", help="a capture folder")
+    report.add_argument("--out", default=None, help="output file (default <capture>/report.html)")
+
     model = sub.add_parser("model", help="FLOPs, bytes and intensity per step from the cost model (no GPU)")
     _add_shape_args(model, seq_default="4096", lists=False)
     model.add_argument("--mode", choices=MODES, default="fwd")

@@ -439,3 +439,18 @@ def _nsys_ingest(folder: Path) -> int:
     console.print(table)
     console.print(f"Wrote nsys_ranges.parquet, nsys_gpu_ops.parquet and results.parquet's nsys_gpu_ms in {folder}/")
     return 0
+
+
+# -------------------------------------------------------------------------------------------- report
+
+
+def report(args) -> int:
+    from profiler.report import write_report
+    from profiler.store import CaptureError
+
+    try:
+        out = write_report(args.capture, args.out)
+    except CaptureError as err:
+        raise UsageError(str(err)) from None
+    console.print(f"Wrote {out} ({out.stat().st_size / 1e6:.1f} MB, opens offline)")
+    return 0

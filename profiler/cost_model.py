@@ -244,3 +244,18 @@ def fa1_paper_bytes(shape: Shape, sram_bytes: int) -> float:
 def arithmetic_intensity(flops: float, hbm_bytes: float) -> float:
     """FLOPs per byte of HBM traffic (Williams, Waterman, Patterson, "Roofline", CACM 2009)."""
     return flops / hbm_bytes if hbm_bytes > 0 else math.inf
+
+
+def predicted_peak_bytes(shape: Shape, fused: bool) -> int:
+    """Memory a run allocates beyond its inputs, by the model (the dashboard draws it against
+    measured peaks). Unfused attention keeps two N×N matrices alive in the forward (the scaled S
+    while P is computed from it) and about four with the backward (S and P saved, dP and dS);
+    a fused kernel keeps O(N): the output, the fp32 logsumexp, and in the backward dQ, dK, dV and
+    the fp32 delta."""
+    o = _tensor_bytes(shape, shape.seq_q)
+    grads = _tensor_bytes(shape, shape.seq_q) + 2 * _tensor_bytes(shape, shape.seq_kv)  # dQ, dK, dV
+    rows = shape.bh * shape.seq_q * LSE_BYTES  # one fp32 per query row
+    s_bytes = shape.score_elems * shape.elem_bytes
+    if fused:
+        return o + rows if shape.mode == "fwd" else o + rows + grads + rows
+    return 2 * s_bytes + o if shape.mode == "fwd" else 4 * s_bytes + o + grads

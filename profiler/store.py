@@ -139,3 +139,21 @@ def load_capture(folder: Path | str) -> tuple[dict, pd.DataFrame]:
     if absent:
         raise CaptureError(f"'{folder / RESULTS}' lacks columns: {', '.join(absent)}")
     return meta, frame
+
+
+def discover_captures(root: Path | str) -> tuple[dict[str, tuple[dict, pd.DataFrame]], list[str]]:
+    """Every capture folder directly under ``root`` (name -> (meta, results)), and one warning per
+    folder that looks like a capture but cannot be read (it is skipped, the others load)."""
+    root = Path(root)
+    captures: dict[str, tuple[dict, pd.DataFrame]] = {}
+    warnings: list[str] = []
+    if not root.is_dir():
+        return captures, [f"'{root}' is not a directory"]
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        if not ((folder / META).exists() or (folder / RESULTS).exists()):
+            continue  # not meant as a capture (e.g. a folder of notes)
+        try:
+            captures[folder.name] = load_capture(folder)
+        except CaptureError as err:
+            warnings.append(f"skipped {folder.name}: {err}")
+    return captures, warnings
