@@ -202,3 +202,14 @@ def test_readme_documents_the_schema_as_stored():
     readme = (ROOT / "README.md").read_text()
     for column, (dtype, meaning) in SCHEMA.items():
         assert f"| `{column}` | {dtype} | {meaning} |" in readme, column
+
+
+def test_capture_path_imports_neither_plotly_nor_streamlit(tmp_path):
+    # The GPU machine has neither; a user profiling a GPU box should not need them.
+    code = ("import sys; from profiler.cli import main; "
+            f"main(['capture', '--device', 'cpu', '--seq', '16', '--impl', 'naive', '--out', r'{tmp_path / 'c'}', "
+            "'--rep-ms', '5']); "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('plotly', 'streamlit')]; assert not bad, bad")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr

@@ -91,3 +91,26 @@ def test_online_softmax_on_gpu(n_cols, dtype):
     want = torch.softmax(x.double(), dim=-1)
     tol = {torch.float16: 1e-3, torch.bfloat16: 8e-3, torch.float32: 1e-6}[dtype]
     torch.testing.assert_close(online_softmax(x).double(), want, rtol=0, atol=tol)
+
+
+def test_timing_line_per_implementation(capsys):
+    """One timing line per implementation (median do_bench) at the seed's shape, N=2048, with its
+    error against fp32: the numbers are printed for the reader; speed targets live in
+    `python -m profiler bench`, not in tests."""
+    from profiler.cost_model import Shape
+    from profiler.runner import run_case
+
+    shape = Shape(4, 32, 2048, 2048, 64, "fp16")
+    lines = []
+    for impl in REGISTRY.values():
+        result = run_case(impl, shape, "cuda", rep_ms=50)
+        assert result.status in ("ok", "unsupported"), f"{impl.name}: {result.status} {result.message}"
+        if result.status == "ok":
+            assert result.timing.median_ms > 0 and result.max_rel_err < 1e-2
+            lines.append(f"{impl.name:15s} {result.timing.median_ms:9.3f} ms {result.tflops:8.1f} TFLOP/s "
+                         f"max rel err {result.max_rel_err:.1e}")
+        else:
+            lines.append(f"{impl.name:15s} unsupported: {result.message}")
+    with capsys.disabled():
+        print(f"\n{torch.cuda.get_device_name()} B4 H32 N2048 D64 fp16 forward\n" + "\n".join(lines))
+    assert any(line.startswith("triton_flash") and "TFLOP/s" in line for line in lines)
