@@ -110,6 +110,18 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("capture", help="a capture folder")
     report.add_argument("--out", default=None, help="output file (default <capture>/report.html)")
 
+    validate = sub.add_parser("validate", help="DRAM/L2 bytes and tensor FLOPs from Nsight Compute vs the model")
+    validate.add_argument("--seq", type=_int_list, default=[1024, 4096])
+    validate.add_argument("--batch", type=int, default=1)
+    validate.add_argument("--heads", type=int, default=16)
+    validate.add_argument("--dim", type=_int_list, default=[64, 128], help="head_dim(s)")
+    validate.add_argument("--dtype", type=_choice_list(("fp16", "bf16")), default=["fp16", "bf16"])
+    validate.add_argument("--causal", type=_causal_list, default=[False, True], help="true, false or both")
+    validate.add_argument("--impl", type=_impl_list, default=["naive", "triton_flash", "sdpa_flash", "sdpa_cudnn"])
+    validate.add_argument("--out", default=None, help="capture folder (default reports/validate-<device>-<time>)")
+    validate.add_argument("--rebuild", metavar="FOLDER", default=None,
+                          help="no GPU: re-read FOLDER's ncu/*.csv and compare them with the current model")
+
     model = sub.add_parser("model", help="FLOPs, bytes and intensity per step from the cost model (no GPU)")
     _add_shape_args(model, seq_default="4096", lists=False)
     model.add_argument("--mode", choices=MODES, default="fwd")

@@ -454,3 +454,93 @@ def report(args) -> int:
         raise UsageError(str(err)) from None
     console.print(f"Wrote {out} ({out.stat().st_size / 1e6:.1f} MB, opens offline)")
     return 0
+
+
+# ------------------------------------------------------------------------------------------ validate
+
+
+def validate(args) -> int:
+    import torch
+
+    if args.rebuild:
+        return _validate_rebuild(Path(args.rebuild))
+    from profiler.capture import Roofs, make_row
+    from profiler.ceilings import device_name, measure_ceilings
+    from profiler.meta import run_metadata
+    from profiler.ncu import NcuError, find_ncu
+    from profiler.store import ResultStore
+    from profiler.validate import measure, validation_table
+
+    if not torch.cuda.is_available():
+        raise UsageError("validate needs a CUDA GPU: Nsight Compute reads its hardware counters")
+    try:
+        find_ncu()
+    except NcuError as err:
+        raise UsageError(str(err)) from None
+    shapes = [cm.Shape(args.batch, args.heads, n, n, d, dt, c) for dt in args.dtype for d in args.dim
+              for c in args.causal for n in args.seq]
+    label = device_name("cuda")
+    folder = _capture_folder(args, "validate-" + label)
+    if (folder / "results.parquet").exists():
+        raise UsageError(f"--out '{folder}' already holds a capture; choose another folder")
+    roofs = Roofs(hardware.lookup(label), measure_ceilings("cuda"))
+    meta = run_metadata("cuda") | roofs.as_meta() | {"kind": "validate", "impls": args.impl}
+    l2 = meta.get("l2_bytes")
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("ncu", total=len(shapes))
+
+        def advance(description):
+            progress.update(task, description=description)
+            progress.advance(task)
+
+        try:
+            kernels = measure(shapes, args.impl, folder, progress=advance)
+        except NcuError as err:
+            raise UsageError(str(err)) from None
+    kernels.to_parquet(folder / "ncu_kernels.parquet", index=False)
+    table = validation_table(kernels, l2)
+    table.to_parquet(folder / "validation.parquet", index=False)
+    store = ResultStore(folder, meta)
+    from kernels.registry import REGISTRY
+    from profiler.timing import Timing
+
+    rows = []
+    for r in table.itertuples():
+        shape = cm.Shape(int(r.batch), int(r.heads), int(r.seq_q), int(r.seq_kv), int(r.head_dim), r.dtype,
+                         bool(r.causal))
+        ms = r.gpu_time_ns / 1e6
+        rows.append(make_row(REGISTRY[r.impl], shape, r.step, roofs, timing=Timing(ms, ms, ms), status="ok",
+                             message="time: ncu gpu__time_duration of one run"))
+    store.append(rows)
+    _print_validation(table)
+    console.print(f"Wrote {folder}/ (validation.parquet, ncu_kernels.parquet, ncu/*.csv, results.parquet)")
+    return 0
+
+
+def _validate_rebuild(folder: Path) -> int:
+    from profiler.ncu import NcuError
+    from profiler.store import CaptureError, load_capture, write_json_atomic
+    from profiler.validate import rebuild
+
+    try:
+        meta, _ = load_capture(folder)
+        table = rebuild(folder, meta.get("l2_bytes"))
+    except (CaptureError, NcuError, ValueError) as err:
+        raise UsageError(str(err)) from None
+    meta["validation_rebuilt_with_model_at"] = __import__("time").strftime("%Y-%m-%dT%H:%M:%S%z")
+    write_json_atomic(folder / "meta.json", meta)
+    _print_validation(table)
+    return 0
+
+
+def _print_validation(table) -> None:
+    out = Table("impl", "step", "N", "D", "dtype", "causal", "DRAM MB (ncu)", "model", "ratio", "L2 MB (ncu)",
+                "L2 model", "ratio", "tensor GFLOP (ncu)", "model", "ratio",
+                title="Nsight Compute vs the cost model (DRAM and L2 bytes, tensor-core FLOPs)")
+    for r in table.itertuples():
+        out.add_row(r.impl, r.step, str(r.seq_q), str(r.head_dim), r.dtype, str(r.causal),
+                    f"{r.dram_bytes / 1e6:,.1f}", f"{r.model_dram_bytes / 1e6:,.1f}", _fmt(r.dram_ratio, ".3f"),
+                    f"{r.l2_bytes / 1e6:,.1f}", f"{r.model_l2_bytes / 1e6:,.1f}", _fmt(r.l2_ratio, ".3f"),
+                    f"{r.tensor_flops / 1e9:,.2f}", f"{r.model_tensor_flops / 1e9:,.2f}",
+                    _fmt(r.tensor_flops_ratio, ".3f"))
+    console.print(out)

@@ -259,3 +259,33 @@ def predicted_peak_bytes(shape: Shape, fused: bool) -> int:
     if fused:
         return o + rows if shape.mode == "fwd" else o + rows + grads + rows
     return 2 * s_bytes + o if shape.mode == "fwd" else 4 * s_bytes + o + grads
+
+
+# What the write-back L2 still holds of a kernel's output when the kernel ends, so that Nsight
+# Compute does not see it reach DRAM during the kernel. Fitted on an H200 (60 MB L2) by
+# reports/validate-h200: naive kernels that stream an N×N matrix out kept 19 to 27 MB of it
+# (about 0.4 of the L2); fused kernels, whose L2 is busy serving K and V re-reads, kept 5 to 9 MB of
+# their output (about 1/8 of the L2). These are measured fractions, not datasheet figures.
+STREAMING_L2_RETENTION = 0.4
+FUSED_L2_RETENTION = 0.125
+
+
+def dram_bytes(shape: Shape, impl: str, step: str, l2_bytes: float | None = None) -> float:
+    """DRAM traffic Nsight Compute sees during a kernel (or a naive step's kernels): every input
+    read once (fused kernels: Q, K and V; the L2 serves their re-reads), every output written
+    once, less what the write-back L2 still holds at the end of each writing kernel (see the
+    retention fractions above; none when ``l2_bytes`` is None)."""
+    q, kv = _tensor_bytes(shape, shape.seq_q), _tensor_bytes(shape, shape.seq_kv)
+    s_bytes = shape.score_elems * shape.elem_bytes
+    if step == "total":
+        reads, writes, writers, retention = q + 2 * kv, q + shape.bh * shape.seq_q * LSE_BYTES, 1, FUSED_L2_RETENTION
+    else:
+        _check_step(step)
+        fwd = shape.with_mode("fwd")
+        total = naive_step_bytes(fwd, step)
+        writes = {"qk_matmul": s_bytes, "scale_mask": 2 * s_bytes if shape.causal else s_bytes,
+                  "softmax": s_bytes, "pv_matmul": q}[step]
+        reads, writers, retention = total - writes, 2 if step == "scale_mask" and shape.causal else 1, \
+            STREAMING_L2_RETENTION
+    retained = 0.0 if l2_bytes is None else min(writes, writers * retention * l2_bytes)
+    return reads + writes - retained

@@ -111,7 +111,8 @@ def roofline_figure(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "co
             text=[f"{n}" for n in group.seq_q], textposition="top center", textfont={"size": 9},
             hovertext=_hover(group, bytes_col), hoverinfo="text",
         ))
-    fig.update_xaxes(type="log", title=f"arithmetic intensity (FLOP per {'L2 tile' if bytes_kind == 'tile' else 'HBM'} byte)")
+    per = "L2 tile" if bytes_kind == "tile" else "HBM"
+    fig.update_xaxes(type="log", title=f"arithmetic intensity (FLOP per {per} byte)")
     fig.update_yaxes(type="log", title="achieved TFLOP/s")
     fig.update_layout(title=title, height=620, legend={"groupclick": "toggleitem"}, margin={"t": 60})
     return fig
@@ -136,9 +137,9 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
         first = data.iloc[0]
         seqs = sorted(data.seq_q.unique())
         for fused, label in ((False, "model O(N²): naive keeps S and P"), (True, "model O(N): fused keeps O, lse")):
-            y = [cm.predicted_peak_bytes(cm.Shape(int(first.batch), int(first.heads), int(n), int(n),
-                                                  int(first.head_dim), first["dtype"], bool(first.causal), first["mode"]),
-                                         fused) / 2**20 for n in seqs]
+            y = [cm.predicted_peak_bytes(
+                cm.Shape(int(first.batch), int(first.heads), int(n), int(n), int(first.head_dim), first["dtype"],
+                         bool(first.causal), first["mode"]), fused) / 2**20 for n in seqs]
             figs["memory"].add_trace(go.Scatter(x=seqs, y=y, mode="lines", name=label,
                                                 line={"dash": "dot", "color": "grey" if fused else "black"}))
     titles = {"time": ("median time (ms)", "Time"), "tflops": ("TFLOP/s", "Throughput"),

@@ -81,7 +81,11 @@ def _until(attempts: int, probe):
 
 
 def test_dashboard_renders_the_roofline_in_a_real_browser(server, tmp_path):
-    dom = _until(6, lambda: (lambda d: d if "js-plotly-plot" in d else "")(_chromium(tmp_path, "--dump-dom", server).stdout))
+    def rendered_dom():
+        dom = _chromium(tmp_path, "--dump-dom", server).stdout
+        return dom if "js-plotly-plot" in dom else ""
+
+    dom = _until(6, rendered_dom)
     assert "js-plotly-plot" in dom and "Attention roofline" in dom
     assert "main-svg" in dom  # plotly drew its SVG layers
     shot = tmp_path / "dashboard.png"

@@ -5,7 +5,6 @@ same run (tests/data/nsys-h200-n2048: `scripts/nsys_profile.sh --seq 2048 --batc
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 from pathlib import Path

@@ -1,0 +1,106 @@
+"""Nsight Compute: run the validation driver under ``ncu`` and read its raw CSV into pandas.
+
+``read_raw_csv`` is a pure function (file in, DataFrame out). Columns of its result: ``range``
+(the innermost NVTX push/pop range, e.g. ``attn:validate/naive/qk_matmul``), ``impl``, ``step``,
+``kernel``, ``grid``, ``block``, ``dram_read_bytes``, ``dram_write_bytes``, ``l2_bytes``,
+``gpu_time_ns``, ``tensor_inst``, ``hfma2_inst`` (HFMA2.MMA: elementwise half2 FMAs the tensor
+pipe executes, not matrix math), ``tensor_ops_fp16`` and ``tensor_ops_bf16`` (math ops in the
+tensor path, HMMA and HGMMA alike).
+"""
+
+from __future__ import annotations
+
+import glob
+import io
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+# Metric -> column. Hopper names, found with `ncu --query-metrics --chip gh100`.
+METRICS = {
+    "dram__bytes_read.sum": "dram_read_bytes",
+    "dram__bytes_write.sum": "dram_write_bytes",
+    "lts__t_bytes.sum": "l2_bytes",
+    "gpu__time_duration.sum": "gpu_time_ns",
+    "sm__inst_executed_pipe_tensor.sum": "tensor_inst",
+    "sm__inst_executed_pipe_tensor_op_hmma_type_hfma2.sum": "hfma2_inst",
+    "sm__ops_path_tensor_src_fp16.sum": "tensor_ops_fp16",
+    "sm__ops_path_tensor_src_bf16_dst_fp32.sum": "tensor_ops_bf16",
+}
+NVTX_COLUMN = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
+
+
+class NcuError(RuntimeError):
+    """ncu is missing, refused, or wrote nothing readable; the message says which and what to do."""
+
+
+def find_ncu() -> str:
+    candidates = [os.environ.get("NCU"), shutil.which("ncu"), "/usr/local/cuda/bin/ncu",
+                  *sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"))]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    raise NcuError("Nsight Compute (ncu) not found in $NCU, PATH, /usr/local/cuda/bin or /opt/nvidia/nsight-compute/*; "
+                   "install it or set NCU=/path/to/ncu")
+
+
+def run_driver(out_csv: Path, driver_args: list[str], ncu: str | None = None, timeout: int = 600) -> str:
+    """Profile ``python -m profiler.ncu_driver <driver_args>`` with the validation metrics (clocks
+    left as they are: --clock-control none) and write ncu's raw CSV to ``out_csv``. Returns the
+    driver's own output."""
+    ncu = ncu or find_ncu()
+    cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--nvtx", "--metrics", ",".join(METRICS),
+           "--csv", "--page", "raw", "--log-file", str(out_csv), sys.executable, "-m", "profiler.ncu_driver",
+           *driver_args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    text = proc.stdout + proc.stderr
+    if "ERR_NVGPUCTRPERM" in text or "permission" in text.lower() and "counter" in text.lower():
+        raise NcuError("ncu may not read the GPU's performance counters here (ERR_NVGPUCTRPERM): run as root or "
+                       "allow non-admin profiling (NVreg_RestrictProfilingToAdminUsers=0)")
+    if proc.returncode != 0 or not out_csv.exists():
+        tail = " | ".join(text.strip().splitlines()[-3:])
+        raise NcuError(f"ncu exited with {proc.returncode}: {tail}")
+    return text
+
+
+def _number(value) -> float:
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value).replace(",", "").strip()
+    return float(text) if text not in ("", "n/a", "nan") else float("nan")
+
+
+def _range_name(cell: str) -> str:
+    """The outermost open push/pop range of ncu's NVTX column, which reads
+    `<tid>  "domain:name:PL_Type:...:Msg"  "domain:name:..."`, outermost first."""
+    entries = [e for e in str(cell).split('"') if ":" in e]
+    return entries[0].split(":none:")[0] if entries else ""
+
+
+def read_raw_csv(path: Path | str) -> pd.DataFrame:
+    """One row per profiled kernel (see module docstring), from ``ncu --csv --page raw``."""
+    text = Path(path).read_text()
+    start = text.find('"ID"')
+    if start < 0:
+        raise NcuError(f"'{path}' holds no ncu CSV table (did the profiled program launch any kernel?)")
+    frame = pd.read_csv(io.StringIO(text[start:]), dtype=str, index_col=False)
+    frame = frame.iloc[1:]  # the second line holds the units
+    missing = [m for m in METRICS if m not in frame.columns]
+    if missing:
+        raise NcuError(f"'{path}' lacks metric column(s) {', '.join(missing)}")
+    out = pd.DataFrame({
+        "range": [_range_name(c) for c in frame.get(NVTX_COLUMN, [""] * len(frame))],
+        "kernel": frame["Kernel Name"].to_numpy(),
+        "grid": frame["Grid Size"].to_numpy(),
+        "block": frame["Block Size"].to_numpy(),
+    })
+    for metric, column in METRICS.items():
+        out[column] = [_number(v) for v in frame[metric]]
+    parts = out["range"].str.removeprefix("attn:").str.split("/")
+    out["impl"] = [p[1] if len(p) >= 3 and p[0] == "validate" else "" for p in parts]
+    out["step"] = [p[2] if len(p) >= 3 and p[0] == "validate" else "" for p in parts]
+    return out.reset_index(drop=True)
