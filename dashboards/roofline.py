@@ -46,6 +46,12 @@ def load_one(path: str) -> tuple[dict, pd.DataFrame]:
 
 
 @st.cache_data
+def load_validation(path: str) -> pd.DataFrame | None:
+    file = Path(path) / "validation.parquet"
+    return pd.read_parquet(file) if file.exists() else None
+
+
+@st.cache_data
 def load_kernels(path: str) -> pd.DataFrame | None:
     for name in ("nsys_gpu_ops.parquet", "kernels.parquet"):
         if (Path(path) / name).exists():
@@ -124,8 +130,8 @@ if view.empty:
     st.warning("No rows match the filters.")
     st.stop()
 
-roofline_tab, scaling_tab, steps_tab, compare_tab, trace_tab, whatif_tab = st.tabs(
-    ["Roofline", "Scaling", "Step breakdown", "Compare", "Trace", "What-if"])
+roofline_tab, scaling_tab, steps_tab, compare_tab, trace_tab, whatif_tab, validation_tab = st.tabs(
+    ["Roofline", "Scaling", "Step breakdown", "Compare", "Trace", "What-if", "Validation"])
 
 with roofline_tab:
     st.plotly_chart(plots.roofline_figure(view, plots.roofs_from_meta(meta, dtype), bytes_kind,
@@ -188,3 +194,17 @@ with whatif_tab:
         st.caption("A projection from the cost model and the datasheet: each step's intensity, and the roof "
                    f"of {target} at that intensity. Nothing here was measured on {target}.")
         st.plotly_chart(plots.whatif_figure(view, device, dtype, bytes_kind), width="stretch")
+
+with validation_tab:
+    shown = False
+    for name in chosen:
+        validation = load_validation(str(root / name))
+        if validation is None:
+            continue
+        shown = True
+        st.subheader(f"{name}: Nsight Compute counters vs the cost model")
+        st.plotly_chart(plots.hierarchical_roofline_figure(validation, captures[name][0], dtype), width="stretch")
+        st.dataframe(plots.validation_table_view(validation), hide_index=True, width="stretch")
+    if not shown:
+        st.info("No hardware-counter validation in these captures: run `python -m profiler validate` on a GPU "
+                "(the shipped example is reports/validate-h200).")

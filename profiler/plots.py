@@ -241,3 +241,69 @@ def whatif_figure(rows: pd.DataFrame, device: hardware.Device, dtype: str, bytes
     fig = roofline_figure(data, [roof], bytes_kind,
                           title=f"Projection onto {device.name} (model only: points sit on the roof by construction)")
     return fig
+
+
+def validation_rows(validation: pd.DataFrame) -> pd.DataFrame:
+    """Validation rows with the FLOPs each point is plotted with (the cost model's: per naive step,
+    algorithmic for fused kernels), achieved FLOP/s over ncu's kernel time, and both intensities."""
+    rows = validation.copy()
+    flops = []
+    for r in rows.itertuples():
+        shape = cm.Shape(int(r.batch), int(r.heads), int(r.seq_q), int(r.seq_kv), int(r.head_dim), r.dtype,
+                         bool(r.causal))
+        flops.append(cm.fused_flops(shape) if r.step == "total" else cm.naive_step_flops(shape, r.step))
+    rows["flops"] = flops
+    rows["tflops"] = rows.flops / (rows.gpu_time_ns * 1e-9) / 1e12
+    rows["dram_intensity"] = rows.flops / rows.dram_bytes
+    rows["l2_intensity"] = rows.flops / rows.l2_bytes
+    rows["l2_tbps"] = rows.l2_bytes / (rows.gpu_time_ns * 1e-9) / 1e12
+    return rows
+
+
+def hierarchical_roofline_figure(validation: pd.DataFrame, meta: dict, dtype: str) -> go.Figure:
+    """Each kernel (or naive step) twice: at its DRAM intensity (filled) and its L2 intensity
+    (open), both measured by Nsight Compute, at the FLOP/s it achieved. Roofs: DRAM (datasheet and
+    measured copy) and L2, for which no datasheet figure exists: the highest L2 throughput observed
+    in this capture stands in, a lower bound on the real L2 roof."""
+    rows = validation_rows(validation[validation.dtype == dtype])
+    roofs = roofs_from_meta(meta, dtype)
+    if not rows.empty and roofs:
+        l2_bw = rows.l2_tbps.max() * 1e12
+        roofs.append(Roof(f"L2 (highest observed, {l2_bw / 1e12:.1f} TB/s)", roofs[0].peak_flops, l2_bw, "dot"))
+    fig = go.Figure()
+    xs = np.concatenate([rows.dram_intensity.to_numpy(), rows.l2_intensity.to_numpy()]) if not rows.empty \
+        else np.array([1.0])
+    grid = np.logspace(np.log10(max(xs.min() / 3, 1e-3)), np.log10(xs.max() * 3), 200)
+    for roof in roofs:
+        fig.add_trace(go.Scatter(
+            x=grid, y=[roofline.attainable_flops(x, roof.peak_flops, roof.bandwidth) / 1e12 for x in grid],
+            mode="lines", name=f"roof: {roof.label}", line={"color": "black", "dash": roof.dash, "width": 2}))
+    for (impl, step), group in rows.groupby(["impl", "step"], sort=False):
+        name = impl if step == "total" else f"{impl}: {step}"
+        for level, column, fill in (("DRAM", "dram_intensity", True), ("L2", "l2_intensity", False)):
+            fig.add_trace(go.Scatter(
+                x=group[column], y=group.tflops, mode="markers", name=f"{name} ({level})", legendgroup=name,
+                marker={"color": impl_color(impl), "size": 9,
+                        "symbol": STEP_SYMBOL.get(step, "circle") + ("" if fill else "-open")},
+                hovertext=[f"{name} {level}<br>N={r.seq_q} D={r.head_dim} {r.dtype}{' causal' if r.causal else ''}"
+                           f"<br>{getattr(r, column):.3g} FLOP/B · {r.tflops:.3g} TFLOP/s" for r in group.itertuples()],
+                hoverinfo="text"))
+    fig.update_xaxes(type="log", title="arithmetic intensity (FLOP per byte measured at DRAM or L2)")
+    fig.update_yaxes(type="log", title="achieved TFLOP/s (ncu kernel time)")
+    fig.update_layout(title=f"Hierarchical roofline from Nsight Compute counters ({dtype})", height=620)
+    return fig
+
+
+def validation_table_view(validation: pd.DataFrame) -> pd.DataFrame:
+    """The model-vs-measured table as shown to a reader (MB and GFLOP, ratios measured / model)."""
+    return pd.DataFrame({
+        "impl": validation.impl, "step": validation.step, "N": validation.seq_q, "D": validation.head_dim,
+        "dtype": validation.dtype, "causal": validation.causal,
+        "DRAM MB (ncu)": validation.dram_bytes / 1e6, "DRAM MB (model)": validation.model_dram_bytes / 1e6,
+        "DRAM ratio": validation.dram_ratio,
+        "L2 MB (ncu)": validation.l2_bytes / 1e6, "L2 MB (model)": validation.model_l2_bytes / 1e6,
+        "L2 ratio": validation.l2_ratio,
+        "tensor GFLOP (ncu)": validation.tensor_flops / 1e9,
+        "tensor GFLOP (model)": validation.model_tensor_flops / 1e9,
+        "tensor ratio": validation.tensor_flops_ratio,
+    })

@@ -38,6 +38,10 @@ def build_report(folder: Path | str) -> str:
         kernels = pd.read_parquet(kernels_path)
         if not kernels.empty:
             figures.append(plots.trace_figure(kernels[kernels.impl == kernels.impl.iloc[0]]))
+    validation_path = folder / "validation.parquet"
+    validation = pd.read_parquet(validation_path) if validation_path.exists() else None
+    if validation is not None:
+        figures.append(plots.hierarchical_roofline_figure(validation, meta, dtype))
     charts = [fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)
               for i, fig in enumerate(figures)]
     totals = family[family.step == "total"][["impl", "seq_q", "time_ms", "tflops", "arithmetic_intensity", "bound",
@@ -57,6 +61,9 @@ def build_report(folder: Path | str) -> str:
         "<h2>Summary</h2>", totals.to_html(index=False, float_format=lambda x: f"{x:.4g}"),
         *charts,
         "<h2>HBM trips of the N×N matrix (model)</h2>", trips.to_html(index=False),
+        *([] if validation is None else [
+            "<h2>Nsight Compute counters vs the cost model</h2>",
+            plots.validation_table_view(validation).to_html(index=False, float_format=lambda x: f"{x:.4g}")]),
         "</body></html>",
     ])
 

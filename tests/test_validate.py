@@ -101,3 +101,31 @@ def test_bad_input(tmp_path, monkeypatch, capsys):
     assert "validate needs a CUDA GPU" in capsys.readouterr().err
     assert main(["validate", "--rebuild", str(tmp_path)]) == 2
     assert "not a capture" in capsys.readouterr().err
+
+
+def test_hierarchical_roofline_puts_each_kernel_at_both_intensities(table):
+    from profiler import plots
+
+    meta = json.loads((CAPTURE / "meta.json").read_text())
+    fig = plots.hierarchical_roofline_figure(table, meta, "fp16")
+    roofs = [t.name for t in fig.data if t.name.startswith("roof:")]
+    assert roofs[:2] == ["roof: H200 datasheet", "roof: measured"] and roofs[2].startswith("roof: L2 (highest")
+    flash_dram = next(t for t in fig.data if t.name == "triton_flash (DRAM)")
+    flash_l2 = next(t for t in fig.data if t.name == "triton_flash (L2)")
+    assert len(flash_dram.x) == len(flash_l2.x) == 8  # fp16: 2 lengths × 2 head_dims × causal or not
+    assert all(d > l2 for d, l2 in zip(flash_dram.x, flash_l2.x))  # L2 moves more bytes than DRAM
+    view = plots.validation_table_view(table)
+    assert {"DRAM ratio", "L2 ratio", "tensor ratio"} <= set(view.columns) and len(view) == 112
+
+
+def test_dashboard_validation_tab(tmp_path, monkeypatch):
+    import shutil
+
+    from streamlit.testing.v1 import AppTest
+
+    shutil.copytree(CAPTURE, tmp_path / "validate-h200")
+    monkeypatch.setenv("ATTN_REPORTS", str(tmp_path))
+    at = AppTest.from_file(str(ROOT / "dashboards" / "roofline.py"), default_timeout=120).run()
+    assert not at.exception
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    assert "Hierarchical roofline from Nsight Compute counters (fp16)" in titles
