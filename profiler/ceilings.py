@@ -65,8 +65,9 @@ def load_cached(device: torch.device | str) -> Ceilings | None:
 
 
 def _store(ceilings: Ceilings) -> None:
+    from profiler.store import write_json_atomic
+
     path = cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
     entries = {}
     if path.exists():
         try:
@@ -74,9 +75,7 @@ def _store(ceilings: Ceilings) -> None:
         except ValueError:
             entries = {}
     entries[f"{ceilings.device}|torch {ceilings.torch_version}"] = asdict(ceilings)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(entries, indent=2))
-    tmp.replace(path)  # atomic: a crash never leaves half a file
+    write_json_atomic(path, entries)  # a crash never leaves half a file
 
 
 def measure_ceilings(device: torch.device | str, dtypes=("fp16", "bf16", "fp32"), use_cache: bool = True) -> Ceilings:

@@ -191,8 +191,9 @@ def bench(args) -> int:
             console.print(f"[yellow]{r['impl']} {r['shape']} {r['mode']}: {r['status']}: {r['message']}")
     if args.json:
         from profiler.meta import run_metadata
+        from profiler.store import write_json_atomic
 
-        _write_json_atomic(Path(args.json), {"device": device_name, "meta": run_metadata(args.device), "rows": rows})
+        write_json_atomic(Path(args.json), {"device": device_name, "meta": run_metadata(args.device), "rows": rows})
     return 0
 
 
@@ -211,13 +212,6 @@ def _bench_rows(results, baseline: str) -> list[dict]:
             "tflops": r.tflops, "peak_mem_bytes": r.peak_mem_bytes, "max_rel_err": r.max_rel_err,
         })
     return rows
-
-
-def _write_json_atomic(path: Path, payload) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=str))
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------------- demo
