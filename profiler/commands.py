@@ -356,7 +356,7 @@ def _print_summary(frame) -> None:
         for _, r in group.iterrows():
             ok = r["status"] == "ok"
             table.add_row(
-                r["impl"], _fmt(r["time_ms"] if ok else None, ".3f"), _fmt(r["tflops"] if ok else None, ".1f"),
+                r["impl"], _fmt(r["time_ms"] if ok else None, ".3f"), _fmt(r["tflops"] if ok else None, ".4g"),
                 _fmt(r["speedup_vs_naive"], ".1f"),
                 _fmt(r["peak_mem_bytes"] / 2**20 if ok and r["peak_mem_bytes"] is not None else None, ",.0f"),
                 r.get("bound") or "-", r["status"] if ok else f"{r['status']}: {str(r['message'])[:60]}",
