@@ -26,7 +26,7 @@ from kernels.registry import Impl
 from profiler import cost_model as cm
 from profiler import hardware, roofline
 from profiler.ceilings import TORCH_DTYPES, Ceilings
-from profiler.runner import CaseResult, make_inputs, run_case
+from profiler.runner import CaseResult, make_inputs, mode_call, run_case
 from profiler.store import ResultStore
 from profiler.timing import Timing, measure
 from profiler.torch_trace import kernels_of_capture, record_one_iteration, trace_file_name
@@ -213,20 +213,10 @@ def trace_case(impl: Impl, shape: cm.Shape, device, folder: Path) -> bool:
         return False
     name = trace_file_name(impl.name, shape.mode, shape.batch, shape.heads, shape.seq_q, shape.head_dim,
                            shape.dtype, shape.causal)
-    q = k = v = do = out = None
+    q = k = v = do = once = None
     try:
         q, k, v, do = make_inputs(shape, device, requires_grad=shape.mode != "fwd")
-        out = impl.fn(q, k, v, causal=shape.causal) if shape.mode == "bwd" else None
-
-        def once():
-            if shape.mode == "fwd":
-                with torch.no_grad():
-                    impl.fn(q, k, v, causal=shape.causal)
-            elif shape.mode == "bwd":
-                out.backward(do, retain_graph=True)
-            else:
-                impl.fn(q, k, v, causal=shape.causal).backward(do)
-
+        once = mode_call(impl, shape, q, k, v, do)
         once()  # warm-up: compilation and autotuning stay out of the trace
         record_one_iteration(once, f"{impl.name}/{shape.mode}/seq={shape.seq_q}", folder / "traces" / name,
                              cuda=torch.device(device).type == "cuda")
@@ -234,7 +224,7 @@ def trace_case(impl: Impl, shape: cm.Shape, device, folder: Path) -> bool:
     except RuntimeError:  # OOM included: the timing row already says what happened
         return False
     finally:
-        q = k = v = do = out = None
+        q = k = v = do = once = None
         _free(device)
 
 

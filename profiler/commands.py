@@ -257,21 +257,20 @@ def _resolve_capture_args(args, lists: bool) -> tuple[dict, list[str]]:
     on_gpu = args.device == "cuda"
     notes = []
 
-    def pick(value, gpu_default, cpu_default, name):
+    def pick(value, gpu_default: list, cpu_default: list, name: str) -> list:
         if value is not None:
-            return value
+            return value if isinstance(value, list) else [value]  # sweep gives lists, capture one value
         if not on_gpu and cpu_default != gpu_default:
-            notes.append(f"{name}={cpu_default} (GPU default {gpu_default})")
+            notes.append(f"{name}={','.join(map(str, cpu_default))} (GPU default {','.join(map(str, gpu_default))})")
         return gpu_default if on_gpu else cpu_default
 
-    wrap = (lambda x: x) if lists else (lambda x: [x])
     values = {
-        "seqs": wrap(pick(args.seq, [512, 1024, 2048, 4096, 8192, 16384] if lists else 8192,
-                          [256, 512, 1024] if lists else 8192, "seq")),
-        "batches": wrap(pick(args.batch, [4] if lists else 4, [1] if lists else 1, "batch")),
-        "heads": wrap(pick(args.heads, [32] if lists else 32, [2] if lists else 2, "heads")),
-        "dims": wrap(pick(args.dim, [64] if lists else 64, [64] if lists else 64, "head_dim")),
-        "dtypes": wrap(pick(args.dtype, ["fp16"] if lists else "fp16", ["fp32"] if lists else "fp32", "dtype")),
+        "seqs": pick(args.seq, [512, 1024, 2048, 4096, 8192, 16384] if lists else [8192],
+                     [256, 512, 1024] if lists else [8192], "seq"),
+        "batches": pick(args.batch, [4], [1], "batch"),
+        "heads": pick(args.heads, [32], [2], "heads"),
+        "dims": pick(args.dim, [64], [64], "head_dim"),
+        "dtypes": pick(args.dtype, ["fp16"], ["fp32"], "dtype"),
         "causals": args.causal if lists else [args.causal],
         "modes": args.mode if lists else [args.mode],
     }
@@ -402,7 +401,7 @@ def nsys(args) -> int:
 
 def _nsys_ingest(folder: Path) -> int:
     from profiler import nsys as nsys_export
-    from profiler.store import CaptureError, load_capture, write_json_atomic
+    from profiler.store import CaptureError, load_capture, write_bytes_atomic, write_json_atomic
 
     try:
         meta, results = load_capture(folder)
@@ -419,9 +418,7 @@ def _nsys_ingest(folder: Path) -> int:
     summary.to_parquet(folder / "nsys_ranges.parquet", index=False)
     ops.to_parquet(folder / "nsys_gpu_ops.parquet", index=False)
     results["nsys_gpu_ms"] = nsys_export.capture_gpu_times(projection, ranges, results)
-    tmp = folder / ".results.parquet.tmp"
-    results.to_parquet(tmp, index=False)
-    os.replace(tmp, folder / "results.parquet")
+    write_bytes_atomic(folder / "results.parquet", results.to_parquet(index=False))
     meta["nsys"] = {"export": export.name, "ranges": len(summary), "gpu_ops": len(ops)}
     write_json_atomic(folder / "meta.json", meta)
     joined = results[results.nsys_gpu_ms.notna()]
@@ -462,8 +459,8 @@ def validate(args) -> int:
     from profiler.ceilings import device_name, measure_ceilings
     from profiler.meta import run_metadata
     from profiler.ncu import NcuError, find_ncu
-    from profiler.store import ResultStore
-    from profiler.validate import measure, validation_table
+    from profiler.store import ResultStore, write_bytes_atomic
+    from profiler.validate import measure_counters, validation_table
 
     if not torch.cuda.is_available():
         raise UsageError("validate needs a CUDA GPU: Nsight Compute reads its hardware counters")
@@ -488,12 +485,12 @@ def validate(args) -> int:
             progress.advance(task)
 
         try:
-            kernels = measure(shapes, args.impl, folder, progress=advance)
+            kernels = measure_counters(shapes, args.impl, folder, progress=advance)
         except NcuError as err:
             raise UsageError(str(err)) from None
-    kernels.to_parquet(folder / "ncu_kernels.parquet", index=False)
+    write_bytes_atomic(folder / "ncu_kernels.parquet", kernels.to_parquet(index=False))
     table = validation_table(kernels, l2)
-    table.to_parquet(folder / "validation.parquet", index=False)
+    write_bytes_atomic(folder / "validation.parquet", table.to_parquet(index=False))
     store = ResultStore(folder, meta)
     from kernels.registry import REGISTRY
     from profiler.timing import Timing

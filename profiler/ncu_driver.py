@@ -11,36 +11,29 @@ cudaProfilerStop (ncu runs with ``--profile-from-start off``) inside an NVTX ran
 from __future__ import annotations
 
 import argparse
-import math
 
 import nvtx
 import torch
 
-from kernels import reference
 from kernels.registry import REGISTRY
+from profiler.capture import naive_step_calls
 from profiler.cost_model import Shape
 from profiler.runner import make_inputs
 
 
-def measured_calls(shape: Shape, impl_names: list[str]):
-    """Yield (impl, step, callable) in the order they are profiled."""
+def measured_calls(shape: Shape, impl_names: list[str], device: str = "cuda"):
+    """Yield (impl, step, callable) in the order they are profiled: the naive steps one by one
+    (the same calls the capture times, profiler.capture.naive_step_calls), fused kernels whole."""
     for name in impl_names:
         impl = REGISTRY[name]
-        q, k, v, _ = make_inputs(shape, "cuda")
+        q, k, v, _ = make_inputs(shape, device)
         if name == "naive":
-            scale = 1.0 / math.sqrt(shape.head_dim)
-            s = reference.qk_matmul(q, k)
-            s_scaled = reference.scale_mask(s, scale, shape.causal)
-            p = reference.softmax(s_scaled)
-            yield name, "qk_matmul", lambda q=q, k=k: reference.qk_matmul(q, k)
-            yield name, "scale_mask", lambda s=s, scale=scale: reference.scale_mask(s, scale, shape.causal)
-            yield name, "softmax", lambda s_scaled=s_scaled: reference.softmax(s_scaled)
-            yield name, "pv_matmul", lambda p=p, v=v: reference.pv_matmul(p, v)
-            s = s_scaled = p = None
+            yield from ((name, step, call) for step, call in naive_step_calls(shape, q, k, v))
         else:
             yield name, "total", lambda impl=impl, q=q, k=k, v=v: impl.fn(q, k, v, causal=shape.causal)
         q = k = v = None
-        torch.cuda.empty_cache()
+        if device == "cuda":
+            torch.cuda.empty_cache()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,14 +56,16 @@ def roofs_from_meta(meta: dict, dtype: str) -> list[Roof]:
 
 
 def _hover(df: pd.DataFrame, bytes_col: str) -> list[str]:
-    return [
-        f"<b>{r.impl}</b> {r.step} ({r.mode})<br>B={r.batch} H={r.heads} N={r.seq_q} D={r.head_dim} {r.dtype}"
-        f"{' causal' if r.causal else ''}<br>time {r.time_ms:.4g} ms · {r.tflops:.4g} TFLOP/s"
-        f"<br>FLOPs {r.flops:.4g} · bytes {getattr(r, bytes_col):.4g}<br>intensity {r.x:.4g} FLOP/B · {r.bound}"
-        f"<br>fraction of roof {r.roof_fraction:.1%}" if pd.notna(r.roof_fraction) else
-        f"<b>{r.impl}</b> {r.step} ({r.mode})<br>N={r.seq_q} D={r.head_dim} {r.dtype}<br>{r.tflops:.4g} TFLOP/s"
-        for r in df.itertuples()
-    ]
+    texts = []
+    for r in df.itertuples():
+        text = (f"<b>{r.impl}</b> {r.step} ({r.mode})<br>B={r.batch} H={r.heads} N={r.seq_q} D={r.head_dim} "
+                f"{r.dtype}{' causal' if r.causal else ''}<br>time {r.time_ms:.4g} ms · {r.tflops:.4g} TFLOP/s"
+                f"<br>FLOPs {r.flops:.4g} · bytes {getattr(r, bytes_col):.4g}"
+                f"<br>intensity {r.x:.4g} FLOP/B · {r.bound}")
+        if pd.notna(r.roof_fraction):
+            text += f"<br>fraction of roof {r.roof_fraction:.1%}"
+        texts.append(text)
+    return texts
 
 
 def roofline_figure(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "compulsory",

@@ -10,7 +10,7 @@ import pandas as pd
 
 from profiler import cost_model as cm
 from profiler import plots
-from profiler.store import load_capture
+from profiler.store import load_capture, write_bytes_atomic
 
 
 def _first_family(frame: pd.DataFrame) -> pd.DataFrame:
@@ -70,7 +70,5 @@ def build_report(folder: Path | str) -> str:
 
 def write_report(folder: Path | str, out: Path | str | None = None) -> Path:
     out = Path(out) if out else Path(folder) / "report.html"
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(build_report(folder), encoding="utf-8")
-    tmp.replace(out)
+    write_bytes_atomic(out, build_report(folder).encode("utf-8"))
     return out

@@ -5,6 +5,7 @@ CUDA events (``triton.testing.do_bench``), and peak memory. The benchmark and th
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -68,6 +69,24 @@ def _slice_error(impl: Impl, q, k, v, do, shape: Shape) -> float:
     return max(errors)
 
 
+def mode_call(impl: Impl, shape: Shape, q, k, v, do) -> Callable[[], None]:
+    """The work one repetition does in the shape's mode: the forward under no_grad; the backward
+    alone, from an output computed once here; or forward and backward together."""
+    if shape.mode == "fwd":
+        def call():
+            with torch.no_grad():
+                impl.fn(q, k, v, causal=shape.causal)
+    elif shape.mode == "bwd":
+        out = impl.fn(q, k, v, causal=shape.causal)
+
+        def call():
+            out.backward(do, retain_graph=True)
+    else:
+        def call():
+            impl.fn(q, k, v, causal=shape.causal).backward(do)
+    return call
+
+
 def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: int = 100,
              annotate: bool = True) -> CaseResult:
     """Time ``impl`` on ``shape`` in its mode, inside the NVTX range ``<impl>/<mode>/seq=<N>``
@@ -79,24 +98,13 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
     if reason:
         result.status, result.message = "unsupported", reason
         return result
-    q = k = v = do = out = None
+    q = k = v = do = call = None
     try:
         q, k, v, do = make_inputs(shape, device, requires_grad=shape.mode != "fwd")
         if check:
             result.max_rel_err = _slice_error(impl, q, k, v, do, shape)
         range_name = f"{impl.name}/{shape.mode}/seq={shape.seq_q}"
-        if shape.mode == "fwd":
-            def call():
-                with torch.no_grad():
-                    impl.fn(q, k, v, causal=shape.causal)
-        elif shape.mode == "bwd":
-            out = impl.fn(q, k, v, causal=shape.causal)
-
-            def call():
-                out.backward(do, retain_graph=True)
-        else:
-            def call():
-                impl.fn(q, k, v, causal=shape.causal).backward(do)
+        call = mode_call(impl, shape, q, k, v, do)
 
         def timed_call():
             # One NVTX range per timed call: Nsight Systems then sees each repetition on its own,
@@ -115,7 +123,7 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
     except (RuntimeError, ValueError, TypeError) as err:
         result.status, result.message = "error", f"{type(err).__name__}: {str(err).splitlines()[0]}"
     finally:
-        q = k = v = do = out = None  # release the inputs before the next case
+        q = k = v = do = call = None  # release the inputs before the next case
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()

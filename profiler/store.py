@@ -58,7 +58,7 @@ class CaptureError(ValueError):
     """A folder that is not a readable capture; the message names what is wrong."""
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+def write_bytes_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
@@ -66,7 +66,7 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def write_json_atomic(path: Path, payload) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write_bytes(path, json.dumps(payload, indent=2, default=str).encode())
+    write_bytes_atomic(path, json.dumps(payload, indent=2, default=str).encode())
 
 
 def to_frame(rows: list[dict]) -> pd.DataFrame:
@@ -109,14 +109,14 @@ class ResultStore:
     def append(self, rows: list[dict]) -> None:
         self.rows.extend(rows)
         frame = to_frame(self.rows)
-        _atomic_write_bytes(self.folder / RESULTS, frame.to_parquet(index=False))
+        write_bytes_atomic(self.folder / RESULTS, frame.to_parquet(index=False))
 
     def update_meta(self, **fields) -> None:
         self.meta.update(fields)
         write_json_atomic(self.folder / META, self.meta)
 
     def write_kernels(self, frame: pd.DataFrame) -> None:
-        _atomic_write_bytes(self.folder / KERNELS, frame.to_parquet(index=False))
+        write_bytes_atomic(self.folder / KERNELS, frame.to_parquet(index=False))
 
 
 def load_capture(folder: Path | str) -> tuple[dict, pd.DataFrame]:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from profiler import cost_model as cm
 from profiler.ncu import read_raw_csv, run_driver
+from profiler.store import write_bytes_atomic
 
 SHAPE_COLUMNS = ["batch", "heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal"]
 
@@ -34,7 +35,7 @@ def csv_name(shape: cm.Shape) -> str:
             f"{'-causal' if shape.causal else ''}.csv")
 
 
-def measure(shapes: list[cm.Shape], impls: list[str], folder, progress=None) -> pd.DataFrame:
+def measure_counters(shapes: list[cm.Shape], impls: list[str], folder, progress=None) -> pd.DataFrame:
     """Run ncu once per shape; one row per profiled kernel with the shape's columns."""
     (folder / "ncu").mkdir(parents=True, exist_ok=True)
     tables = []
@@ -125,7 +126,7 @@ def rebuild(folder: Path | str, l2_bytes: float | None) -> pd.DataFrame:
     if not tables:
         raise ValueError(f"'{folder / 'ncu'}' holds no ncu CSV named like B1H16N4096D64-fp16.csv")
     kernels = pd.concat(tables, ignore_index=True)
-    kernels.to_parquet(folder / "ncu_kernels.parquet", index=False)
+    write_bytes_atomic(folder / "ncu_kernels.parquet", kernels.to_parquet(index=False))
     table = validation_table(kernels, l2_bytes)
-    table.to_parquet(folder / "validation.parquet", index=False)
+    write_bytes_atomic(folder / "validation.parquet", table.to_parquet(index=False))
     return table

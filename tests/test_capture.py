@@ -213,3 +213,15 @@ def test_capture_path_imports_neither_plotly_nor_streamlit(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("mode", ["fwd", "bwd", "fwd+bwd"])
+@pytest.mark.parametrize("impl", ["naive", "triton_flash", "sdpa_math"])
+def test_run_case_times_every_mode_and_checks_gradients(impl, mode):
+    from kernels import REGISTRY
+    from profiler.runner import run_case
+
+    result = run_case(REGISTRY[impl], cm.Shape(1, 2, 33, 33, 16, "fp32", causal=True, mode=mode), "cpu", rep_ms=5)
+    assert result.status == "ok", result.message
+    assert result.timing.median_ms > 0 and result.max_rel_err < 1e-5  # output, and dq, dk, dv when bwd
+    assert result.flops == cm.fused_flops(cm.Shape(1, 2, 33, 33, 16, "fp32", causal=True, mode=mode))

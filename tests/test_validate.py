@@ -129,3 +129,16 @@ def test_dashboard_validation_tab(tmp_path, monkeypatch):
     assert not at.exception
     titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
     assert "Hierarchical roofline from Nsight Compute counters (fp16)" in titles
+
+
+def test_ncu_driver_profiles_the_capture_s_naive_steps_then_whole_kernels():
+    from profiler.ncu_driver import measured_calls
+
+    shape = cm.Shape(1, 2, 40, 40, 16, "fp32", causal=True)
+    seen = []
+    for impl, step, call in measured_calls(shape, ["naive", "triton_flash"], device="cpu"):
+        out = call()
+        seen.append((impl, step, tuple(out.shape)))
+    assert seen == [("naive", "qk_matmul", (1, 2, 40, 40)), ("naive", "scale_mask", (1, 2, 40, 40)),
+                    ("naive", "softmax", (1, 2, 40, 40)), ("naive", "pv_matmul", (1, 2, 40, 16)),
+                    ("triton_flash", "total", (1, 2, 40, 16))]
