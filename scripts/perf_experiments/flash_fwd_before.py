@@ -1,0 +1,221 @@
+"""FlashAttention-2 forward in Triton.
+
+Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning" (2023),
+Algorithm 1, in the shape of Triton's fused-attention tutorial: one program per (query block,
+batch·head) keeps its Q tile in registers, streams K and V in ``BLOCK_N`` tiles, and keeps the
+online-softmax state (``m_i``, ``l_i``, ``acc``) in fp32. The N×N scores never reach HBM.
+
+Details that matter for speed or correctness:
+- exp2 with log2(e) folded into the softmax scale (one FMA per score instead of a multiply and exp).
+- The key loop runs in two stages: full tiles with no masks, then the masked tiles (the ragged tail
+  of N, and for causal attention the diagonal tiles). Fully masked causal tiles are never visited.
+- Any sequence length (N=1 works), any strides, head_dim in {16, 32, 64, 128, 256},
+  fp16 / bf16 / fp32 (fp32 dots use IEEE fp32, not tf32, so fp32 means fp32).
+- Pointer arithmetic only: triton 3.9 removed ``tl.make_block_ptr``; this runs on 3.6 and 3.9.
+- It returns the natural-log logsumexp of each row, which the backward pass recomputes P from.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._checks import check_qkv, check_triton_device, resolve_scale
+
+HEAD_DIMS = (16, 32, 64, 128, 256)
+LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x · log2 e)
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+# Candidate (BLOCK_M, BLOCK_N, num_warps, num_stages) per class of problem; the first of each
+# list is the default when autotuning is off (ATTN_AUTOTUNE=0), the rest are what the autotuner
+# times once per (head_dim, causal, precision, sequence bucket) and caches for the process.
+FWD_CANDIDATES = {
+    "d64": [(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3)],
+    "d128": [(128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 2), (64, 64, 4, 3)],
+    "d256": [(64, 32, 4, 2), (64, 64, 8, 2), (128, 32, 8, 2)],
+    "fp32": [(64, 32, 4, 2), (32, 32, 4, 2), (64, 32, 8, 2)],
+}
+INTERPRET_CANDIDATE = (32, 16, 4, 1)
+
+
+def candidate_class(head_dim: int, dot_precision: str) -> str:
+    if dot_precision == "ieee":
+        return "fp32"
+    return "d64" if head_dim <= 64 else f"d{head_dim}"
+
+
+def configs_from(
+    candidates: dict[str, list[tuple[int, int, int, int]]], interpret: tuple[int, int, int, int] = INTERPRET_CANDIDATE
+) -> list[triton.Config]:
+    """Every distinct candidate as a triton.Config; under the interpreter a single small one
+    (autotuning two or more configs fails there, and speed is moot)."""
+    tuples = [interpret] if INTERPRET else list(dict.fromkeys(c for cs in candidates.values() for c in cs))
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in tuples]
+
+
+def pruner(candidates: dict[str, list[tuple[int, int, int, int]]]):
+    """An ``early_config_prune`` that keeps this problem's candidates (only the default one when
+    ATTN_AUTOTUNE=0, e.g. in tests, so each shape compiles one kernel, not four)."""
+
+    def keep(configs, named_args, **kwargs):
+        if INTERPRET:
+            return configs[:1]
+        args = {**named_args, **kwargs}
+        wanted = candidates[candidate_class(args["HEAD_DIM"], args["DOT_PRECISION"])]
+        if os.environ.get("ATTN_AUTOTUNE", "1") == "0":
+            wanted = wanted[:1]
+        as_tuple = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages): c for c in configs}
+        return [as_tuple[t] for t in wanted if t in as_tuple]
+
+    return keep
+
+
+def seq_bucket(seq_q: int, seq_kv: int) -> int:
+    """Autotune key for sequence length: short (< 1024), medium (< 8192) or long."""
+    longest = max(seq_q, seq_kv)
+    return 0 if longest < 1024 else (1 if longest < 8192 else 2)
+
+
+@triton.jit
+def _attn_fwd_inner(
+    acc, l_i, m_i, q,
+    k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+    offs_m, offs_d, lo, hi, seq_kv, qk_scale,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n  # (BLOCK_N,)
+        kt_ptrs = k_base + cols[None, :] * stride_kn + offs_d[:, None] * stride_kd  # Kᵀ tile
+        v_ptrs = v_base + cols[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        if MASKED:
+            kt = tl.load(kt_ptrs, mask=cols[None, :] < seq_kv, other=0.0)  # (HEAD_DIM, BLOCK_N)
+        else:
+            kt = tl.load(kt_ptrs)
+        qk = tl.dot(q, kt, input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_N), fp32
+        if MASKED:
+            visible = cols[None, :] < seq_kv
+            if CAUSAL:
+                visible = visible & (cols[None, :] <= offs_m[:, None])
+            qk = tl.where(visible, qk, float("-inf"))
+        # Online softmax in log2 units: m_i is the running max of qk · qk_scale.
+        m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)  # (BLOCK_M,)
+        p = tl.math.exp2(qk * qk_scale - m_ij[:, None])  # (BLOCK_M, BLOCK_N)
+        alpha = tl.math.exp2(m_i - m_ij)  # rescales the old sum and accumulator
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if MASKED:
+            v = tl.load(v_ptrs, mask=cols[:, None] < seq_kv, other=0.0)  # (BLOCK_N, HEAD_DIM)
+        else:
+            v = tl.load(v_ptrs)
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)  # (BLOCK_M, HEAD_DIM)
+        m_i = m_ij
+    return acc, l_i, m_i
+
+
+@triton.autotune(
+    configs=configs_from(FWD_CANDIDATES),
+    key=["HEAD_DIM", "CAUSAL", "DOT_PRECISION", "SEQ_BUCKET"],
+    prune_configs_by={"early_config_prune": pruner(FWD_CANDIDATES)},
+)
+@triton.jit
+def _attn_fwd(
+    Q, K, V, O, LSE,
+    qk_scale,  # sm_scale · log2(e)
+    stride_qz, stride_qh, stride_qm, stride_qd,
+    stride_kz, stride_kh, stride_kn, stride_kd,
+    stride_vz, stride_vh, stride_vn, stride_vd,
+    stride_oz, stride_oh, stride_om, stride_od,
+    H, seq_q, seq_kv,
+    SEQ_BUCKET,  # autotune key only, see seq_bucket()
+    HEAD_DIM: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    start_m = tl.program_id(0) * BLOCK_M
+    off_hz = tl.program_id(1)
+    off_z = (off_hz // H).to(tl.int64)
+    off_h = (off_hz % H).to(tl.int64)
+    q_base = Q + off_z * stride_qz + off_h * stride_qh
+    k_base = K + off_z * stride_kz + off_h * stride_kh
+    v_base = V + off_z * stride_vz + off_h * stride_vh
+
+    offs_m = start_m + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < seq_q
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=row_ok[:, None], other=0.0)  # (BLOCK_M, HEAD_DIM), stays on chip
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+
+    full_kv = (seq_kv // BLOCK_N) * BLOCK_N  # keys in whole tiles
+    if CAUSAL:
+        # Tiles left of this query block are fully visible; tiles right of its diagonal are skipped.
+        hi_unmasked = tl.minimum(start_m, full_kv)
+        hi = tl.minimum(start_m + BLOCK_M, seq_kv)
+    else:
+        hi_unmasked = full_kv
+        hi = seq_kv
+    acc, l_i, m_i = _attn_fwd_inner(
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+        offs_m, offs_d, 0, hi_unmasked, seq_kv, qk_scale,
+        BLOCK_N, False, CAUSAL, DOT_PRECISION,
+    )
+    acc, l_i, m_i = _attn_fwd_inner(
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+        offs_m, offs_d, hi_unmasked, hi, seq_kv, qk_scale,
+        BLOCK_N, True, CAUSAL, DOT_PRECISION,
+    )
+
+    acc = acc / l_i[:, None]
+    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453  # ln(2): log2 domain -> natural log
+    tl.store(LSE + off_hz.to(tl.int64) * seq_q + offs_m, lse, mask=row_ok)
+    o_base = O + off_z * stride_oz + off_h * stride_oh
+    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+             acc.to(O.dtype.element_ty), mask=row_ok[:, None])
+
+
+def flash_attention_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """FlashAttention-2 forward, no autograd.
+
+    q: (batch, heads, seq_q, head_dim); k, v: (batch, heads, seq_kv, head_dim), any strides.
+    Returns o: (batch, heads, seq_q, head_dim) in q's dtype and contiguous, and
+    lse: (batch, heads, seq_q) fp32, the natural-log logsumexp of each row of the scaled scores.
+    Causal masking is top-left aligned (key j visible to query i when j <= i), as SDPA's is_causal.
+    """
+    batch, heads, seq_q, seq_kv, head_dim = check_qkv(q, k, v, head_dims=HEAD_DIMS)
+    check_triton_device(q)
+    scale = resolve_scale(sm_scale, head_dim)
+    o = torch.empty((batch, heads, seq_q, head_dim), dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
+
+    def grid(meta):
+        return (triton.cdiv(seq_q, meta["BLOCK_M"]), batch * heads)
+
+    _attn_fwd[grid](
+        q, k, v, o, lse, scale * LOG2E,
+        *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+        heads, seq_q, seq_kv,
+        seq_bucket(seq_q, seq_kv),
+        HEAD_DIM=head_dim, CAUSAL=bool(causal),
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+    )
+    return o, lse
