@@ -26,22 +26,23 @@ import triton
 import triton.language as tl
 
 from kernels._checks import check_triton_device
-from kernels.flash_fwd import configs_from, pruner, seq_bucket
+from kernels.flash_fwd import autotune, configs_from, pruner, seq_bucket
 
 HEAD_DIMS = (16, 32, 64, 128)
 
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages) candidates, as in flash_fwd. The dK/dV kernel walks
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) candidates, as in flash_fwd, ordered by the H200 timings in
+# reports/perf-h200/tune_round3.jsonl. The dK/dV kernel walks
 # query tiles, so it wants a tall key tile and short query tiles (BLOCK_N % BLOCK_M == 0 keeps the
 # causal diagonal aligned); the dQ kernel is the mirror image (BLOCK_M % BLOCK_N == 0).
 DKDV_CANDIDATES = {
-    "d64": [(32, 128, 4, 3), (64, 128, 8, 3), (32, 64, 4, 3), (32, 128, 8, 2)],
-    "d128": [(32, 128, 8, 3), (32, 64, 4, 3), (64, 64, 4, 2), (32, 128, 4, 2)],
+    "d64": [(64, 128, 4, 3), (32, 128, 4, 3), (32, 64, 4, 3)],
+    "d128": [(64, 64, 4, 2), (32, 64, 4, 3), (64, 128, 8, 3)],
     "fp32": [(32, 64, 4, 2), (16, 32, 4, 2)],
 }
 DQ_CANDIDATES = {
-    "d64": [(128, 32, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3), (128, 32, 8, 2)],
-    "d128": [(128, 32, 8, 3), (64, 32, 4, 3), (64, 64, 4, 2), (128, 32, 4, 2)],
+    "d64": [(128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 4, 3)],
+    "d128": [(128, 64, 8, 3), (64, 64, 4, 2), (64, 32, 4, 3)],
     "fp32": [(64, 32, 4, 2), (32, 16, 4, 2)],
 }
 
@@ -107,7 +108,7 @@ def _dkdv_inner(
     return dk, dv
 
 
-@triton.autotune(
+@autotune(
     configs=configs_from(DKDV_CANDIDATES, interpret=(16, 32, 4, 1)),
     key=["HEAD_DIM", "CAUSAL", "DOT_PRECISION", "SEQ_BUCKET"],
     prune_configs_by={"early_config_prune": pruner(DKDV_CANDIDATES)},
@@ -129,6 +130,7 @@ def _attn_bwd_dkdv(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
+    tl.static_assert(BLOCK_N % BLOCK_M == 0)  # diagonal query tiles must not straddle a key tile
     start_n = tl.program_id(0) * BLOCK_N
     off_hz = tl.program_id(1)
     off_z = (off_hz // H).to(tl.int64)
@@ -211,7 +213,7 @@ def _dq_inner(
     return dq
 
 
-@triton.autotune(
+@autotune(
     configs=configs_from(DQ_CANDIDATES, interpret=(32, 16, 4, 1)),
     key=["HEAD_DIM", "CAUSAL", "DOT_PRECISION", "SEQ_BUCKET"],
     prune_configs_by={"early_config_prune": pruner(DQ_CANDIDATES)},
@@ -233,7 +235,11 @@ def _attn_bwd_dq(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    start_m = tl.program_id(0) * BLOCK_M
+    tl.static_assert(BLOCK_M % BLOCK_N == 0)  # diagonal key tiles must not straddle a query tile
+    if CAUSAL:  # the longest query blocks first, as in the forward
+        start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
+    else:
+        start_m = tl.program_id(0) * BLOCK_M
     off_hz = tl.program_id(1)
     off_z = (off_hz // H).to(tl.int64)
     off_h = (off_hz % H).to(tl.int64)

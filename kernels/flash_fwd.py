@@ -17,6 +17,7 @@ Details that matter for speed or correctness:
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import torch
@@ -31,16 +32,17 @@ LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x · log2 e)
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
-# Candidate (BLOCK_M, BLOCK_N, num_warps, num_stages, warp_specialize) per class of problem; the
-# first of each list is the default when autotuning is off (ATTN_AUTOTUNE=0), the rest are what the
-# autotuner times once per (head_dim, causal, precision, dtype, sequence bucket) and caches.
+# Candidate (BLOCK_M, BLOCK_N, num_warps, num_stages) per class of problem, from the H200 sweeps in
+# docs/perf-notes.md. The first of each list is the default when autotuning is off
+# (ATTN_AUTOTUNE=0); the autotuner times the rest once per key (head_dim, causal, precision,
+# dtype, sequence bucket) and caches the winner on disk where Triton can (cache_results).
 FWD_CANDIDATES = {
-    "d64": [(128, 64, 4, 3, False), (128, 128, 8, 3, False), (128, 64, 8, 3, False), (64, 64, 4, 3, False)],
-    "d128": [(128, 64, 8, 3, False), (128, 64, 4, 3, False), (128, 128, 8, 2, False), (64, 64, 4, 3, False)],
-    "d256": [(64, 32, 4, 2, False), (64, 64, 8, 2, False), (128, 32, 8, 2, False)],
-    "fp32": [(64, 32, 4, 2, False), (32, 32, 4, 2, False), (64, 32, 8, 2, False)],
+    "d64": [(128, 64, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3)],
+    "d128": [(128, 128, 8, 3), (256, 64, 16, 3), (128, 64, 8, 4), (64, 64, 4, 3)],
+    "d256": [(64, 32, 4, 2), (64, 64, 8, 2), (128, 32, 8, 2)],
+    "fp32": [(64, 32, 4, 2), (32, 32, 4, 2), (64, 32, 8, 2)],
 }
-INTERPRET_CANDIDATE = (32, 16, 4, 1, False)
+INTERPRET_CANDIDATE = (32, 16, 4, 1)
 
 
 def candidate_class(head_dim: int, dot_precision: str) -> str:
@@ -49,25 +51,16 @@ def candidate_class(head_dim: int, dot_precision: str) -> str:
     return "d64" if head_dim <= 64 else f"d{head_dim}"
 
 
-def _config_tuple(config: triton.Config) -> tuple:
-    kw = config.kwargs
-    extra = (kw["WARP_SPECIALIZE"],) if "WARP_SPECIALIZE" in kw else ()
-    return (kw["BLOCK_M"], kw["BLOCK_N"], config.num_warps, config.num_stages, *extra)
-
-
-def configs_from(candidates: dict[str, list[tuple]], interpret: tuple = INTERPRET_CANDIDATE) -> list[triton.Config]:
+def configs_from(
+    candidates: dict[str, list[tuple[int, int, int, int]]], interpret: tuple[int, int, int, int] = INTERPRET_CANDIDATE
+) -> list[triton.Config]:
     """Every distinct candidate as a triton.Config; under the interpreter a single small one
-    (autotuning two or more configs fails there, and speed is moot). A candidate is
-    (BLOCK_M, BLOCK_N, num_warps, num_stages[, WARP_SPECIALIZE])."""
+    (autotuning two or more configs fails there, and speed is moot)."""
     tuples = [interpret] if INTERPRET else list(dict.fromkeys(c for cs in candidates.values() for c in cs))
-    configs = []
-    for bm, bn, warps, stages, *ws in tuples:
-        kwargs = {"BLOCK_M": bm, "BLOCK_N": bn, **({"WARP_SPECIALIZE": ws[0]} if ws else {})}
-        configs.append(triton.Config(kwargs, num_warps=warps, num_stages=stages))
-    return configs
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in tuples]
 
 
-def pruner(candidates: dict[str, list[tuple]]):
+def pruner(candidates: dict[str, list[tuple[int, int, int, int]]]):
     """An ``early_config_prune`` that keeps this problem's candidates (only the default one when
     ATTN_AUTOTUNE=0, e.g. in tests, so each shape compiles one kernel, not four)."""
 
@@ -78,10 +71,18 @@ def pruner(candidates: dict[str, list[tuple]]):
         wanted = candidates[candidate_class(args["HEAD_DIM"], args["DOT_PRECISION"])]
         if os.environ.get("ATTN_AUTOTUNE", "1") == "0":
             wanted = wanted[:1]
-        as_tuple = {_config_tuple(c): c for c in configs}
+        as_tuple = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages): c for c in configs}
         return [as_tuple[t] for t in wanted if t in as_tuple]
 
     return keep
+
+
+def autotune(**kwargs):
+    """``triton.autotune`` that also keeps its choices on disk across processes on Triton versions
+    that can (``cache_results``; 3.6 and 3.9 do)."""
+    if "cache_results" in inspect.signature(triton.autotune).parameters:
+        kwargs["cache_results"] = True
+    return triton.autotune(**kwargs)
 
 
 def seq_bucket(seq_q: int, seq_kv: int) -> int:
@@ -93,26 +94,22 @@ def seq_bucket(seq_q: int, seq_kv: int) -> int:
 @triton.jit
 def _attn_fwd_inner(
     acc, l_i, m_i, q,
-    k_base, v_base, k_desc, v_desc, stride_kn, stride_kd, stride_vn, stride_vd,
+    k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
     offs_m, offs_d, lo, hi, seq_kv, qk_scale,
     BLOCK_N: tl.constexpr,
     MASKED: tl.constexpr,
     CAUSAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
-    USE_TMA: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
 ):
     offs_n = tl.arange(0, BLOCK_N)
-    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE and not MASKED):
+    for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n  # (BLOCK_N,)
-        if USE_TMA:
-            # The tensor-memory accelerator copies the tile; rows past seq_kv arrive as zeros.
-            kt = k_desc.load([start_n, 0]).T  # (HEAD_DIM, BLOCK_N)
-        elif MASKED:
-            kt_ptrs = k_base + cols[None, :] * stride_kn + offs_d[:, None] * stride_kd  # Kᵀ tile
+        kt_ptrs = k_base + cols[None, :] * stride_kn + offs_d[:, None] * stride_kd  # Kᵀ tile
+        v_ptrs = v_base + cols[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        if MASKED:
             kt = tl.load(kt_ptrs, mask=cols[None, :] < seq_kv, other=0.0)  # (HEAD_DIM, BLOCK_N)
         else:
-            kt = tl.load(k_base + cols[None, :] * stride_kn + offs_d[:, None] * stride_kd)
+            kt = tl.load(kt_ptrs)
         qk = tl.dot(q, kt, input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_N), fp32
         if MASKED:
             visible = cols[None, :] < seq_kv
@@ -125,93 +122,12 @@ def _attn_fwd_inner(
         alpha = tl.math.exp2(m_i - m_ij)  # rescales the old sum and accumulator
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        v_ptrs = v_base + cols[:, None] * stride_vn + offs_d[None, :] * stride_vd
-        if USE_TMA:
-            v = v_desc.load([start_n, 0])  # (BLOCK_N, HEAD_DIM)
-        elif MASKED:
-            v = tl.load(v_ptrs, mask=cols[:, None] < seq_kv, other=0.0)
+        if MASKED:
+            v = tl.load(v_ptrs, mask=cols[:, None] < seq_kv, other=0.0)  # (BLOCK_N, HEAD_DIM)
         else:
             v = tl.load(v_ptrs)
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)  # (BLOCK_M, HEAD_DIM)
         m_i = m_ij
-    return acc, l_i, m_i
-
-
-@triton.jit
-def _exp2_fma(x):
-    """2**x for x <= 0 on the FMA and integer pipes instead of the special-function unit (SFU).
-
-    x = j + f with j = round(x) and f in [-0.5, 0.5]; 2**f is a cubic (least squares weighted by
-    2**-f on Chebyshev nodes, max relative error 7.7e-5, below fp16's rounding of P at 4.9e-4) and
-    2**j goes straight into the exponent bits. The same trick as FlashAttention-4 (Dao et al., 2025).
-    """
-    x = tl.maximum(x, -125.0)  # keeps the exponent field of the result positive; 2**-125 rounds to 0 in fp16
-    t = x + 12582912.0  # 1.5 · 2**23: the sum holds round(x) in its low mantissa bits
-    j = t.to(tl.int32, bitcast=True) - 0x4B400000
-    f = x - (t - 12582912.0)
-    poly = (0.055088683807517684 * f + 0.24260405145949465) * f + 0.6932762416819623
-    poly = poly * f + 0.9999289403695104
-    return (poly.to(tl.int32, bitcast=True) + (j << 23)).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _attn_fwd_inner_split(
-    acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-    offs_d, lo, hi, qk_scale,
-    BLOCK_N: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):
-    """Unmasked tiles in two halves: the SFU exponentiates one half, the FMA pipes the other."""
-    HALF: tl.constexpr = BLOCK_N // 2
-    offs_h = tl.arange(0, HALF)
-    for start_n in range(lo, hi, BLOCK_N):
-        ca = start_n + offs_h
-        cb = ca + HALF
-        qka = tl.dot(q, tl.load(k_base + ca[None, :] * stride_kn + offs_d[:, None] * stride_kd),
-                     input_precision=DOT_PRECISION)
-        qkb = tl.dot(q, tl.load(k_base + cb[None, :] * stride_kn + offs_d[:, None] * stride_kd),
-                     input_precision=DOT_PRECISION)
-        m_ij = tl.maximum(m_i, tl.maximum(tl.max(qka, 1), tl.max(qkb, 1)) * qk_scale)
-        pa = tl.math.exp2(qka * qk_scale - m_ij[:, None])
-        pb = _exp2_fma(qkb * qk_scale - m_ij[:, None])
-        alpha = tl.math.exp2(m_i - m_ij)
-        l_i = l_i * alpha + tl.sum(pa, 1) + tl.sum(pb, 1)
-        acc = acc * alpha[:, None]
-        va = tl.load(v_base + ca[:, None] * stride_vn + offs_d[None, :] * stride_vd)
-        vb = tl.load(v_base + cb[:, None] * stride_vn + offs_d[None, :] * stride_vd)
-        acc = tl.dot(pa.to(va.dtype), va, acc, input_precision=DOT_PRECISION)
-        acc = tl.dot(pb.to(vb.dtype), vb, acc, input_precision=DOT_PRECISION)
-        m_i = m_ij
-    return acc, l_i, m_i
-
-
-@triton.jit
-def _attn_fwd_inner_rotated(
-    acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-    offs_d, lo, hi, qk_scale,
-    BLOCK_N: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):
-    """Unmasked tiles, software-pipelined: the scores of tile j+1 are issued before the softmax of
-    tile j, so the tensor cores can work while the SFU exponentiates (FlashAttention-3's
-    intra-warpgroup overlap, Shah et al., 2024)."""
-    offs_n = tl.arange(0, BLOCK_N)
-    cols = lo + offs_n
-    kt = tl.load(k_base + cols[None, :] * stride_kn + offs_d[:, None] * stride_kd, mask=cols[None, :] < hi, other=0.0)
-    qk = tl.dot(q, kt, input_precision=DOT_PRECISION)
-    for start_n in range(lo, hi, BLOCK_N):
-        nxt = tl.minimum(start_n + BLOCK_N, hi - BLOCK_N) + offs_n  # the last one re-reads its own tile, unused
-        qk_next = tl.dot(q, tl.load(k_base + nxt[None, :] * stride_kn + offs_d[:, None] * stride_kd),
-                         input_precision=DOT_PRECISION)
-        m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
-        alpha = tl.math.exp2(m_i - m_ij)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        v = tl.load(v_base + (start_n + offs_n)[:, None] * stride_vn + offs_d[None, :] * stride_vd)
-        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
-        m_i = m_ij
-        qk = qk_next
     return acc, l_i, m_i
 
 
@@ -228,16 +144,13 @@ def _attn_fwd(
     HEAD_DIM: tl.constexpr,
     CAUSAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
-    USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
-    INNER: tl.constexpr = "plain",  # experiments: "rotated" or "split" for the unmasked tiles (pointer path)
 ):
-    tl.static_assert(BLOCK_M % BLOCK_N == 0)  # the causal split assumes diagonal tiles do not straddle
+    tl.static_assert(BLOCK_M % BLOCK_N == 0)  # the causal split below needs diagonal tiles not to straddle
     if CAUSAL:
-        # Query blocks near the end of the sequence see the most keys: start them first, so the
-        # short blocks fill the tail of the grid instead of the long ones.
+        # Query blocks near the end see the most keys: start those first, so that the short ones
+        # fill the tail of the grid instead of the long ones (+2 to 4% causal, docs/perf-notes.md).
         start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     else:
         start_m = tl.program_id(0) * BLOCK_M
@@ -247,24 +160,12 @@ def _attn_fwd(
     q_base = Q + off_z * stride_qz + off_h * stride_qh
     k_base = K + off_z * stride_kz + off_h * stride_kh
     v_base = V + off_z * stride_vz + off_h * stride_vh
-    o_base = O + off_z * stride_oz + off_h * stride_oh
 
     offs_m = start_m + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < seq_q
-    if USE_TMA:
-        # One 2-D descriptor per (batch, head) matrix: its bounds are that head's rows, so tiles
-        # past the end read zeros and stores past it are dropped, with no masks in the loop.
-        q_desc = tl.make_tensor_descriptor(q_base, [seq_q, HEAD_DIM], [stride_qm, 1], [BLOCK_M, HEAD_DIM])
-        k_desc = tl.make_tensor_descriptor(k_base, [seq_kv, HEAD_DIM], [stride_kn, 1], [BLOCK_N, HEAD_DIM])
-        v_desc = tl.make_tensor_descriptor(v_base, [seq_kv, HEAD_DIM], [stride_vn, 1], [BLOCK_N, HEAD_DIM])
-        o_desc = tl.make_tensor_descriptor(o_base, [seq_q, HEAD_DIM], [stride_om, 1], [BLOCK_M, HEAD_DIM])
-        q = q_desc.load([start_m, 0])  # (BLOCK_M, HEAD_DIM), stays on chip
-    else:
-        k_desc = k_base  # unused
-        v_desc = v_base
-        q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                    mask=row_ok[:, None], other=0.0)
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=row_ok[:, None], other=0.0)  # (BLOCK_M, HEAD_DIM), stays on chip
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -278,63 +179,30 @@ def _attn_fwd(
     else:
         hi_unmasked = full_kv
         hi = seq_kv
-    if INNER == "rotated":
-        acc, l_i, m_i = _attn_fwd_inner_rotated(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-            offs_d, 0, hi_unmasked, qk_scale, BLOCK_N, DOT_PRECISION,
-        )
-    elif INNER == "split":
-        acc, l_i, m_i = _attn_fwd_inner_split(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-            offs_d, 0, hi_unmasked, qk_scale, BLOCK_N, DOT_PRECISION,
-        )
-    else:
-        acc, l_i, m_i = _attn_fwd_inner(
-            acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, stride_kn, stride_kd, stride_vn, stride_vd,
-            offs_m, offs_d, 0, hi_unmasked, seq_kv, qk_scale,
-            BLOCK_N, False, CAUSAL, DOT_PRECISION, USE_TMA, WARP_SPECIALIZE,
-        )
     acc, l_i, m_i = _attn_fwd_inner(
-        acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, stride_kn, stride_kd, stride_vn, stride_vd,
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+        offs_m, offs_d, 0, hi_unmasked, seq_kv, qk_scale,
+        BLOCK_N, False, CAUSAL, DOT_PRECISION,
+    )
+    acc, l_i, m_i = _attn_fwd_inner(
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
         offs_m, offs_d, hi_unmasked, hi, seq_kv, qk_scale,
-        BLOCK_N, True, CAUSAL, DOT_PRECISION, USE_TMA, False,
+        BLOCK_N, True, CAUSAL, DOT_PRECISION,
     )
 
     acc = acc / l_i[:, None]
     lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453  # ln(2): log2 domain -> natural log
     tl.store(LSE + off_hz.to(tl.int64) * seq_q + offs_m, lse, mask=row_ok)
-    if USE_TMA:
-        o_desc.store([start_m, 0], acc.to(O.dtype.element_ty))
-    else:
-        tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
-                 acc.to(O.dtype.element_ty), mask=row_ok[:, None])
+    o_base = O + off_z * stride_oz + off_h * stride_oh
+    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+             acc.to(O.dtype.element_ty), mask=row_ok[:, None])
 
 
-_attn_fwd_tuned = triton.autotune(
+_attn_fwd_tuned = autotune(
     configs=configs_from(FWD_CANDIDATES),
-    key=["HEAD_DIM", "CAUSAL", "DOT_PRECISION", "SEQ_BUCKET", "USE_TMA"],
+    key=["HEAD_DIM", "CAUSAL", "DOT_PRECISION", "SEQ_BUCKET"],  # and, by Triton's default, the dtypes
     prune_configs_by={"early_config_prune": pruner(FWD_CANDIDATES)},
 )(_attn_fwd)
-
-
-def _tma_scratch(size: int, alignment: int, stream) -> torch.Tensor:
-    """Global memory in which each program writes its tensor descriptors (128 bytes each)."""
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
-def tma_eligible(*tensors: torch.Tensor) -> bool:
-    """Whether the tensor-descriptor path applies: Hopper or newer (or the interpreter), unit stride
-    along head_dim, every other stride and the base address 16-byte aligned (a TMA rule).
-    ATTN_TMA=0 turns it off."""
-    if os.environ.get("ATTN_TMA", "1") == "0":
-        return False
-    if not INTERPRET and (not tensors[0].is_cuda or torch.cuda.get_device_capability(tensors[0].device)[0] < 9):
-        return False
-    for t in tensors:
-        size = t.element_size()
-        if t.stride(-1) != 1 or t.data_ptr() % 16 or any((s * size) % 16 for s in t.stride()[:-1]):
-            return False
-    return True
 
 
 def flash_attention_forward(
@@ -351,20 +219,14 @@ def flash_attention_forward(
     Returns o: (batch, heads, seq_q, head_dim) in q's dtype and contiguous, and
     lse: (batch, heads, seq_q) fp32, the natural-log logsumexp of each row of the scaled scores.
     Causal masking is top-left aligned (key j visible to query i when j <= i), as SDPA's is_causal.
-    ``config`` skips the autotuner: BLOCK_M, BLOCK_N, WARP_SPECIALIZE, num_warps, num_stages and
-    optionally USE_TMA (for experiments; see scripts/tune_fwd.py).
+    ``config`` bypasses the autotuner, e.g. ``dict(BLOCK_M=128, BLOCK_N=64, num_warps=8,
+    num_stages=3)``, for sweeps such as those in docs/perf-notes.md.
     """
     batch, heads, seq_q, seq_kv, head_dim = check_qkv(q, k, v, head_dims=HEAD_DIMS)
     check_triton_device(q)
     scale = resolve_scale(sm_scale, head_dim)
     o = torch.empty((batch, heads, seq_q, head_dim), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
-    config = dict(config or {})
-    use_tma = config.pop("USE_TMA", tma_eligible(q, k, v, o))
-    if use_tma and not INTERPRET:
-        triton.set_allocator(_tma_scratch)
-    elif use_tma:
-        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8))
 
     def grid(meta):
         return (triton.cdiv(seq_q, meta["BLOCK_M"]), batch * heads)
@@ -377,7 +239,6 @@ def flash_attention_forward(
         seq_bucket(seq_q, seq_kv),
         HEAD_DIM=head_dim, CAUSAL=bool(causal),
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        USE_TMA=use_tma,
-        **config,
+        **(config or {}),
     )
     return o, lse

@@ -39,6 +39,16 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"'{text}': must be a positive integer")
+    return value
+
+
 def _choice_list(allowed: tuple[str, ...]):
     def parse(text: str) -> list[str]:
         values = [x.strip() for x in text.split(",") if x.strip()]
@@ -89,8 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--mode", type=_choice_list(MODES), default=["fwd"], help="fwd, bwd, fwd+bwd (list)")
     bench.add_argument("--impl", type=_impl_list, default=["triton_flash", "sdpa_flash", "sdpa_cudnn"],
                        help="implementations, comma-separated, or 'all'")
-    bench.add_argument("--baseline", default="triton_flash", help="ratios are impl / this one")
-    bench.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
+    bench.add_argument("--baseline", default="triton_flash", help="ratios are this one / each peer")
+    bench.add_argument("--tokens", type=_positive_int, default=None,
+                       help="batch = tokens // seq for each --seq (overrides --batch), e.g. 32768")
+    bench.add_argument("--out", default=None, help="capture folder (default reports/bench-<device>-<time>)")
+    bench.add_argument("--resume", action="store_true", help="keep the rows already in --out, measure the rest")
+    bench.add_argument("--rep-ms", type=int, default=100, help="do_bench repetition time per case, ms")
+    bench.add_argument("--json", metavar="FILE", help="also write the ratio table as JSON to FILE")
     bench.add_argument("--device", type=_device, default="auto")
 
     capture = sub.add_parser("capture", help="measure implementations at one shape into a capture folder")

@@ -146,72 +146,113 @@ def ceilings(args) -> int:
 
 
 def bench(args) -> int:
-    import torch
-
+    """Our kernels beside PyTorch's, over a grid of shapes, into a capture folder; prints TFLOP/s
+    and the ratio of the baseline (ours) to each peer."""
     from kernels.registry import REGISTRY
-    from profiler.runner import run_case
+    from profiler.capture import Roofs, run_capture
+    from profiler.ceilings import device_name, measure_ceilings
+    from profiler.meta import run_metadata
+    from profiler.store import ResultStore, to_frame
 
     if args.baseline not in args.impl:
         raise UsageError(f"--baseline '{args.baseline}' must be one of --impl ({', '.join(args.impl)})")
+    if args.tokens is not None and args.tokens < max(args.seq):
+        raise UsageError(f"--tokens {args.tokens} is below the longest --seq ({max(args.seq)}): "
+                         "batch = tokens // seq must be at least 1")
     try:
         shapes = [
             cm.Shape(b, h, n, n, d, dt, c, m)
-            for m, dt, d, c, n, b, h in itertools.product(
-                args.mode, args.dtype, args.dim, args.causal, args.seq, args.batch, args.heads
-            )
+            for m, dt, d, c, n in itertools.product(args.mode, args.dtype, args.dim, args.causal, args.seq)
+            for b in ([args.tokens // n] if args.tokens else args.batch)
+            for h in args.heads
         ]
     except ValueError as err:
         raise UsageError(str(err)) from None
-    results = []
+    label = device_name(args.device)
+    folder = Path(args.out) if args.out else _capture_folder(args, f"bench-{label}")
+    if (folder / "results.parquet").exists() and not args.resume:
+        raise UsageError(f"--out '{folder}' already holds results; pass --resume to add to it or choose another")
+    with console.status("measuring the roofs (matmul per dtype, device copy) ..."):
+        measured = measure_ceilings(args.device, dtypes=tuple(sorted(set(args.dtype))))
+    roofs = Roofs(hardware.lookup(label), measured)
+    meta = run_metadata(args.device) | roofs.as_meta() | {
+        "kind": "bench", "shapes": len(shapes), "impls": args.impl, "baseline": args.baseline, "trace": "none",
+        "rep_ms": args.rep_ms,
+        "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd",
+    }
+    store = ResultStore(folder, meta, resume=args.resume)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("benchmark", total=len(shapes) * len(args.impl))
-        for shape in shapes:
-            for name in args.impl:
-                progress.update(task, description=f"{name} {shape.mode} N={shape.seq_q} D={shape.head_dim}")
-                results.append(run_case(REGISTRY[name], shape, args.device))
-                progress.advance(task)
-    rows = _bench_rows(results, args.baseline)
-    device_name = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
-    table = Table("shape", "mode", *[f"{n} TFLOP/s" for n in args.impl],
-                  *[f"{n}/{args.baseline}" for n in args.impl if n != args.baseline], "max rel err", "peak MiB",
-                  title=f"{device_name}: median do_bench, FLOPs = 4·B·H·N²·D (x0.5 causal, x2.5 bwd)")
-    for key, group in itertools.groupby(rows, key=lambda r: (r["shape"], r["mode"])):
-        group = {r["impl"]: r for r in group}
-        base = group[args.baseline]["tflops"]
-        cells = [_fmt(group[n]["tflops"], ".1f", group[n]["status"]) for n in args.impl]
-        ratios = [_fmt(group[n]["tflops"] / base if group[n]["tflops"] and base else None, ".2f")
-                  for n in args.impl if n != args.baseline]
-        errs = ", ".join(f"{_fmt(group[n]['max_rel_err'], '.1e')}" for n in args.impl)
-        mem = ", ".join(_fmt(group[n]["peak_mem_bytes"] / 2**20 if group[n]["peak_mem_bytes"] else None, ".0f")
-                        for n in args.impl)
-        table.add_row(key[0], key[1], *cells, *ratios, errs, mem)
-    console.print(table)
-    for r in rows:
-        if r["status"] != "ok":
-            console.print(f"[yellow]{r['impl']} {r['shape']} {r['mode']}: {r['status']}: {r['message']}")
+
+        def advance(description):
+            progress.update(task, description=description)
+            progress.advance(task)
+
+        run_capture(store, shapes, [REGISTRY[n] for n in args.impl], args.device, roofs, rep_ms=args.rep_ms,
+                    progress=advance)
+    store.update_meta(finished=True)
+    table = bench_table(to_frame(store.rows), args.impl, args.baseline)
+    timer = "do_bench" if args.device == "cuda" else "torch.utils.benchmark"
+    _print_bench(table, args.impl, args.baseline, f"{label}: median {timer}, FLOPs = 4·B·H·N²·D (x0.5 causal, x2.5 bwd)")
+    for r in store.rows:
+        if r["status"] != "ok" and r["impl"] in args.impl:
+            console.print(f"[yellow]{r['impl']} {r['mode']} N={r['seq_q']} D={r['head_dim']}: {r['status']}: "
+                          f"{r['message']}")
     if args.json:
-        from profiler.meta import run_metadata
         from profiler.store import write_json_atomic
 
-        write_json_atomic(Path(args.json), {"device": device_name, "meta": run_metadata(args.device), "rows": rows})
+        write_json_atomic(Path(args.json), {"device": label, "meta": store.meta,
+                                            "rows": table.to_dict("records")})
+    console.print(f"Results written to {folder}/ (results.parquet, meta.json).")
     return 0
 
 
-def _bench_rows(results, baseline: str) -> list[dict]:
+BENCH_SHAPE = ["mode", "dtype", "head_dim", "causal", "seq_q", "batch", "heads"]
+
+
+def bench_table(frame, impls: list[str], baseline: str):
+    """One row per shape: each implementation's TFLOP/s and, for each peer, baseline / peer
+    (above 1 means the baseline is faster). A peer that did not run has no ratio."""
+    import pandas as pd
+
+    totals = frame[(frame.step == "total") & frame.impl.isin(impls)]
     rows = []
-    for r in results:
-        s = r.shape
-        rows.append({
-            "impl": r.impl, "mode": s.mode,
-            "shape": f"B{s.batch} H{s.heads} N{s.seq_q} D{s.head_dim} {s.dtype}{' causal' if s.causal else ''}",
-            "batch": s.batch, "heads": s.heads, "seq": s.seq_q, "head_dim": s.head_dim, "dtype": s.dtype,
-            "causal": s.causal, "status": r.status, "message": r.message, "flops": r.flops,
-            "time_ms": r.timing.median_ms if r.timing else None,
-            "time_ms_p10": r.timing.p10_ms if r.timing else None,
-            "time_ms_p90": r.timing.p90_ms if r.timing else None,
-            "tflops": r.tflops, "peak_mem_bytes": r.peak_mem_bytes, "max_rel_err": r.max_rel_err,
-        })
-    return rows
+    for key, group in totals.groupby(BENCH_SHAPE, sort=False):
+        by_impl = {r.impl: r for r in group.itertuples()}
+        row = dict(zip(BENCH_SHAPE, key))
+        for name in impls:
+            r = by_impl.get(name)
+            row[f"{name}_tflops"] = r.tflops if r is not None and r.status == "ok" else None
+            row[f"{name}_status"] = r.status if r is not None else "missing"
+            row[f"{name}_max_rel_err"] = r.max_rel_err if r is not None else None
+        base = row[f"{baseline}_tflops"]
+        for name in impls:
+            if name != baseline:
+                peer = row[f"{name}_tflops"]
+                row[f"{baseline}/{name}"] = base / peer if base and peer else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _print_bench(table, impls: list[str], baseline: str, title: str) -> None:
+    if table.empty:
+        return
+    peers = [n for n in impls if n != baseline]
+    out = Table("mode", "dtype", "D", "causal", "N", "B×H", *[f"{n} TFLOP/s" for n in impls],
+                *[f"{baseline}/{n}" for n in peers], title=title)
+    for r in table.to_dict("records"):
+        out.add_row(r["mode"], r["dtype"], str(r["head_dim"]), "yes" if r["causal"] else "no", str(r["seq_q"]),
+                    f"{r['batch']}×{r['heads']}",
+                    *[_fmt(r[f"{n}_tflops"], ".4g", r[f"{n}_status"]) for n in impls],
+                    *[_fmt(r[f"{baseline}/{n}"], ".2f") for n in peers])
+    console.print(out)
+    for n in peers:
+        ratios = table[f"{baseline}/{n}"].dropna()
+        if len(ratios):
+            worst = table.loc[ratios.idxmin()]
+            console.print(f"{baseline}/{n}: lowest {ratios.min():.2f} ({worst['mode']} {worst['dtype']} "
+                          f"D{worst['head_dim']} N{worst['seq_q']}{' causal' if worst['causal'] else ''}), "
+                          f"highest {ratios.max():.2f}, {int((ratios >= 1).sum())} of {len(ratios)} at or above 1.0")
 
 
 # ---------------------------------------------------------------------------------------------- demo
