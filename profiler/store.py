@@ -51,6 +51,8 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "message": ("string", "why, when status is not ok"),
 }
 COLUMNS = list(SCHEMA)
+# Meta keys that describe one run; a resumed capture keeps the earlier runs' values in earlier_runs.
+RUN_KEYS = ("command", "time", "git_revision", "torch", "triton", "cuda", "driver", "measured_ceilings", "rep_ms")
 KEY = ["impl", "step", "mode", "batch", "heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal"]
 
 
@@ -94,8 +96,13 @@ class ResultStore:
             self.rows = pd.read_parquet(self.folder / RESULTS).to_dict("records")
         if resume and (self.folder / META).exists():
             # A resumed capture keeps the history of the commands that filled it.
+            # Keys only the earlier runs wrote (e.g. corrections) stay; what this run measures anew
+            # (time, versions, ceilings) is replaced, and the earlier values move to earlier_runs.
             earlier = json.loads((self.folder / META).read_text())
-            meta = {**meta, "commands": [*earlier.get("commands", [earlier.get("command")]), meta.get("command")]}
+            previous = {k: earlier[k] for k in RUN_KEYS if k in earlier}
+            meta = {**earlier, **meta,
+                    "commands": [*earlier.get("commands", [earlier.get("command")]), meta.get("command")],
+                    "earlier_runs": [*earlier.get("earlier_runs", []), previous]}
         self.meta = meta
         write_json_atomic(self.folder / META, meta)
 
