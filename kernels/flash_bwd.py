@@ -130,7 +130,7 @@ def _attn_bwd_dkdv(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    tl.static_assert(BLOCK_N % BLOCK_M == 0)  # diagonal query tiles must not straddle a key tile
+    tl.static_assert(BLOCK_N % BLOCK_M == 0, "BLOCK_N % BLOCK_M != 0: a diagonal query tile would straddle")
     start_n = tl.program_id(0) * BLOCK_N
     off_hz = tl.program_id(1)
     off_z = (off_hz // H).to(tl.int64)
@@ -235,7 +235,7 @@ def _attn_bwd_dq(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    tl.static_assert(BLOCK_M % BLOCK_N == 0)  # diagonal key tiles must not straddle a query tile
+    tl.static_assert(BLOCK_M % BLOCK_N == 0, "BLOCK_M % BLOCK_N != 0: a diagonal key tile would straddle")
     if CAUSAL:  # the longest query blocks first, as in the forward
         start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     else:

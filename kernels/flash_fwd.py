@@ -147,7 +147,7 @@ def _attn_fwd(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    tl.static_assert(BLOCK_M % BLOCK_N == 0)  # the causal split below needs diagonal tiles not to straddle
+    tl.static_assert(BLOCK_M % BLOCK_N == 0, "BLOCK_M % BLOCK_N != 0: a diagonal key tile would straddle")
     if CAUSAL:
         # Query blocks near the end see the most keys: start those first, so that the short ones
         # fill the tail of the grid instead of the long ones (+2 to 4% causal, docs/perf-notes.md).

@@ -193,7 +193,8 @@ def bench(args) -> int:
     store.update_meta(finished=True)
     table = bench_table(to_frame(store.rows), args.impl, args.baseline)
     timer = "do_bench" if args.device == "cuda" else "torch.utils.benchmark"
-    _print_bench(table, args.impl, args.baseline, f"{label}: median {timer}, FLOPs = 4·B·H·N²·D (x0.5 causal, x2.5 bwd)")
+    _print_bench(table, args.impl, args.baseline,
+                 f"{label}: median {timer}, FLOPs = 4·B·H·N²·D (x0.5 causal, x2.5 bwd)")
     for r in store.rows:
         if r["status"] != "ok" and r["impl"] in args.impl:
             console.print(f"[yellow]{r['impl']} {r['mode']} N={r['seq_q']} D={r['head_dim']}: {r['status']}: "

@@ -100,7 +100,8 @@ class ResultStore:
             # (time, versions, ceilings) is replaced, and the earlier values move to earlier_runs.
             earlier = json.loads((self.folder / META).read_text())
             previous = {k: earlier[k] for k in RUN_KEYS if k in earlier}
-            meta = {**earlier, **meta,
+            kept = {k: v for k, v in earlier.items() if k not in RUN_KEYS and k != "finished"}
+            meta = {**kept, **meta,
                     "commands": [*earlier.get("commands", [earlier.get("command")]), meta.get("command")],
                     "earlier_runs": [*earlier.get("earlier_runs", []), previous]}
         self.meta = meta

@@ -89,3 +89,61 @@ def test_demo_on_the_cpu_runs_the_pytorch_implementations():
         row = next(line for line in out.stdout.splitlines() if line.strip("│ ").startswith(name + " "))
         assert " ok " in row, row
     assert "needs a CUDA device" in out.stdout  # the Triton rows say why they did not run
+
+
+def test_bench_tokens_below_the_longest_seq_is_a_usage_error():
+    out = run_cli("bench", "--seq", "512,1024", "--tokens", "600", "--device", "cpu")
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("python -m profiler bench: error: --tokens 600 is below the longest --seq (1024): "
+                                  "batch = tokens // seq must be at least 1")
+
+
+def test_bench_writes_a_capture_and_prints_ratios(tmp_path):
+    import pandas as pd
+
+    folder = tmp_path / "bench"
+    out = run_cli("bench", "--seq", "32,64", "--tokens", "128", "--heads", "2", "--dim", "16", "--dtype", "fp32",
+                  "--impl", "naive,sdpa_math", "--baseline", "naive", "--rep-ms", "5", "--device", "cpu",
+                  "--out", str(folder), "--json", str(tmp_path / "ratios.json"))
+    assert out.returncode == 0, out.stderr
+    assert "naive/sdpa_math: lowest" in out.stdout and "of 2 at or above 1.0" in out.stdout
+    results = pd.read_parquet(folder / "results.parquet")
+    totals = results[results.step == "total"]
+    assert sorted(zip(totals.seq_q, totals.batch, totals.impl)) == [
+        (32, 4, "naive"), (32, 4, "sdpa_math"), (64, 2, "naive"), (64, 2, "sdpa_math")]  # batch = 128 // N
+    assert (totals.status == "ok").all() and (totals.max_rel_err < 1e-5).all()
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["kind"] == "bench" and meta["baseline"] == "naive"
+    rows = json.loads((tmp_path / "ratios.json").read_text())["rows"]
+    for row in rows:
+        assert row["naive/sdpa_math"] == pytest.approx(row["naive_tflops"] / row["sdpa_math_tflops"])
+    # A second run into the same folder needs --resume, and then measures nothing new.
+    again = run_cli("bench", "--seq", "32", "--tokens", "128", "--heads", "2", "--dim", "16", "--dtype", "fp32",
+                    "--impl", "naive,sdpa_math", "--baseline", "naive", "--device", "cpu", "--out", str(folder))
+    assert again.returncode == 2 and "pass --resume" in again.stderr
+
+
+def test_bench_table_ratios_and_missing_peers():
+    from profiler.commands import bench_table
+    from profiler.store import to_frame
+
+    base = {"step": "total", "mode": "fwd", "dtype": "fp16", "head_dim": 64, "causal": False, "batch": 4,
+            "heads": 32, "seq_kv": 2048, "max_rel_err": 1e-4, "message": None}
+    frame = to_frame([
+        {**base, "impl": "triton_flash", "seq_q": 2048, "tflops": 400.0, "status": "ok"},
+        {**base, "impl": "sdpa_cudnn", "seq_q": 2048, "tflops": 500.0, "status": "ok"},
+        {**base, "impl": "triton_flash", "seq_q": 4096, "tflops": 420.0, "status": "ok"},
+        {**base, "impl": "sdpa_cudnn", "seq_q": 4096, "tflops": None, "status": "oom"},
+        {**base, "impl": "naive", "step": "softmax", "seq_q": 2048, "tflops": 1.0, "status": "ok"},
+    ])
+    table = bench_table(frame, ["triton_flash", "sdpa_cudnn", "sdpa_flash"], "triton_flash")
+    assert list(table.seq_q) == [2048, 4096]
+    assert table.loc[0, "triton_flash/sdpa_cudnn"] == pytest.approx(0.8)
+    assert pd_isna(table.loc[1, "triton_flash/sdpa_cudnn"]) and table.loc[1, "sdpa_cudnn_status"] == "oom"
+    assert (table.sdpa_flash_status == "missing").all() and table["triton_flash/sdpa_flash"].isna().all()
+
+
+def pd_isna(value) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(value))

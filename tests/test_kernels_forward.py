@@ -87,6 +87,30 @@ def test_forward_custom_scale():
     _check("triton_flash", q, k, v, causal=False, sm_scale=0.3)
 
 
+@pytest.mark.parametrize("block_m,block_n", [(32, 16), (32, 32), (64, 16)])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_flash_forward_explicit_configs(block_m, block_n, causal):
+    # The benchmark's configs skip the autotuner; causal programs run longest-first, and a query
+    # length that is not a multiple of either block leaves ragged tiles on both sides.
+    from kernels.flash_fwd import flash_attention_forward
+
+    q, k, v = _qkv(2, 2, 100, 100, 32, torch.float32, seed=3)
+    config = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4, num_stages=1)
+    o, lse = flash_attention_forward(q, k, v, causal=causal, config=config)
+    ref_o, ref_lse = attention_oracle(q, k, v, causal=causal, return_lse=True)
+    assert relative_error(o, ref_o) < 1e-6
+    torch.testing.assert_close(lse.double(), ref_lse, rtol=0, atol=1e-5)
+
+
+def test_flash_forward_rejects_a_key_tile_wider_than_the_query_tile():
+    # With BLOCK_N > BLOCK_M a causal diagonal tile would straddle the unmasked and masked loops.
+    from kernels.flash_fwd import flash_attention_forward
+
+    q, k, v = _qkv(1, 1, 64, 64, 16, torch.float32)
+    with pytest.raises(Exception, match="BLOCK_M % BLOCK_N != 0"):
+        flash_attention_forward(q, k, v, causal=True, config=dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1))
+
+
 def test_flash_logsumexp_matches_oracle():
     q, k, v = _qkv(2, 2, 77, 77, 64, torch.float32, seed=11)
     for causal in (False, True):
