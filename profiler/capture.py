@@ -52,6 +52,17 @@ class Roofs:
             return None
         return self.measured.peak_flops(dtype), self.measured.bandwidth
 
+    @classmethod
+    def from_meta(cls, meta: dict) -> Roofs:
+        """The roofs a stored capture was judged against, from its meta.json."""
+        sheet = hardware.lookup(meta.get("datasheet_device") or meta.get("device") or "")
+        stored = meta.get("measured_ceilings")
+        measured = None if not stored else Ceilings(
+            device=meta.get("device", ""), matmul_tflops=stored["matmul_tflops"], copy_gbps=stored["copy_gbps"],
+            matmul_n=stored.get("matmul_n", 0), copy_bytes=stored.get("copy_bytes", 0),
+            torch_version=meta.get("torch", ""), measured_at=stored.get("measured_at", ""))
+        return cls(sheet, measured)
+
     def as_meta(self) -> dict:
         return {
             "datasheet_device": self.datasheet.name if self.datasheet else None,
@@ -266,6 +277,40 @@ def run_capture(store: ResultStore, shapes: list[cm.Shape], impls: list[Impl], d
                     if trace_case(impl, shape, device, store.folder):
                         store.write_kernels(kernels_of_capture(store.folder))
     return new_rows
+
+
+MEASURED = ("time_ms", "time_ms_p10", "time_ms_p90", "status", "message", "peak_mem_bytes", "max_rel_err")
+MODEL = ("flops", "hbm_bytes", "tile_bytes")
+
+
+def remodel(frame: pd.DataFrame, roofs: Roofs) -> tuple[pd.DataFrame, pd.Series]:
+    """Stored rows joined again with the current cost model, for captures stored before a change of
+    the model. A row whose FLOPs and bytes the model still gives is kept as it is; a row where they
+    changed gets its intensity, rates, bound and roof fractions recomputed against ``roofs``, and
+    keeps its measured columns (times, status, peak memory, error). Returns the new frame and a
+    mask of the rows that changed."""
+    from kernels.registry import REGISTRY
+    from profiler.store import COLUMNS, to_frame
+
+    rows, changed = [], []
+    for record in frame.to_dict("records"):
+        shape = cm.Shape(int(record["batch"]), int(record["heads"]), int(record["seq_q"]), int(record["seq_kv"]),
+                         int(record["head_dim"]), record["dtype"], bool(record["causal"]), record["mode"])
+        new = dict(zip(MODEL, cost_of(REGISTRY[record["impl"]], shape, record["step"])))
+        if all(math.isclose(new[k], record[k], rel_tol=1e-12) for k in MODEL):
+            rows.append(record)
+            changed.append(False)
+            continue
+        ok = record["status"] == "ok" and not pd.isna(record["time_ms"])
+        timing = Timing(record["time_ms"], record["time_ms_p10"], record["time_ms_p90"]) if ok else None
+        measured = {k: (None if pd.isna(record[k]) else record[k]) for k in MEASURED}
+        row = make_row(REGISTRY[record["impl"]], shape, record["step"], roofs, timing=timing,
+                       status=measured["status"], message=measured["message"] or "",
+                       peak_mem_bytes=measured["peak_mem_bytes"], max_rel_err=measured["max_rel_err"])
+        row.update({k: v for k, v in measured.items() if row.get(k) is None})
+        rows.append(row | {k: v for k, v in record.items() if k not in COLUMNS})  # e.g. nsys_gpu_ms
+        changed.append(True)
+    return to_frame(rows), pd.Series(changed, index=frame.index)
 
 
 def summary_frame(rows: list[dict]) -> pd.DataFrame:

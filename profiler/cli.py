@@ -137,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--rebuild", metavar="FOLDER", default=None,
                           help="no GPU: re-read FOLDER's ncu/*.csv and compare them with the current model")
 
+    remodel = sub.add_parser("remodel", help="join a stored capture's times with the current cost model (no GPU)")
+    remodel.add_argument("capture", help="a capture folder")
+    remodel.add_argument("--dry-run", action="store_true", help="print what would change, write nothing")
+
     model = sub.add_parser("model", help="FLOPs, bytes and intensity per step from the cost model (no GPU)")
     _add_shape_args(model, seq_default="4096", lists=False)
     model.add_argument("--mode", choices=MODES, default="fwd")

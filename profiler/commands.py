@@ -497,7 +497,7 @@ def validate(args) -> int:
 
     if args.rebuild:
         return _validate_rebuild(Path(args.rebuild))
-    from profiler.capture import Roofs, make_row
+    from profiler.capture import Roofs
     from profiler.ceilings import device_name, measure_ceilings
     from profiler.meta import run_metadata
     from profiler.ncu import NcuError, find_ncu
@@ -534,7 +534,49 @@ def validate(args) -> int:
     table = validation_table(kernels, l2)
     write_bytes_atomic(folder / "validation.parquet", table.to_parquet(index=False))
     store = ResultStore(folder, meta)
+    store.append(_validation_rows(table, roofs))
+    _print_validation(table)
+    console.print(f"Wrote {folder}/ (validation.parquet, ncu_kernels.parquet, ncu/*.csv, results.parquet)")
+    return 0
+
+
+def remodel(args) -> int:
+    """Re-join a capture's stored times with the current cost model, after the model changed."""
+    import time
+
+    from profiler.capture import Roofs
+    from profiler.capture import remodel as remodel_frame
+    from profiler.store import RESULTS, CaptureError, load_capture, write_bytes_atomic, write_json_atomic
+
+    folder = Path(args.capture)
+    try:
+        meta, frame = load_capture(folder)
+    except CaptureError as err:
+        raise UsageError(str(err)) from None
+    new, changed = remodel_frame(frame, Roofs.from_meta(meta))
+    if not changed.any():
+        console.print(f"{folder}: every row already matches the current model.")
+        return 0
+    console.print(f"{folder}: the model gives other FLOPs or bytes for {int(changed.sum())} of {len(frame)} rows:")
+    for (impl, step, mode, causal), count in frame[changed].groupby(["impl", "step", "mode", "causal"]).size().items():
+        console.print(f"  {impl} {step} {mode}{' causal' if causal else ''}: {count}")
+    if args.dry_run:
+        return 0
+    write_bytes_atomic(folder / RESULTS, new.to_parquet(index=False))
+    meta.setdefault("remodelled", []).append({
+        "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rows_changed": int(changed.sum()),
+        "note": "FLOPs, bytes, intensity, rates, bound and roof fractions of these rows recomputed from their "
+                "stored times with the cost model of this time, against this meta's roofs"})
+    write_json_atomic(folder / "meta.json", meta)
+    console.print(f"Wrote {folder / RESULTS}; meta.json records the remodel.")
+    return 0
+
+
+def _validation_rows(table, roofs) -> list[dict]:
+    """Capture rows for a validation table, so the dashboard reads it like any capture; the time
+    is ncu's gpu__time_duration of the one profiled run."""
     from kernels.registry import REGISTRY
+    from profiler.capture import make_row
     from profiler.timing import Timing
 
     rows = []
@@ -544,24 +586,30 @@ def validate(args) -> int:
         ms = r.gpu_time_ns / 1e6
         rows.append(make_row(REGISTRY[r.impl], shape, r.step, roofs, timing=Timing(ms, ms, ms), status="ok",
                              message="time: ncu gpu__time_duration of one run"))
-    store.append(rows)
-    _print_validation(table)
-    console.print(f"Wrote {folder}/ (validation.parquet, ncu_kernels.parquet, ncu/*.csv, results.parquet)")
-    return 0
+    return rows
 
 
 def _validate_rebuild(folder: Path) -> int:
+    """Re-read the ncu CSVs of a validation capture and rewrite its tables with the current model."""
+    import time
+
+    from profiler.capture import Roofs
     from profiler.ncu import NcuError
-    from profiler.store import CaptureError, load_capture, write_json_atomic
+    from profiler.store import RESULTS, CaptureError, to_frame, write_bytes_atomic, write_json_atomic
     from profiler.validate import rebuild
 
+    meta_path = folder / "meta.json"
+    if not meta_path.exists():
+        raise UsageError(f"'{folder}' is not a validation capture: missing meta.json")
     try:
-        meta, _ = load_capture(folder)
+        meta = json.loads(meta_path.read_text())
         table = rebuild(folder, meta.get("l2_bytes"))
     except (CaptureError, NcuError, ValueError) as err:
         raise UsageError(str(err)) from None
-    meta["validation_rebuilt_with_model_at"] = __import__("time").strftime("%Y-%m-%dT%H:%M:%S%z")
-    write_json_atomic(folder / "meta.json", meta)
+    rows = to_frame(_validation_rows(table, Roofs.from_meta(meta)))
+    write_bytes_atomic(folder / RESULTS, rows.to_parquet(index=False))
+    meta["validation_rebuilt_with_model_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    write_json_atomic(meta_path, meta)
     _print_validation(table)
     return 0
 

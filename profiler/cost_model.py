@@ -114,24 +114,37 @@ def naive_step_flops(shape: Shape, step: str) -> int:
     return _by_mode(shape, fwd[step], bwd[step])
 
 
+def _mask_zeroed(shape: Shape) -> int:
+    """Entries of the Nq×Nk causal mask on or below the diagonal (key j <= query i), which
+    ``triu_(1)`` sets to False: sum over rows i of min(i + 1, Nk)."""
+    full = max(0, shape.seq_q - shape.seq_kv)  # rows that see every key
+    partial = shape.seq_q - full  # rows i < Nk see i + 1 keys
+    return partial * (partial + 1) // 2 + full * shape.seq_kv
+
+
 def naive_step_bytes(shape: Shape, step: str) -> int:
     """HBM bytes of one naive step: each operand read once and each result written once."""
     e = shape.elem_bytes
     s_bytes = shape.score_elems * e
     q, kv, o = _tensor_bytes(shape, shape.seq_q), _tensor_bytes(shape, shape.seq_kv), _tensor_bytes(shape, shape.seq_q)
-    # Causal scale_mask is two kernels (multiply, then masked_fill_ in place) reading a bool mask of
-    # Nq·Nk bytes per (batch, head); non-causal is one multiply.
-    mask_pass = (2 * s_bytes + shape.score_elems) if shape.causal else 0
+    # Causal scale_mask is the multiply, then masked_fill_ in place with one Nq×Nk bool mask that
+    # every batch and head shares. kernels/reference.py builds it each call: a fill writes all of
+    # it, the in-place triu_ writes only the entries it zeroes (it reads nothing: the counters show
+    # 12 KB). Each operand is read once, so the mask counts once, not once per head; at N = 4096
+    # the 16 MB mask is partly re-read from DRAM (reports/validate-h200). The backward's masked_fill
+    # reads the gradient and the mask and writes a new gradient.
+    mask = shape.seq_q * shape.seq_kv if shape.causal else 0
+    mask_build = mask + _mask_zeroed(shape) if shape.causal else 0
     fwd = {
         "qk_matmul": q + kv + s_bytes,  # read Q, K; write S
-        "scale_mask": 2 * s_bytes + mask_pass,  # read S, write S (and the mask pass)
+        "scale_mask": 2 * s_bytes + (2 * s_bytes + mask_build + mask if shape.causal else 0),  # read S, write S·scale
         "softmax": 2 * s_bytes,  # read S, write P
         "pv_matmul": s_bytes + kv + o,  # read P, V; write O
     }
     bwd = {
         "pv_matmul": 2 * o + 2 * kv + 2 * s_bytes,  # read dO, V, P, dO; write dP, dV (dO read per matmul)
         "softmax": 3 * s_bytes,  # read P, dP; write dS
-        "scale_mask": 2 * s_bytes,  # read dS, write dS·scale
+        "scale_mask": 2 * s_bytes + (2 * s_bytes + mask if shape.causal else 0),  # read dS, write dS·scale
         "qk_matmul": s_bytes + kv + q + s_bytes + q + kv,  # dQ = dS K; dK = dSᵀ Q: each reads dS
     }
     _check_step(step)
@@ -262,30 +275,42 @@ def predicted_peak_bytes(shape: Shape, fused: bool) -> int:
 
 
 # What the write-back L2 still holds of a kernel's output when the kernel ends, so that Nsight
-# Compute does not see it reach DRAM during the kernel. Fitted on an H200 (60 MB L2) by
-# reports/validate-h200: naive kernels that stream an N×N matrix out kept 19 to 27 MB of it
-# (about 0.4 of the L2); fused kernels, whose L2 is busy serving K and V re-reads, kept 5 to 9 MB of
-# their output (about 1/8 of the L2). These are measured fractions, not datasheet figures.
-STREAMING_L2_RETENTION = 0.4
+# Compute does not see it reach DRAM during the kernel, as a fraction of the L2. Measured on an H200
+# (62.9 MB L2) by reports/validate-h200, per kernel class, at N = 1024 and 4096 (the N×N outputs are
+# 34 and 537 MB), where each class kept a nearly constant amount:
+# - cuBLAS matmuls writing S: 26.9 to 27.4 MB in all 16 runs (0.43 of the L2);
+# - elementwise and softmax kernels, which read as much as they write: 18.7 to 24.7 MB (0.35);
+# - fused attention kernels, whose L2 also serves the K and V re-reads: 5 to 9 MB (1/8).
+# These are measured fractions of one GPU, not datasheet figures; at N >= 4096 they change the
+# total by under 5%, at N = 1024 by up to three quarters (qk_matmul at D64), which is why the
+# classes are kept apart. reports/validate-h200-n2048 checks them on shapes they were not fitted on.
+MATMUL_L2_RETENTION = 0.43
+STREAMING_L2_RETENTION = 0.35
 FUSED_L2_RETENTION = 0.125
 
 
-def dram_bytes(shape: Shape, impl: str, step: str, l2_bytes: float | None = None) -> float:
+def dram_bytes(shape: Shape, impl: str, step: str, l2_bytes: float | None = None, kv_splits: int = 1) -> float:
     """DRAM traffic Nsight Compute sees during a kernel (or a naive step's kernels): every input
     read once (fused kernels: Q, K and V; the L2 serves their re-reads), every output written
     once, less what the write-back L2 still holds at the end of each writing kernel (see the
-    retention fractions above; none when ``l2_bytes`` is None)."""
+    retention fractions above; none when ``l2_bytes`` is None). ``kv_splits`` > 1 is
+    FlashAttention-2's split-KV path: each split writes an fp32 partial output and logsumexp per
+    query row, and a combine kernel reads them back (Dao, flash-attention, flash_fwd_splitkv_kernel)."""
     q, kv = _tensor_bytes(shape, shape.seq_q), _tensor_bytes(shape, shape.seq_kv)
     s_bytes = shape.score_elems * shape.elem_bytes
     if step == "total":
-        reads, writes, writers, retention = q + 2 * kv, q + shape.bh * shape.seq_q * LSE_BYTES, 1, FUSED_L2_RETENTION
+        partials = kv_splits * shape.bh * shape.seq_q * (shape.head_dim + 1) * 4 if kv_splits > 1 else 0
+        reads, writes = q + 2 * kv + partials, q + shape.bh * shape.seq_q * LSE_BYTES + partials
+        writers, retention = (2 if partials else 1), FUSED_L2_RETENTION  # split-KV: the splits, then the combine
     else:
         _check_step(step)
         fwd = shape.with_mode("fwd")
         total = naive_step_bytes(fwd, step)
-        writes = {"qk_matmul": s_bytes, "scale_mask": 2 * s_bytes if shape.causal else s_bytes,
+        mask_writes = shape.seq_q * shape.seq_kv + _mask_zeroed(shape)  # the fill, then triu_
+        writes = {"qk_matmul": s_bytes, "scale_mask": 2 * s_bytes + mask_writes if shape.causal else s_bytes,
                   "softmax": s_bytes, "pv_matmul": q}[step]
-        reads, writers, retention = total - writes, 2 if step == "scale_mask" and shape.causal else 1, \
-            STREAMING_L2_RETENTION
+        reads = total - writes
+        writers = 2 if step == "scale_mask" and shape.causal else 1  # the multiply and masked_fill_
+        retention = MATMUL_L2_RETENTION if step in ("qk_matmul", "pv_matmul") else STREAMING_L2_RETENTION
     retained = 0.0 if l2_bytes is None else min(writes, writers * retention * l2_bytes)
     return reads + writes - retained

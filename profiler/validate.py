@@ -55,29 +55,60 @@ def with_shape(kernels: pd.DataFrame, shape: cm.Shape) -> pd.DataFrame:
     return kernels
 
 
-def query_tile(impl: str, kernel: str, grid: str, seq_q: int) -> int:
-    """Query rows per tile of the kernel that ran, which sets how much of the causal diagonal it
-    computes in vain: ours from its grid (cdiv(N, BLOCK_M) programs along x), FlashAttention-2 from
-    the kBlockM in its kernel traits, cuDNN's sm90 fprop kernel 128 (two 64-row consumer
-    warpgroups per tile, the 64 in its name; the H200 counters agree)."""
+def kernel_tile(impl: str, kernel: str, grid: str, seq_q: int) -> tuple[int, int]:
+    """(query rows, key columns) per tile of the kernel that ran, which sets how much of the causal
+    diagonal it computes in vain: ours from its grid (cdiv(N, BLOCK_M) programs along x; its
+    BLOCK_N divides BLOCK_M, so the query tile alone decides), FlashAttention-2 from the kBlockM and
+    kBlockN in its kernel traits (<head_dim, kBlockM, kBlockN, ...>), cuDNN's sm90 fprop kernel
+    128 × 128 (two 64-row consumer warpgroups per tile, the 64 in its name; the H200 counters agree)."""
     if impl == "triton_flash":
         programs = int(str(grid).strip("()").split(",")[0])
-        return -(-seq_q // programs)
+        rows = -(-seq_q // programs)
+        return rows, rows
     match = re.search(r"Flash_fwd_kernel_traits<\d+, (\d+), (\d+)", kernel)
     if match:
-        return int(match.group(1))
-    return 128
+        return int(match.group(1)), int(match.group(2))
+    return 128, 128
 
 
-def model_tensor_flops(shape: cm.Shape, impl: str, step: str, tile_m: int = 128) -> float:
-    """Matrix FLOPs the tensor cores must do: the two matmuls of attention, none for elementwise
-    steps; fused kernels compute whole tiles on the causal diagonal, so their count is the
-    executed FLOPs for their query tile (the key tile does not matter when it divides it)."""
+def kv_splits(kernel: str, grid: str) -> int:
+    """Key/value splits of FlashAttention-2's split-KV path (taken when batch × heads cannot fill
+    the GPU): flash_fwd_splitkv_kernel's grid is (query blocks, splits, batch × heads)."""
+    if "splitkv" not in kernel:
+        return 1
+    return int(str(grid).strip("()").split(",")[1])
+
+
+def cublas_padding(kernel: str, rows: int, cols: int) -> float:
+    """Executed over needed tensor work of a cuBLAS nvjet GEMM writing a (rows × cols) matrix per
+    head. Its name carries the CTA tile (``_64x80_``) and the cluster shape (``_1x4_``); cuBLAS is
+    column-major, so its M runs along PyTorch's last dimension (cols) and N along the rows; clusters
+    launch whole, so a tile count is rounded up to a multiple of the cluster's extent and the tiles
+    past the edge multiply TMA's zero fill. 1.0 for any other kernel. (H200, B1 H4 N2048 D64: tile
+    64×80, cluster 1×4: 28 tiles of 80 rows for 2048 rows, 1.094, as measured.)"""
+    match = re.search(r"nvjet_sm\d+_[a-z]+_(\d+)x(\d+)_\d+x\d+_(\d+)x(\d+)_", kernel)
+    if match is None:
+        return 1.0
+    tile_m, tile_n, cluster_m, cluster_n = (int(g) for g in match.groups())
+
+    def padded(extent: int, tile: int, cluster: int) -> int:
+        tiles = -(-extent // tile)
+        return -(-tiles // cluster) * cluster * tile
+
+    return padded(cols, tile_m, cluster_m) / cols * padded(rows, tile_n, cluster_n) / rows
+
+
+def model_tensor_flops(shape: cm.Shape, impl: str, step: str, tile: tuple[int, int] = (128, 128),
+                       kernel: str = "") -> float:
+    """Matrix FLOPs the tensor cores must do: the two matmuls of attention (as the cuBLAS kernel
+    that ran tiles them), none for elementwise steps; fused kernels compute whole tiles on the
+    causal diagonal, so their count is the executed FLOPs for their tile."""
     if step in ("qk_matmul", "pv_matmul"):
-        return cm.naive_step_flops(shape, step)
+        cols = shape.seq_kv if step == "qk_matmul" else shape.head_dim
+        return cm.naive_step_flops(shape, step) * cublas_padding(kernel, shape.seq_q, cols)
     if step in ("scale_mask", "softmax"):
         return 0.0
-    return cm.executed_flops(shape, fwd_tile=(tile_m, tile_m))
+    return cm.executed_flops(shape, fwd_tile=tile)
 
 
 def validation_table(kernels: pd.DataFrame, l2_bytes: float | None) -> pd.DataFrame:
@@ -95,13 +126,16 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None) -> pd.DataFr
     for r in grouped.itertuples():
         shape = cm.Shape(int(r.batch), int(r.heads), int(r.seq_q), int(r.seq_kv), int(r.head_dim), r.dtype,
                          bool(r.causal))
-        model_dram = cm.dram_bytes(shape, r.impl, r.step, l2_bytes)
-        model_l2 = cm.tile_bytes(shape) if r.step == "total" else cm.naive_step_bytes(shape, r.step)
-        tile_m = query_tile(r.impl, r.kernel_names, r.grid, int(r.seq_q)) if r.step == "total" else 0
-        model_flops = model_tensor_flops(shape, r.impl, r.step, tile_m)
+        fused = r.step == "total"
+        splits = kv_splits(r.kernel_names, r.grid) if fused else 1
+        model_dram = cm.dram_bytes(shape, r.impl, r.step, l2_bytes, kv_splits=splits)
+        model_l2 = cm.tile_bytes(shape) if fused else cm.naive_step_bytes(shape, r.step)
+        tile = kernel_tile(r.impl, r.kernel_names, r.grid, int(r.seq_q)) if fused else (0, 0)
+        model_flops = model_tensor_flops(shape, r.impl, r.step, tile, kernel=r.kernel_names)
         measured_dram = r.dram_read_bytes + r.dram_write_bytes
         rows.append({
-            **r._asdict(), "query_tile": tile_m, "dram_bytes": measured_dram, "model_dram_bytes": model_dram,
+            **r._asdict(), "query_tile": tile[0], "key_tile": tile[1], "kv_splits": splits,
+            "dram_bytes": measured_dram, "model_dram_bytes": model_dram,
             "dram_ratio": measured_dram / model_dram if model_dram else float("nan"),
             "model_l2_bytes": model_l2, "l2_ratio": r.l2_bytes / model_l2 if model_l2 else float("nan"),
             "tensor_flops": r.tensor_ops, "model_tensor_flops": model_flops,

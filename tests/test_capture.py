@@ -228,3 +228,33 @@ def test_run_case_times_every_mode_and_checks_gradients(impl, mode):
     assert result.status == "ok", result.message
     assert result.timing.median_ms > 0 and result.max_rel_err < 1e-5  # output, and dq, dk, dv when bwd
     assert result.flops == cm.fused_flops(cm.Shape(1, 2, 33, 33, 16, "fp32", causal=True, mode=mode))
+
+
+@pytest.mark.parametrize("name", ["reference-h200", "capture-h200-n8192", "bench-h200-grid", "validate-h200"])
+def test_shipped_captures_match_the_current_cost_model(name):
+    from profiler.capture import Roofs, remodel
+
+    meta, frame = load_capture(ROOT / "reports" / name)
+    _, changed = remodel(frame, Roofs.from_meta(meta))
+    assert not changed.any(), f"run `python -m profiler remodel reports/{name}`"
+
+
+def test_remodel_recomputes_only_rows_the_model_changed(tmp_path):
+    import shutil
+
+    from profiler.cli import main
+
+    shutil.copytree(ROOT / "reports" / "reference-h200", tmp_path / "ref")
+    path = tmp_path / "ref" / "results.parquet"
+    original = pd.read_parquet(path)
+    stale = original.copy()
+    row = stale.index[(stale.impl == "naive") & (stale.step == "scale_mask") & stale.causal
+                      & (stale.status == "ok")][0]
+    stale.loc[row, ["hbm_bytes", "arithmetic_intensity", "gbps"]] = [1.0, 2.0, 3.0]  # as an older model had it
+    stale.to_parquet(path, index=False)
+    assert main(["remodel", str(tmp_path / "ref"), "--dry-run"]) == 0
+    assert pd.read_parquet(path).loc[row, "hbm_bytes"] == 1.0  # a dry run writes nothing
+    assert main(["remodel", str(tmp_path / "ref")]) == 0
+    pd.testing.assert_frame_equal(pd.read_parquet(path), original)
+    assert json.loads((tmp_path / "ref" / "meta.json").read_text())["remodelled"][-1]["rows_changed"] == 1
+    assert main(["remodel", str(tmp_path / "nowhere")]) == 2

@@ -36,7 +36,11 @@ def test_naive_step_counts_by_hand():
     assert cm.naive_step_bytes(s, "qk_matmul") == q_bytes + k_bytes + score * 2
     assert cm.naive_step_bytes(s, "pv_matmul") == score * 2 + k_bytes + q_bytes
     causal = cm.Shape(2, 3, 100, 50, 64, dtype="fp16", causal=True)
-    assert cm.naive_step_bytes(causal, "scale_mask") == 4 * score * 2 + score  # two passes + bool mask
+    # Two passes over S, and one 100×50 bool mask for every batch and head: a fill writes it, triu_
+    # zeroes the entries with key <= query (1 + 2 + ... + 50 for the first 50 rows, then 50 per row
+    # for the other 50), and masked_fill_ reads it.
+    zeroed = 50 * 51 // 2 + 50 * 50
+    assert cm.naive_step_bytes(causal, "scale_mask") == 4 * score * 2 + 100 * 50 + zeroed + 100 * 50
     with pytest.raises(ValueError, match="unknown naive step 'exp'"):
         cm.naive_step_flops(s, "exp")
 
