@@ -1,0 +1,162 @@
+"""``bench`` (ours beside the peers, with ratios) and ``demo`` (every implementation once)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+
+from rich.progress import Progress
+from rich.table import Table
+
+from profiler import cost_model as cm
+from profiler import hardware
+from profiler.cli import UsageError
+from profiler.commands._shared import capture_folder, console, fmt
+
+# --------------------------------------------------------------------------------------------- bench
+
+
+def bench(args) -> int:
+    """Our kernels beside PyTorch's, over a grid of shapes, into a capture folder; prints TFLOP/s
+    and the ratio of the baseline (ours) to each peer."""
+    from kernels.registry import REGISTRY
+    from profiler.capture import Roofs, run_capture
+    from profiler.ceilings import device_name, measure_ceilings
+    from profiler.meta import run_metadata
+    from profiler.store import ResultStore, to_frame
+
+    if args.baseline not in args.impl:
+        raise UsageError(f"--baseline '{args.baseline}' must be one of --impl ({', '.join(args.impl)})")
+    if args.tokens is not None and args.tokens < max(args.seq):
+        raise UsageError(f"--tokens {args.tokens} is below the longest --seq ({max(args.seq)}): "
+                         "batch = tokens // seq must be at least 1")
+    try:
+        shapes = [
+            cm.Shape(b, h, n, n, d, dt, c, m)
+            for m, dt, d, c, n in itertools.product(args.mode, args.dtype, args.dim, args.causal, args.seq)
+            for b in ([args.tokens // n] if args.tokens else args.batch)
+            for h in args.heads
+        ]
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    label = device_name(args.device)
+    folder = Path(args.out) if args.out else capture_folder(args, f"bench-{label}")
+    if (folder / "results.parquet").exists() and not args.resume:
+        raise UsageError(f"--out '{folder}' already holds results; pass --resume to add to it or choose another")
+    with console.status("measuring the roofs (matmul per dtype, device copy) ..."):
+        measured = measure_ceilings(args.device, dtypes=tuple(sorted(set(args.dtype))))
+    roofs = Roofs(hardware.lookup(label), measured)
+    meta = run_metadata(args.device) | roofs.as_meta() | {
+        "kind": "bench", "shapes": len(shapes), "impls": args.impl, "baseline": args.baseline, "trace": "none",
+        "rep_ms": args.rep_ms,
+        "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd",
+    }
+    store = ResultStore(folder, meta, resume=args.resume)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("benchmark", total=len(shapes) * len(args.impl))
+
+        def advance(description):
+            progress.update(task, description=description)
+            progress.advance(task)
+
+        run_capture(store, shapes, [REGISTRY[n] for n in args.impl], args.device, roofs, rep_ms=args.rep_ms,
+                    progress=advance)
+    store.update_meta(finished=True)
+    table = bench_table(to_frame(store.rows), args.impl, args.baseline)
+    timer = "do_bench" if args.device == "cuda" else "torch.utils.benchmark"
+    _print_bench(table, args.impl, args.baseline,
+                 f"{label}: median {timer}, FLOPs = 4·B·H·N²·D (x0.5 causal, x2.5 bwd)")
+    for r in store.rows:
+        if r["status"] != "ok" and r["impl"] in args.impl:
+            console.print(f"[yellow]{r['impl']} {r['mode']} N={r['seq_q']} D={r['head_dim']}: {r['status']}: "
+                          f"{r['message']}")
+    if args.json:
+        from profiler.store import write_json_atomic
+
+        write_json_atomic(Path(args.json), {"device": label, "meta": store.meta,
+                                            "rows": table.to_dict("records")})
+    console.print(f"Results written to {folder}/ (results.parquet, meta.json).")
+    return 0
+
+
+BENCH_SHAPE = ["mode", "dtype", "head_dim", "causal", "seq_q", "batch", "heads"]
+
+
+def bench_table(frame, impls: list[str], baseline: str):
+    """One row per shape: each implementation's TFLOP/s and, for each peer, baseline / peer
+    (above 1 means the baseline is faster). A peer that did not run has no ratio."""
+    import pandas as pd
+
+    totals = frame[(frame.step == "total") & frame.impl.isin(impls)]
+    rows = []
+    for key, group in totals.groupby(BENCH_SHAPE, sort=False):
+        by_impl = {r.impl: r for r in group.itertuples()}
+        row = dict(zip(BENCH_SHAPE, key))
+        for name in impls:
+            r = by_impl.get(name)
+            row[f"{name}_tflops"] = r.tflops if r is not None and r.status == "ok" else None
+            row[f"{name}_status"] = r.status if r is not None else "missing"
+            row[f"{name}_max_rel_err"] = r.max_rel_err if r is not None else None
+        base = row[f"{baseline}_tflops"]
+        for name in impls:
+            if name != baseline:
+                peer = row[f"{name}_tflops"]
+                row[f"{baseline}/{name}"] = base / peer if base and peer else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _print_bench(table, impls: list[str], baseline: str, title: str) -> None:
+    if table.empty:
+        return
+    peers = [n for n in impls if n != baseline]
+    out = Table("mode", "dtype", "D", "causal", "N", "B×H", *[f"{n} TFLOP/s" for n in impls],
+                *[f"{baseline}/{n}" for n in peers], title=title)
+    for r in table.to_dict("records"):
+        out.add_row(r["mode"], r["dtype"], str(r["head_dim"]), "yes" if r["causal"] else "no", str(r["seq_q"]),
+                    f"{r['batch']}×{r['heads']}",
+                    *[fmt(r[f"{n}_tflops"], ".4g", r[f"{n}_status"]) for n in impls],
+                    *[fmt(r[f"{baseline}/{n}"], ".2f") for n in peers])
+    console.print(out)
+    for n in peers:
+        ratios = table[f"{baseline}/{n}"].dropna()
+        if len(ratios):
+            worst = table.loc[ratios.idxmin()]
+            console.print(f"{baseline}/{n}: lowest {ratios.min():.2f} ({worst['mode']} {worst['dtype']} "
+                          f"D{worst['head_dim']} N{worst['seq_q']}{' causal' if worst['causal'] else ''}), "
+                          f"highest {ratios.max():.2f}, {int((ratios >= 1).sum())} of {len(ratios)} at or above 1.0")
+
+
+# ---------------------------------------------------------------------------------------------- demo
+
+
+def demo(args) -> int:
+    """Every implementation once at a size that suits the machine, with its error and speed."""
+    from kernels.registry import REGISTRY
+    from profiler.runner import run_case
+
+    on_gpu = args.device == "cuda"
+    # The seed posts' benchmark shape on a GPU; on a CPU a size that runs in seconds.
+    shape = cm.Shape(4, 32, 4096, 4096, 64, "fp16") if on_gpu else cm.Shape(1, 4, 512, 512, 64, "fp32")
+    results = []
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("demo", total=len(REGISTRY))
+        for impl in REGISTRY.values():
+            progress.update(task, description=f"running {impl.name}")
+            results.append(run_case(impl, shape, args.device, rep_ms=50 if on_gpu else 200))
+            progress.advance(task)
+    naive_ms = next((r.timing.median_ms for r in results if r.impl == "naive" and r.timing), None)
+    table = Table("impl", "ms", "TFLOP/s", "speedup vs naive", "max rel err vs fp32", "peak MiB", "status",
+                  title=f"B={shape.batch} H={shape.heads} N={shape.seq_q} D={shape.head_dim} {shape.dtype} "
+                        f"forward on {args.device}")
+    for r in results:
+        ms = r.timing.median_ms if r.timing else None
+        table.add_row(r.impl, fmt(ms, ".3f"), fmt(r.tflops, ".2f"),
+                      fmt(naive_ms / ms if ms and naive_ms else None, ".1f"), fmt(r.max_rel_err, ".1e"),
+                      fmt(r.peak_mem_bytes / 2**20 if r.peak_mem_bytes else None, ".0f"),
+                      r.status if r.status == "ok" else f"{r.status}: {r.message}")
+    console.print(table)
+    if not on_gpu and os.environ.get("TRITON_INTERPRET") != "1":
+        console.print("Triton kernels need a GPU; set TRITON_INTERPRET=1 to run them (slowly) on the CPU.")
+    return 0

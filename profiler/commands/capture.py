@@ -1,0 +1,140 @@
+"""``capture`` and ``sweep`` (measure into a capture folder) and ``report`` (its HTML page)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.progress import Progress
+from rich.table import Table
+
+from profiler import hardware
+from profiler.cli import UsageError
+from profiler.commands._shared import capture_folder, console, fmt
+
+# ------------------------------------------------------------------------------------ capture, sweep
+
+
+def _resolve_capture_args(args, lists: bool) -> tuple[dict, list[str]]:
+    """Fill defaults: the seed benchmark (B4 H32 D64 fp16) on a GPU; on a CPU, sizes that fit and
+    finish in minutes (B1 H2 fp32). Returns the values and notes on what was shrunk."""
+    on_gpu = args.device == "cuda"
+    notes = []
+
+    def pick(value, gpu_default: list, cpu_default: list, name: str) -> list:
+        if value is not None:
+            return value if isinstance(value, list) else [value]  # sweep gives lists, capture one value
+        if not on_gpu and cpu_default != gpu_default:
+            notes.append(f"{name}={','.join(map(str, cpu_default))} (GPU default {','.join(map(str, gpu_default))})")
+        return gpu_default if on_gpu else cpu_default
+
+    values = {
+        "seqs": pick(args.seq, [512, 1024, 2048, 4096, 8192, 16384] if lists else [8192],
+                     [256, 512, 1024] if lists else [8192], "seq"),
+        "batches": pick(args.batch, [4], [1], "batch"),
+        "heads": pick(args.heads, [32], [2], "heads"),
+        "dims": pick(args.dim, [64], [64], "head_dim"),
+        "dtypes": pick(args.dtype, ["fp16"], ["fp32"], "dtype"),
+        "causals": args.causal if lists else [args.causal],
+        "modes": args.mode if lists else [args.mode],
+    }
+    return values, notes
+
+
+def _run_capture_command(args, lists: bool) -> int:
+    from kernels.registry import REGISTRY
+    from profiler.capture import Roofs, run_capture, shapes_of, summary_frame
+    from profiler.ceilings import device_name, measure_ceilings
+    from profiler.meta import run_metadata
+    from profiler.store import ResultStore
+
+    values, notes = _resolve_capture_args(args, lists)
+    try:
+        shapes = shapes_of(values["batches"], values["heads"], values["seqs"], values["dims"], values["dtypes"],
+                           values["causals"], values["modes"])
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    impls = [REGISTRY[n] for n in (args.impl or list(REGISTRY))]
+    label = device_name(args.device)
+    folder = capture_folder(args, label)
+    if (folder / "results.parquet").exists() and not args.resume:
+        raise UsageError(f"--out '{folder}' already holds a capture; pass --resume to add to it or choose another")
+    if notes:
+        console.print(f"No GPU: defaults shrunk to fit this machine: {', '.join(notes)}.")
+    with console.status("measuring the roofs (matmul per dtype, device copy) ..."):
+        measured = measure_ceilings(args.device, dtypes=tuple(sorted(set(values["dtypes"]))))
+    roofs = Roofs(hardware.lookup(label), measured)
+    if roofs.datasheet is None:
+        console.print(f"'{label}' is not in the datasheet table: rows are judged against measured ceilings only.")
+    trace = args.trace or ("torch" if args.device == "cuda" else "none")
+    seqs = values["seqs"]
+    # A capture traces each implementation at its shape; a sweep only at its middle sequence length
+    # and its first dtype, head_dim, causal setting and mode, so the folder stays a few MB.
+    traced = None
+    if trace == "torch":
+        traced = (seqs[len(seqs) // 2], values["dtypes"][0], values["dims"][0], values["causals"][0],
+                  values["modes"][0])
+    meta = run_metadata(args.device) | roofs.as_meta() | {
+        "kind": "sweep" if lists else "capture", "shapes": len(shapes), "impls": [i.name for i in impls],
+        "trace": trace, "defaults_shrunk": notes, "rep_ms": args.rep_ms,
+        "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd; naive steps: profiler.cost_model",
+    }
+    store = ResultStore(folder, meta, resume=args.resume)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("capture", total=len(shapes) * len(impls))
+
+        def advance(description):
+            progress.update(task, description=description)
+            progress.advance(task)
+
+        rows = run_capture(store, shapes, impls, args.device, roofs, rep_ms=args.rep_ms, progress=advance,
+                           trace_filter=None if traced is None else
+                           (lambda s: (s.seq_q, s.dtype, s.head_dim, s.causal, s.mode) == traced))
+    store.update_meta(finished=True)
+    _print_summary(summary_frame(store.rows if args.resume else rows))
+    console.print(f"Capture written to {folder}/ (results.parquet, meta.json"
+                  f"{', kernels.parquet, traces/' if traced else ''}).")
+    if Path("dashboards/roofline.py").exists():
+        console.print(f"Explore it: streamlit run dashboards/roofline.py -- --reports {folder.parent}")
+    return 0
+
+
+def _print_summary(frame) -> None:
+    if frame.empty:
+        return
+    shape_cols = ["mode", "dtype", "head_dim", "causal", "batch", "heads", "seq_q"]
+    for key, group in frame.groupby(shape_cols, sort=False):
+        mode, dtype, d, causal, b, h, n = key
+        table = Table("impl", "ms", "TFLOP/s", "speedup vs naive", "peak MiB", "bound", "status",
+                      title=f"B={b} H={h} N={n} D={d} {dtype} {'causal' if causal else 'full'} {mode}")
+        for _, r in group.iterrows():
+            ok = r["status"] == "ok"
+            table.add_row(
+                r["impl"], fmt(r["time_ms"] if ok else None, ".3f"), fmt(r["tflops"] if ok else None, ".4g"),
+                fmt(r["speedup_vs_naive"], ".1f"),
+                fmt(r["peak_mem_bytes"] / 2**20 if ok and r["peak_mem_bytes"] is not None else None, ",.0f"),
+                r.get("bound") or "-", r["status"] if ok else f"{r['status']}: {str(r['message'])[:60]}",
+            )
+        console.print(table)
+
+
+def capture(args) -> int:
+    return _run_capture_command(args, lists=False)
+
+
+def sweep(args) -> int:
+    return _run_capture_command(args, lists=True)
+
+
+# -------------------------------------------------------------------------------------------- report
+
+
+def report(args) -> int:
+    from profiler.report import write_report
+    from profiler.store import CaptureError
+
+    try:
+        out = write_report(args.capture, args.out)
+    except CaptureError as err:
+        raise UsageError(str(err)) from None
+    console.print(f"Wrote {out} ({out.stat().st_size / 1e6:.1f} MB, opens offline)")
+    return 0

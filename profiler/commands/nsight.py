@@ -1,0 +1,180 @@
+"""``nsys`` (Nsight Systems exports) and ``validate`` (Nsight Compute counters against the model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.progress import Progress
+from rich.table import Table
+
+from profiler import cost_model as cm
+from profiler import hardware
+from profiler.cli import UsageError
+from profiler.commands._shared import capture_folder, console, fmt
+
+# ---------------------------------------------------------------------------------------------- nsys
+
+
+def nsys(args) -> int:
+    from profiler import nsys as nsys_export
+
+    if args.nsys_command == "summarize":
+        try:
+            _, _, projection = nsys_export.read_export(args.export)
+        except nsys_export.NsysExportError as err:
+            raise UsageError(str(err)) from None
+        table = nsys_export.summarize(projection)
+        if args.json:
+            print(json.dumps(table.to_dict("records"), indent=2, default=int))
+            return 0
+        if table.empty:
+            console.print(f"{args.export}: no NVTX ranges in this export (was it captured with `-t nvtx`?)")
+            return 0
+        out = Table("range", "instances", "GPU proj ns (total)", "GPU proj median ns", "range ns (total)",
+                    "GPU ops", "kernels", title=f"{args.export}: GPU time projected onto NVTX ranges")
+        for r in table.itertuples():
+            out.add_row(r.range, f"{r.instances:,}", f"{r.gpu_proj_ns:,}", f"{r.gpu_proj_median_ns:,.0f}",
+                        f"{r.range_ns:,}", f"{r.gpu_ops:,}", f"{r.kernels:,}")
+        console.print(out)
+        return 0
+    return _nsys_ingest(Path(args.capture))
+
+
+def _nsys_ingest(folder: Path) -> int:
+    from profiler import nsys as nsys_export
+    from profiler.store import CaptureError, load_capture, write_bytes_atomic, write_json_atomic
+
+    try:
+        meta, results = load_capture(folder)
+    except CaptureError as err:
+        raise UsageError(str(err)) from None
+    export = next((p for p in (folder / "profile.sqlite", folder / "profile.sqlite.xz") if p.exists()), None)
+    if export is None:
+        raise UsageError(f"'{folder}' has no profile.sqlite; make one with scripts/nsys_profile.sh")
+    try:
+        ranges, ops, projection = nsys_export.read_export(export)
+    except nsys_export.NsysExportError as err:
+        raise UsageError(str(err)) from None
+    summary = nsys_export.summarize(projection)
+    summary.to_parquet(folder / "nsys_ranges.parquet", index=False)
+    ops.to_parquet(folder / "nsys_gpu_ops.parquet", index=False)
+    results["nsys_gpu_ms"] = nsys_export.capture_gpu_times(projection, ranges, results)
+    write_bytes_atomic(folder / "results.parquet", results.to_parquet(index=False))
+    meta["nsys"] = {"export": export.name, "ranges": len(summary), "gpu_ops": len(ops)}
+    write_json_atomic(folder / "meta.json", meta)
+    joined = results[results.nsys_gpu_ms.notna()]
+    table = Table("impl", "step", "mode", "N", "CUDA events ms", "nsys GPU ms", "nsys / events",
+                  title=f"{folder}: CUDA-event median vs Nsight Systems median projected GPU time per repetition")
+    for r in joined.itertuples():
+        table.add_row(r.impl, r.step, r.mode, str(r.seq_q), f"{r.time_ms:.4f}", f"{r.nsys_gpu_ms:.4f}",
+                      f"{r.nsys_gpu_ms / r.time_ms:.3f}")
+    console.print(table)
+    console.print(f"Wrote nsys_ranges.parquet, nsys_gpu_ops.parquet and results.parquet's nsys_gpu_ms in {folder}/")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ validate
+
+
+def validate(args) -> int:
+    import torch
+
+    if args.rebuild:
+        return _validate_rebuild(Path(args.rebuild))
+    from profiler.capture import Roofs
+    from profiler.ceilings import device_name, measure_ceilings
+    from profiler.meta import run_metadata
+    from profiler.ncu import NcuError, find_ncu
+    from profiler.store import ResultStore, write_bytes_atomic
+    from profiler.validate import measure_counters, validation_table
+
+    if not torch.cuda.is_available():
+        raise UsageError("validate needs a CUDA GPU: Nsight Compute reads its hardware counters")
+    try:
+        find_ncu()
+    except NcuError as err:
+        raise UsageError(str(err)) from None
+    shapes = [cm.Shape(args.batch, args.heads, n, n, d, dt, c) for dt in args.dtype for d in args.dim
+              for c in args.causal for n in args.seq]
+    label = device_name("cuda")
+    folder = capture_folder(args, "validate-" + label)
+    if (folder / "results.parquet").exists():
+        raise UsageError(f"--out '{folder}' already holds a capture; choose another folder")
+    roofs = Roofs(hardware.lookup(label), measure_ceilings("cuda"))
+    meta = run_metadata("cuda") | roofs.as_meta() | {"kind": "validate", "impls": args.impl}
+    l2 = meta.get("l2_bytes")
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("ncu", total=len(shapes))
+
+        def advance(description):
+            progress.update(task, description=description)
+            progress.advance(task)
+
+        try:
+            kernels = measure_counters(shapes, args.impl, folder, progress=advance)
+        except NcuError as err:
+            raise UsageError(str(err)) from None
+    write_bytes_atomic(folder / "ncu_kernels.parquet", kernels.to_parquet(index=False))
+    table = validation_table(kernels, l2)
+    write_bytes_atomic(folder / "validation.parquet", table.to_parquet(index=False))
+    store = ResultStore(folder, meta)
+    store.append(_validation_rows(table, roofs))
+    _print_validation(table)
+    console.print(f"Wrote {folder}/ (validation.parquet, ncu_kernels.parquet, ncu/*.csv, results.parquet)")
+    return 0
+
+
+def _validation_rows(table, roofs) -> list[dict]:
+    """Capture rows for a validation table, so the dashboard reads it like any capture; the time
+    is ncu's gpu__time_duration of the one profiled run."""
+    from kernels.registry import REGISTRY
+    from profiler.capture import make_row
+    from profiler.timing import Timing
+
+    rows = []
+    for r in table.itertuples():
+        shape = cm.Shape(int(r.batch), int(r.heads), int(r.seq_q), int(r.seq_kv), int(r.head_dim), r.dtype,
+                         bool(r.causal))
+        ms = r.gpu_time_ns / 1e6
+        rows.append(make_row(REGISTRY[r.impl], shape, r.step, roofs, timing=Timing(ms, ms, ms), status="ok",
+                             message="time: ncu gpu__time_duration of one run"))
+    return rows
+
+
+def _validate_rebuild(folder: Path) -> int:
+    """Re-read the ncu CSVs of a validation capture and rewrite its tables with the current model."""
+    import time
+
+    from profiler.capture import Roofs
+    from profiler.ncu import NcuError
+    from profiler.store import RESULTS, CaptureError, to_frame, write_bytes_atomic, write_json_atomic
+    from profiler.validate import rebuild
+
+    meta_path = folder / "meta.json"
+    if not meta_path.exists():
+        raise UsageError(f"'{folder}' is not a validation capture: missing meta.json")
+    try:
+        meta = json.loads(meta_path.read_text())
+        table = rebuild(folder, meta.get("l2_bytes"))
+    except (CaptureError, NcuError, ValueError) as err:
+        raise UsageError(str(err)) from None
+    rows = to_frame(_validation_rows(table, Roofs.from_meta(meta)))
+    write_bytes_atomic(folder / RESULTS, rows.to_parquet(index=False))
+    meta["validation_rebuilt_with_model_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    write_json_atomic(meta_path, meta)
+    _print_validation(table)
+    return 0
+
+
+def _print_validation(table) -> None:
+    out = Table("impl", "step", "N", "D", "dtype", "causal", "DRAM MB (ncu)", "model", "ratio", "L2 MB (ncu)",
+                "L2 model", "ratio", "tensor GFLOP (ncu)", "model", "ratio",
+                title="Nsight Compute vs the cost model (DRAM and L2 bytes, tensor-core FLOPs)")
+    for r in table.itertuples():
+        out.add_row(r.impl, r.step, str(r.seq_q), str(r.head_dim), r.dtype, str(r.causal),
+                    f"{r.dram_bytes / 1e6:,.1f}", f"{r.model_dram_bytes / 1e6:,.1f}", fmt(r.dram_ratio, ".3f"),
+                    f"{r.l2_bytes / 1e6:,.1f}", f"{r.model_l2_bytes / 1e6:,.1f}", fmt(r.l2_ratio, ".3f"),
+                    f"{r.tensor_flops / 1e9:,.2f}", f"{r.model_tensor_flops / 1e9:,.2f}",
+                    fmt(r.tensor_flops_ratio, ".3f"))
+    console.print(out)
