@@ -307,7 +307,6 @@ def remodel(frame: pd.DataFrame, roofs: Roofs) -> tuple[pd.DataFrame, pd.Series]
         row = make_row(REGISTRY[record["impl"]], shape, record["step"], roofs, timing=timing,
                        status=measured["status"], message=measured["message"] or "",
                        peak_mem_bytes=measured["peak_mem_bytes"], max_rel_err=measured["max_rel_err"])
-        row.update({k: v for k, v in measured.items() if row.get(k) is None})
         rows.append(row | {k: v for k, v in record.items() if k not in COLUMNS})  # e.g. nsys_gpu_ms
         changed.append(True)
     return to_frame(rows), pd.Series(changed, index=frame.index)

@@ -122,33 +122,43 @@ def _mask_zeroed(shape: Shape) -> int:
     return partial * (partial + 1) // 2 + full * shape.seq_kv
 
 
-def naive_step_bytes(shape: Shape, step: str) -> int:
-    """HBM bytes of one naive step: each operand read once and each result written once."""
-    e = shape.elem_bytes
-    s_bytes = shape.score_elems * e
+def _fwd_step_io(shape: Shape, step: str) -> tuple[int, int]:
+    """(bytes read, bytes written) of one forward naive step, each operand read once and each
+    result written once.
+
+    Causal scale_mask is the multiply, then masked_fill_ in place with one Nq×Nk bool mask that
+    every batch and head shares. kernels/reference.py builds it each call: a fill writes all of it,
+    the in-place triu_ writes only the entries it zeroes (it reads nothing: the counters show
+    12 KB). Each operand is read once, so the mask counts once, not once per head; at N = 4096 the
+    16 MB mask is partly re-read from DRAM (reports/validate-h200)."""
+    s_bytes = shape.score_elems * shape.elem_bytes
     q, kv, o = _tensor_bytes(shape, shape.seq_q), _tensor_bytes(shape, shape.seq_kv), _tensor_bytes(shape, shape.seq_q)
-    # Causal scale_mask is the multiply, then masked_fill_ in place with one Nq×Nk bool mask that
-    # every batch and head shares. kernels/reference.py builds it each call: a fill writes all of
-    # it, the in-place triu_ writes only the entries it zeroes (it reads nothing: the counters show
-    # 12 KB). Each operand is read once, so the mask counts once, not once per head; at N = 4096
-    # the 16 MB mask is partly re-read from DRAM (reports/validate-h200). The backward's masked_fill
-    # reads the gradient and the mask and writes a new gradient.
-    mask = shape.seq_q * shape.seq_kv if shape.causal else 0
-    mask_build = mask + _mask_zeroed(shape) if shape.causal else 0
-    fwd = {
-        "qk_matmul": q + kv + s_bytes,  # read Q, K; write S
-        "scale_mask": 2 * s_bytes + (2 * s_bytes + mask_build + mask if shape.causal else 0),  # read S, write S·scale
-        "softmax": 2 * s_bytes,  # read S, write P
-        "pv_matmul": s_bytes + kv + o,  # read P, V; write O
+    mask = shape.seq_q * shape.seq_kv
+    io = {
+        "qk_matmul": (q + kv, s_bytes),  # read Q, K; write S
+        # read S, write S·scale; causal: masked_fill_ reads it and the mask, writes it; the mask's build
+        "scale_mask": (2 * s_bytes + mask, 2 * s_bytes + mask + _mask_zeroed(shape)) if shape.causal
+        else (s_bytes, s_bytes),
+        "softmax": (s_bytes, s_bytes),  # read S, write P
+        "pv_matmul": (s_bytes + kv, o),  # read P, V; write O
     }
+    _check_step(step)
+    return io[step]
+
+
+def naive_step_bytes(shape: Shape, step: str) -> int:
+    """HBM bytes of one naive step: each operand read once and each result written once. The
+    backward's masked_fill reads the gradient and the causal mask and writes a new gradient."""
+    s_bytes = shape.score_elems * shape.elem_bytes
+    q, kv, o = _tensor_bytes(shape, shape.seq_q), _tensor_bytes(shape, shape.seq_kv), _tensor_bytes(shape, shape.seq_q)
+    mask = shape.seq_q * shape.seq_kv if shape.causal else 0
     bwd = {
         "pv_matmul": 2 * o + 2 * kv + 2 * s_bytes,  # read dO, V, P, dO; write dP, dV (dO read per matmul)
         "softmax": 3 * s_bytes,  # read P, dP; write dS
         "scale_mask": 2 * s_bytes + (2 * s_bytes + mask if shape.causal else 0),  # read dS, write dS·scale
         "qk_matmul": s_bytes + kv + q + s_bytes + q + kv,  # dQ = dS K; dK = dSᵀ Q: each reads dS
     }
-    _check_step(step)
-    return _by_mode(shape, fwd[step], bwd[step])
+    return _by_mode(shape, sum(_fwd_step_io(shape, step)), bwd[step])
 
 
 def _check_step(step: str) -> None:
@@ -297,19 +307,12 @@ def dram_bytes(shape: Shape, impl: str, step: str, l2_bytes: float | None = None
     FlashAttention-2's split-KV path: each split writes an fp32 partial output and logsumexp per
     query row, and a combine kernel reads them back (Dao, flash-attention, flash_fwd_splitkv_kernel)."""
     q, kv = _tensor_bytes(shape, shape.seq_q), _tensor_bytes(shape, shape.seq_kv)
-    s_bytes = shape.score_elems * shape.elem_bytes
     if step == "total":
         partials = kv_splits * shape.bh * shape.seq_q * (shape.head_dim + 1) * 4 if kv_splits > 1 else 0
         reads, writes = q + 2 * kv + partials, q + shape.bh * shape.seq_q * LSE_BYTES + partials
         writers, retention = (2 if partials else 1), FUSED_L2_RETENTION  # split-KV: the splits, then the combine
     else:
-        _check_step(step)
-        fwd = shape.with_mode("fwd")
-        total = naive_step_bytes(fwd, step)
-        mask_writes = shape.seq_q * shape.seq_kv + _mask_zeroed(shape)  # the fill, then triu_
-        writes = {"qk_matmul": s_bytes, "scale_mask": 2 * s_bytes + mask_writes if shape.causal else s_bytes,
-                  "softmax": s_bytes, "pv_matmul": q}[step]
-        reads = total - writes
+        reads, writes = _fwd_step_io(shape, step)
         writers = 2 if step == "scale_mask" and shape.causal else 1  # the multiply and masked_fill_
         retention = MATMUL_L2_RETENTION if step in ("qk_matmul", "pv_matmul") else STREAMING_L2_RETENTION
     retained = 0.0 if l2_bytes is None else min(writes, writers * retention * l2_bytes)

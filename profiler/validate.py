@@ -35,17 +35,17 @@ def csv_name(shape: cm.Shape) -> str:
             f"{'-causal' if shape.causal else ''}.csv")
 
 
-def measure_counters(shapes: list[cm.Shape], impls: list[str], folder, progress=None) -> pd.DataFrame:
-    """Run ncu once per shape; one row per profiled kernel with the shape's columns."""
+def measure_counters(shapes: list[cm.Shape], impls: list[str], folder, progress=None) -> list[Path]:
+    """Run ncu once per shape, each writing its raw CSV to ``folder/ncu``; :func:`rebuild` reads them."""
     (folder / "ncu").mkdir(parents=True, exist_ok=True)
-    tables = []
+    paths = []
     for shape in shapes:
         if progress:
             progress(f"ncu N={shape.seq_q} D={shape.head_dim} {shape.dtype}{' causal' if shape.causal else ''}")
         path = folder / "ncu" / csv_name(shape)
         run_driver(path, driver_args(shape, impls))
-        tables.append(with_shape(read_raw_csv(path), shape))
-    return pd.concat(tables, ignore_index=True)
+        paths.append(path)
+    return paths
 
 
 def with_shape(kernels: pd.DataFrame, shape: cm.Shape) -> pd.DataFrame:

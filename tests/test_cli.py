@@ -124,6 +124,8 @@ def test_bench_writes_a_capture_and_prints_ratios(tmp_path):
 
 
 def test_bench_table_ratios_and_missing_peers():
+    import pandas as pd
+
     from profiler.commands import bench_table
     from profiler.store import to_frame
 
@@ -139,11 +141,6 @@ def test_bench_table_ratios_and_missing_peers():
     table = bench_table(frame, ["triton_flash", "sdpa_cudnn", "sdpa_flash"], "triton_flash")
     assert list(table.seq_q) == [2048, 4096]
     assert table.loc[0, "triton_flash/sdpa_cudnn"] == pytest.approx(0.8)
-    assert pd_isna(table.loc[1, "triton_flash/sdpa_cudnn"]) and table.loc[1, "sdpa_cudnn_status"] == "oom"
+    assert pd.isna(table.loc[1, "triton_flash/sdpa_cudnn"]) and table.loc[1, "sdpa_cudnn_status"] == "oom"
     assert (table.sdpa_flash_status == "missing").all() and table["triton_flash/sdpa_flash"].isna().all()
 
-
-def pd_isna(value) -> bool:
-    import pandas as pd
-
-    return bool(pd.isna(value))

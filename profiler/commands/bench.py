@@ -10,9 +10,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from profiler import cost_model as cm
-from profiler import hardware
 from profiler.cli import UsageError
-from profiler.commands._shared import capture_folder, console, fmt
+from profiler.commands._shared import capture_folder, console, fmt, measure_into, open_capture
 
 # --------------------------------------------------------------------------------------------- bench
 
@@ -21,10 +20,8 @@ def bench(args) -> int:
     """Our kernels beside PyTorch's, over a grid of shapes, into a capture folder; prints TFLOP/s
     and the ratio of the baseline (ours) to each peer."""
     from kernels.registry import REGISTRY
-    from profiler.capture import Roofs, run_capture
-    from profiler.ceilings import device_name, measure_ceilings
-    from profiler.meta import run_metadata
-    from profiler.store import ResultStore, to_frame
+    from profiler.ceilings import device_name
+    from profiler.store import to_frame
 
     if args.baseline not in args.impl:
         raise UsageError(f"--baseline '{args.baseline}' must be one of --impl ({', '.join(args.impl)})")
@@ -41,28 +38,11 @@ def bench(args) -> int:
     except ValueError as err:
         raise UsageError(str(err)) from None
     label = device_name(args.device)
-    folder = Path(args.out) if args.out else capture_folder(args, f"bench-{label}")
-    if (folder / "results.parquet").exists() and not args.resume:
-        raise UsageError(f"--out '{folder}' already holds results; pass --resume to add to it or choose another")
-    with console.status("measuring the roofs (matmul per dtype, device copy) ..."):
-        measured = measure_ceilings(args.device, dtypes=tuple(sorted(set(args.dtype))))
-    roofs = Roofs(hardware.lookup(label), measured)
-    meta = run_metadata(args.device) | roofs.as_meta() | {
+    store, roofs = open_capture(args.device, capture_folder(args, f"bench-{label}"), label, args.dtype, {
         "kind": "bench", "shapes": len(shapes), "impls": args.impl, "baseline": args.baseline, "trace": "none",
-        "rep_ms": args.rep_ms,
-        "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd",
-    }
-    store = ResultStore(folder, meta, resume=args.resume)
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("benchmark", total=len(shapes) * len(args.impl))
-
-        def advance(description):
-            progress.update(task, description=description)
-            progress.advance(task)
-
-        run_capture(store, shapes, [REGISTRY[n] for n in args.impl], args.device, roofs, rep_ms=args.rep_ms,
-                    progress=advance)
-    store.update_meta(finished=True)
+        "rep_ms": args.rep_ms, "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd",
+    }, resume=args.resume)
+    measure_into(store, shapes, [REGISTRY[n] for n in args.impl], args.device, roofs, args.rep_ms)
     table = bench_table(to_frame(store.rows), args.impl, args.baseline)
     timer = "do_bench" if args.device == "cuda" else "torch.utils.benchmark"
     _print_bench(table, args.impl, args.baseline,
@@ -76,7 +56,7 @@ def bench(args) -> int:
 
         write_json_atomic(Path(args.json), {"device": label, "meta": store.meta,
                                             "rows": table.to_dict("records")})
-    console.print(f"Results written to {folder}/ (results.parquet, meta.json).")
+    console.print(f"Results written to {store.folder}/ (results.parquet, meta.json).")
     return 0
 
 

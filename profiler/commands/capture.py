@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.progress import Progress
 from rich.table import Table
 
-from profiler import hardware
 from profiler.cli import UsageError
-from profiler.commands._shared import capture_folder, console, fmt
+from profiler.commands._shared import capture_folder, console, fmt, measure_into, open_capture
 
 # ------------------------------------------------------------------------------------ capture, sweep
 
@@ -42,10 +40,8 @@ def _resolve_capture_args(args, lists: bool) -> tuple[dict, list[str]]:
 
 def _run_capture_command(args, lists: bool) -> int:
     from kernels.registry import REGISTRY
-    from profiler.capture import Roofs, run_capture, shapes_of, summary_frame
-    from profiler.ceilings import device_name, measure_ceilings
-    from profiler.meta import run_metadata
-    from profiler.store import ResultStore
+    from profiler.capture import shapes_of, summary_frame
+    from profiler.ceilings import device_name
 
     values, notes = _resolve_capture_args(args, lists)
     try:
@@ -55,16 +51,6 @@ def _run_capture_command(args, lists: bool) -> int:
         raise UsageError(str(err)) from None
     impls = [REGISTRY[n] for n in (args.impl or list(REGISTRY))]
     label = device_name(args.device)
-    folder = capture_folder(args, label)
-    if (folder / "results.parquet").exists() and not args.resume:
-        raise UsageError(f"--out '{folder}' already holds a capture; pass --resume to add to it or choose another")
-    if notes:
-        console.print(f"No GPU: defaults shrunk to fit this machine: {', '.join(notes)}.")
-    with console.status("measuring the roofs (matmul per dtype, device copy) ..."):
-        measured = measure_ceilings(args.device, dtypes=tuple(sorted(set(values["dtypes"]))))
-    roofs = Roofs(hardware.lookup(label), measured)
-    if roofs.datasheet is None:
-        console.print(f"'{label}' is not in the datasheet table: rows are judged against measured ceilings only.")
     trace = args.trace or ("torch" if args.device == "cuda" else "none")
     seqs = values["seqs"]
     # A capture traces each implementation at its shape; a sweep only at its middle sequence length
@@ -73,23 +59,19 @@ def _run_capture_command(args, lists: bool) -> int:
     if trace == "torch":
         traced = (seqs[len(seqs) // 2], values["dtypes"][0], values["dims"][0], values["causals"][0],
                   values["modes"][0])
-    meta = run_metadata(args.device) | roofs.as_meta() | {
+    store, roofs = open_capture(args.device, capture_folder(args, label), label, values["dtypes"], {
         "kind": "sweep" if lists else "capture", "shapes": len(shapes), "impls": [i.name for i in impls],
         "trace": trace, "defaults_shrunk": notes, "rep_ms": args.rep_ms,
         "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd; naive steps: profiler.cost_model",
-    }
-    store = ResultStore(folder, meta, resume=args.resume)
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("capture", total=len(shapes) * len(impls))
-
-        def advance(description):
-            progress.update(task, description=description)
-            progress.advance(task)
-
-        rows = run_capture(store, shapes, impls, args.device, roofs, rep_ms=args.rep_ms, progress=advance,
-                           trace_filter=None if traced is None else
-                           (lambda s: (s.seq_q, s.dtype, s.head_dim, s.causal, s.mode) == traced))
-    store.update_meta(finished=True)
+    }, resume=args.resume)
+    if notes:
+        console.print(f"No GPU: defaults shrunk to fit this machine: {', '.join(notes)}.")
+    if roofs.datasheet is None:
+        console.print(f"'{label}' is not in the datasheet table: rows are judged against measured ceilings only.")
+    rows = measure_into(store, shapes, impls, args.device, roofs, args.rep_ms,
+                        trace_filter=None if traced is None else
+                        (lambda s: (s.seq_q, s.dtype, s.head_dim, s.causal, s.mode) == traced))
+    folder = store.folder
     _print_summary(summary_frame(store.rows if args.resume else rows))
     console.print(f"Capture written to {folder}/ (results.parquet, meta.json"
                   f"{', kernels.parquet, traces/' if traced else ''}).")

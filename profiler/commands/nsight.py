@@ -9,9 +9,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from profiler import cost_model as cm
-from profiler import hardware
 from profiler.cli import UsageError
-from profiler.commands._shared import capture_folder, console, fmt
+from profiler.commands._shared import capture_folder, console, fmt, open_capture
 
 # ---------------------------------------------------------------------------------------------- nsys
 
@@ -82,12 +81,9 @@ def validate(args) -> int:
 
     if args.rebuild:
         return _validate_rebuild(Path(args.rebuild))
-    from profiler.capture import Roofs
-    from profiler.ceilings import device_name, measure_ceilings
-    from profiler.meta import run_metadata
+    from profiler.ceilings import device_name
     from profiler.ncu import NcuError, find_ncu
-    from profiler.store import ResultStore, write_bytes_atomic
-    from profiler.validate import measure_counters, validation_table
+    from profiler.validate import measure_counters
 
     if not torch.cuda.is_available():
         raise UsageError("validate needs a CUDA GPU: Nsight Compute reads its hardware counters")
@@ -98,12 +94,8 @@ def validate(args) -> int:
     shapes = [cm.Shape(args.batch, args.heads, n, n, d, dt, c) for dt in args.dtype for d in args.dim
               for c in args.causal for n in args.seq]
     label = device_name("cuda")
-    folder = capture_folder(args, "validate-" + label)
-    if (folder / "results.parquet").exists():
-        raise UsageError(f"--out '{folder}' already holds a capture; choose another folder")
-    roofs = Roofs(hardware.lookup(label), measure_ceilings("cuda"))
-    meta = run_metadata("cuda") | roofs.as_meta() | {"kind": "validate", "impls": args.impl}
-    l2 = meta.get("l2_bytes")
+    store, _ = open_capture("cuda", capture_folder(args, "validate-" + label), label, ("fp16", "bf16", "fp32"),
+                            {"kind": "validate", "impls": args.impl}, resumable=False)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("ncu", total=len(shapes))
 
@@ -112,26 +104,31 @@ def validate(args) -> int:
             progress.advance(task)
 
         try:
-            kernels = measure_counters(shapes, args.impl, folder, progress=advance)
+            measure_counters(shapes, args.impl, store.folder, progress=advance)
         except NcuError as err:
             raise UsageError(str(err)) from None
-    write_bytes_atomic(folder / "ncu_kernels.parquet", kernels.to_parquet(index=False))
-    table = validation_table(kernels, l2)
-    write_bytes_atomic(folder / "validation.parquet", table.to_parquet(index=False))
-    store = ResultStore(folder, meta)
-    store.append(_validation_rows(table, roofs))
+    try:
+        table = _write_validation(store.folder, store.meta)
+    except NcuError as err:  # e.g. a profiled run that launched no kernel
+        raise UsageError(str(err)) from None
     _print_validation(table)
-    console.print(f"Wrote {folder}/ (validation.parquet, ncu_kernels.parquet, ncu/*.csv, results.parquet)")
+    console.print(f"Wrote {store.folder}/ (validation.parquet, ncu_kernels.parquet, ncu/*.csv, results.parquet)")
     return 0
 
 
-def _validation_rows(table, roofs) -> list[dict]:
-    """Capture rows for a validation table, so the dashboard reads it like any capture; the time
-    is ncu's gpu__time_duration of the one profiled run."""
+def _write_validation(folder: Path, meta: dict):
+    """Read the folder's ncu/*.csv and write its tables with the current model: ncu_kernels and
+    validation.parquet (profiler.validate.rebuild), and results.parquet so the dashboard reads the
+    folder like any capture (the time there is ncu's gpu__time_duration of the one profiled run).
+    Measuring and --rebuild both end here."""
     from kernels.registry import REGISTRY
-    from profiler.capture import make_row
+    from profiler.capture import Roofs, make_row
+    from profiler.store import RESULTS, to_frame, write_bytes_atomic
     from profiler.timing import Timing
+    from profiler.validate import rebuild
 
+    table = rebuild(folder, meta.get("l2_bytes"))
+    roofs = Roofs.from_meta(meta)
     rows = []
     for r in table.itertuples():
         shape = cm.Shape(int(r.batch), int(r.heads), int(r.seq_q), int(r.seq_kv), int(r.head_dim), r.dtype,
@@ -139,28 +136,25 @@ def _validation_rows(table, roofs) -> list[dict]:
         ms = r.gpu_time_ns / 1e6
         rows.append(make_row(REGISTRY[r.impl], shape, r.step, roofs, timing=Timing(ms, ms, ms), status="ok",
                              message="time: ncu gpu__time_duration of one run"))
-    return rows
+    write_bytes_atomic(folder / RESULTS, to_frame(rows).to_parquet(index=False))
+    return table
 
 
 def _validate_rebuild(folder: Path) -> int:
     """Re-read the ncu CSVs of a validation capture and rewrite its tables with the current model."""
     import time
 
-    from profiler.capture import Roofs
     from profiler.ncu import NcuError
-    from profiler.store import RESULTS, CaptureError, to_frame, write_bytes_atomic, write_json_atomic
-    from profiler.validate import rebuild
+    from profiler.store import CaptureError, write_json_atomic
 
     meta_path = folder / "meta.json"
     if not meta_path.exists():
         raise UsageError(f"'{folder}' is not a validation capture: missing meta.json")
+    meta = json.loads(meta_path.read_text())
     try:
-        meta = json.loads(meta_path.read_text())
-        table = rebuild(folder, meta.get("l2_bytes"))
+        table = _write_validation(folder, meta)
     except (CaptureError, NcuError, ValueError) as err:
         raise UsageError(str(err)) from None
-    rows = to_frame(_validation_rows(table, Roofs.from_meta(meta)))
-    write_bytes_atomic(folder / RESULTS, rows.to_parquet(index=False))
     meta["validation_rebuilt_with_model_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     write_json_atomic(meta_path, meta)
     _print_validation(table)
