@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -21,9 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `streamlit run` from a checkout without `pip install -e .`
     sys.path.insert(0, str(ROOT))
 
-from profiler import cost_model as cm  # noqa: E402
-from profiler import hardware, plots  # noqa: E402
+from profiler.model import cost_model as cm  # noqa: E402
+from profiler.model import hardware  # noqa: E402
 from profiler.store import CaptureError, discover_captures, load_capture  # noqa: E402
+from profiler.views import plots  # noqa: E402
 
 DEFAULT_CAPTURE = "reference-h200"
 
@@ -152,8 +154,7 @@ with scaling_tab:
 with steps_tab:
     st.plotly_chart(plots.step_breakdown_figure(view), width="stretch")
     first = view.iloc[0]
-    shape = cm.Shape(int(first.batch), int(first.heads), int(hi), int(hi), int(first.head_dim), first["dtype"],
-                     bool(first.causal))
+    shape = replace(cm.Shape.from_row(first), seq_q=int(hi), seq_kv=int(hi), mode="fwd")
     st.markdown(f"**HBM trips of the N×N matrix, naive vs fused** (model, N={hi}, forward)")
     st.dataframe(plots.hbm_trips_table(shape), hide_index=True)
 

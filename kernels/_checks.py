@@ -61,6 +61,30 @@ def check_qkv(
     return batch, heads, seq_q, seq_kv, head_dim
 
 
+def check_backward_inputs(do, q, k, v, o, lse, *, head_dims: tuple[int, ...] | None = None
+                          ) -> tuple[int, int, int, int, int]:
+    """Check the upstream gradient ``do`` against the forward's o (shape, dtype, device) and the
+    head_dim against what the backward supports; return (batch, heads, seq_q, seq_kv, head_dim)."""
+    if not isinstance(do, torch.Tensor):
+        raise TypeError(f"the gradient of o must be a torch.Tensor, got {type(do).__name__}")
+    if do.shape != o.shape:
+        raise ValueError(f"the gradient of o has shape {tuple(do.shape)}; it must match o {tuple(o.shape)}")
+    if do.dtype != o.dtype:
+        raise TypeError(f"the gradient of o has dtype {do.dtype}; it must match o ({o.dtype})")
+    if do.device != o.device:
+        raise ValueError(f"the gradient of o is on '{do.device}'; it must be on o's device '{o.device}'")
+    batch, heads, seq_q, head_dim = q.shape
+    if lse.shape != (batch, heads, seq_q):
+        raise ValueError(f"lse has shape {tuple(lse.shape)}; it must be (batch, heads, seq_q) = "
+                         f"{(batch, heads, seq_q)}")
+    if head_dims is not None and head_dim not in head_dims:
+        raise ValueError(
+            f"backward supports head_dim in {head_dims}, got {head_dim} "
+            "(the dK/dV tiles of head_dim 256 do not fit in shared memory)"
+        )
+    return batch, heads, seq_q, k.shape[2], head_dim
+
+
 def resolve_scale(sm_scale: float | None, head_dim: int) -> float:
     """``None`` means 1/sqrt(head_dim), the scale of "Attention Is All You Need" (Vaswani et al. 2017)."""
     if sm_scale is None:

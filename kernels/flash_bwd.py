@@ -16,7 +16,7 @@ diagonal run masked (the tutorial's backward needs N % 128 == 0).
 
 Matmuls per (query tile, key tile): S recomputed in both kernels, dP recomputed in both, plus
 dV, dK and dQ: 7 tile matmuls against the forward's 2 (the 2.5x FLOP convention counts 5: S and
-dP once, plus the three gradients; see profiler.cost_model).
+dP once, plus the three gradients; see profiler.model.cost_model).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._checks import check_triton_device
-from kernels.flash_fwd import autotune, configs_from, pruner, seq_bucket
+from kernels._autotune import LOG2E, LOG2E_C, autotune, configs_from, default_tile, dot_precision, pruner, seq_bucket
+from kernels._checks import check_backward_inputs, check_triton_device, dtype_name
 
 HEAD_DIMS = (16, 32, 64, 128)
 
@@ -45,6 +45,11 @@ DQ_CANDIDATES = {
     "d128": [(128, 64, 8, 3), (64, 64, 4, 2), (64, 32, 4, 3)],
     "fp32": [(64, 32, 4, 2), (32, 16, 4, 2)],
 }
+
+
+def backward_tiles(head_dim: int, dtype: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(BLOCK_M, BLOCK_N) of the dK/dV and of the dQ kernel by default for this head_dim and dtype."""
+    return default_tile(DKDV_CANDIDATES, head_dim, dtype), default_tile(DQ_CANDIDATES, head_dim, dtype)
 
 
 @triton.jit
@@ -89,12 +94,12 @@ def _dkdv_inner(
         if MASKED:
             q = tl.load(q_ptrs, mask=rows[:, None] < seq_q, other=0.0)  # (BLOCK_M, HEAD_DIM)
             do = tl.load(do_ptrs, mask=rows[:, None] < seq_q, other=0.0)
-            lse2 = tl.load(lse_base + rows, mask=rows < seq_q, other=0.0) * 1.4426950408889634  # log2(e)
+            lse2 = tl.load(lse_base + rows, mask=rows < seq_q, other=0.0) * LOG2E_C
             delta = tl.load(delta_base + rows, mask=rows < seq_q, other=0.0)
         else:
             q = tl.load(q_ptrs)
             do = tl.load(do_ptrs)
-            lse2 = tl.load(lse_base + rows) * 1.4426950408889634  # log2(e): natural -> log2 domain
+            lse2 = tl.load(lse_base + rows) * LOG2E_C  # natural -> log2 domain
             delta = tl.load(delta_base + rows)
         qkt = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION)  # (BLOCK_N, BLOCK_M) = Sᵀ
         pt = tl.math.exp2(qkt * qk_scale - lse2[None, :])  # Pᵀ recomputed from the logsumexp
@@ -250,7 +255,7 @@ def _attn_bwd_dq(
                 + offs_d[None, :] * stride_qd, mask=row_ok[:, None], other=0.0)  # (BLOCK_M, HEAD_DIM)
     do = tl.load(DO + off_z * stride_doz + off_h * stride_doh + offs_m[:, None] * stride_dom
                  + offs_d[None, :] * stride_dod, mask=row_ok[:, None], other=0.0)
-    lse2 = tl.load(LSE + off_hz.to(tl.int64) * seq_q + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634
+    lse2 = tl.load(LSE + off_hz.to(tl.int64) * seq_q + offs_m, mask=row_ok, other=0.0) * LOG2E_C
     delta = tl.load(Delta + off_hz.to(tl.int64) * seq_q + offs_m, mask=row_ok, other=0.0)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
 
@@ -287,24 +292,10 @@ def flash_attention_backward(
     do, o: (batch, heads, seq_q, head_dim); q likewise; k, v: (batch, heads, seq_kv, head_dim);
     lse: (batch, heads, seq_q) fp32 from :func:`kernels.flash_fwd.flash_attention_forward`.
     """
-    if not isinstance(do, torch.Tensor):
-        raise TypeError(f"the gradient of o must be a torch.Tensor, got {type(do).__name__}")
-    if do.shape != o.shape:
-        raise ValueError(f"the gradient of o has shape {tuple(do.shape)}; it must match o {tuple(o.shape)}")
-    if do.dtype != o.dtype:
-        raise TypeError(f"the gradient of o has dtype {do.dtype}; it must match o ({o.dtype})")
-    if do.device != o.device:
-        raise ValueError(f"the gradient of o is on '{do.device}'; it must be on o's device '{o.device}'")
-    batch, heads, seq_q, head_dim = q.shape
-    seq_kv = k.shape[2]
-    if head_dim not in HEAD_DIMS:
-        raise ValueError(
-            f"backward supports head_dim in {HEAD_DIMS}, got {head_dim} "
-            "(the dK/dV tiles of head_dim 256 do not fit in shared memory)"
-        )
+    batch, heads, seq_q, seq_kv, head_dim = check_backward_inputs(do, q, k, v, o, lse, head_dims=HEAD_DIMS)
     check_triton_device(q)
-    dot_precision = "ieee" if q.dtype == torch.float32 else "tf32"
-    qk_scale = sm_scale * 1.4426950408889634  # log2(e), as in the forward
+    precision = dot_precision(dtype_name(q.dtype))
+    qk_scale = sm_scale * LOG2E  # as in the forward
     bucket = seq_bucket(seq_q, seq_kv)
 
     delta = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
@@ -320,13 +311,13 @@ def flash_attention_backward(
         q, k, v, do, dk, dv, lse, delta, qk_scale, sm_scale,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(),
         heads, seq_q, seq_kv, bucket,
-        HEAD_DIM=head_dim, CAUSAL=bool(causal), DOT_PRECISION=dot_precision,
+        HEAD_DIM=head_dim, CAUSAL=bool(causal), DOT_PRECISION=precision,
     )
     _attn_bwd_dq[lambda meta: (triton.cdiv(seq_q, meta["BLOCK_M"]), batch * heads)](
         q, k, v, do, dq, lse, delta, qk_scale, sm_scale,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
         heads, seq_q, seq_kv, bucket,
-        HEAD_DIM=head_dim, CAUSAL=bool(causal), DOT_PRECISION=dot_precision,
+        HEAD_DIM=head_dim, CAUSAL=bool(causal), DOT_PRECISION=precision,
     )
     return dq, dk, dv
 

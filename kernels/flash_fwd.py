@@ -17,20 +17,14 @@ Details that matter for speed or correctness:
 
 from __future__ import annotations
 
-import inspect
-import os
-
 import torch
 import triton
 import triton.language as tl
 
-from kernels._checks import check_qkv, check_triton_device, resolve_scale
+from kernels._autotune import LN2_C, LOG2E, autotune, configs_from, default_tile, dot_precision, pruner, seq_bucket
+from kernels._checks import check_qkv, check_triton_device, dtype_name, resolve_scale
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
-LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x · log2 e)
-
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-
 
 # Candidate (BLOCK_M, BLOCK_N, num_warps, num_stages) per class of problem, from the H200 sweeps in
 # docs/perf-notes.md. The first of each list is the default when autotuning is off
@@ -42,53 +36,11 @@ FWD_CANDIDATES = {
     "d256": [(64, 32, 4, 2), (64, 64, 8, 2), (128, 32, 8, 2)],
     "fp32": [(64, 32, 4, 2), (32, 32, 4, 2), (64, 32, 8, 2)],
 }
-INTERPRET_CANDIDATE = (32, 16, 4, 1)
 
 
-def candidate_class(head_dim: int, dot_precision: str) -> str:
-    if dot_precision == "ieee":
-        return "fp32"
-    return "d64" if head_dim <= 64 else f"d{head_dim}"
-
-
-def configs_from(
-    candidates: dict[str, list[tuple[int, int, int, int]]], interpret: tuple[int, int, int, int] = INTERPRET_CANDIDATE
-) -> list[triton.Config]:
-    """Every distinct candidate as a triton.Config; under the interpreter a single small one
-    (autotuning two or more configs fails there, and speed is moot)."""
-    tuples = [interpret] if INTERPRET else list(dict.fromkeys(c for cs in candidates.values() for c in cs))
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in tuples]
-
-
-def pruner(candidates: dict[str, list[tuple[int, int, int, int]]]):
-    """An ``early_config_prune`` that keeps this problem's candidates (only the default one when
-    ATTN_AUTOTUNE=0, e.g. in tests, so each shape compiles one kernel, not four)."""
-
-    def keep(configs, named_args, **kwargs):
-        if INTERPRET:
-            return configs[:1]
-        args = {**named_args, **kwargs}
-        wanted = candidates[candidate_class(args["HEAD_DIM"], args["DOT_PRECISION"])]
-        if os.environ.get("ATTN_AUTOTUNE", "1") == "0":
-            wanted = wanted[:1]
-        as_tuple = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages): c for c in configs}
-        return [as_tuple[t] for t in wanted if t in as_tuple]
-
-    return keep
-
-
-def autotune(**kwargs):
-    """``triton.autotune`` that also keeps its choices on disk across processes on Triton versions
-    that can (``cache_results``; 3.6 and 3.9 do)."""
-    if "cache_results" in inspect.signature(triton.autotune).parameters:
-        kwargs["cache_results"] = True
-    return triton.autotune(**kwargs)
-
-
-def seq_bucket(seq_q: int, seq_kv: int) -> int:
-    """Autotune key for sequence length: short (< 1024), medium (< 8192) or long."""
-    longest = max(seq_q, seq_kv)
-    return 0 if longest < 1024 else (1 if longest < 8192 else 2)
+def forward_tile(head_dim: int, dtype: str) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_N) the forward runs with by default for this head_dim and dtype name."""
+    return default_tile(FWD_CANDIDATES, head_dim, dtype)
 
 
 @triton.jit
@@ -191,7 +143,7 @@ def _attn_fwd(
     )
 
     acc = acc / l_i[:, None]
-    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453  # ln(2): log2 domain -> natural log
+    lse = (m_i + tl.math.log2(l_i)) * LN2_C  # log2 domain -> natural log
     tl.store(LSE + off_hz.to(tl.int64) * seq_q + offs_m, lse, mask=row_ok)
     o_base = O + off_z * stride_oz + off_h * stride_oh
     tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
@@ -238,7 +190,7 @@ def flash_attention_forward(
         heads, seq_q, seq_kv,
         seq_bucket(seq_q, seq_kv),
         HEAD_DIM=head_dim, CAUSAL=bool(causal),
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        DOT_PRECISION=dot_precision(dtype_name(q.dtype)),
         **(config or {}),
     )
     return o, lse

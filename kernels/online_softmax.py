@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels._autotune import LOG2E_C
 from kernels._checks import check_triton_device
 
 
@@ -35,7 +36,7 @@ def _online_softmax_kernel(
     for start in range(0, n_cols, BLOCK_N):
         cols = start + offs
         x = tl.load(x_row + cols * stride_xn, mask=cols < n_cols, other=float("-inf"))
-        x = x.to(tl.float32) * 1.4426950408889634  # log2(e): (BLOCK_N,) in log2 units
+        x = x.to(tl.float32) * LOG2E_C  # (BLOCK_N,) in log2 units
         m_new = tl.maximum(m_i, tl.max(x, axis=0))
         # While every value so far is -inf (a masked prefix), subtract 0 instead of -inf: -inf - -inf
         # would be NaN, and exp2(-inf - 0) = 0 is the right contribution.
@@ -48,7 +49,7 @@ def _online_softmax_kernel(
         cols = start + offs
         mask = cols < n_cols
         x = tl.load(x_row + cols * stride_xn, mask=mask, other=float("-inf"))
-        y = tl.math.exp2(x.to(tl.float32) * 1.4426950408889634 - m_i) / l_i
+        y = tl.math.exp2(x.to(tl.float32) * LOG2E_C - m_i) / l_i
         tl.store(y_row + cols * stride_yn, y.to(Y.dtype.element_ty), mask=mask)
 
 

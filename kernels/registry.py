@@ -1,23 +1,39 @@
-"""The one registry of attention implementations.
+"""The one registry of attention implementations, ours, PyTorch's and the user's.
 
-The CLI's ``--impl`` choices, the sweeps and the dashboard's colours all come from ``REGISTRY``.
-Adding an implementation is one entry here. Every ``fn`` takes BHSD tensors
-``(q, k, v, causal=False, sm_scale=None)`` and returns o: (batch, heads, seq_q, head_dim).
+The CLI's ``--impl`` choices, the sweeps and the cost model (through each entry's ``costing``) come
+from ``REGISTRY``; the plots colour by its names (profiler.views.plots). Adding an implementation is
+one entry here, or, from outside this package, :func:`register`:
+
+    @register(name="my_attention", layout="bshd")       # or register(fn, name=...) without the @
+    def my_attention(q, k, v, causal=False, sm_scale=None): ...
+
+Every ``fn`` in the registry takes BHSD tensors ``(q, k, v, causal=False, sm_scale=None)`` and
+returns o: (batch, heads, seq_q, head_dim); a BSHD function is adapted through strides (no copy).
+On the command line ``--impl mypkg.attn:my_attention`` (or ``path/to/file.py:my_attention``)
+imports the module and takes that function, or the implementation it registered.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
+import re
+import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import torch
 
 from kernels import flash_bwd, flash_fwd, reference, sdpa, triton_naive
 from kernels._checks import dtype_name
 from kernels.flash_attention import flash_attention
+from profiler.model.costing import Costing, Tiles
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+LAYOUTS = ("bhsd", "bshd")
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # also a valid NVTX range part and trace file name
 
 
 @dataclass(frozen=True)
@@ -25,14 +41,25 @@ class Impl:
     name: str
     fn: Callable[..., torch.Tensor]
     description: str
-    fused: bool  # one kernel for the whole attention, or separate steps through HBM
-    steps: tuple[str, ...]  # the named steps timed separately; ("total",) when fused
+    costing: Costing  # how profiler.model.cost_model counts its FLOPs and bytes
     supports_backward: bool
     needs_cuda: bool  # False: also runs on a CPU (Triton ones only under TRITON_INTERPRET=1)
     is_triton: bool
     dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES
     head_dims: tuple[int, ...] | None = None  # None: any head_dim
     backward_head_dims: tuple[int, ...] | None = None
+    spec: str = ""  # "module:attr" a user implementation is imported from ("" for ours)
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def fused(self) -> bool:
+        """One kernel for the whole attention, or separate steps through HBM."""
+        return self.costing.fused
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        """The steps timed one by one; ("total",) when the implementation is timed only whole."""
+        return reference.STEPS if self.costing.kind == "stepwise" else ("total",)
 
     def unsupported_reason(
         self, device: torch.device | str, dtype: torch.dtype, head_dim: int, backward: bool = False
@@ -55,49 +82,168 @@ class Impl:
         return None
 
 
+def _flash_tiles(head_dim: int, dtype: str) -> Tiles:
+    """Our kernels' default tiles for this problem (the first autotune candidate of each kernel)."""
+    backward = flash_bwd.backward_tiles(head_dim, dtype) if head_dim in flash_bwd.HEAD_DIMS else (None, None)
+    return Tiles(flash_fwd.forward_tile(head_dim, dtype), *backward)
+
+
+def _fa2_tiles(head_dim: int, dtype: str) -> Tiles:
+    """FlashAttention-2's forward tile (kBlockM, kBlockN) from the Flash_fwd_kernel_traits in the
+    names of the kernels Nsight Compute profiled on the H200 (reports/validate-h200): 128 × 128 at
+    head_dim 64, 128 × 64 at 128. Other head_dims and its backward (one kernel with atomic dQ, not
+    our two) are not modelled."""
+    return Tiles({64: (128, 128), 128: (128, 64)}.get(head_dim))
+
+
+def _cudnn_tiles(head_dim: int, dtype: str) -> Tiles:
+    """cuDNN's sm90 forward: 128 × 128 (two 64-row consumer warpgroups; the H200 counters of
+    reports/validate-h200 agree at head_dim 64 and 128). Its backward is not modelled."""
+    return Tiles((128, 128) if head_dim in (64, 128) else None)
+
+
 REGISTRY: dict[str, Impl] = {
     impl.name: impl
     for impl in [
         Impl(
             "naive", reference.naive_attention,
             "PyTorch, four steps through HBM (S = QKᵀ, scale/mask, softmax, PV)",
-            fused=False, steps=reference.STEPS, supports_backward=True, needs_cuda=False, is_triton=False,
+            Costing("stepwise"), supports_backward=True, needs_cuda=False, is_triton=False,
         ),
         Impl(
             "triton_naive", triton_naive.triton_naive_attention,
             "Triton, one program per query row, online softmax, no tensor cores",
-            fused=True, steps=("total",), supports_backward=False, needs_cuda=False, is_triton=True,
-            head_dims=triton_naive.HEAD_DIMS,
+            Costing("per_row", writes_lse=False, source="kernels/triton_naive.py: writes O only"),
+            supports_backward=False, needs_cuda=False, is_triton=True, head_dims=triton_naive.HEAD_DIMS,
         ),
         Impl(
             "triton_flash", flash_attention,
             "Triton FlashAttention-2 (ours): tiled, online softmax, recomputing backward",
-            fused=True, steps=("total",), supports_backward=True, needs_cuda=False, is_triton=True,
+            Costing("fused", _flash_tiles, source="the first autotune candidate of kernels/flash_fwd.py and "
+                    "flash_bwd.py; an autotuned run may pick another (ATTN_AUTOTUNE=0 runs this one)"),
+            supports_backward=True, needs_cuda=False, is_triton=True,
             head_dims=flash_fwd.HEAD_DIMS, backward_head_dims=flash_bwd.HEAD_DIMS,
         ),
         Impl(
             "sdpa_flash", sdpa.sdpa_flash, "PyTorch SDPA, FlashAttention-2 backend",
-            fused=True, steps=("total",), supports_backward=True, needs_cuda=False, is_triton=False,
+            Costing("fused", _fa2_tiles, source="Flash_fwd_kernel_traits in the profiled kernel names"),
+            supports_backward=True, needs_cuda=False, is_triton=False,
         ),
         Impl(
             "sdpa_efficient", sdpa.sdpa_efficient, "PyTorch SDPA, memory-efficient (xFormers) backend",
-            fused=True, steps=("total",), supports_backward=True, needs_cuda=True, is_triton=False,
+            Costing("fused", source="tiles not modelled"),
+            supports_backward=True, needs_cuda=True, is_triton=False,
         ),
         Impl(
             "sdpa_cudnn", sdpa.sdpa_cudnn, "PyTorch SDPA, cuDNN backend",
-            fused=True, steps=("total",), supports_backward=True, needs_cuda=True, is_triton=False,
-            dtypes=(torch.float16, torch.bfloat16),
+            Costing("fused", _cudnn_tiles, source="H200 counters (reports/validate-h200)"),
+            supports_backward=True, needs_cuda=True, is_triton=False, dtypes=(torch.float16, torch.bfloat16),
         ),
         Impl(
             "sdpa_math", sdpa.sdpa_math, "PyTorch SDPA, math backend (unfused reference)",
-            fused=False, steps=("total",), supports_backward=True, needs_cuda=False, is_triton=False,
+            Costing("unfused"), supports_backward=True, needs_cuda=False, is_triton=False,
         ),
     ]
 }
+BUILTIN = tuple(REGISTRY)
+
+
+def _bshd_adapter(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """A BHSD function from a BSHD one: inputs and output are transposed views, nothing is copied."""
+
+    def bhsd(q, k, v, causal=False, sm_scale=None):
+        o = fn(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal, sm_scale=sm_scale)
+        return o.transpose(1, 2)
+
+    bhsd.__wrapped__ = fn
+    return bhsd
+
+
+def register(fn: Callable[..., torch.Tensor] | None = None, *, name: str | None = None, layout: str = "bhsd",
+             description: str = "", costing: Costing | None = None, supports_backward: bool = True,
+             needs_cuda: bool = False, is_triton: bool = False, dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES,
+             head_dims: tuple[int, ...] | None = None, spec: str = "", replace: bool = False):
+    """Add an attention function to REGISTRY; usable as ``register(fn, ...)`` or as a decorator
+    ``@register(...)`` (the function is returned unchanged, with ``__attn_impl__`` set).
+
+    ``fn(q, k, v, causal=False, sm_scale=None)`` returns o; ``layout`` says whether its tensors are
+    BHSD (batch, heads, seq, head_dim) or BSHD (batch, seq, heads, head_dim). ``costing`` defaults
+    to a fused kernel of unknown tiles: FLOPs and compulsory bytes as for FlashAttention, no tile
+    bytes. Names are letters, digits and underscores; a built-in name is refused, and a name taken
+    by another user implementation needs ``replace=True``.
+    """
+    if fn is None:
+        return lambda f: register(f, name=name, layout=layout, description=description, costing=costing,
+                                  supports_backward=supports_backward, needs_cuda=needs_cuda, is_triton=is_triton,
+                                  dtypes=dtypes, head_dims=head_dims, spec=spec, replace=replace)
+    if not callable(fn):
+        raise TypeError(f"register needs a callable, got {type(fn).__name__}")
+    name = name or getattr(fn, "__name__", "")
+    if not NAME.match(name):
+        raise ValueError(f"implementation name '{name}' must be letters, digits and underscores, not starting "
+                         "with a digit (it names NVTX ranges and trace files)")
+    if name in BUILTIN or (name in REGISTRY and not replace and REGISTRY[name].fn is not fn
+                           and getattr(REGISTRY[name].fn, "__wrapped__", None) is not fn):
+        raise ValueError(f"implementation name '{name}' is taken; choose another"
+                         + ("" if name in BUILTIN else " or pass replace=True"))
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout '{layout}' is not one of {', '.join(LAYOUTS)}")
+    impl = Impl(name, _bshd_adapter(fn) if layout == "bshd" else fn,
+                description or (fn.__doc__ or "").strip().split("\n")[0] or f"user implementation {name}",
+                costing or Costing("fused", source="user implementation: tiles not declared"),
+                supports_backward=supports_backward, needs_cuda=needs_cuda, is_triton=is_triton, dtypes=dtypes,
+                head_dims=head_dims, spec=spec, extra={"layout": layout})
+    REGISTRY[name] = impl
+    try:
+        fn.__attn_impl__ = impl
+    except (AttributeError, TypeError):  # a builtin or a bound method: the registry still has it
+        pass
+    return fn
+
+
+def _import(module: str):
+    """A module by dotted name (the current directory first, as ``python -m`` does) or by file path."""
+    if module.endswith(".py"):
+        path = Path(module)
+        if not path.is_file():
+            raise ValueError(f"no file '{module}'")
+        mod_name = f"attn_user_{re.sub(r'[^0-9A-Za-z_]', '_', str(path.resolve()))}"
+        if mod_name in sys.modules:
+            return sys.modules[mod_name]
+        loader = importlib.util.spec_from_file_location(mod_name, path)
+        mod = importlib.util.module_from_spec(loader)
+        sys.modules[mod_name] = mod
+        loader.loader.exec_module(mod)
+        return mod
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return importlib.import_module(module)
 
 
 def get_impl(name: str) -> Impl:
-    try:
+    """A registered implementation by name, or a user's by ``module:attr`` / ``file.py:attr``: the
+    attribute may be an :class:`Impl`, a function registered with :func:`register`, or any function
+    with our BHSD signature (registered under its own name, with the default costing)."""
+    if name in REGISTRY:
         return REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown implementation '{name}'; choose from: {', '.join(REGISTRY)}") from None
+    if ":" not in name:
+        raise ValueError(f"unknown implementation '{name}'; choose from: {', '.join(REGISTRY)}, "
+                         "or name your own as module:function")
+    module, _, attr = name.rpartition(":")
+    try:
+        target = getattr(_import(module), attr)
+    except (ImportError, AttributeError, ValueError, SyntaxError) as err:
+        raise ValueError(f"cannot load implementation '{name}': {type(err).__name__}: {err}") from None
+    if isinstance(target, Impl):
+        impl = target
+    elif isinstance(getattr(target, "__attn_impl__", None), Impl):
+        impl = target.__attn_impl__
+    elif callable(target):
+        register(target, name=attr, spec=name, replace=True)
+        impl = REGISTRY[attr]
+    else:
+        raise ValueError(f"'{name}' is a {type(target).__name__}, not an attention function")
+    if not impl.spec:  # remember where it came from: ncu's driver runs in another process
+        impl = replace(impl, spec=name)
+    REGISTRY[impl.name] = impl
+    return impl

@@ -17,10 +17,10 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels._autotune import LOG2E
 from kernels._checks import check_qkv, check_triton_device, resolve_scale
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
-LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x · log2 e)
 
 
 @triton.jit

@@ -1,2 +1,22 @@
-"""Profiling and roofline analysis of attention kernels: cost model, device peaks, measured
-ceilings, timing and the ``python -m profiler`` command line."""
+"""Profiling and roofline analysis of attention kernels.
+
+Layers, each importing only those above it in this list:
+
+- ``profiler.store``: capture folders (meta.json, results.parquet), their schema, atomic writes
+- ``profiler.model``: the cost model (FLOPs and bytes per implementation and step), datasheet
+  peaks, roofs and roofline rows; pure Python, no torch
+- ``profiler.measure``: running implementations (timing, correctness, peak memory, NVTX ranges,
+  torch-profiler traces, measured ceilings) into a capture folder
+- ``profiler.nsight``: Nsight Systems exports and Nsight Compute counters against the model
+- ``profiler.views``: plots, tables and the HTML report, from stored captures
+- ``profiler.cli``: ``python -m profiler``: argparse, one module of commands per subject
+
+``profiler.register`` adds your own attention function to the registry (kernels.registry.register).
+"""
+
+
+def register(fn=None, **kwargs):
+    """Add an attention function to the registry; see :func:`kernels.registry.register`."""
+    from kernels.registry import register as _register
+
+    return _register(fn, **kwargs)

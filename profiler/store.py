@@ -1,6 +1,6 @@
 """The results store: one folder per capture.
 
-    <capture>/meta.json          where and how it was measured (profiler.meta), peaks and ceilings used
+    <capture>/meta.json          where and how it was measured (profiler.measure.meta), peaks and ceilings used
     <capture>/results.parquet    one row per implementation × shape × mode × step (schema below)
     <capture>/kernels.parquet    torch-profiler kernels: name, GPU time, enclosing range (GPU captures)
     <capture>/traces/*.json      one Chrome trace per implementation at one shape (open in Perfetto)
@@ -104,6 +104,8 @@ class ResultStore:
             meta = {**kept, **meta,
                     "commands": [*earlier.get("commands", [earlier.get("command")]), meta.get("command")],
                     "earlier_runs": [*earlier.get("earlier_runs", []), previous]}
+            if earlier.get("user_impls"):  # implementations of earlier runs keep their description
+                meta["user_impls"] = {**earlier["user_impls"], **meta.get("user_impls", {})}
         self.meta = meta
         write_json_atomic(self.folder / META, meta)
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from profiler import cost_model as cm
 from profiler.cli import main
+from profiler.measure.torch_trace import kernels_from_chrome_trace, kernels_of_capture
+from profiler.model import cost_model as cm
 from profiler.store import COLUMNS, SCHEMA, CaptureError, ResultStore, load_capture
-from profiler.torch_trace import kernels_from_chrome_trace, kernels_of_capture
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -222,7 +222,7 @@ def test_capture_path_imports_neither_plotly_nor_streamlit(tmp_path):
 @pytest.mark.parametrize("impl", ["naive", "triton_flash", "sdpa_math"])
 def test_run_case_times_every_mode_and_checks_gradients(impl, mode):
     from kernels import REGISTRY
-    from profiler.runner import run_case
+    from profiler.measure.runner import run_case
 
     result = run_case(REGISTRY[impl], cm.Shape(1, 2, 33, 33, 16, "fp32", causal=True, mode=mode), "cpu", rep_ms=5)
     assert result.status == "ok", result.message
@@ -230,12 +230,21 @@ def test_run_case_times_every_mode_and_checks_gradients(impl, mode):
     assert result.flops == cm.fused_flops(cm.Shape(1, 2, 33, 33, 16, "fp32", causal=True, mode=mode))
 
 
-@pytest.mark.parametrize("name", ["reference-h200", "capture-h200-n8192", "bench-h200-grid", "validate-h200"])
+SHIPPED = sorted(p.name for p in (ROOT / "reports").iterdir() if (p / "results.parquet").exists())
+
+
+def test_every_shipped_capture_is_checked():
+    assert {"reference-h200", "capture-h200-n8192", "bench-h200-grid", "validate-h200",
+            "validate-h200-n2048"} <= set(SHIPPED)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_captures_match_the_current_cost_model(name):
-    from profiler.capture import Roofs, remodel
+    from profiler.model.roofs import Roofs
+    from profiler.model.rows import remodel
 
     meta, frame = load_capture(ROOT / "reports" / name)
-    _, changed = remodel(frame, Roofs.from_meta(meta))
+    _, changed = remodel(frame, Roofs.from_meta(meta), meta)
     assert not changed.any(), f"run `python -m profiler remodel reports/{name}`"
 
 

@@ -32,7 +32,7 @@ def test_model_json_has_every_step(capsys):
     rows = json.loads(capsys.readouterr().out)
     assert {"impl", "step", "flops", "hbm_bytes", "arithmetic_intensity", "bound"} <= set(rows[0])
     steps = [r["step"] for r in rows if r["impl"] == "naive"]
-    assert steps == ["qk_matmul", "scale_mask", "softmax", "pv_matmul"]
+    assert steps == ["total", "qk_matmul", "scale_mask", "softmax", "pv_matmul"]
     by = {(r["impl"], r["step"]): r for r in rows}
     assert by[("naive", "softmax")]["arithmetic_intensity"] == 1.25
     assert by[("naive", "softmax")]["bound"] == "memory"
@@ -54,7 +54,7 @@ def test_model_table_names_the_device_and_ridge(capsys):
         (["model", "--device-name", "TPU"], "unknown --device-name 'TPU'; known: A100-SXM4-40GB"),
         (["model", "--dtype", "fp8"], "argument --dtype: invalid choice: 'fp8'"),
         (["bench", "--seq", "1,x"], "'1,x' is not a comma-separated list of integers"),
-        (["bench", "--impl", "flash9"], "'flash9': allowed values are naive, triton_naive"),
+        (["bench", "--impl", "flash9"], "unknown implementation 'flash9'; choose from: naive, triton_naive"),
         (["bench", "--causal", "maybe"], "'maybe': allowed values are true, false, both"),
         (["bench", "--mode", "train"], "'train': allowed values are fwd, bwd, fwd+bwd"),
         (["bench", "--impl", "naive", "--baseline", "triton_flash"], "--baseline 'triton_flash' must be one of"),
@@ -126,8 +126,8 @@ def test_bench_writes_a_capture_and_prints_ratios(tmp_path):
 def test_bench_table_ratios_and_missing_peers():
     import pandas as pd
 
-    from profiler.commands import bench_table
     from profiler.store import to_frame
+    from profiler.views.tables import bench_table
 
     base = {"step": "total", "mode": "fwd", "dtype": "fp16", "head_dim": 64, "causal": False, "batch": 4,
             "heads": 32, "seq_kv": 2048, "max_rel_err": 1e-4, "message": None}

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from kernels import reference
-from profiler import cost_model as cm
-from profiler import hardware, roofline
+from profiler.model import cost_model as cm
+from profiler.model import hardware
+from profiler.model import roofs as roofline
+from profiler.model.costing import Tiles
 
 
 def test_ridge_points_of_the_seed_and_of_hopper():
@@ -62,14 +66,16 @@ def test_fused_flops_conventions():
 
 
 def test_executed_flops_count_whole_tiles():
+    tiles = Tiles((128, 64))
     full = cm.Shape.square(4, 32, 8192, 64)
-    assert cm.executed_flops(full) == cm.fused_flops(full)  # N is a multiple of both tiles
+    assert cm.executed_flops(full, tiles) == cm.fused_flops(full)  # N is a multiple of both tiles
     causal = cm.Shape.square(4, 32, 8192, 64, causal=True)
     # 64 query blocks of 128; block m visits 2(m+1) key tiles of 64: 4160 tiles against 4096 for
     # the exact half, so the diagonal costs 1/64 extra.
-    assert cm.executed_flops(causal) / cm.fused_flops(causal) == pytest.approx(4160 / 4096)
+    assert cm.executed_flops(causal, tiles) / cm.fused_flops(causal) == pytest.approx(4160 / 4096)
     ragged = cm.Shape.square(1, 1, 100, 64)  # one 128-row query block, two 64-key tiles
-    assert cm.executed_flops(ragged) == 128 * 128 * 4 * 64
+    assert cm.executed_flops(ragged, tiles) == 128 * 128 * 4 * 64
+    assert math.isnan(cm.executed_flops(ragged.with_mode("bwd"), tiles))  # no backward tiles: not modelled
 
 
 def test_compulsory_and_tile_bytes_of_the_h200_measurement():
@@ -79,7 +85,7 @@ def test_compulsory_and_tile_bytes_of_the_h200_measurement():
     one = 16 * 4096 * 64 * 2
     lse = 16 * 4096 * 4
     assert cm.compulsory_bytes(s) == 4 * one + lse
-    assert cm.tile_bytes(s) == one + 32 * 2 * one + one + lse
+    assert cm.tile_bytes(s, Tiles((128, 64))) == one + 32 * 2 * one + one + lse
     assert 3 * one / 1e6 == pytest.approx(25.2, abs=0.1)
 
 

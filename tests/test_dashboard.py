@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from profiler import cost_model as cm
-from profiler import hardware, plots
 from profiler.cli import main
+from profiler.model import cost_model as cm
+from profiler.model import hardware
 from profiler.store import load_capture
+from profiler.views import plots
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "dashboards" / "roofline.py")

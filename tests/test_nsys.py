@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from profiler import nsys
 from profiler.cli import main
+from profiler.nsight import nsys
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "nsys-h200-n2048"

@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from profiler import cost_model as cm
-from profiler import ncu, validate
 from profiler.cli import main
+from profiler.model import cost_model as cm
+from profiler.nsight import ncu, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURE = ROOT / "reports" / "validate-h200"
@@ -126,7 +126,7 @@ def test_bad_input(tmp_path, monkeypatch, capsys):
 
 
 def test_hierarchical_roofline_puts_each_kernel_at_both_intensities(table):
-    from profiler import plots
+    from profiler.views import plots
 
     meta = json.loads((CAPTURE / "meta.json").read_text())
     fig = plots.hierarchical_roofline_figure(table, meta, "fp16")
@@ -154,7 +154,7 @@ def test_dashboard_validation_tab(tmp_path, monkeypatch):
 
 
 def test_ncu_driver_profiles_the_capture_s_naive_steps_then_whole_kernels():
-    from profiler.ncu_driver import measured_calls
+    from profiler.nsight.ncu_driver import measured_calls
 
     shape = cm.Shape(1, 2, 40, 40, 16, "fp32", causal=True)
     seen = []

@@ -97,8 +97,8 @@ def test_timing_line_per_implementation(capsys):
     """One timing line per implementation (median do_bench) at the seed's shape, N=2048, with its
     error against fp32: the numbers are printed for the reader; speed targets live in
     `python -m profiler bench`, not in tests."""
-    from profiler.cost_model import Shape
-    from profiler.runner import run_case
+    from profiler.measure.runner import run_case
+    from profiler.model.cost_model import Shape
 
     shape = Shape(4, 32, 2048, 2048, 64, "fp16")
     lines = []

@@ -1,6 +1,6 @@
 """Measured ceilings: what this machine really reaches for a large matmul and a large copy.
 
-The datasheet roof (profiler.hardware) is a promise; these are the measured roofs the roofline
+The datasheet roof (profiler.model.hardware) is a promise; these are the measured roofs the roofline
 also draws. Matmul FLOP/s = 2·n³ / time for an n×n×n product on random data (never zeros: they
 can run faster); copy bandwidth = (bytes read + bytes written) / time for a device-to-device copy.
 Results are cached per device and software versions in ``~/.cache/attention-roofline``.
@@ -12,32 +12,15 @@ import json
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from profiler.timing import measure
+from profiler.measure.timing import measure
+from profiler.model.roofs import Ceilings
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-
-
-@dataclass(frozen=True)
-class Ceilings:
-    device: str
-    matmul_tflops: dict[str, float]  # by dtype; fp32 is IEEE fp32 (tf32 off)
-    copy_gbps: float  # bytes read + written per second / 1e9
-    matmul_n: int
-    copy_bytes: int
-    torch_version: str
-    measured_at: str
-
-    def peak_flops(self, dtype: str) -> float:
-        return self.matmul_tflops[dtype] * 1e12
-
-    @property
-    def bandwidth(self) -> float:
-        return self.copy_gbps * 1e9
 
 
 def device_name(device: torch.device | str) -> str:

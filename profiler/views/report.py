@@ -4,13 +4,14 @@ single file that opens offline (plotly.js is embedded once)."""
 from __future__ import annotations
 
 import html
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
-from profiler import cost_model as cm
-from profiler import plots
+from profiler.model import cost_model as cm
 from profiler.store import load_capture, write_bytes_atomic
+from profiler.views import plots
 
 
 def _first_family(frame: pd.DataFrame) -> pd.DataFrame:
@@ -46,8 +47,8 @@ def build_report(folder: Path | str) -> str:
               for i, fig in enumerate(figures)]
     totals = family[family.step == "total"][["impl", "seq_q", "time_ms", "tflops", "arithmetic_intensity", "bound",
                                              "roof_fraction", "peak_mem_bytes", "max_rel_err", "status"]]
-    trips = plots.hbm_trips_table(cm.Shape(int(first.batch), int(first.heads), int(family.seq_q.max()),
-                                           int(family.seq_q.max()), int(first.head_dim), dtype, bool(first.causal)))
+    longest = int(family.seq_q.max())
+    trips = plots.hbm_trips_table(replace(cm.Shape.from_row(first), seq_q=longest, seq_kv=longest, mode="fwd"))
     title = f"Attention roofline: {folder.name}"
     shape = (f"B={first.batch} H={first.heads} D={first.head_dim} {dtype} "
              f"{'causal' if first.causal else 'full'} {first['mode']}")

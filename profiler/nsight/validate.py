@@ -4,7 +4,7 @@ and put measured DRAM bytes, L2 bytes and tensor FLOPs next to the model's numbe
     python -m profiler validate --seq 1024,4096 --dtype fp16,bf16 --dim 64,128 --causal both
 
 The capture folder holds ``ncu/*.csv`` (ncu's raw output per shape), ``ncu_kernels.parquet`` (one
-row per kernel, profiler.ncu), ``validation.parquet`` (one row per implementation × shape × step,
+row per kernel, profiler.nsight.ncu), ``validation.parquet`` (one row per implementation × shape × step,
 measured and model side by side with ratio columns) and, so the dashboard and report read it like
 any capture, ``results.parquet`` and ``meta.json`` (times there are ncu's gpu__time_duration of
 the single profiled run, not do_bench medians).
@@ -17,14 +17,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from profiler import cost_model as cm
-from profiler.ncu import read_raw_csv, run_driver
-from profiler.store import write_bytes_atomic
+from profiler.model import cost_model as cm
+from profiler.model.costing import Tiles
+from profiler.model.roofs import Roofs
+from profiler.model.rows import roofline_row
+from profiler.nsight.ncu import read_raw_csv, run_driver
+from profiler.store import RESULTS, to_frame, write_bytes_atomic
 
 SHAPE_COLUMNS = ["batch", "heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal"]
 
 
 def driver_args(shape: cm.Shape, impls: list[str]) -> list[str]:
+    """The ncu driver's command line for one shape; ``impls`` are names or a user's module:function."""
     args = ["--batch", str(shape.batch), "--heads", str(shape.heads), "--seq", str(shape.seq_q), "--dim",
             str(shape.head_dim), "--dtype", shape.dtype, "--impl", ",".join(impls)]
     return args + (["--causal"] if shape.causal else [])
@@ -108,12 +112,12 @@ def model_tensor_flops(shape: cm.Shape, impl: str, step: str, tile: tuple[int, i
         return cm.naive_step_flops(shape, step) * cublas_padding(kernel, shape.seq_q, cols)
     if step in ("scale_mask", "softmax"):
         return 0.0
-    return cm.executed_flops(shape, fwd_tile=tile)
+    return cm.executed_flops(shape, Tiles(tile))
 
 
-def validation_table(kernels: pd.DataFrame, l2_bytes: float | None) -> pd.DataFrame:
+def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict | None = None) -> pd.DataFrame:
     """Per implementation × shape × step: measured counters summed over the step's kernels, the
-    model's DRAM bytes and tensor FLOPs, and measured / model ratios."""
+    model's DRAM bytes, L2 (tile) bytes and tensor FLOPs, and measured / model ratios."""
     kernels = kernels[kernels.impl != ""].copy()
     kernels["tensor_ops"] = kernels[["tensor_ops_fp16", "tensor_ops_bf16"]].fillna(0).sum(axis=1)
     grouped = kernels.groupby(["impl", "step", *SHAPE_COLUMNS], sort=False).agg(
@@ -124,12 +128,11 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None) -> pd.DataFr
     ).reset_index()
     rows = []
     for r in grouped.itertuples():
-        shape = cm.Shape(int(r.batch), int(r.heads), int(r.seq_q), int(r.seq_kv), int(r.head_dim), r.dtype,
-                         bool(r.causal))
+        shape = cm.Shape.from_row(r)
         fused = r.step == "total"
         splits = kv_splits(r.kernel_names, r.grid) if fused else 1
         model_dram = cm.dram_bytes(shape, r.impl, r.step, l2_bytes, kv_splits=splits)
-        model_l2 = cm.tile_bytes(shape) if fused else cm.naive_step_bytes(shape, r.step)
+        cost = cm.cost_of(cm.costing_for(r.impl, meta), shape, r.step)
         tile = kernel_tile(r.impl, r.kernel_names, r.grid, int(r.seq_q)) if fused else (0, 0)
         model_flops = model_tensor_flops(shape, r.impl, r.step, tile, kernel=r.kernel_names)
         measured_dram = r.dram_read_bytes + r.dram_write_bytes
@@ -137,7 +140,9 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None) -> pd.DataFr
             **r._asdict(), "query_tile": tile[0], "key_tile": tile[1], "kv_splits": splits,
             "dram_bytes": measured_dram, "model_dram_bytes": model_dram,
             "dram_ratio": measured_dram / model_dram if model_dram else float("nan"),
-            "model_l2_bytes": model_l2, "l2_ratio": r.l2_bytes / model_l2 if model_l2 else float("nan"),
+            "flops": cost.flops,  # the row's FLOPs by the cost model's convention, as in results.parquet
+            "model_l2_bytes": cost.tile_bytes,
+            "l2_ratio": r.l2_bytes / cost.tile_bytes if cost.tile_bytes else float("nan"),
             "tensor_flops": r.tensor_ops, "model_tensor_flops": model_flops,
             "tensor_flops_ratio": r.tensor_ops / model_flops if model_flops else float("nan"),
         })
@@ -145,7 +150,7 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None) -> pd.DataFr
     return frame.drop(columns=["Index"], errors="ignore")
 
 
-def rebuild(folder: Path | str, l2_bytes: float | None) -> pd.DataFrame:
+def rebuild(folder: Path | str, l2_bytes: float | None, meta: dict | None = None) -> pd.DataFrame:
     """Re-read a validation capture's raw ncu CSVs and compare them with the current model (the
     measurements never change; the model may). Writes ncu_kernels.parquet and validation.parquet."""
     folder = Path(folder)
@@ -155,12 +160,34 @@ def rebuild(folder: Path | str, l2_bytes: float | None) -> pd.DataFrame:
         if match is None:
             continue
         b, h, n, d, dtype, causal = match.groups()
-        shape = cm.Shape(int(b), int(h), int(n), int(n), int(d), dtype, causal is not None)
+        shape = cm.Shape.square(int(b), int(h), int(n), int(d), dtype=dtype, causal=causal is not None)
         tables.append(with_shape(read_raw_csv(path), shape))
     if not tables:
         raise ValueError(f"'{folder / 'ncu'}' holds no ncu CSV named like B1H16N4096D64-fp16.csv")
     kernels = pd.concat(tables, ignore_index=True)
     write_bytes_atomic(folder / "ncu_kernels.parquet", kernels.to_parquet(index=False))
-    table = validation_table(kernels, l2_bytes)
+    table = validation_table(kernels, l2_bytes, meta)
     write_bytes_atomic(folder / "validation.parquet", table.to_parquet(index=False))
+    return table
+
+
+class _NcuTime:
+    """ncu's gpu__time_duration of the one profiled run, as the row's time (no spread)."""
+
+    def __init__(self, ns: float):
+        self.median_ms = self.p10_ms = self.p90_ms = ns / 1e6
+
+
+def write_validation(folder: Path | str, meta: dict) -> pd.DataFrame:
+    """Read the folder's ncu/*.csv and write its tables with the current model: ncu_kernels and
+    validation.parquet (:func:`rebuild`), and results.parquet so the dashboard reads the folder
+    like any capture. Measuring and ``validate --rebuild`` both end here."""
+    folder = Path(folder)
+    table = rebuild(folder, meta.get("l2_bytes"), meta)
+    roofs = Roofs.from_meta(meta)
+    rows = [roofline_row(r.impl, cm.costing_for(r.impl, meta), cm.Shape.from_row(r), r.step, roofs,
+                         timing=_NcuTime(r.gpu_time_ns), status="ok",
+                         message="time: ncu gpu__time_duration of one run")
+            for r in table.itertuples()]
+    write_bytes_atomic(folder / RESULTS, to_frame(rows).to_parquet(index=False))
     return table

@@ -42,7 +42,7 @@ def run_metadata(device: torch.device | str) -> dict:
     """Device name and compute capability, driver, torch / triton / CUDA versions, the command
     line, the git revision and the time."""
     device = torch.device(device)
-    from profiler.ceilings import device_name
+    from profiler.measure.ceilings import device_name
 
     meta = {
         "device": device_name(device),

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from profiler.measure.ranges import parse_range
+
 # Metric -> column. Hopper names, found with `ncu --query-metrics --chip gh100`.
 METRICS = {
     "dram__bytes_read.sum": "dram_read_bytes",
@@ -49,12 +51,12 @@ def find_ncu() -> str:
 
 
 def run_driver(out_csv: Path, driver_args: list[str], ncu: str | None = None, timeout: int = 600) -> str:
-    """Profile ``python -m profiler.ncu_driver <driver_args>`` with the validation metrics (clocks
+    """Profile ``python -m profiler.nsight.ncu_driver <driver_args>`` with the validation metrics (clocks
     left as they are: --clock-control none) and write ncu's raw CSV to ``out_csv``. Returns the
     driver's own output."""
     ncu = ncu or find_ncu()
     cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--nvtx", "--metrics", ",".join(METRICS),
-           "--csv", "--page", "raw", "--log-file", str(out_csv), sys.executable, "-m", "profiler.ncu_driver",
+           "--csv", "--page", "raw", "--log-file", str(out_csv), sys.executable, "-m", "profiler.nsight.ncu_driver",
            *driver_args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     text = proc.stdout + proc.stderr
@@ -100,7 +102,7 @@ def read_raw_csv(path: Path | str) -> pd.DataFrame:
     })
     for metric, column in METRICS.items():
         out[column] = [_number(v) for v in frame[metric]]
-    parts = out["range"].str.removeprefix("attn:").str.split("/")
-    out["impl"] = [p[1] if len(p) >= 3 and p[0] == "validate" else "" for p in parts]
-    out["step"] = [p[2] if len(p) >= 3 and p[0] == "validate" else "" for p in parts]
+    parsed = [parse_range(r) for r in out["range"]]
+    out["impl"] = [p.impl if p is not None and p.validate else "" for p in parsed]
+    out["step"] = [p.step if p is not None and p.validate else "" for p in parsed]
     return out.reset_index(drop=True)

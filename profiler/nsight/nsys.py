@@ -32,6 +32,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from profiler.measure.ranges import call_range, case_range, qualified, step_range
+
 PUSH_POP, START_END, DOMAIN_CREATE = 59, 60, 75  # ENUM_NSYS_EVENT_TYPE ids
 TID_MASK = 0xFFFFFF  # globalTid packs (pid, tid); nsys's own reports take the low 24 bits as the tid
 
@@ -295,16 +297,18 @@ def capture_gpu_times(projection: pd.DataFrame, ranges: pd.DataFrame, results: p
     case_of_total: dict[tuple, int | None] = {}
     out: list[float | None] = []
     for row in results.itertuples():
-        base = f"attn:{row.impl}/{row.mode}/seq={row.seq_q}"
+        base = case_range(row.impl, row.mode, row.seq_q)
         key = (row.impl, row.mode, row.seq_q, row.batch, row.heads, row.head_dim, row.dtype, row.causal)
         if row.step == "total":
             k = seen.get(base, 0)
             seen[base] = k + 1
-            case = instances.get(base, [])[k] if k < len(instances.get(base, [])) else None
+            found = instances.get(qualified(base), [])
+            case = found[k] if k < len(found) else None
             case_of_total[key] = case
-            out.append(None if case is None else median_ms(case, f"{base}/call"))
+            out.append(None if case is None else median_ms(case, qualified(call_range(base))))
         else:
             case = case_of_total.get(key)
-            step_range = next((rid for name, rid in children.get(case, []) if name == f"{base}/{row.step}"), None)
-            out.append(None if step_range is None else median_ms(step_range, f"{base}/{row.step}/call"))
+            step = step_range(row.impl, row.mode, row.seq_q, row.step)
+            step_id = next((rid for name, rid in children.get(case, []) if name == qualified(step)), None)
+            out.append(None if step_id is None else median_ms(step_id, qualified(call_range(step))))
     return out

@@ -6,26 +6,34 @@ Streamlit here, and plotly is imported only by this module (the capture path nev
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from profiler import cost_model as cm
-from profiler import hardware, roofline
+from profiler.model import cost_model as cm
+from profiler.model import hardware
+from profiler.model import roofs as roofline
 
+# Colours by implementation: the registry's built-ins in registry order (kernels.registry.BUILTIN;
+# listed here so the dashboard need not load torch), then any other name by a stable hash of it.
 IMPL_ORDER = ["naive", "triton_naive", "triton_flash", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "sdpa_math"]
-PALETTE = ["#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#8c564b", "#e377c2", "#7f7f7f"]
+PALETTE = ["#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#393b79", "#ad494a"]
 STEP_SYMBOL = {"total": "circle", "qk_matmul": "triangle-up", "scale_mask": "square", "softmax": "diamond",
                "pv_matmul": "triangle-down"}
 SHAPE_COLUMNS = ["batch", "heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal", "mode"]
 
 
 def impl_color(name: str) -> str:
-    """A stable colour per implementation (registry order first, then any other name)."""
-    index = IMPL_ORDER.index(name) if name in IMPL_ORDER else len(IMPL_ORDER) + abs(hash(name)) % 2
-    return PALETTE[index % len(PALETTE)]
+    """A colour per implementation, the same in every chart, run and process (registry order first,
+    then any other name by its CRC-32: Python's hash() of a str changes from run to run)."""
+    if name in IMPL_ORDER:
+        return PALETTE[IMPL_ORDER.index(name)]
+    spare = PALETTE[len(IMPL_ORDER):]
+    return spare[zlib.crc32(name.encode()) % len(spare)]
 
 
 @dataclass(frozen=True)
@@ -136,12 +144,10 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
         figs["speedup"].add_trace(go.Scatter(x=group.seq_q, y=np.array(base) / group.time_ms.to_numpy(),
                                              mode="lines+markers", name=impl, line=style))
     if not data.empty:
-        first = data.iloc[0]
+        first = cm.Shape.from_row(data.iloc[0])
         seqs = sorted(data.seq_q.unique())
         for fused, label in ((False, "model O(N²): naive keeps S and P"), (True, "model O(N): fused keeps O, lse")):
-            y = [cm.predicted_peak_bytes(
-                cm.Shape(int(first.batch), int(first.heads), int(n), int(n), int(first.head_dim), first["dtype"],
-                         bool(first.causal), first["mode"]), fused) / 2**20 for n in seqs]
+            y = [cm.predicted_peak_bytes(replace(first, seq_q=int(n), seq_kv=int(n)), fused) / 2**20 for n in seqs]
             figs["memory"].add_trace(go.Scatter(x=seqs, y=y, mode="lines", name=label,
                                                 line={"dash": "dot", "color": "grey" if fused else "black"}))
     titles = {"time": ("median time (ms)", "Time"), "tflops": ("TFLOP/s", "Throughput"),
@@ -246,15 +252,9 @@ def whatif_figure(rows: pd.DataFrame, device: hardware.Device, dtype: str, bytes
 
 
 def validation_rows(validation: pd.DataFrame) -> pd.DataFrame:
-    """Validation rows with the FLOPs each point is plotted with (the cost model's: per naive step,
-    algorithmic for fused kernels), achieved FLOP/s over ncu's kernel time, and both intensities."""
+    """Validation rows (their ``flops`` are the cost model's, stored by profiler.nsight.validate) with
+    achieved FLOP/s over ncu's kernel time and both intensities."""
     rows = validation.copy()
-    flops = []
-    for r in rows.itertuples():
-        shape = cm.Shape(int(r.batch), int(r.heads), int(r.seq_q), int(r.seq_kv), int(r.head_dim), r.dtype,
-                         bool(r.causal))
-        flops.append(cm.fused_flops(shape) if r.step == "total" else cm.naive_step_flops(shape, r.step))
-    rows["flops"] = flops
     rows["tflops"] = rows.flops / (rows.gpu_time_ns * 1e-9) / 1e12
     rows["dram_intensity"] = rows.flops / rows.dram_bytes
     rows["l2_intensity"] = rows.flops / rows.l2_bytes

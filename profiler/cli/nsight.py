@@ -8,15 +8,15 @@ from pathlib import Path
 from rich.progress import Progress
 from rich.table import Table
 
-from profiler import cost_model as cm
 from profiler.cli import UsageError
-from profiler.commands._shared import capture_folder, console, fmt, open_capture
+from profiler.cli.console import console, fmt, start_capture
+from profiler.model import cost_model as cm
 
 # ---------------------------------------------------------------------------------------------- nsys
 
 
 def nsys(args) -> int:
-    from profiler import nsys as nsys_export
+    from profiler.nsight import nsys as nsys_export
 
     if args.nsys_command == "summarize":
         try:
@@ -41,7 +41,7 @@ def nsys(args) -> int:
 
 
 def _nsys_ingest(folder: Path) -> int:
-    from profiler import nsys as nsys_export
+    from profiler.nsight import nsys as nsys_export
     from profiler.store import CaptureError, load_capture, write_bytes_atomic, write_json_atomic
 
     try:
@@ -81,9 +81,10 @@ def validate(args) -> int:
 
     if args.rebuild:
         return _validate_rebuild(Path(args.rebuild))
-    from profiler.ceilings import device_name
-    from profiler.ncu import NcuError, find_ncu
-    from profiler.validate import measure_counters
+    from kernels.registry import get_impl
+    from profiler.measure.ceilings import device_name
+    from profiler.nsight.ncu import NcuError, find_ncu
+    from profiler.nsight.validate import measure_counters, write_validation
 
     if not torch.cuda.is_available():
         raise UsageError("validate needs a CUDA GPU: Nsight Compute reads its hardware counters")
@@ -91,11 +92,13 @@ def validate(args) -> int:
         find_ncu()
     except NcuError as err:
         raise UsageError(str(err)) from None
-    shapes = [cm.Shape(args.batch, args.heads, n, n, d, dt, c) for dt in args.dtype for d in args.dim
-              for c in args.causal for n in args.seq]
+    shapes = [cm.Shape.square(args.batch, args.heads, n, d, dtype=dt, causal=c) for dt in args.dtype
+              for d in args.dim for c in args.causal for n in args.seq]
+    impls = [get_impl(n) for n in args.impl]
     label = device_name("cuda")
-    store, _ = open_capture("cuda", capture_folder(args, "validate-" + label), label, ("fp16", "bf16", "fp32"),
-                            {"kind": "validate", "impls": args.impl}, resumable=False)
+    args.device = "cuda"
+    store, _ = start_capture(args, label, ("fp16", "bf16", "fp32"), {"kind": "validate", "impls": args.impl},
+                             impls=impls, resumable=False, prefix="validate-")
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("ncu", total=len(shapes))
 
@@ -104,11 +107,12 @@ def validate(args) -> int:
             progress.advance(task)
 
         try:
-            measure_counters(shapes, args.impl, store.folder, progress=advance)
+            # the driver runs in another process: a user's implementation travels as its module:function
+            measure_counters(shapes, [i.spec or i.name for i in impls], store.folder, progress=advance)
         except NcuError as err:
             raise UsageError(str(err)) from None
     try:
-        table = _write_validation(store.folder, store.meta)
+        table = write_validation(store.folder, store.meta)
     except NcuError as err:  # e.g. a profiled run that launched no kernel
         raise UsageError(str(err)) from None
     _print_validation(table)
@@ -116,35 +120,12 @@ def validate(args) -> int:
     return 0
 
 
-def _write_validation(folder: Path, meta: dict):
-    """Read the folder's ncu/*.csv and write its tables with the current model: ncu_kernels and
-    validation.parquet (profiler.validate.rebuild), and results.parquet so the dashboard reads the
-    folder like any capture (the time there is ncu's gpu__time_duration of the one profiled run).
-    Measuring and --rebuild both end here."""
-    from kernels.registry import REGISTRY
-    from profiler.capture import Roofs, make_row
-    from profiler.store import RESULTS, to_frame, write_bytes_atomic
-    from profiler.timing import Timing
-    from profiler.validate import rebuild
-
-    table = rebuild(folder, meta.get("l2_bytes"))
-    roofs = Roofs.from_meta(meta)
-    rows = []
-    for r in table.itertuples():
-        shape = cm.Shape(int(r.batch), int(r.heads), int(r.seq_q), int(r.seq_kv), int(r.head_dim), r.dtype,
-                         bool(r.causal))
-        ms = r.gpu_time_ns / 1e6
-        rows.append(make_row(REGISTRY[r.impl], shape, r.step, roofs, timing=Timing(ms, ms, ms), status="ok",
-                             message="time: ncu gpu__time_duration of one run"))
-    write_bytes_atomic(folder / RESULTS, to_frame(rows).to_parquet(index=False))
-    return table
-
-
 def _validate_rebuild(folder: Path) -> int:
     """Re-read the ncu CSVs of a validation capture and rewrite its tables with the current model."""
     import time
 
-    from profiler.ncu import NcuError
+    from profiler.nsight.ncu import NcuError
+    from profiler.nsight.validate import write_validation
     from profiler.store import CaptureError, write_json_atomic
 
     meta_path = folder / "meta.json"
@@ -152,7 +133,7 @@ def _validate_rebuild(folder: Path) -> int:
         raise UsageError(f"'{folder}' is not a validation capture: missing meta.json")
     meta = json.loads(meta_path.read_text())
     try:
-        table = _write_validation(folder, meta)
+        table = write_validation(folder, meta)
     except (CaptureError, NcuError, ValueError) as err:
         raise UsageError(str(err)) from None
     meta["validation_rebuilt_with_model_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")

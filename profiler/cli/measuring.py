@@ -9,9 +9,9 @@ from pathlib import Path
 from rich.progress import Progress
 from rich.table import Table
 
-from profiler import cost_model as cm
 from profiler.cli import UsageError
-from profiler.commands._shared import capture_folder, console, fmt, measure_into, open_capture
+from profiler.cli.console import console, fmt, measure_with_progress, start_capture
+from profiler.model import cost_model as cm
 
 # --------------------------------------------------------------------------------------------- bench
 
@@ -19,11 +19,16 @@ from profiler.commands._shared import capture_folder, console, fmt, measure_into
 def bench(args) -> int:
     """Our kernels beside PyTorch's, over a grid of shapes, into a capture folder; prints TFLOP/s
     and the ratio of the baseline (ours) to each peer."""
-    from kernels.registry import REGISTRY
-    from profiler.ceilings import device_name
+    from kernels.registry import get_impl
+    from profiler.measure.ceilings import device_name
     from profiler.store import to_frame
+    from profiler.views.tables import bench_table
 
-    if args.baseline not in args.impl:
+    try:
+        baseline = get_impl(args.baseline).name
+    except ValueError as err:
+        raise UsageError(f"--baseline: {err}") from None
+    if baseline not in args.impl:
         raise UsageError(f"--baseline '{args.baseline}' must be one of --impl ({', '.join(args.impl)})")
     if args.tokens is not None and args.tokens < max(args.seq):
         raise UsageError(f"--tokens {args.tokens} is below the longest --seq ({max(args.seq)}): "
@@ -38,17 +43,18 @@ def bench(args) -> int:
     except ValueError as err:
         raise UsageError(str(err)) from None
     label = device_name(args.device)
-    store, roofs = open_capture(args.device, capture_folder(args, f"bench-{label}"), label, args.dtype, {
-        "kind": "bench", "shapes": len(shapes), "impls": args.impl, "baseline": args.baseline, "trace": "none",
+    impls = [get_impl(n) for n in args.impl]
+    names = [i.name for i in impls]
+    store, roofs = start_capture(args, label, args.dtype, {
+        "kind": "bench", "shapes": len(shapes), "impls": names, "baseline": baseline, "trace": "none",
         "rep_ms": args.rep_ms, "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd",
-    }, resume=args.resume)
-    measure_into(store, shapes, [REGISTRY[n] for n in args.impl], args.device, roofs, args.rep_ms)
-    table = bench_table(to_frame(store.rows), args.impl, args.baseline)
+    }, impls=impls, prefix="bench-")
+    measure_with_progress(store, shapes, impls, args.device, roofs, args.rep_ms)
+    table = bench_table(to_frame(store.rows), names, baseline)
     timer = "do_bench" if args.device == "cuda" else "torch.utils.benchmark"
-    _print_bench(table, args.impl, args.baseline,
-                 f"{label}: median {timer}, FLOPs = 4·B·H·N²·D (x0.5 causal, x2.5 bwd)")
+    _print_bench(table, names, baseline, f"{label}: median {timer}, FLOPs = 4·B·H·N²·D (x0.5 causal, x2.5 bwd)")
     for r in store.rows:
-        if r["status"] != "ok" and r["impl"] in args.impl:
+        if r["status"] != "ok" and r["impl"] in names:
             console.print(f"[yellow]{r['impl']} {r['mode']} N={r['seq_q']} D={r['head_dim']}: {r['status']}: "
                           f"{r['message']}")
     if args.json:
@@ -58,33 +64,6 @@ def bench(args) -> int:
                                             "rows": table.to_dict("records")})
     console.print(f"Results written to {store.folder}/ (results.parquet, meta.json).")
     return 0
-
-
-BENCH_SHAPE = ["mode", "dtype", "head_dim", "causal", "seq_q", "batch", "heads"]
-
-
-def bench_table(frame, impls: list[str], baseline: str):
-    """One row per shape: each implementation's TFLOP/s and, for each peer, baseline / peer
-    (above 1 means the baseline is faster). A peer that did not run has no ratio."""
-    import pandas as pd
-
-    totals = frame[(frame.step == "total") & frame.impl.isin(impls)]
-    rows = []
-    for key, group in totals.groupby(BENCH_SHAPE, sort=False):
-        by_impl = {r.impl: r for r in group.itertuples()}
-        row = dict(zip(BENCH_SHAPE, key))
-        for name in impls:
-            r = by_impl.get(name)
-            row[f"{name}_tflops"] = r.tflops if r is not None and r.status == "ok" else None
-            row[f"{name}_status"] = r.status if r is not None else "missing"
-            row[f"{name}_max_rel_err"] = r.max_rel_err if r is not None else None
-        base = row[f"{baseline}_tflops"]
-        for name in impls:
-            if name != baseline:
-                peer = row[f"{name}_tflops"]
-                row[f"{baseline}/{name}"] = base / peer if base and peer else None
-        rows.append(row)
-    return pd.DataFrame(rows)
 
 
 def _print_bench(table, impls: list[str], baseline: str, title: str) -> None:
@@ -113,16 +92,16 @@ def _print_bench(table, impls: list[str], baseline: str, title: str) -> None:
 
 def demo(args) -> int:
     """Every implementation once at a size that suits the machine, with its error and speed."""
-    from kernels.registry import REGISTRY
-    from profiler.runner import run_case
+    from kernels.registry import BUILTIN, REGISTRY
+    from profiler.measure.runner import run_case
 
     on_gpu = args.device == "cuda"
     # The seed posts' benchmark shape on a GPU; on a CPU a size that runs in seconds.
     shape = cm.Shape(4, 32, 4096, 4096, 64, "fp16") if on_gpu else cm.Shape(1, 4, 512, 512, 64, "fp32")
     results = []
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("demo", total=len(REGISTRY))
-        for impl in REGISTRY.values():
+        task = progress.add_task("demo", total=len(BUILTIN))
+        for impl in (REGISTRY[name] for name in BUILTIN):
             progress.update(task, description=f"running {impl.name}")
             results.append(run_case(impl, shape, args.device, rep_ms=50 if on_gpu else 200))
             progress.advance(task)

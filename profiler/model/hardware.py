@@ -2,7 +2,7 @@
 
 These are vendor figures, not measurements: dense tensor-core rates (the "with sparsity" figures
 of the datasheets halved), plain fp32 (non-tensor) rates, HBM bandwidth, L2 size, shared memory
-per SM and SM count. Measured ceilings live in :mod:`profiler.ceilings` and in each capture's
+per SM and SM count. Measured ceilings live in :mod:`profiler.measure.ceilings` and in each capture's
 metadata. ``None`` means the source at hand does not give the figure.
 """
 

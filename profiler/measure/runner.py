@@ -11,12 +11,13 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import Unsupported
 from kernels.reference import naive_attention, nvtx_range, relative_error
 from kernels.registry import Impl
-from profiler.ceilings import TORCH_DTYPES
-from profiler.cost_model import Shape, fused_flops
-from profiler.timing import Timing, measure
+from kernels.sdpa import Unsupported
+from profiler.measure.ceilings import TORCH_DTYPES
+from profiler.measure.ranges import call_range, case_range
+from profiler.measure.timing import Timing, measure
+from profiler.model.cost_model import Shape, cost_of
 
 CHECK_HEADS = 2  # the correctness check runs on batch 0 and the first heads only, to bound its cost
 
@@ -28,7 +29,7 @@ class CaseResult:
     status: str  # ok, oom, unsupported, error
     message: str = ""
     timing: Timing | None = None
-    flops: float = 0.0  # algorithmic FLOPs (profiler.cost_model.fused_flops)
+    flops: float = 0.0  # the cost model's FLOPs of the whole case (profiler.model.cost_model.cost_of)
     peak_mem_bytes: int | None = None
     max_rel_err: float | None = None
 
@@ -93,7 +94,7 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
     unless ``annotate`` is False (the caller opened it). Never raises for a failing case: the
     result's status says ok, oom, unsupported or error."""
     device = torch.device(device)
-    result = CaseResult(impl.name, shape, "ok", flops=fused_flops(shape))
+    result = CaseResult(impl.name, shape, "ok", flops=cost_of(impl.costing, shape).flops)
     reason = impl.unsupported_reason(device, TORCH_DTYPES[shape.dtype], shape.head_dim, backward=shape.mode != "fwd")
     if reason:
         result.status, result.message = "unsupported", reason
@@ -103,13 +104,13 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
         q, k, v, do = make_inputs(shape, device, requires_grad=shape.mode != "fwd")
         if check:
             result.max_rel_err = _slice_error(impl, q, k, v, do, shape)
-        range_name = f"{impl.name}/{shape.mode}/seq={shape.seq_q}"
+        range_name = case_range(impl.name, shape.mode, shape.seq_q)
         call = mode_call(impl, shape, q, k, v, do)
 
         def timed_call():
             # One NVTX range per timed call: Nsight Systems then sees each repetition on its own,
             # apart from do_bench's L2 flushes, and its median compares with the CUDA-event median.
-            with nvtx_range(f"{range_name}/call"):
+            with nvtx_range(call_range(range_name)):
                 call()
 
         with nvtx_range(range_name) if annotate else nullcontext():
@@ -119,15 +120,24 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
     except Unsupported as err:
         result.status, result.message = "unsupported", str(err)
     except torch.OutOfMemoryError as err:
-        result.status, result.message = "oom", str(err).splitlines()[0]
+        result.status, result.message = "oom", first_line(err)
     except (RuntimeError, ValueError, TypeError) as err:
-        result.status, result.message = "error", f"{type(err).__name__}: {str(err).splitlines()[0]}"
+        result.status, result.message = "error", f"{type(err).__name__}: {first_line(err)}"
     finally:
         q = k = v = do = call = None  # release the inputs before the next case
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        free_memory(device)
     return result
+
+
+def first_line(err: BaseException) -> str:
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+def free_memory(device) -> None:
+    """Drop what the last case left (cycles, the CUDA caching allocator's free blocks)."""
+    gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def _peak_memory(impl: Impl, q, k, v, do, shape: Shape, device) -> int | None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.table import Table
 
 from profiler.cli import UsageError
-from profiler.commands._shared import capture_folder, console, fmt, measure_into, open_capture
+from profiler.cli.console import console, fmt, measure_with_progress, start_capture
 
 # ------------------------------------------------------------------------------------ capture, sweep
 
@@ -39,9 +39,10 @@ def _resolve_capture_args(args, lists: bool) -> tuple[dict, list[str]]:
 
 
 def _run_capture_command(args, lists: bool) -> int:
-    from kernels.registry import REGISTRY
-    from profiler.capture import shapes_of, summary_frame
-    from profiler.ceilings import device_name
+    from kernels.registry import BUILTIN, get_impl
+    from profiler.measure.cases import shapes_of
+    from profiler.measure.ceilings import device_name
+    from profiler.views.tables import summary_frame
 
     values, notes = _resolve_capture_args(args, lists)
     try:
@@ -49,7 +50,7 @@ def _run_capture_command(args, lists: bool) -> int:
                            values["causals"], values["modes"])
     except ValueError as err:
         raise UsageError(str(err)) from None
-    impls = [REGISTRY[n] for n in (args.impl or list(REGISTRY))]
+    impls = [get_impl(n) for n in (args.impl or BUILTIN)]
     label = device_name(args.device)
     trace = args.trace or ("torch" if args.device == "cuda" else "none")
     seqs = values["seqs"]
@@ -59,16 +60,16 @@ def _run_capture_command(args, lists: bool) -> int:
     if trace == "torch":
         traced = (seqs[len(seqs) // 2], values["dtypes"][0], values["dims"][0], values["causals"][0],
                   values["modes"][0])
-    store, roofs = open_capture(args.device, capture_folder(args, label), label, values["dtypes"], {
+    store, roofs = start_capture(args, label, values["dtypes"], {
         "kind": "sweep" if lists else "capture", "shapes": len(shapes), "impls": [i.name for i in impls],
         "trace": trace, "defaults_shrunk": notes, "rep_ms": args.rep_ms,
-        "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd; naive steps: profiler.cost_model",
-    }, resume=args.resume)
+        "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd; naive steps: profiler.model.cost_model",
+    }, impls=impls)
     if notes:
         console.print(f"No GPU: defaults shrunk to fit this machine: {', '.join(notes)}.")
     if roofs.datasheet is None:
         console.print(f"'{label}' is not in the datasheet table: rows are judged against measured ceilings only.")
-    rows = measure_into(store, shapes, impls, args.device, roofs, args.rep_ms,
+    rows = measure_with_progress(store, shapes, impls, args.device, roofs, args.rep_ms,
                         trace_filter=None if traced is None else
                         (lambda s: (s.seq_q, s.dtype, s.head_dim, s.causal, s.mode) == traced))
     folder = store.folder
@@ -81,10 +82,11 @@ def _run_capture_command(args, lists: bool) -> int:
 
 
 def _print_summary(frame) -> None:
+    from profiler.views.tables import SUMMARY_SHAPE
+
     if frame.empty:
         return
-    shape_cols = ["mode", "dtype", "head_dim", "causal", "batch", "heads", "seq_q"]
-    for key, group in frame.groupby(shape_cols, sort=False):
+    for key, group in frame.groupby(SUMMARY_SHAPE, sort=False):
         mode, dtype, d, causal, b, h, n = key
         table = Table("impl", "ms", "TFLOP/s", "speedup vs naive", "peak MiB", "bound", "status",
                       title=f"B={b} H={h} N={n} D={d} {dtype} {'causal' if causal else 'full'} {mode}")
@@ -111,8 +113,8 @@ def sweep(args) -> int:
 
 
 def report(args) -> int:
-    from profiler.report import write_report
     from profiler.store import CaptureError
+    from profiler.views.report import write_report
 
     try:
         out = write_report(args.capture, args.out)

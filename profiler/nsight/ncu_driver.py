@@ -5,7 +5,7 @@ window, so compilation and autotuning stay out; then once more between cudaProfi
 cudaProfilerStop (ncu runs with ``--profile-from-start off``) inside an NVTX range
 ``validate/<impl>/<step>`` in domain "attn", so every profiled kernel is attributable.
 
-    ncu --profile-from-start off --nvtx ... python -m profiler.ncu_driver --seq 4096 --impl naive,triton_flash
+    ncu --profile-from-start off --nvtx ... python -m profiler.nsight.ncu_driver --seq 4096 --impl naive,triton_flash
 """
 
 from __future__ import annotations
@@ -15,29 +15,32 @@ import argparse
 import nvtx
 import torch
 
-from kernels.registry import REGISTRY
-from profiler.capture import naive_step_calls
-from profiler.cost_model import Shape
-from profiler.runner import make_inputs
+from kernels.reference import NVTX_DOMAIN
+from kernels.registry import get_impl
+from profiler.measure.naive_steps import naive_step_calls
+from profiler.measure.ranges import validate_range
+from profiler.measure.runner import make_inputs
+from profiler.model.cost_model import Shape
 
 
 def measured_calls(shape: Shape, impl_names: list[str], device: str = "cuda"):
     """Yield (impl, step, callable) in the order they are profiled: the naive steps one by one
-    (the same calls the capture times, profiler.capture.naive_step_calls), fused kernels whole."""
+    (the same calls the capture times, profiler.measure.naive_steps), other implementations whole.
+    Names may be a user's ``module:function`` (kernels.registry.get_impl)."""
     for name in impl_names:
-        impl = REGISTRY[name]
+        impl = get_impl(name)
         q, k, v, _ = make_inputs(shape, device)
-        if name == "naive":
-            yield from ((name, step, call) for step, call in naive_step_calls(shape, q, k, v))
+        if impl.costing.kind == "stepwise":
+            yield from ((impl.name, step, call) for step, call in naive_step_calls(shape, q, k, v))
         else:
-            yield name, "total", lambda impl=impl, q=q, k=k, v=v: impl.fn(q, k, v, causal=shape.causal)
+            yield impl.name, "total", lambda impl=impl, q=q, k=k, v=v: impl.fn(q, k, v, causal=shape.causal)
         q = k = v = None
         if device == "cuda":
             torch.cuda.empty_cache()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m profiler.ncu_driver")
+    parser = argparse.ArgumentParser(prog="python -m profiler.nsight.ncu_driver")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--seq", type=int, default=4096)
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             torch.cuda.synchronize()
             torch.cuda.profiler.start()
-            with nvtx.annotate(f"validate/{impl}/{step}", domain="attn"):
+            with nvtx.annotate(validate_range(impl, step), domain=NVTX_DOMAIN):
                 call()
             torch.cuda.synchronize()
             torch.cuda.profiler.stop()

@@ -3,64 +3,24 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from rich.table import Table
 
-from profiler import cost_model as cm
-from profiler import hardware, roofline
 from profiler.cli import UsageError
-from profiler.commands._shared import console, fmt
+from profiler.cli.console import console, fmt
+from profiler.model import cost_model as cm
+from profiler.model import hardware
+from profiler.model import roofs as roofline
 
 # --------------------------------------------------------------------------------------------- model
 
 
-def model_rows(shape: cm.Shape, device: hardware.Device) -> list[dict]:
-    """One row per implementation step: FLOPs, bytes, intensity, bound on ``device``'s datasheet roof."""
-    from kernels.registry import REGISTRY
-
-    peak, bw = device.peak_flops(shape.dtype), device.hbm_bytes_per_s
-    rows = []
-    for impl in REGISTRY.values():
-        if impl.name == "naive":
-            for step in impl.steps:
-                flops, nbytes = cm.naive_step_flops(shape, step), cm.naive_step_bytes(shape, step)
-                rows.append(_model_row(impl.name, step, flops, nbytes, nbytes, peak, bw))
-        elif impl.name == "sdpa_math":
-            # The math backend runs the same unfused steps (its own kernels): sum of the naive steps.
-            flops = sum(cm.naive_step_flops(shape, s) for s in cm.NAIVE_STEPS)
-            nbytes = sum(cm.naive_step_bytes(shape, s) for s in cm.NAIVE_STEPS)
-            rows.append(_model_row(impl.name, "total", flops, nbytes, nbytes, peak, bw))
-        elif impl.name == "triton_naive":
-            # One program per query row: every row re-reads all of K and V (no reuse across rows).
-            if shape.mode != "fwd":
-                continue
-            flops = cm.fused_flops(shape)
-            reread = shape.bh * shape.seq_q * (2 * shape.seq_kv * shape.head_dim * shape.elem_bytes)
-            if shape.causal:
-                reread //= 2
-            rows.append(_model_row(impl.name, "total", flops, cm.compulsory_bytes(shape),
-                                   reread + cm.compulsory_bytes(shape), peak, bw))
-        else:
-            if shape.mode != "fwd" and not impl.supports_backward:
-                continue
-            flops = cm.fused_flops(shape)
-            rows.append(_model_row(impl.name, "total", flops, cm.compulsory_bytes(shape), cm.tile_bytes(shape),
-                                   peak, bw))
-    return rows
-
-
-def _model_row(impl, step, flops, compulsory, tile, peak, bw) -> dict:
-    ai = cm.arithmetic_intensity(flops, compulsory)
-    return {
-        "impl": impl, "step": step, "flops": flops, "hbm_bytes": compulsory, "tile_bytes": tile,
-        "arithmetic_intensity": ai, "tile_intensity": cm.arithmetic_intensity(flops, tile),
-        "attainable_tflops": roofline.attainable_flops(ai, peak, bw) / 1e12,
-        "bound": roofline.bound(ai, peak, bw),
-    }
-
-
 def model(args) -> int:
+    from kernels.registry import BUILTIN, get_impl
+    from profiler.views.tables import model_table
+
     if args.list_devices:
         table = Table("device", "fp16/bf16 TFLOP/s", "fp32 TFLOP/s", "HBM TB/s", "L2 MB", "SMs", "ridge fp16")
         for d in hardware.DEVICES.values():
@@ -74,13 +34,14 @@ def model(args) -> int:
         raise UsageError(f"unknown --device-name '{args.device_name}'; known: {', '.join(hardware.DEVICES)}")
     try:
         shape = cm.Shape(args.batch, args.heads, args.seq, args.seq, args.dim, args.dtype, args.causal, args.mode)
+        peak, bw = device.peak_flops(shape.dtype), device.hbm_bytes_per_s
     except ValueError as err:
         raise UsageError(str(err)) from None
-    rows = model_rows(shape, device)
-    if args.json:
-        print(json.dumps(rows, indent=2))
+    rows = model_table(shape, device, [get_impl(n) for n in (args.impl or BUILTIN)])
+    if args.json:  # JSON has no NaN: a quantity the model does not give is null
+        print(json.dumps([{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}
+                          for r in rows], indent=2))
         return 0
-    peak, bw = device.peak_flops(shape.dtype), device.hbm_bytes_per_s
     ridge = roofline.ridge_point(peak, bw)
     table = Table(
         "impl", "step", "GFLOP", "HBM MB (compulsory)", "MB (tile)", "FLOP/B", "FLOP/B (tile)", "roof TFLOP/s",
@@ -91,9 +52,11 @@ def model(args) -> int:
     )
     for r in rows:
         table.add_row(r["impl"], r["step"], f"{r['flops'] / 1e9:,.1f}", f"{r['hbm_bytes'] / 1e6:,.1f}",
-                      f"{r['tile_bytes'] / 1e6:,.1f}", f"{r['arithmetic_intensity']:,.2f}",
-                      f"{r['tile_intensity']:,.2f}", f"{r['attainable_tflops']:,.1f}", r["bound"])
+                      fmt(r["tile_bytes"] / 1e6, ",.1f"), f"{r['arithmetic_intensity']:,.2f}",
+                      fmt(r["tile_intensity"], ",.2f"), f"{r['attainable_tflops']:,.1f}", r["bound"])
     console.print(table)
+    console.print("MB (tile): bytes when each block re-reads what it shares (profiler.model.cost_model); "
+                  "'-' where an implementation's tiles are not declared.")
     return 0
 
 
@@ -101,7 +64,7 @@ def model(args) -> int:
 
 
 def ceilings(args) -> int:
-    from profiler.ceilings import measure_ceilings
+    from profiler.measure.ceilings import measure_ceilings
 
     with console.status(f"timing a large matmul per dtype and a large copy on {args.device} ..."):
         measured = measure_ceilings(args.device, use_cache=not args.no_cache)
@@ -137,16 +100,16 @@ def remodel(args) -> int:
     """Re-join a capture's stored times with the current cost model, after the model changed."""
     import time
 
-    from profiler.capture import Roofs
-    from profiler.capture import remodel as remodel_frame
+    from profiler.model.roofs import Roofs
+    from profiler.model.rows import remodel as remodel_frame
     from profiler.store import RESULTS, CaptureError, load_capture, write_bytes_atomic, write_json_atomic
 
     folder = Path(args.capture)
     try:
         meta, frame = load_capture(folder)
-    except CaptureError as err:
+        new, changed = remodel_frame(frame, Roofs.from_meta(meta), meta)
+    except (CaptureError, ValueError) as err:
         raise UsageError(str(err)) from None
-    new, changed = remodel_frame(frame, Roofs.from_meta(meta))
     if not changed.any():
         console.print(f"{folder}: every row already matches the current model.")
         return 0
@@ -159,7 +122,8 @@ def remodel(args) -> int:
     meta.setdefault("remodelled", []).append({
         "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rows_changed": int(changed.sum()),
         "note": "FLOPs, bytes, intensity, rates, bound and roof fractions of these rows recomputed from their "
-                "stored times with the cost model of this time, against this meta's roofs"})
+                "stored times with the cost model of this time, against this meta's roofs",
+        **({"reason": args.reason} if args.reason else {})})
     write_json_atomic(folder / "meta.json", meta)
     console.print(f"Wrote {folder / RESULTS}; meta.json records the remodel.")
     return 0

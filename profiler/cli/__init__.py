@@ -1,10 +1,12 @@
 """``python -m profiler``: the command line.
 
-Subcommands: ``capture`` and ``sweep`` (measure into a capture folder under reports/), ``nsys``
-(read Nsight Systems exports), ``demo`` (run
-every implementation once and print a table), ``bench`` (our kernels
-beside PyTorch's, side by side in one process), ``model`` (the cost model, no GPU needed) and
-``ceilings`` (measured matmul and copy roofs of this machine). Bad arguments print one line and
+Subcommands: ``capture`` and ``sweep`` (measure into a capture folder under reports/), ``bench``
+(our kernels beside PyTorch's, side by side in one process), ``demo`` (every implementation once),
+``nsys`` (read Nsight Systems exports), ``validate`` (Nsight Compute counters against the model),
+``report`` (a capture as one HTML page), ``model`` (the cost model, no GPU needed), ``remodel``
+(join a stored capture with the current model) and ``ceilings`` (measured matmul and copy roofs
+of this machine). The modules beside this one hold the commands' bodies: they parse, call the
+layers below (profiler.model, measure, nsight, views) and print. Bad arguments print one line and
 exit with status 2.
 """
 
@@ -12,8 +14,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib import import_module
 
-from profiler.cost_model import DTYPE_BYTES, MODES
+from profiler.model.cost_model import DTYPE_BYTES, MODES
 
 EXIT_USAGE = 2
 
@@ -68,11 +71,19 @@ def _causal_list(text: str) -> list[bool]:
 
 
 def _impl_list(text: str) -> list[str]:
-    from kernels.registry import REGISTRY
+    """Registered names, 'all' (ours and PyTorch's), or a user's module:function / file.py:function,
+    which is imported and registered here; the list holds registry names."""
+    from kernels.registry import BUILTIN, get_impl
 
     if text == "all":
-        return list(REGISTRY)
-    return _choice_list(tuple(REGISTRY))(text)
+        return list(BUILTIN)
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"'{text}': name at least one implementation")
+    try:
+        return list(dict.fromkeys(get_impl(name).name for name in names))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _device(text: str) -> str:
@@ -140,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     remodel = sub.add_parser("remodel", help="join a stored capture's times with the current cost model (no GPU)")
     remodel.add_argument("capture", help="a capture folder")
     remodel.add_argument("--dry-run", action="store_true", help="print what would change, write nothing")
+    remodel.add_argument("--reason", default=None, help="why the model changed, recorded in meta.json")
 
     model = sub.add_parser("model", help="FLOPs, bytes and intensity per step from the cost model (no GPU)")
     _add_shape_args(model, seq_default="4096", lists=False)
@@ -148,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a GPU from the datasheet table (see --list-devices) or a name as torch prints it")
     model.add_argument("--list-devices", action="store_true", help="print the datasheet table and exit")
     model.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    model.add_argument("--impl", type=_impl_list, default=None, help="comma-separated names (default: all of ours)")
 
     ceilings = sub.add_parser("ceilings", help="measure this machine's matmul and copy roofs")
     ceilings.add_argument("--device", type=_device, default="auto")
@@ -197,12 +210,17 @@ def _add_shape_args(p: argparse.ArgumentParser, seq_default: str, lists: bool = 
         p.add_argument("--causal", action="store_true")
 
 
+# Subcommand -> the module of profiler.cli that holds its body (a function named as the subcommand).
+COMMANDS = {"capture": "capturing", "sweep": "capturing", "report": "capturing", "bench": "measuring",
+            "demo": "measuring", "model": "offline", "ceilings": "offline", "remodel": "offline",
+            "nsys": "nsight", "validate": "nsight"}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from profiler import commands
-
+    command = getattr(import_module(f"profiler.cli.{COMMANDS[args.command]}"), args.command)
     try:
-        return getattr(commands, args.command)(args)
+        return command(args)
     except UsageError as err:
         print(f"python -m profiler {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE

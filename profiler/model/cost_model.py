@@ -15,6 +15,8 @@ Conventions (each formula below names its source):
   forward's two). ``executed_flops`` instead counts what our kernels really multiply: whole tiles,
   including masked halves of diagonal tiles and padded tails, and our backward's seven matmuls
   (S and dP are recomputed in both the dK/dV and the dQ kernel).
+- Which of these an implementation gets is declared by its registry entry (``Impl.costing``,
+  profiler.model.costing); :func:`cost_of` is the one place that applies it, for every command.
 - Bytes assume every input read from and every output written to HBM once per kernel, in the
   tensor's dtype. PyTorch's fp16/bf16 softmax computes in fp32 registers but reads and writes
   fp16/bf16, so its bytes are those of the input dtype. The fused kernels have two byte counts:
@@ -26,17 +28,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+from profiler.model.costing import Costing, Tiles
 
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 MODES = ("fwd", "bwd", "fwd+bwd")
 NAIVE_STEPS = ("qk_matmul", "scale_mask", "softmax", "pv_matmul")
 LSE_BYTES = 4  # the logsumexp is kept in fp32 (kernels.flash_fwd)
-
-# Our kernels' default tiles (kernels.flash_fwd / flash_bwd candidates): used for tile traffic and
-# executed FLOPs when the caller does not name others.
-FWD_TILE = (128, 64)  # (BLOCK_M, BLOCK_N)
-BWD_DKDV_TILE = (32, 128)
-BWD_DQ_TILE = (128, 32)
 
 
 @dataclass(frozen=True)
@@ -81,6 +80,14 @@ class Shape:
 
     def with_mode(self, mode: str) -> Shape:
         return replace(self, mode=mode)
+
+    @classmethod
+    def from_row(cls, row) -> Shape:
+        """The shape of a stored row (a dict, a pandas row or a namedtuple with the store's shape
+        columns); a row without ``mode`` (validation tables: forward only) reads as fwd."""
+        get = row.get if hasattr(row, "get") else lambda k, default=None: getattr(row, k, default)
+        return cls(int(get("batch")), int(get("heads")), int(get("seq_q")), int(get("seq_kv")),
+                   int(get("head_dim")), str(get("dtype")), bool(get("causal")), str(get("mode", "fwd") or "fwd"))
 
 
 def _tensor_bytes(shape: Shape, rows: int) -> int:
@@ -209,37 +216,48 @@ def _query_tiles_visited(shape: Shape, block_m: int, block_n: int) -> int:
     return total
 
 
-def executed_flops(shape: Shape, fwd_tile=FWD_TILE, dkdv_tile=BWD_DKDV_TILE, dq_tile=BWD_DQ_TILE) -> float:
-    """FLOPs our Triton kernels really issue: whole (BLOCK_M × BLOCK_N) tiles, 2 matmuls per tile
-    forward; 7 backward (S and dP recomputed in both backward kernels, plus dV, dK, dQ)."""
+def executed_flops(shape: Shape, tiles: Tiles) -> float:
+    """FLOPs a tiled kernel really issues: whole (BLOCK_M × BLOCK_N) tiles, 2 matmuls per tile
+    forward; 7 backward as our two backward kernels do (S and dP recomputed in both, plus dV, dK,
+    dQ). NaN for a pass whose tiles are not known."""
     d = shape.head_dim
-    fwd = shape.bh * _tiles_visited(shape, *fwd_tile) * fwd_tile[0] * fwd_tile[1] * 2 * (2 * d)
-    # dK/dV kernel: per (key tile, query tile) pair, S, dP, dV and dK: 4 matmuls. dQ kernel: S, dP, dQ.
-    bwd_dkdv = shape.bh * _query_tiles_visited(shape, *dkdv_tile) * dkdv_tile[0] * dkdv_tile[1] * 4 * (2 * d)
-    bwd_dq = shape.bh * _tiles_visited(shape, *dq_tile) * dq_tile[0] * dq_tile[1] * 3 * (2 * d)
-    return _by_mode(shape, fwd, bwd_dkdv + bwd_dq)
+    fwd = math.nan if tiles.fwd is None else \
+        shape.bh * _tiles_visited(shape, *tiles.fwd) * tiles.fwd[0] * tiles.fwd[1] * 2 * (2 * d)
+    if tiles.dkdv is None or tiles.dq is None:
+        bwd = math.nan
+    else:  # dK/dV kernel: per (key tile, query tile) pair, S, dP, dV and dK: 4 matmuls. dQ kernel: S, dP, dQ.
+        bwd = (shape.bh * _query_tiles_visited(shape, *tiles.dkdv) * tiles.dkdv[0] * tiles.dkdv[1] * 4 * (2 * d)
+               + shape.bh * _tiles_visited(shape, *tiles.dq) * tiles.dq[0] * tiles.dq[1] * 3 * (2 * d))
+    return _by_mode(shape, fwd, bwd)
 
 
-def compulsory_bytes(shape: Shape) -> int:
+def compulsory_bytes(shape: Shape, writes_lse: bool = True) -> int:
     """Fewest HBM bytes a fused kernel can move: each input read once, each output written once.
-    Forward: read Q, K, V; write O and the fp32 logsumexp. Backward: read Q, K, V, O, dO and the
-    logsumexp; write dQ, dK, dV (the fp32 delta = rowsum(O∘dO) is written and read once more)."""
+    Forward: read Q, K, V; write O and (``writes_lse``) the fp32 logsumexp. Backward: read Q, K, V,
+    O, dO and the logsumexp; write dQ, dK, dV (the fp32 delta = rowsum(O∘dO) is written and read
+    once more)."""
     q, kv = _tensor_bytes(shape, shape.seq_q), _tensor_bytes(shape, shape.seq_kv)
     row_stats = shape.bh * shape.seq_q * LSE_BYTES
-    fwd = q + 2 * kv + q + row_stats
+    fwd = q + 2 * kv + q + (row_stats if writes_lse else 0)
     bwd = (q + 2 * kv + q + q + row_stats) + (q + 2 * kv) + 2 * row_stats
     return _by_mode(shape, fwd, bwd)
 
 
-def tile_bytes(shape: Shape, fwd_tile=FWD_TILE, dkdv_tile=BWD_DKDV_TILE, dq_tile=BWD_DQ_TILE) -> int:
+def tile_bytes(shape: Shape, tiles: Tiles) -> float:
     """Bytes moved when every query block re-reads the K and V tiles it visits (and, in the dK/dV
-    kernel, every key block re-reads Q, dO and the row statistics): the traffic L2 serves.
-    Forward: Q once + Σ_blocks visited·(K+V tile) + O + logsumexp."""
+    kernel, every key block re-reads Q, dO and the row statistics): the traffic L2 serves, for a
+    kernel with these tiles (backward: structured as ours, a dK/dV and a dQ kernel). Forward:
+    Q once + Σ_blocks visited·(K+V tile) + O + logsumexp. NaN for a pass whose tiles are unknown."""
     e, d = shape.elem_bytes, shape.head_dim
     q = _tensor_bytes(shape, shape.seq_q)
     row_stats = shape.bh * shape.seq_q * LSE_BYTES
-    kv_tile = 2 * fwd_tile[1] * d * e
-    fwd = q + shape.bh * _tiles_visited(shape, *fwd_tile) * kv_tile + q + row_stats
+    if tiles.fwd is None:
+        fwd = math.nan
+    else:
+        fwd = q + shape.bh * _tiles_visited(shape, *tiles.fwd) * 2 * tiles.fwd[1] * d * e + q + row_stats
+    if tiles.dkdv is None or tiles.dq is None:
+        return _by_mode(shape, fwd, math.nan)
+    dkdv_tile, dq_tile = tiles.dkdv, tiles.dq
     # dK/dV: K, V once; per visited query tile: Q and dO tiles plus lse and delta rows; write dK, dV.
     kv = _tensor_bytes(shape, shape.seq_kv)
     q_rows_tile = dkdv_tile[0] * (2 * d * e + 2 * LSE_BYTES)
@@ -248,6 +266,17 @@ def tile_bytes(shape: Shape, fwd_tile=FWD_TILE, dkdv_tile=BWD_DKDV_TILE, dq_tile
     dq = 2 * q + 2 * row_stats + shape.bh * _tiles_visited(shape, *dq_tile) * 2 * dq_tile[1] * d * e + q
     preprocess = 2 * q + row_stats  # read O, dO; write delta
     return _by_mode(shape, fwd, dkdv + dq + preprocess)
+
+
+def per_row_bytes(shape: Shape) -> float:
+    """Bytes a one-program-per-query-row kernel moves (kernels.triton_naive): each row reads its
+    query and every key and value it sees (top-left causal: min(i + 1, Nk) keys for row i), and
+    writes its output row; nothing is shared between rows, so K and V move once per query row.
+    Forward only (that kernel has no backward): NaN for bwd."""
+    visible = _mask_zeroed(shape) if shape.causal else shape.seq_q * shape.seq_kv  # Σ_rows keys seen
+    row = shape.head_dim * shape.elem_bytes
+    fwd = shape.bh * (shape.seq_q * row + visible * 2 * row + shape.seq_q * row)
+    return _by_mode(shape, fwd, math.nan)
 
 
 def fa1_paper_bytes(shape: Shape, sram_bytes: int) -> float:
@@ -264,8 +293,55 @@ def fa1_paper_bytes(shape: Shape, sram_bytes: int) -> float:
     return shape.bh * (kv + t_c * per_outer) * e
 
 
+class Cost(NamedTuple):
+    flops: float
+    hbm_bytes: float
+    tile_bytes: float
+
+
+def cost_of(costing: Costing, shape: Shape, step: str = "total") -> Cost:
+    """FLOPs and bytes of one row (an implementation's ``total``, or one of the naive steps), by
+    the implementation's declared costing (``Impl.costing``). Every command and view calls this.
+
+    ``total`` rows share the algorithmic FLOP convention (:func:`fused_flops`) so their TFLOP/s
+    compare on equal terms. Bytes: unfused attention (stepwise, or SDPA's math backend) moves the
+    four steps' bytes, which are also its tile bytes (nothing is re-read from L2 on purpose); a
+    fused kernel moves its compulsory bytes, and its tile bytes follow its tiles (NaN when its
+    tiles are not declared); a per-row kernel re-reads K and V for every query row."""
+    if step != "total":
+        if costing.kind != "stepwise":
+            raise ValueError(f"step '{step}' exists only for stepwise implementations; this one is {costing.kind}")
+        nbytes = naive_step_bytes(shape, step)
+        return Cost(naive_step_flops(shape, step), nbytes, nbytes)
+    flops = fused_flops(shape)
+    if costing.kind in ("stepwise", "unfused"):
+        nbytes = sum(naive_step_bytes(shape, s) for s in NAIVE_STEPS)
+        return Cost(flops, nbytes, nbytes)
+    compulsory = compulsory_bytes(shape, costing.writes_lse)
+    if costing.kind == "per_row":
+        return Cost(flops, compulsory, per_row_bytes(shape))
+    tiles = costing.tiles_for(shape.head_dim, shape.dtype)
+    return Cost(flops, compulsory, math.nan if tiles is None else tile_bytes(shape, tiles))
+
+
+def costing_for(impl: str, meta: dict | None = None) -> Costing:
+    """The costing of a stored row's implementation: what the capture recorded for a user
+    implementation (meta.json's ``user_impls``), else the registry's entry."""
+    stored = ((meta or {}).get("user_impls") or {}).get(impl)
+    if stored is not None:
+        return Costing.from_meta(stored["costing"])
+    from kernels.registry import REGISTRY  # loads torch: only when a stored capture names no costing
+
+    if impl not in REGISTRY:
+        raise ValueError(f"implementation '{impl}' is neither in the registry nor described in the capture's "
+                         "meta.json (user_impls)")
+    return REGISTRY[impl].costing
+
+
 def arithmetic_intensity(flops: float, hbm_bytes: float) -> float:
     """FLOPs per byte of HBM traffic (Williams, Waterman, Patterson, "Roofline", CACM 2009)."""
+    if math.isnan(hbm_bytes):
+        return math.nan  # bytes the model does not give (a kernel's undeclared tiles)
     return flops / hbm_bytes if hbm_bytes > 0 else math.inf
 
 

@@ -1,0 +1,109 @@
+"""Measure implementations over shapes into a capture folder: time each case, join it with the
+cost model and the device's roofs, and store one row per implementation × shape × mode × step.
+
+Every measured region is an NVTX range in domain "attn" (profiler.measure.ranges), and the whole
+measured part runs between cudaProfilerStart and cudaProfilerStop, so
+``nsys profile --capture-range=cudaProfilerApi`` records just that. This module imports neither
+plotly nor streamlit.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from kernels.reference import nvtx_range
+from kernels.registry import Impl
+from profiler.measure.ceilings import TORCH_DTYPES
+from profiler.measure.naive_steps import time_naive_steps
+from profiler.measure.ranges import case_range
+from profiler.measure.runner import CaseResult, free_memory, make_inputs, mode_call, run_case
+from profiler.measure.torch_trace import kernels_of_capture, record_one_iteration, trace_file_name
+from profiler.model import cost_model as cm
+from profiler.model.roofs import Roofs
+from profiler.model.rows import roofline_row
+from profiler.store import ResultStore
+
+
+@contextmanager
+def cuda_profiler_range(enabled: bool):
+    """cudaProfilerStart/Stop around the measured part (for nsys --capture-range=cudaProfilerApi)."""
+    if enabled:
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+    try:
+        yield
+    finally:
+        if enabled:
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+
+
+def case_rows(result: CaseResult, impl: Impl, roofs: Roofs) -> list[dict]:
+    return [roofline_row(impl.name, impl.costing, result.shape, "total", roofs, timing=result.timing,
+                         status=result.status, message=result.message, peak_mem_bytes=result.peak_mem_bytes,
+                         max_rel_err=result.max_rel_err)]
+
+
+def trace_case(impl: Impl, shape: cm.Shape, device, folder: Path) -> bool:
+    """One iteration of ``impl`` under the torch profiler, saved as a Chrome trace in
+    ``folder/traces``; False when it could not run."""
+    if impl.unsupported_reason(device, TORCH_DTYPES[shape.dtype], shape.head_dim, backward=shape.mode != "fwd"):
+        return False
+    name = trace_file_name(impl.name, shape.mode, shape.batch, shape.heads, shape.seq_q, shape.head_dim,
+                           shape.dtype, shape.causal)
+    q = k = v = do = once = None
+    try:
+        q, k, v, do = make_inputs(shape, device, requires_grad=shape.mode != "fwd")
+        once = mode_call(impl, shape, q, k, v, do)
+        once()  # warm-up: compilation and autotuning stay out of the trace
+        record_one_iteration(once, case_range(impl.name, shape.mode, shape.seq_q), folder / "traces" / name,
+                             cuda=torch.device(device).type == "cuda")
+        return True
+    except RuntimeError:  # OOM included: the timing row already says what happened
+        return False
+    finally:
+        q = k = v = do = once = None
+        free_memory(device)
+
+
+def shapes_of(batches, heads, seqs, dims, dtypes, causals, modes) -> list[cm.Shape]:
+    return [cm.Shape(b, h, n, n, d, dt, c, m)
+            for m, dt, d, c, n, b, h in itertools.product(modes, dtypes, dims, causals, seqs, batches, heads)]
+
+
+def measure_cases(store: ResultStore, shapes: list[cm.Shape], impls: list[Impl], device, roofs: Roofs, *,
+                  rep_ms: int, progress=None, trace_filter: Callable[[cm.Shape], bool] | None = None) -> list[dict]:
+    """Measure every (shape, impl), appending rows to ``store`` as each finishes; shapes that
+    ``trace_filter`` accepts also get a torch-profiler trace per implementation."""
+    device = torch.device(device)
+    new_rows = []
+    with cuda_profiler_range(device.type == "cuda"):
+        for shape in shapes:
+            for impl in impls:
+                key = {"impl": impl.name, "step": "total", "mode": shape.mode, "batch": shape.batch,
+                       "heads": shape.heads, "seq_q": shape.seq_q, "head_dim": shape.head_dim,
+                       "dtype": shape.dtype, "causal": shape.causal}
+                if progress is not None:
+                    progress(f"{impl.name} {shape.mode} N={shape.seq_q} D={shape.head_dim} {shape.dtype}"
+                             f"{' causal' if shape.causal else ''}")
+                if store.has(key):
+                    continue  # --resume: already measured
+                with nvtx_range(case_range(impl.name, shape.mode, shape.seq_q)):
+                    result = run_case(impl, shape, device, rep_ms=rep_ms, annotate=False)
+                    rows = case_rows(result, impl, roofs)
+                    if impl.costing.kind == "stepwise" and result.status == "ok":
+                        rows += time_naive_steps(impl, shape, device, roofs, rep_ms)
+                    elif impl.costing.kind == "stepwise" and result.status == "oom":
+                        rows += [roofline_row(impl.name, impl.costing, shape, step, roofs, timing=None,
+                                              status="oom", message=result.message) for step in impl.steps]
+                store.append(rows)
+                new_rows += rows
+                if trace_filter is not None and trace_filter(shape) and result.status == "ok":
+                    if trace_case(impl, shape, device, store.folder):
+                        store.write_kernels(kernels_of_capture(store.folder))
+    return new_rows

@@ -1,0 +1,51 @@
+"""Start a capture folder: refuse one that already holds a capture (unless resuming), measure this
+machine's roofs, and write meta.json with the run's metadata, the roofs, what each user
+implementation is and how it is costed, and the caller's own keys."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kernels.registry import Impl
+from profiler.measure.ceilings import measure_ceilings
+from profiler.measure.meta import run_metadata
+from profiler.model import hardware
+from profiler.model.roofs import Roofs
+from profiler.store import RESULTS, ResultStore
+
+
+class FolderError(ValueError):
+    """A capture folder that cannot be used as asked; the message says why."""
+
+
+def default_folder(device_label: str) -> Path:
+    """reports/<device>-<time>, for when no folder is named."""
+    slug = "".join(ch if ch.isalnum() else "-" for ch in device_label.lower()).strip("-")
+    return Path("reports") / f"{slug[:40]}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def user_impls_meta(impls: list[Impl]) -> dict:
+    """What a capture records of each user implementation: where it was imported from, its layout,
+    and its costing, so the capture can be remodelled and drawn without the user's code."""
+    return {i.name: {"spec": i.spec, "description": i.description, "layout": i.extra.get("layout", "bhsd"),
+                     "costing": i.costing.as_meta()}
+            for i in impls if i.spec or i.extra.get("layout")}
+
+
+def open_capture(device: str, folder: Path, label: str, dtypes, meta: dict, *, impls: list[Impl] = (),
+                 resume: bool = False, resumable: bool = True, status=None) -> tuple[ResultStore, Roofs]:
+    """The folder's store and the roofs its rows are judged against. ``status(text)`` is a context
+    manager that shows long work (the ceilings take a few seconds)."""
+    if (folder / RESULTS).exists() and not resume:
+        hint = "pass --resume to add to it or choose another" if resumable else "choose another folder"
+        raise FolderError(f"--out '{folder}' already holds a capture; {hint}")
+    if status is None:
+        measured = measure_ceilings(device, dtypes=tuple(sorted(set(dtypes))))
+    else:
+        with status("measuring the roofs (matmul per dtype, device copy) ..."):
+            measured = measure_ceilings(device, dtypes=tuple(sorted(set(dtypes))))
+    roofs = Roofs(hardware.lookup(label), measured)
+    users = user_impls_meta(list(impls))
+    meta = run_metadata(device) | roofs.as_meta() | meta | ({"user_impls": users} if users else {})
+    return ResultStore(folder, meta, resume=resume), roofs

@@ -1,0 +1,68 @@
+"""How the cost model counts an implementation: the declaration each registry entry carries.
+
+Pure data (no torch), so the cost model and the dashboard read it without loading any kernel; the
+registry (kernels.registry) declares each implementation's costing in these terms.
+``profiler.model.cost_model.cost_of`` turns a :class:`Costing`, a shape and a step into FLOPs and
+bytes; every command (capture, model, validate, remodel, the plots and the report) goes through it.
+
+Kinds:
+- ``stepwise``: unfused attention whose four steps (QKᵀ, scale/mask, softmax, PV) each make a trip
+  through HBM and are timed one by one (kernels.reference). Rows: ``total`` and one per step.
+- ``unfused``: the same four trips inside one call that cannot be split (SDPA's math backend).
+- ``fused``: one kernel (three for a backward) that keeps the N×N scores on chip. Its ``tiles``
+  say which query and key blocks it iterates, which sets the K/V re-reads that L2 serves.
+- ``per_row``: fused, but one program per query row: every row re-reads the K and V it sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+KINDS = ("stepwise", "unfused", "fused", "per_row")
+Tile = tuple[int, int]  # (BLOCK_M query rows, BLOCK_N key columns)
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """The tiles a fused kernel runs with; None where it is not known (then the model gives no tile
+    bytes for that pass rather than a guess)."""
+
+    fwd: Tile | None
+    dkdv: Tile | None = None  # backward, key-stationary kernel (dK, dV)
+    dq: Tile | None = None  # backward, query-stationary kernel (dQ)
+
+
+@dataclass(frozen=True)
+class Costing:
+    kind: str
+    # Fixed tiles, or a function of (head_dim, dtype name) when the kernel picks its tile by shape.
+    tiles: Tiles | Callable[[int, str], Tiles] | None = None
+    writes_lse: bool = True  # the forward writes one fp32 logsumexp per query row
+    source: str = ""  # where the tiles come from (kernel source, kernel name, counters)
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"costing kind '{self.kind}' is not one of {', '.join(KINDS)}")
+
+    @property
+    def fused(self) -> bool:
+        return self.kind in ("fused", "per_row")
+
+    def tiles_for(self, head_dim: int, dtype: str) -> Tiles | None:
+        return self.tiles(head_dim, dtype) if callable(self.tiles) else self.tiles
+
+    def as_meta(self) -> dict:
+        """A JSON form for a capture's meta.json (user implementations: their costing travels with
+        the capture, so ``remodel`` and the dashboard never import the user's code)."""
+        if callable(self.tiles):
+            raise ValueError("a costing whose tiles are a function cannot be stored; give fixed Tiles")
+        tiles = None if self.tiles is None else {k: getattr(self.tiles, k) for k in ("fwd", "dkdv", "dq")}
+        return {"kind": self.kind, "tiles": tiles, "writes_lse": self.writes_lse, "source": self.source}
+
+    @classmethod
+    def from_meta(cls, stored: dict) -> Costing:
+        tiles = stored.get("tiles")
+        return cls(stored["kind"], None if tiles is None else Tiles(**{k: tuple(v) if v else None
+                                                                      for k, v in tiles.items()}),
+                   stored.get("writes_lse", True), stored.get("source", ""))

@@ -1,0 +1,93 @@
+"""Rows of a capture: measured times joined with the cost model and the roofs.
+
+:func:`roofline_row` makes one row of the store's schema (profiler.store) from an implementation's
+costing, a shape, a step and a timing; :func:`remodel` joins stored rows again with the current
+model. Both go through profiler.model.cost_model.cost_of, so a row's FLOPs and bytes are the same
+whether a capture, ``model``, ``validate`` or ``remodel`` made it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from profiler.model import cost_model as cm
+from profiler.model import roofs as roofline
+from profiler.model.costing import Costing
+from profiler.model.roofs import Roofs
+from profiler.store import COLUMNS, to_frame
+
+if TYPE_CHECKING:
+    from profiler.measure.timing import Timing
+
+MEASURED = ("time_ms", "time_ms_p10", "time_ms_p90", "status", "message", "peak_mem_bytes", "max_rel_err")
+MODEL = ("flops", "hbm_bytes", "tile_bytes")
+
+
+def roofline_row(impl: str, costing: Costing, shape: cm.Shape, step: str, roofs: Roofs, *,
+                 timing: Timing | None, status: str, message: str = "", peak_mem_bytes=None,
+                 max_rel_err=None) -> dict:
+    """One row: the model's FLOPs and bytes, the achieved rates, the bound and the roof fractions
+    (the bound is the model's class even where nothing ran)."""
+    flops, hbm_bytes, tile = cm.cost_of(costing, shape, step)
+    ai = cm.arithmetic_intensity(flops, hbm_bytes)
+    row = {
+        "impl": impl, "step": step, "mode": shape.mode, "batch": shape.batch, "heads": shape.heads,
+        "seq_q": shape.seq_q, "seq_kv": shape.seq_kv, "head_dim": shape.head_dim, "dtype": shape.dtype,
+        "causal": shape.causal, "flops": flops, "hbm_bytes": hbm_bytes, "tile_bytes": tile,
+        "arithmetic_intensity": ai, "status": status, "message": message,
+        "peak_mem_bytes": peak_mem_bytes, "max_rel_err": max_rel_err,
+    }
+    sheet, measured = roofs.datasheet_peak(shape.dtype), roofs.measured_peak(shape.dtype)
+    judge = sheet or measured
+    if judge:
+        row["bound"] = roofline.bound(ai, *judge)
+    if timing is not None:
+        seconds = timing.median_ms * 1e-3
+        achieved = flops / seconds
+        row.update(time_ms=timing.median_ms, time_ms_p10=timing.p10_ms, time_ms_p90=timing.p90_ms,
+                   tflops=achieved / 1e12, gbps=hbm_bytes / seconds / 1e9)
+        if sheet:
+            row["roof_fraction"] = roofline.roof_fraction(achieved, ai, *sheet)
+        if measured:
+            row["roof_fraction_measured"] = roofline.roof_fraction(achieved, ai, *measured)
+    return row
+
+
+def same_number(a, b) -> bool:
+    """Equal to 12 digits, NaN equal to NaN (a tile count the model does not give)."""
+    if pd.isna(a) or pd.isna(b):
+        return bool(pd.isna(a) and pd.isna(b))
+    return math.isclose(a, b, rel_tol=1e-12)
+
+
+class _StoredTiming:
+    def __init__(self, record: dict):
+        self.median_ms, self.p10_ms, self.p90_ms = record["time_ms"], record["time_ms_p10"], record["time_ms_p90"]
+
+
+def remodel(frame: pd.DataFrame, roofs: Roofs, meta: dict | None = None) -> tuple[pd.DataFrame, pd.Series]:
+    """Stored rows joined again with the current cost model, for captures stored before a change of
+    the model. A row whose FLOPs and bytes the model still gives is kept as it is; a row where they
+    changed gets its intensity, rates, bound and roof fractions recomputed against ``roofs``, and
+    keeps its measured columns (times, status, peak memory, error). Returns the new frame and a
+    mask of the rows that changed."""
+    rows, changed = [], []
+    for record in frame.to_dict("records"):
+        costing = cm.costing_for(record["impl"], meta)
+        new = cm.cost_of(costing, cm.Shape.from_row(record), record["step"])._asdict()
+        if all(same_number(new[k], record[k]) for k in MODEL):
+            rows.append(record)
+            changed.append(False)
+            continue
+        ok = record["status"] == "ok" and not pd.isna(record["time_ms"])
+        measured = {k: (None if pd.isna(record[k]) else record[k]) for k in MEASURED}
+        row = roofline_row(record["impl"], costing, cm.Shape.from_row(record), record["step"], roofs,
+                           timing=_StoredTiming(record) if ok else None, status=measured["status"],
+                           message=measured["message"] or "", peak_mem_bytes=measured["peak_mem_bytes"],
+                           max_rel_err=measured["max_rel_err"])
+        rows.append(row | {k: v for k, v in record.items() if k not in COLUMNS})  # e.g. nsys_gpu_ms
+        changed.append(True)
+    return to_frame(rows), pd.Series(changed, index=frame.index)

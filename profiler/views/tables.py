@@ -1,0 +1,73 @@
+"""Tables a person reads: the capture summary, the benchmark's ratios and the cost model per
+implementation. DataFrames in, DataFrames out (the CLI prints them, the report renders them)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from profiler.model import cost_model as cm
+from profiler.model import hardware
+from profiler.model import roofs as roofline
+
+SUMMARY_SHAPE = ["mode", "dtype", "head_dim", "causal", "batch", "heads", "seq_q"]
+BENCH_SHAPE = ["mode", "dtype", "head_dim", "causal", "seq_q", "batch", "heads"]
+
+
+def summary_frame(rows: list[dict]) -> pd.DataFrame:
+    """The seed posts' benchmark table: per shape, each implementation's ms, TFLOP/s, speedup over
+    naive, peak memory and bound."""
+    frame = pd.DataFrame([r for r in rows if r["step"] == "total"])
+    if frame.empty:
+        return frame
+    naive = frame[frame.impl == "naive"].set_index(SUMMARY_SHAPE)["time_ms"]
+    speedups = []
+    for _, r in frame.iterrows():
+        key = tuple(r[c] for c in SUMMARY_SHAPE)
+        base = naive.get(key) if key in naive.index else None
+        ok = r.get("time_ms") is not None and not pd.isna(r.get("time_ms")) and base is not None and not pd.isna(base)
+        speedups.append(base / r["time_ms"] if ok else None)
+    frame["speedup_vs_naive"] = speedups
+    return frame
+
+
+def bench_table(frame: pd.DataFrame, impls: list[str], baseline: str) -> pd.DataFrame:
+    """One row per shape: each implementation's TFLOP/s and, for each peer, baseline / peer
+    (above 1 means the baseline is faster). A peer that did not run has no ratio."""
+    totals = frame[(frame.step == "total") & frame.impl.isin(impls)]
+    rows = []
+    for key, group in totals.groupby(BENCH_SHAPE, sort=False):
+        by_impl = {r.impl: r for r in group.itertuples()}
+        row = dict(zip(BENCH_SHAPE, key))
+        for name in impls:
+            r = by_impl.get(name)
+            row[f"{name}_tflops"] = r.tflops if r is not None and r.status == "ok" else None
+            row[f"{name}_status"] = r.status if r is not None else "missing"
+            row[f"{name}_max_rel_err"] = r.max_rel_err if r is not None else None
+        base = row[f"{baseline}_tflops"]
+        for name in impls:
+            if name != baseline:
+                peer = row[f"{name}_tflops"]
+                row[f"{baseline}/{name}"] = base / peer if base and peer else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def model_table(shape: cm.Shape, device: hardware.Device, impls) -> list[dict]:
+    """The cost model for every implementation and step a capture of ``shape`` would record, with
+    the intensity and roof on ``device``'s datasheet; implementations without the shape's mode
+    (no backward) are left out. ``impls`` are registry entries (name, steps, costing)."""
+    peak, bw = device.peak_flops(shape.dtype), device.hbm_bytes_per_s
+    rows = []
+    for impl in impls:
+        if shape.mode != "fwd" and not impl.supports_backward:
+            continue
+        for step in dict.fromkeys(("total", *impl.steps)):
+            cost = cm.cost_of(impl.costing, shape, step)
+            ai = cm.arithmetic_intensity(cost.flops, cost.hbm_bytes)
+            rows.append({
+                "impl": impl.name, "step": step, **cost._asdict(), "arithmetic_intensity": ai,
+                "tile_intensity": cm.arithmetic_intensity(cost.flops, cost.tile_bytes),
+                "attainable_tflops": roofline.attainable_flops(ai, peak, bw) / 1e12,
+                "bound": roofline.bound(ai, peak, bw),
+            })
+    return rows
