@@ -189,8 +189,13 @@ with trace_tab:
 with whatif_tab:
     target = st.selectbox("Project onto", list(hardware.DEVICES), index=list(hardware.DEVICES).index("B200"))
     device = hardware.DEVICES[target]
-    if dtype not in device.tensor_tflops and dtype != "fp32":
-        st.info(f"{target} has no {dtype} figure in the datasheet table.")
+    try:
+        device.peak_flops(dtype)
+        has_peak = True
+    except (KeyError, ValueError):
+        has_peak = False
+    if not has_peak:
+        st.info(f"{target} has no {dtype} peak in the datasheet table: pick another GPU to project onto.")
     else:
         st.caption("A projection from the cost model and the datasheet: each step's intensity, and the roof "
                    f"of {target} at that intensity. Nothing here was measured on {target}.")

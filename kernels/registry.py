@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import os
 import re
 import sys
@@ -61,6 +62,11 @@ class Impl:
         """The steps timed one by one; ("total",) when the implementation is timed only whole."""
         return reference.STEPS if self.costing.kind == "stepwise" else ("total",)
 
+    @property
+    def row_steps(self) -> tuple[str, ...]:
+        """The ``step`` of each row a capture records for one case: "total", then the steps."""
+        return tuple(dict.fromkeys(("total", *self.steps)))
+
     def unsupported_reason(
         self, device: torch.device | str, dtype: torch.dtype, head_dim: int, backward: bool = False
     ) -> str | None:
@@ -84,6 +90,8 @@ class Impl:
 
 def _flash_tiles(head_dim: int, dtype: str) -> Tiles:
     """Our kernels' default tiles for this problem (the first autotune candidate of each kernel)."""
+    if head_dim not in flash_fwd.HEAD_DIMS:
+        return Tiles(None)
     backward = flash_bwd.backward_tiles(head_dim, dtype) if head_dim in flash_bwd.HEAD_DIMS else (None, None)
     return Tiles(flash_fwd.forward_tile(head_dim, dtype), *backward)
 
@@ -159,6 +167,20 @@ def _bshd_adapter(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor
     return bhsd
 
 
+def _origin(target) -> tuple[str, str | None, int]:
+    """Where a function (or a callable object's class) is defined: the same definition imported
+    twice (by module name and by file path, or reloaded) registers again without a clash."""
+    if isinstance(target, Impl):
+        target = getattr(target.fn, "__wrapped__", target.fn)
+    defined = target if inspect.isfunction(target) or inspect.isclass(target) else type(target)
+    try:
+        source = inspect.getsourcefile(defined)
+    except TypeError:
+        source = None
+    line = defined.__code__.co_firstlineno if inspect.isfunction(defined) else 0
+    return defined.__qualname__, source and os.path.realpath(source), line
+
+
 def register(fn: Callable[..., torch.Tensor] | None = None, *, name: str | None = None, layout: str = "bhsd",
              description: str = "", costing: Costing | None = None, supports_backward: bool = True,
              needs_cuda: bool = False, is_triton: bool = False, dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES,
@@ -182,8 +204,7 @@ def register(fn: Callable[..., torch.Tensor] | None = None, *, name: str | None 
     if not NAME.match(name):
         raise ValueError(f"implementation name '{name}' must be letters, digits and underscores, not starting "
                          "with a digit (it names NVTX ranges and trace files)")
-    if name in BUILTIN or (name in REGISTRY and not replace and REGISTRY[name].fn is not fn
-                           and getattr(REGISTRY[name].fn, "__wrapped__", None) is not fn):
+    if name in BUILTIN or (name in REGISTRY and not replace and _origin(REGISTRY[name]) != _origin(fn)):
         raise ValueError(f"implementation name '{name}' is taken; choose another"
                          + ("" if name in BUILTIN else " or pass replace=True"))
     if layout not in LAYOUTS:

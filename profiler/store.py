@@ -1,6 +1,7 @@
 """The results store: one folder per capture.
 
-    <capture>/meta.json          where and how it was measured (profiler.measure.meta), peaks and ceilings used
+    <capture>/meta.json          where and how it was measured (profiler.measure.meta), peaks and ceilings used,
+                                 and each user implementation's import spec and costing (``user_impls``)
     <capture>/results.parquet    one row per implementation × shape × mode × step (schema below)
     <capture>/kernels.parquet    torch-profiler kernels: name, GPU time, enclosing range (GPU captures)
     <capture>/traces/*.json      one Chrome trace per implementation at one shape (open in Perfetto)
@@ -38,7 +39,8 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "time_ms_p90": ("float64", "90th percentile time"),
     "flops": ("float64", "cost-model FLOPs: per naive step; for totals 4·B·H·N²·D (x0.5 causal, x2.5 bwd)"),
     "hbm_bytes": ("float64", "cost-model HBM bytes: per naive step; compulsory bytes for fused kernels"),
-    "tile_bytes": ("float64", "bytes when each query block re-reads K and V (L2 traffic); = hbm_bytes when unfused"),
+    "tile_bytes": ("float64", "bytes when each block re-reads what it shares (L2 traffic), by the implementation's "
+                              "tiles; = hbm_bytes when unfused; empty where the tiles are not declared"),
     "arithmetic_intensity": ("float64", "flops / hbm_bytes"),
     "tflops": ("float64", "flops / time_ms, in TFLOP/s"),
     "gbps": ("float64", "hbm_bytes / time_ms, in GB/s"),

@@ -64,7 +64,7 @@ def _run_capture_command(args, lists: bool) -> int:
         "kind": "sweep" if lists else "capture", "shapes": len(shapes), "impls": [i.name for i in impls],
         "trace": trace, "defaults_shrunk": notes, "rep_ms": args.rep_ms,
         "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd; naive steps: profiler.model.cost_model",
-    }, impls=impls)
+    }, impls=impls, head_dims=values["dims"])
     if notes:
         console.print(f"No GPU: defaults shrunk to fit this machine: {', '.join(notes)}.")
     if roofs.datasheet is None:

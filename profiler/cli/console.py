@@ -20,7 +20,7 @@ def fmt(x, spec=".3g", missing="-"):
     return missing if x is None or x != x else format(x, spec)  # x != x: NaN
 
 
-def start_capture(args, device_label: str, dtypes, meta: dict, impls=(), resumable: bool = True,
+def start_capture(args, device_label: str, dtypes, meta: dict, impls=(), head_dims=(), resumable: bool = True,
                   prefix: str = ""):
     """The capture folder of a measuring command (--out, or reports/<prefix><device>-<time>) with
     its meta.json written and this machine's roofs measured. Returns (store, roofs)."""
@@ -28,7 +28,7 @@ def start_capture(args, device_label: str, dtypes, meta: dict, impls=(), resumab
 
     folder = Path(args.out) if args.out else default_folder(prefix + device_label)
     try:
-        return open_capture(args.device, folder, device_label, dtypes, meta, impls=list(impls),
+        return open_capture(args.device, folder, device_label, dtypes, meta, impls=list(impls), head_dims=head_dims,
                             resume=getattr(args, "resume", False), resumable=resumable, status=console.status)
     except FolderError as err:
         raise UsageError(str(err)) from None

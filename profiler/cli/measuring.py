@@ -48,7 +48,7 @@ def bench(args) -> int:
     store, roofs = start_capture(args, label, args.dtype, {
         "kind": "bench", "shapes": len(shapes), "impls": names, "baseline": baseline, "trace": "none",
         "rep_ms": args.rep_ms, "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd",
-    }, impls=impls, prefix="bench-")
+    }, impls=impls, head_dims=args.dim, prefix="bench-")
     measure_with_progress(store, shapes, impls, args.device, roofs, args.rep_ms)
     table = bench_table(to_frame(store.rows), names, baseline)
     timer = "do_bench" if args.device == "cuda" else "torch.utils.benchmark"

@@ -42,26 +42,12 @@ def nsys(args) -> int:
 
 def _nsys_ingest(folder: Path) -> int:
     from profiler.nsight import nsys as nsys_export
-    from profiler.store import CaptureError, load_capture, write_bytes_atomic, write_json_atomic
+    from profiler.store import CaptureError
 
     try:
-        meta, results = load_capture(folder)
-    except CaptureError as err:
+        results = nsys_export.ingest_capture(folder)
+    except (CaptureError, nsys_export.NsysExportError) as err:
         raise UsageError(str(err)) from None
-    export = next((p for p in (folder / "profile.sqlite", folder / "profile.sqlite.xz") if p.exists()), None)
-    if export is None:
-        raise UsageError(f"'{folder}' has no profile.sqlite; make one with scripts/nsys_profile.sh")
-    try:
-        ranges, ops, projection = nsys_export.read_export(export)
-    except nsys_export.NsysExportError as err:
-        raise UsageError(str(err)) from None
-    summary = nsys_export.summarize(projection)
-    summary.to_parquet(folder / "nsys_ranges.parquet", index=False)
-    ops.to_parquet(folder / "nsys_gpu_ops.parquet", index=False)
-    results["nsys_gpu_ms"] = nsys_export.capture_gpu_times(projection, ranges, results)
-    write_bytes_atomic(folder / "results.parquet", results.to_parquet(index=False))
-    meta["nsys"] = {"export": export.name, "ranges": len(summary), "gpu_ops": len(ops)}
-    write_json_atomic(folder / "meta.json", meta)
     joined = results[results.nsys_gpu_ms.notna()]
     table = Table("impl", "step", "mode", "N", "CUDA events ms", "nsys GPU ms", "nsys / events",
                   title=f"{folder}: CUDA-event median vs Nsight Systems median projected GPU time per repetition")
@@ -98,7 +84,7 @@ def validate(args) -> int:
     label = device_name("cuda")
     args.device = "cuda"
     store, _ = start_capture(args, label, ("fp16", "bf16", "fp32"), {"kind": "validate", "impls": args.impl},
-                             impls=impls, resumable=False, prefix="validate-")
+                             impls=impls, head_dims=args.dim, resumable=False, prefix="validate-")
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("ncu", total=len(shapes))
 

@@ -98,16 +98,12 @@ def ceilings(args) -> int:
 
 def remodel(args) -> int:
     """Re-join a capture's stored times with the current cost model, after the model changed."""
-    import time
-
-    from profiler.model.roofs import Roofs
-    from profiler.model.rows import remodel as remodel_frame
-    from profiler.store import RESULTS, CaptureError, load_capture, write_bytes_atomic, write_json_atomic
+    from profiler.model.rows import remodel_capture
+    from profiler.store import RESULTS, CaptureError
 
     folder = Path(args.capture)
     try:
-        meta, frame = load_capture(folder)
-        new, changed = remodel_frame(frame, Roofs.from_meta(meta), meta)
+        frame, changed = remodel_capture(folder, write=not args.dry_run, reason=args.reason)
     except (CaptureError, ValueError) as err:
         raise UsageError(str(err)) from None
     if not changed.any():
@@ -116,14 +112,6 @@ def remodel(args) -> int:
     console.print(f"{folder}: the model gives other FLOPs or bytes for {int(changed.sum())} of {len(frame)} rows:")
     for (impl, step, mode, causal), count in frame[changed].groupby(["impl", "step", "mode", "causal"]).size().items():
         console.print(f"  {impl} {step} {mode}{' causal' if causal else ''}: {count}")
-    if args.dry_run:
-        return 0
-    write_bytes_atomic(folder / RESULTS, new.to_parquet(index=False))
-    meta.setdefault("remodelled", []).append({
-        "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rows_changed": int(changed.sum()),
-        "note": "FLOPs, bytes, intensity, rates, bound and roof fractions of these rows recomputed from their "
-                "stored times with the cost model of this time, against this meta's roofs",
-        **({"reason": args.reason} if args.reason else {})})
-    write_json_atomic(folder / "meta.json", meta)
-    console.print(f"Wrote {folder / RESULTS}; meta.json records the remodel.")
+    if not args.dry_run:
+        console.print(f"Wrote {folder / RESULTS}; meta.json records the remodel.")
     return 0

@@ -25,18 +25,20 @@ def default_folder(device_label: str) -> Path:
     return Path("reports") / f"{slug[:40]}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def user_impls_meta(impls: list[Impl]) -> dict:
+def user_impls_meta(impls: list[Impl], head_dims=()) -> dict:
     """What a capture records of each user implementation: where it was imported from, its layout,
     and its costing, so the capture can be remodelled and drawn without the user's code."""
     return {i.name: {"spec": i.spec, "description": i.description, "layout": i.extra.get("layout", "bhsd"),
-                     "costing": i.costing.as_meta()}
+                     "costing": i.costing.as_meta(head_dims=sorted({*range(8, 257, 8), *head_dims}))}
             for i in impls if i.spec or i.extra.get("layout")}
 
 
 def open_capture(device: str, folder: Path, label: str, dtypes, meta: dict, *, impls: list[Impl] = (),
-                 resume: bool = False, resumable: bool = True, status=None) -> tuple[ResultStore, Roofs]:
-    """The folder's store and the roofs its rows are judged against. ``status(text)`` is a context
-    manager that shows long work (the ceilings take a few seconds)."""
+                 head_dims=(), resume: bool = False, resumable: bool = True, status=None
+                 ) -> tuple[ResultStore, Roofs]:
+    """The folder's store and the roofs its rows are judged against. ``impls`` and ``head_dims``
+    say what to record of user implementations; ``status(text)`` is a context manager that shows
+    long work (the ceilings take a few seconds)."""
     if (folder / RESULTS).exists() and not resume:
         hint = "pass --resume to add to it or choose another" if resumable else "choose another folder"
         raise FolderError(f"--out '{folder}' already holds a capture; {hint}")
@@ -46,6 +48,6 @@ def open_capture(device: str, folder: Path, label: str, dtypes, meta: dict, *, i
         with status("measuring the roofs (matmul per dtype, device copy) ..."):
             measured = measure_ceilings(device, dtypes=tuple(sorted(set(dtypes))))
     roofs = Roofs(hardware.lookup(label), measured)
-    users = user_impls_meta(list(impls))
+    users = user_impls_meta(list(impls), head_dims)
     meta = run_metadata(device) | roofs.as_meta() | meta | ({"user_impls": users} if users else {})
     return ResultStore(folder, meta, resume=resume), roofs

@@ -52,17 +52,32 @@ class Costing:
     def tiles_for(self, head_dim: int, dtype: str) -> Tiles | None:
         return self.tiles(head_dim, dtype) if callable(self.tiles) else self.tiles
 
-    def as_meta(self) -> dict:
+    def as_meta(self, head_dims=tuple(range(8, 257, 8)), dtypes=("fp16", "bf16", "fp32")) -> dict:
         """A JSON form for a capture's meta.json (user implementations: their costing travels with
-        the capture, so ``remodel`` and the dashboard never import the user's code)."""
+        the capture, so ``remodel`` and the dashboard never import the user's code). Tiles that
+        depend on the problem are stored as a table over ``head_dims`` × ``dtypes``."""
+        stored = {"kind": self.kind, "writes_lse": self.writes_lse, "source": self.source}
         if callable(self.tiles):
-            raise ValueError("a costing whose tiles are a function cannot be stored; give fixed Tiles")
-        tiles = None if self.tiles is None else {k: getattr(self.tiles, k) for k in ("fwd", "dkdv", "dq")}
-        return {"kind": self.kind, "tiles": tiles, "writes_lse": self.writes_lse, "source": self.source}
+            table = {f"{d}/{t}": _tiles_json(self.tiles(d, t)) for d in head_dims for t in dtypes}
+            return stored | {"tiles_by": {k: v for k, v in table.items() if v is not None}}
+        return stored | {"tiles": _tiles_json(self.tiles)}
 
     @classmethod
     def from_meta(cls, stored: dict) -> Costing:
-        tiles = stored.get("tiles")
-        return cls(stored["kind"], None if tiles is None else Tiles(**{k: tuple(v) if v else None
-                                                                      for k, v in tiles.items()}),
-                   stored.get("writes_lse", True), stored.get("source", ""))
+        common = {"writes_lse": stored.get("writes_lse", True), "source": stored.get("source", "")}
+        if "tiles_by" in stored:
+            table = {key: _tiles_from_json(value) for key, value in stored["tiles_by"].items()}
+            return cls(stored["kind"], lambda head_dim, dtype: table.get(f"{head_dim}/{dtype}"), **common)
+        return cls(stored["kind"], _tiles_from_json(stored.get("tiles")), **common)
+
+
+def _tiles_json(tiles: Tiles | None) -> dict | None:
+    if tiles is None or (tiles.fwd is None and tiles.dkdv is None and tiles.dq is None):
+        return None
+    return {"fwd": tiles.fwd, "dkdv": tiles.dkdv, "dq": tiles.dq}
+
+
+def _tiles_from_json(stored: dict | None) -> Tiles | None:
+    if stored is None:
+        return None
+    return Tiles(**{k: tuple(v) if v else None for k, v in stored.items()})

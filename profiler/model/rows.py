@@ -9,6 +9,8 @@ whether a capture, ``model``, ``validate`` or ``remodel`` made it.
 from __future__ import annotations
 
 import math
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -17,7 +19,7 @@ from profiler.model import cost_model as cm
 from profiler.model import roofs as roofline
 from profiler.model.costing import Costing
 from profiler.model.roofs import Roofs
-from profiler.store import COLUMNS, to_frame
+from profiler.store import COLUMNS, RESULTS, load_capture, to_frame, write_bytes_atomic, write_json_atomic
 
 if TYPE_CHECKING:
     from profiler.measure.timing import Timing
@@ -91,3 +93,22 @@ def remodel(frame: pd.DataFrame, roofs: Roofs, meta: dict | None = None) -> tupl
         rows.append(row | {k: v for k, v in record.items() if k not in COLUMNS})  # e.g. nsys_gpu_ms
         changed.append(True)
     return to_frame(rows), pd.Series(changed, index=frame.index)
+
+
+def remodel_capture(folder: Path | str, *, write: bool = True, reason: str | None = None
+                    ) -> tuple[pd.DataFrame, pd.Series]:
+    """:func:`remodel` a capture folder against the roofs its meta.json recorded; with ``write``
+    and any row changed, replace its results.parquet and record the remodel (and ``reason``) in
+    its meta.json. Returns the stored frame and the mask of rows that changed."""
+    folder = Path(folder)
+    meta, frame = load_capture(folder)
+    new, changed = remodel(frame, Roofs.from_meta(meta), meta)
+    if write and changed.any():
+        write_bytes_atomic(folder / RESULTS, new.to_parquet(index=False))
+        meta.setdefault("remodelled", []).append({
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rows_changed": int(changed.sum()),
+            "note": "FLOPs, bytes, intensity, rates, bound and roof fractions of these rows recomputed from their "
+                    "stored times with the cost model of this time, against this meta's roofs",
+            **({"reason": reason} if reason else {})})
+        write_json_atomic(folder / "meta.json", meta)
+    return frame, changed

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.measure.ranges import call_range, case_range, qualified, step_range
+from profiler.store import RESULTS, CaptureError, load_capture, write_bytes_atomic, write_json_atomic
 
 PUSH_POP, START_END, DOMAIN_CREATE = 59, 60, 75  # ENUM_NSYS_EVENT_TYPE ids
 TID_MASK = 0xFFFFFF  # globalTid packs (pid, tid); nsys's own reports take the low 24 bits as the tid
@@ -312,3 +313,23 @@ def capture_gpu_times(projection: pd.DataFrame, ranges: pd.DataFrame, results: p
             step_id = next((rid for name, rid in children.get(case, []) if name == qualified(step)), None)
             out.append(None if step_id is None else median_ms(step_id, qualified(call_range(step))))
     return out
+
+
+def ingest_capture(folder: Path | str) -> pd.DataFrame:
+    """Join a capture folder's ``profile.sqlite`` (or ``.sqlite.xz``) into it: writes
+    ``nsys_ranges.parquet`` (:func:`summarize`), ``nsys_gpu_ops.parquet`` (:func:`gpu_ops`) and the
+    ``nsys_gpu_ms`` column of results.parquet (:func:`capture_gpu_times`); returns the results."""
+    folder = Path(folder)
+    meta, results = load_capture(folder)
+    export = next((p for p in (folder / "profile.sqlite", folder / "profile.sqlite.xz") if p.exists()), None)
+    if export is None:
+        raise CaptureError(f"'{folder}' has no profile.sqlite; make one with scripts/nsys_profile.sh")
+    ranges, ops, projection = read_export(export)
+    summary = summarize(projection)
+    write_bytes_atomic(folder / "nsys_ranges.parquet", summary.to_parquet(index=False))
+    write_bytes_atomic(folder / "nsys_gpu_ops.parquet", ops.to_parquet(index=False))
+    results["nsys_gpu_ms"] = capture_gpu_times(projection, ranges, results)
+    write_bytes_atomic(folder / RESULTS, results.to_parquet(index=False))
+    meta["nsys"] = {"export": export.name, "ranges": len(summary), "gpu_ops": len(ops)}
+    write_json_atomic(folder / "meta.json", meta)
+    return results

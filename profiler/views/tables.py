@@ -55,13 +55,13 @@ def bench_table(frame: pd.DataFrame, impls: list[str], baseline: str) -> pd.Data
 def model_table(shape: cm.Shape, device: hardware.Device, impls) -> list[dict]:
     """The cost model for every implementation and step a capture of ``shape`` would record, with
     the intensity and roof on ``device``'s datasheet; implementations without the shape's mode
-    (no backward) are left out. ``impls`` are registry entries (name, steps, costing)."""
+    (no backward) are left out. ``impls`` are registry entries (name, row_steps, costing)."""
     peak, bw = device.peak_flops(shape.dtype), device.hbm_bytes_per_s
     rows = []
     for impl in impls:
         if shape.mode != "fwd" and not impl.supports_backward:
             continue
-        for step in dict.fromkeys(("total", *impl.steps)):
+        for step in impl.row_steps:
             cost = cm.cost_of(impl.costing, shape, step)
             ai = cm.arithmetic_intensity(cost.flops, cost.hbm_bytes)
             rows.append({

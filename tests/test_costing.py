@@ -1,0 +1,137 @@
+"""One cost model per implementation: every command gives the same FLOPs and bytes for every
+implementation and step, from the registry entry's costing (profiler.model.cost_model.cost_of)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pandas as pd
+import pytest
+
+from kernels.registry import BUILTIN, REGISTRY
+from profiler.measure import ranges
+from profiler.model import cost_model as cm
+from profiler.model import hardware
+from profiler.model.costing import Costing, Tiles
+from profiler.model.roofs import Roofs
+from profiler.model.rows import remodel, roofline_row
+from profiler.nsight import validate
+from profiler.store import to_frame
+from profiler.views.tables import model_table
+
+H200 = hardware.get_device("H200")
+ROOFS = Roofs(H200, None)
+SHAPES = [cm.Shape(b, h, nq, nk, d, dt, c, m) for (b, h, nq, nk, d), dt, c, m in itertools.product(
+    [(4, 32, 8192, 8192, 64), (1, 3, 100, 77, 128), (2, 2, 1, 300, 32)], ["fp16", "fp32"], [False, True], cm.MODES)]
+
+
+def _same(a, b) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-12)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_capture_model_remodel_and_validate_agree_for_every_implementation_and_step(shape):
+    if shape.dtype == "fp32":
+        device = hardware.Device("fp32 roof", "", {}, 50.0, 3.0, None, None, None)
+        roofs = Roofs(device, None)
+    else:
+        device, roofs = H200, ROOFS
+    impls = [REGISTRY[n] for n in BUILTIN]
+    from_model = {(r["impl"], r["step"]): r for r in model_table(shape, device, impls)}
+    captured = []
+    for impl in impls:
+        if shape.mode != "fwd" and not impl.supports_backward:
+            assert all(key[0] != impl.name for key in from_model)  # no backward: the model leaves it out
+            continue
+        for step in impl.row_steps:
+            row = roofline_row(impl.name, impl.costing, shape, step, roofs, timing=None, status="ok")
+            model = from_model.pop((impl.name, step))
+            for column in ("flops", "hbm_bytes", "tile_bytes", "arithmetic_intensity"):
+                assert _same(row[column], model[column]), (impl.name, step, column)
+            captured.append(row)
+    assert not from_model  # the model lists nothing a capture would not record
+    _, changed = remodel(to_frame(captured), roofs)
+    assert not changed.any()
+
+
+def test_validate_compares_counters_with_the_same_costs():
+    shape = cm.Shape.square(1, 16, 1024, 64, causal=True)
+    kernels = pd.DataFrame([
+        {"impl": impl, "step": step, "kernel": "k", "grid": "(8, 16, 1)", "dram_read_bytes": 1.0,
+         "dram_write_bytes": 1.0, "l2_bytes": 1.0, "gpu_time_ns": 1.0, "tensor_ops_fp16": 0.0, "tensor_ops_bf16": 0.0}
+        for impl, step in [("naive", s) for s in cm.NAIVE_STEPS] + [("triton_flash", "total"), ("sdpa_cudnn", "total")]
+    ])
+    table = validate.validation_table(validate.with_shape(kernels, shape), l2_bytes=None)
+    for r in table.itertuples():
+        cost = cm.cost_of(REGISTRY[r.impl].costing, shape, r.step)
+        assert r.flops == cost.flops and _same(r.model_l2_bytes, cost.tile_bytes)
+
+
+def test_triton_naive_rereads_k_and_v_once_per_query_row():
+    # B4 H32 N8192 D64 fp16: 2 · 8192 rows · 8192 keys · 64 · 2 bytes per head = 17.2 GB, ×128 heads.
+    s = cm.Shape.square(4, 32, 8192, 64)
+    row_bytes = 64 * 2
+    per_head = 8192 * row_bytes + 8192 * 8192 * 2 * row_bytes + 8192 * row_bytes  # Q, K and V per row, O
+    cost = cm.cost_of(REGISTRY["triton_naive"].costing, s)
+    assert cost.tile_bytes == 128 * per_head and cost.tile_bytes / 1e9 == pytest.approx(2199.3, abs=0.05)
+    assert cost.hbm_bytes == 4 * 128 * 8192 * row_bytes  # Q, K, V, O once: this kernel writes no logsumexp
+    causal = cm.cost_of(REGISTRY["triton_naive"].costing, s.__class__.square(4, 32, 8192, 64, causal=True))
+    assert causal.tile_bytes == 128 * (2 * 8192 * row_bytes + 8192 * 8193 // 2 * 2 * row_bytes)
+
+
+def test_our_flash_kernels_are_costed_with_their_default_tiles():
+    from kernels import flash_bwd, flash_fwd
+
+    for head_dim, cls in ((64, "d64"), (128, "d128")):
+        tiles = REGISTRY["triton_flash"].costing.tiles_for(head_dim, "fp16")
+        assert tiles.fwd == flash_fwd.FWD_CANDIDATES[cls][0][:2]
+        assert tiles.dkdv == flash_bwd.DKDV_CANDIDATES[cls][0][:2] and tiles.dq == flash_bwd.DQ_CANDIDATES[cls][0][:2]
+    assert REGISTRY["triton_flash"].costing.tiles_for(256, "fp16").dkdv is None  # no backward at 256
+    # D128 backward: dK/dV (64, 64) re-reads Q and dO per 64 keys, where (32, 128) would per 128.
+    s = cm.Shape.square(2, 16, 8192, 128, mode="bwd")
+    old = cm.tile_bytes(s, Tiles((128, 64), (32, 128), (128, 32)))
+    assert cm.cost_of(REGISTRY["triton_flash"].costing, s).tile_bytes / old == pytest.approx(1.49, abs=0.01)
+
+
+def test_undeclared_tiles_give_no_tile_bytes_rather_than_a_guess():
+    s = cm.Shape.square(1, 2, 512, 64, mode="bwd")
+    assert math.isnan(cm.cost_of(REGISTRY["sdpa_cudnn"].costing, s).tile_bytes)
+    assert math.isnan(cm.cost_of(Costing("fused"), s.with_mode("fwd")).tile_bytes)
+    assert math.isnan(cm.arithmetic_intensity(1.0, math.nan))
+
+
+def test_costing_survives_meta_json():
+    from kernels.registry import _flash_tiles
+
+    fixed = Costing("fused", Tiles((64, 32), (32, 64), (64, 32)), writes_lse=False, source="x")
+    assert Costing.from_meta(fixed.as_meta()) == fixed
+    by_shape = Costing.from_meta(Costing("fused", _flash_tiles).as_meta())
+    assert by_shape.tiles_for(128, "bf16") == _flash_tiles(128, "bf16")
+    assert by_shape.tiles_for(100, "fp16") is None  # outside the stored table: not known
+    with pytest.raises(ValueError, match="costing kind 'tiled'"):
+        Costing("tiled")
+
+
+def test_shape_from_a_row_in_every_form():
+    shape = cm.Shape(2, 3, 5, 7, 16, "bf16", True, "bwd")
+    record = roofline_row("naive", REGISTRY["naive"].costing, shape, "softmax", ROOFS, timing=None, status="ok")
+    frame = to_frame([record])
+    assert cm.Shape.from_row(record) == shape
+    assert cm.Shape.from_row(frame.iloc[0]) == shape
+    assert cm.Shape.from_row(next(frame.itertuples())) == shape
+    assert cm.Shape.from_row({k: v for k, v in record.items() if k != "mode"}).mode == "fwd"
+
+
+@pytest.mark.parametrize("name,parsed", [
+    (ranges.case_range("triton_flash", "fwd+bwd", 8192), ranges.RangeName("triton_flash", "total", "fwd+bwd", 8192)),
+    (ranges.call_range(ranges.case_range("naive", "fwd", 1)), ranges.RangeName("naive", "total", "fwd", 1, call=True)),
+    (ranges.step_range("naive", "bwd", 7, "softmax"), ranges.RangeName("naive", "softmax", "bwd", 7)),
+    (ranges.call_range(ranges.step_range("naive", "fwd", 7, "qk_matmul")),
+     ranges.RangeName("naive", "qk_matmul", "fwd", 7, call=True)),
+    (ranges.qualified(ranges.validate_range("my_attn2", "total")),
+     ranges.RangeName("my_attn2", "total", validate=True)),
+    ("attn:qk_matmul", None), ("other:thing", None), ("naive/train/seq=1", None),
+])
+def test_range_names_parse_back(name, parsed):
+    assert ranges.parse_range(name) == parsed
