@@ -119,6 +119,10 @@ class ResultStore:
         return False
 
     def append(self, rows: list[dict]) -> None:
+        """Add rows; a stored row with the same key (a case measured again on --resume, e.g. after
+        an error) is replaced, so every key stays unique."""
+        new_keys = {tuple(r.get(k) for k in KEY) for r in rows}
+        self.rows = [r for r in self.rows if tuple(r.get(k) for k in KEY) not in new_keys]
         self.rows.extend(rows)
         frame = to_frame(self.rows)
         write_bytes_atomic(self.folder / RESULTS, frame.to_parquet(index=False))

@@ -51,7 +51,10 @@ if [[ -z "$out" ]]; then
 fi
 
 NSYS_BIN=$(find_nsys)
-PYTHON=${PYTHON:-python3}
+# The project's .venv when there is one (make setup made it), else python3; PYTHON=... overrides.
+if [[ -z "${PYTHON:-}" ]]; then
+  if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
+fi
 mkdir -p "$out"
 echo "nsys: $NSYS_BIN; capture folder: $out"
 # The torch profiler and nsys both want CUPTI: the capture runs without its own trace here.

@@ -146,7 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--impl", type=_impl_list, default=["naive", "triton_flash", "sdpa_flash", "sdpa_cudnn"])
     validate.add_argument("--out", default=None, help="capture folder (default reports/validate-<device>-<time>)")
     validate.add_argument("--rebuild", metavar="FOLDER", default=None,
-                          help="no GPU: re-read FOLDER's ncu/*.csv and compare them with the current model")
+                          help="no GPU: re-read FOLDER's ncu/*.csv and compare them with the current model, into "
+                               "--out (default FOLDER-rebuilt-<time>)")
+    validate.add_argument("--in-place", action="store_true", help="with --rebuild: rewrite FOLDER's own tables")
 
     remodel = sub.add_parser("remodel", help="join a stored capture's times with the current cost model (no GPU)")
     remodel.add_argument("capture", help="a capture folder")

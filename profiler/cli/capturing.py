@@ -120,5 +120,7 @@ def report(args) -> int:
         out = write_report(args.capture, args.out)
     except CaptureError as err:
         raise UsageError(str(err)) from None
+    except OSError as err:
+        raise UsageError(f"cannot write the report to '{err.filename or args.out}': {err.strerror or err}") from None
     console.print(f"Wrote {out} ({out.stat().st_size / 1e6:.1f} MB, opens offline)")
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from rich.progress import Progress
@@ -66,7 +67,7 @@ def validate(args) -> int:
     import torch
 
     if args.rebuild:
-        return _validate_rebuild(Path(args.rebuild))
+        return _validate_rebuild(args)
     from kernels.registry import get_impl
     from profiler.measure.ceilings import device_name
     from profiler.nsight.ncu import NcuError, find_ncu
@@ -106,25 +107,27 @@ def validate(args) -> int:
     return 0
 
 
-def _validate_rebuild(folder: Path) -> int:
-    """Re-read the ncu CSVs of a validation capture and rewrite its tables with the current model."""
-    import time
-
+def _validate_rebuild(args) -> int:
+    """Re-read the ncu CSVs of a validation capture and write its tables with the current model:
+    into a copy (--out, default <folder>-rebuilt-<time>, which git ignores), or with --in-place
+    into the folder itself."""
+    from profiler.measure.folder import FolderError, check_folder
     from profiler.nsight.ncu import NcuError
-    from profiler.nsight.validate import write_validation
-    from profiler.store import CaptureError, write_json_atomic
+    from profiler.nsight.validate import rebuild_capture
+    from profiler.store import CaptureError
 
-    meta_path = folder / "meta.json"
-    if not meta_path.exists():
-        raise UsageError(f"'{folder}' is not a validation capture: missing meta.json")
-    meta = json.loads(meta_path.read_text())
+    folder = Path(args.rebuild)
+    if args.in_place and args.out:
+        raise UsageError("--in-place and --out exclude each other: rewrite the folder, or write a copy")
+    out = folder if args.in_place else Path(args.out or f"{folder}-rebuilt-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
-        table = write_validation(folder, meta)
-    except (CaptureError, NcuError, ValueError) as err:
+        if not args.in_place:
+            check_folder(out, resumable=False)
+        table = rebuild_capture(folder, out)
+    except (FolderError, CaptureError, NcuError, ValueError) as err:
         raise UsageError(str(err)) from None
-    meta["validation_rebuilt_with_model_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    write_json_atomic(meta_path, meta)
     _print_validation(table)
+    console.print(f"Wrote {out}/ (validation.parquet, ncu_kernels.parquet, results.parquet, meta.json)")
     return 0
 
 

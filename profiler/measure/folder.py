@@ -12,7 +12,7 @@ from profiler.measure.ceilings import measure_ceilings
 from profiler.measure.meta import run_metadata
 from profiler.model import hardware
 from profiler.model.roofs import Roofs
-from profiler.store import RESULTS, ResultStore
+from profiler.store import META, RESULTS, CaptureError, ResultStore, load_capture
 
 
 class FolderError(ValueError):
@@ -23,6 +23,31 @@ def default_folder(device_label: str) -> Path:
     """reports/<device>-<time>, for when no folder is named."""
     slug = "".join(ch if ch.isalnum() else "-" for ch in device_label.lower()).strip("-")
     return Path("reports") / f"{slug[:40]}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def check_folder(folder: Path, *, resume: bool = False, resumable: bool = True) -> None:
+    """Refuse, with a one-line reason, a folder a capture cannot be written to: a file, a place that
+    cannot be created or written, a folder with other files in it, or (unless resuming) a capture."""
+    if folder.exists() and not folder.is_dir():
+        raise FolderError(f"--out '{folder}' is a file; name a folder (new, empty, or a capture with --resume)")
+    is_capture = (folder / RESULTS).exists() or (folder / META).exists()
+    if is_capture and not resume:
+        hint = "pass --resume to add to it or choose another" if resumable else "choose another folder"
+        raise FolderError(f"--out '{folder}' already holds a capture; {hint}")
+    if folder.is_dir() and not is_capture and any(folder.iterdir()):
+        raise FolderError(f"--out '{folder}' holds other files and is not a capture; choose a new or empty folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise FolderError(f"--out '{folder}' cannot be written: {err.strerror or err}") from None
+    if resume and (folder / RESULTS).exists():
+        try:
+            load_capture(folder)
+        except CaptureError as err:
+            raise FolderError(f"--resume: {err}") from None
 
 
 def user_impls_meta(impls: list[Impl], head_dims=()) -> dict:
@@ -39,9 +64,7 @@ def open_capture(device: str, folder: Path, label: str, dtypes, meta: dict, *, i
     """The folder's store and the roofs its rows are judged against. ``impls`` and ``head_dims``
     say what to record of user implementations; ``status(text)`` is a context manager that shows
     long work (the ceilings take a few seconds)."""
-    if (folder / RESULTS).exists() and not resume:
-        hint = "pass --resume to add to it or choose another" if resumable else "choose another folder"
-        raise FolderError(f"--out '{folder}' already holds a capture; {hint}")
+    check_folder(folder, resume=resume, resumable=resumable)
     if status is None:
         measured = measure_ceilings(device, dtypes=tuple(sorted(set(dtypes))))
     else:

@@ -11,7 +11,7 @@ from kernels import reference
 from kernels.reference import nvtx_range
 from kernels.registry import Impl
 from profiler.measure.ranges import call_range, step_range
-from profiler.measure.runner import first_line, free_memory, make_inputs
+from profiler.measure.runner import first_line, free_memory, is_out_of_memory, make_inputs
 from profiler.measure.timing import measure
 from profiler.model import cost_model as cm
 from profiler.model.roofs import Roofs
@@ -70,7 +70,9 @@ def time_naive_steps(impl: Impl, shape: cm.Shape, device, roofs: Roofs, rep_ms: 
             rows.append(roofline_row(impl.name, impl.costing, shape, step, roofs, timing=timing, status="ok"))
             done.add(step)
             call = None
-    except torch.OutOfMemoryError as err:
+    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as err:
+        if not is_out_of_memory(err):
+            raise
         rows += [roofline_row(impl.name, impl.costing, shape, step, roofs, timing=None, status="oom",
                               message=first_line(err)) for step in impl.steps if step not in done]
     finally:

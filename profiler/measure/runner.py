@@ -119,14 +119,23 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
         result.peak_mem_bytes = _peak_memory(impl, q, k, v, do, shape, device)
     except Unsupported as err:
         result.status, result.message = "unsupported", str(err)
-    except torch.OutOfMemoryError as err:
+    except (torch.OutOfMemoryError, MemoryError) as err:
         result.status, result.message = "oom", first_line(err)
     except (RuntimeError, ValueError, TypeError) as err:
-        result.status, result.message = "error", f"{type(err).__name__}: {first_line(err)}"
+        if is_out_of_memory(err):
+            result.status, result.message = "oom", first_line(err)
+        else:
+            result.status, result.message = "error", f"{type(err).__name__}: {first_line(err)}"
     finally:
         q = k = v = do = call = None  # release the inputs before the next case
         free_memory(device)
     return result
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """Out of memory on any device: CUDA raises torch.OutOfMemoryError, Python MemoryError, and
+    PyTorch's CPU allocator a RuntimeError saying it "can't allocate memory"."""
+    return isinstance(err, (torch.OutOfMemoryError, MemoryError)) or "can't allocate memory" in str(err)
 
 
 def first_line(err: BaseException) -> str:

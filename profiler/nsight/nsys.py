@@ -66,21 +66,25 @@ def open_export(path: Path | str):
     if not path.is_file():
         raise NsysExportError(f"'{path}' does not exist or is not a file")
     tmpdir = None
+    source = path  # errors name the user's file, never the temporary copy it was unpacked to
     try:
         if path.suffix == ".xz":
             tmpdir = tempfile.mkdtemp(prefix="nsys-")
             plain = Path(tmpdir) / path.stem
-            with lzma.open(path) as src, open(plain, "wb") as dst:
-                shutil.copyfileobj(src, dst)
+            try:
+                with lzma.open(path) as src, open(plain, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+            except (lzma.LZMAError, EOFError) as err:
+                raise NsysExportError(f"'{source}' is not a readable .xz file (truncated or corrupt: {err})") from None
             path = plain
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
-            _check_schema(conn, path)
+            _check_schema(conn, source)
             yield conn
+        except sqlite3.DatabaseError as err:
+            raise NsysExportError(f"'{source}' could not be read as an Nsight Systems export: {err}") from None
         finally:
             conn.close()
-    except lzma.LZMAError as err:
-        raise NsysExportError(f"'{path}' is not a readable .xz file: {err}") from None
     finally:
         if tmpdir:
             shutil.rmtree(tmpdir, ignore_errors=True)

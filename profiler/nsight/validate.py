@@ -191,3 +191,29 @@ def write_validation(folder: Path | str, meta: dict) -> pd.DataFrame:
             for r in table.itertuples()]
     write_bytes_atomic(folder / RESULTS, to_frame(rows).to_parquet(index=False))
     return table
+
+
+def rebuild_capture(folder: Path | str, out: Path | str | None = None) -> pd.DataFrame:
+    """:func:`write_validation` for a stored validation capture, into ``out`` (a copy of its
+    meta.json and ncu CSVs, so the shipped folder stays as it is) or, when ``out`` is the folder or
+    None, in place. Records the time of the rebuild in the meta.json written."""
+    import json
+    import shutil
+    import time
+
+    from profiler.store import CaptureError, write_json_atomic
+
+    folder = Path(folder)
+    out = Path(out) if out is not None else folder
+    if not (folder / "meta.json").exists():
+        raise CaptureError(f"'{folder}' is not a validation capture: missing meta.json")
+    if not (folder / "ncu").is_dir():
+        raise CaptureError(f"'{folder}' is not a validation capture: no ncu/ folder of Nsight Compute CSVs")
+    meta = json.loads((folder / "meta.json").read_text())
+    if out.resolve() != folder.resolve():
+        shutil.copytree(folder / "ncu", out / "ncu", dirs_exist_ok=True)
+        meta["rebuilt_from"] = str(folder)
+    table = write_validation(out, meta)
+    meta["validation_rebuilt_with_model_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    write_json_atomic(out / "meta.json", meta)
+    return table

@@ -16,9 +16,12 @@ BENCH_SHAPE = ["mode", "dtype", "head_dim", "causal", "seq_q", "batch", "heads"]
 def summary_frame(rows: list[dict]) -> pd.DataFrame:
     """The seed posts' benchmark table: per shape, each implementation's ms, TFLOP/s, speedup over
     naive, peak memory and bound."""
-    frame = pd.DataFrame([r for r in rows if r["step"] == "total"])
-    if frame.empty:
-        return frame
+    from profiler.store import to_frame
+
+    totals = [r for r in rows if r["step"] == "total"]
+    if not totals:
+        return pd.DataFrame()
+    frame = to_frame(totals)  # every column of the schema, also where no case ran
     naive = frame[frame.impl == "naive"].set_index(SUMMARY_SHAPE)["time_ms"]
     speedups = []
     for _, r in frame.iterrows():
