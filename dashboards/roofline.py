@@ -4,7 +4,8 @@
     streamlit run dashboards/roofline.py -- --reports DIR     # or another folder of captures
 
 Needs no GPU: the H200 reference capture in reports/ opens by default. Loading and maths live in
-profiler/ (store, cost_model, plots); this file is layout and widgets only.
+profiler/ (store, model, views); this file is layout and widgets only. Every tab follows the
+sidebar: the selected captures and every filter. ``?tab=Step+breakdown`` opens a tab by its name.
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ if str(ROOT) not in sys.path:  # `streamlit run` from a checkout without `pip in
 from profiler.model import cost_model as cm  # noqa: E402
 from profiler.model import hardware  # noqa: E402
 from profiler.store import CaptureError, discover_captures, load_capture  # noqa: E402
-from profiler.views import plots  # noqa: E402
+from profiler.views import plots, rooflines  # noqa: E402
 
 DEFAULT_CAPTURE = "reference-h200"
+TABS = ["Roofline", "Scaling", "Step breakdown", "Compare", "Trace", "What-if", "Validation"]
+# Filters that pick one value at first (so the first view is one shape family), and which.
+PREFERRED = {"dtype": "fp16", "head_dim": 64, "causal": False, "mode": "fwd"}
 
 
 def reports_dir() -> Path:
@@ -54,11 +58,12 @@ def load_validation(path: str) -> pd.DataFrame | None:
 
 
 @st.cache_data
-def load_kernels(path: str) -> pd.DataFrame | None:
-    for name in ("nsys_gpu_ops.parquet", "kernels.parquet"):
+def load_kernels(path: str) -> tuple[str, pd.DataFrame] | None:
+    """(where the kernels come from, the kernel table) of a capture folder."""
+    for name, source in (("nsys_gpu_ops.parquet", "Nsight Systems export"), ("kernels.parquet", "torch profiler")):
         if (Path(path) / name).exists():
             frame = pd.read_parquet(Path(path) / name)
-            return frame[frame.kind == "kernel"] if "kind" in frame else frame
+            return source, frame[frame.kind == "kernel"] if "kind" in frame else frame
     return None
 
 
@@ -68,23 +73,37 @@ def with_capture(name: str, meta: dict, frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def apply_filters(frame: pd.DataFrame, chosen: dict) -> pd.DataFrame:
+    """The rows of ``frame`` (a capture's results or a validation table) that every filter keeps;
+    a filter on a column the frame lacks keeps everything."""
+    mask = pd.Series(True, index=frame.index)
+    for column, values in chosen.items():
+        if column in frame:
+            mask &= frame[column].isin(values)
+    return frame[mask]
+
+
 st.set_page_config(page_title="Attention roofline", layout="wide")
 st.title("Attention roofline")
 
 root = reports_dir()
 captures, problems = load_all(str(root))
+folders = {name: root / name for name in captures}
 for problem in problems:
     st.warning(problem)
 
 with st.sidebar:
     st.header("Captures")
     extra = st.text_input("Add a capture folder (path)", help="a folder made by `python -m profiler capture`")
+    added = None
     if extra:
         try:
-            meta, frame = load_one(extra)
-            captures[Path(extra).name] = (meta, frame)
+            added = Path(extra).name
+            captures[added] = load_one(extra)
+            folders[added] = Path(extra)
         except CaptureError as err:
             st.error(f"Not a capture: {err}")
+            added = None
 
 if not captures:
     st.info(
@@ -94,56 +113,85 @@ if not captures:
     st.stop()
 
 names = list(captures)
-default = [DEFAULT_CAPTURE] if DEFAULT_CAPTURE in captures else names[:1]
+default = [added] if added else ([DEFAULT_CAPTURE] if DEFAULT_CAPTURE in captures else names[:1])
 with st.sidebar:
-    chosen = st.multiselect("Captures", names, default=default)
-    if not chosen:
+    chosen_captures = st.multiselect("Captures", names, default=default, key=f"captures-{added or ''}")
+    if not chosen_captures:
         st.info("Pick at least one capture.")
         st.stop()
-    data = pd.concat([with_capture(n, *captures[n]) for n in chosen], ignore_index=True)
+    data = pd.concat([with_capture(n, *captures[n]) for n in chosen_captures], ignore_index=True)
     st.header("Filters")
+    filters: dict[str, list] = {}
 
-    def choose(label: str, column: str, prefer=None):
-        """A multiselect over the column's values; with ``prefer``, one value is picked at first
-        (the preferred one when present) so the first view is one shape family, not all mixed."""
+    def choose(label: str, column: str):
         options = sorted(data[column].dropna().unique().tolist(), key=str)
-        if prefer is None:
-            default = options
-        else:
-            default = [prefer] if prefer in options else options[:1]
-        return data[column].isin(st.multiselect(label, options, default=default))
+        prefer = PREFERRED.get(column)
+        start = options if column not in PREFERRED else ([prefer] if prefer in options else options[:1])
+        filters[column] = st.multiselect(label, options, default=start)
 
-    mask = choose("Device", "device") & choose("dtype", "dtype", prefer="fp16")
-    mask &= choose("head_dim", "head_dim", prefer=64) & choose("causal", "causal", prefer=False)
-    mask &= choose("Mode", "mode", prefer="fwd") & choose("Implementation", "impl")
+    for label, column in (("Device", "device"), ("dtype", "dtype"), ("head_dim", "head_dim"), ("causal", "causal"),
+                          ("Mode", "mode"), ("Batch", "batch"), ("Heads", "heads"), ("Implementation", "impl"),
+                          ("Step", "step")):
+        choose(label, column)
     seqs = sorted(data.seq_q.unique().tolist())
     lo, hi = st.select_slider("Sequence length", options=seqs, value=(seqs[0], seqs[-1])) if len(seqs) > 1 \
         else (seqs[0], seqs[0])
-    mask &= data.seq_q.between(lo, hi)
+    filters["seq_q"] = [n for n in seqs if lo <= n <= hi]
+    bound_filter = st.multiselect("Bound", ["memory", "compute"], default=["memory", "compute"],
+                                  help="as the roofline judges it for the bytes chosen below")
     bytes_kind = st.radio("Bytes for intensity", ["compulsory", "tile"], horizontal=True,
-                          help="compulsory: Q, K, V read once (DRAM); tile: K and V re-read by each query block (L2)")
+                          help="compulsory: Q, K, V read once, against the HBM roof; tile: each block's re-reads, "
+                               "against the L2 bandwidth `ceilings` measured")
 
-view = data[mask]
-meta = captures[chosen[0]][0]
+view = apply_filters(data, filters)
+meta = captures[chosen_captures[0]][0]
 dtype = view.dtype.iloc[0] if not view.empty else "fp16"
-st.caption(f"{len(view):,} of {len(data):,} rows · {', '.join(chosen)} · device {meta.get('device')} · "
+roofs = rooflines.roofs_from_meta(meta, dtype, bytes_kind)
+exp2 = rooflines.exp_rate(meta)
+points = rooflines.roofline_points(view, roofs, bytes_kind, exp2)
+if roofs and set(bound_filter) != {"memory", "compute"}:
+    keep = points[points.view_bound.isin(bound_filter)].index
+    view = view[(view.status != "ok") | view.index.isin(keep)]
+    points = points.loc[points.index.isin(keep)]
+st.caption(f"{len(view):,} of {len(data):,} rows · {', '.join(chosen_captures)} · device {meta.get('device')} · "
            f"torch {meta.get('torch')} · triton {meta.get('triton')} · measured {meta.get('time', '?')}")
 if view.empty:
     st.warning("No rows match the filters.")
     st.stop()
+if view.dtype.nunique() > 1:
+    st.info(f"Several dtypes are selected: the roofs drawn are those of {dtype}.")
 
-roofline_tab, scaling_tab, steps_tab, compare_tab, trace_tab, whatif_tab, validation_tab = st.tabs(
-    ["Roofline", "Scaling", "Step breakdown", "Compare", "Trace", "What-if", "Validation"])
+tabs = dict(zip(TABS, st.tabs(TABS, key="tab", bind="query-params")))
 
-with roofline_tab:
-    st.plotly_chart(plots.roofline_figure(view, plots.roofs_from_meta(meta, dtype), bytes_kind,
-                                          title=f"Roofline ({bytes_kind} bytes, {dtype})"), width="stretch")
-    totals = view[view.step == "total"]
-    st.dataframe(totals[["capture", "impl", "mode", "seq_q", "head_dim", "dtype", "causal", "time_ms", "tflops",
-                         "arithmetic_intensity", "bound", "roof_fraction", "peak_mem_bytes", "status", "message"]],
-                 hide_index=True, width="stretch")
+with tabs["Roofline"]:
+    if not roofs:
+        st.warning("This capture holds no L2 bandwidth measurement (`python -m profiler ceilings` measures one): "
+                   "tile intensities are drawn without a roof, and no bound is judged." if bytes_kind == "tile"
+                   else "No roof for this dtype in the capture's metadata.")
+    st.plotly_chart(rooflines.roofline_figure(view, roofs, bytes_kind, exp2_per_s=exp2), width="stretch")
+    notes = [f"{roofs[0].label}: ridge {roofs[0].ridge:.0f} FLOP/B"] if roofs else []
+    if exp2 is not None:
+        notes.append(f"exp ceiling: softmax's exponentials at {exp2 / 1e12:.2f}·10¹² exp2/s on the SFUs (CUDA "
+                     "throughput table; FlashAttention-3 §3.1) cap a fused kernel that does not overlap them with "
+                     "its matmuls")
+    st.caption(" · ".join(notes))
+    table = points[["capture", "impl", "step", "mode", "batch", "heads", "seq_q", "head_dim", "dtype", "causal",
+                    "time_ms", "tflops", "x", "view_bound", "of_roof", "binds", "of_ceiling"]].rename(columns={
+                        "x": "FLOP/B", "view_bound": "bound", "of_roof": "% of roof", "binds": "binding ceiling",
+                        "of_ceiling": "% of binding ceiling"})
+    for column in ("% of roof", "% of binding ceiling"):
+        table[column] = table[column] * 100
+    st.dataframe(table, hide_index=True, width="stretch", column_config={
+        "% of roof": st.column_config.NumberColumn(format="%.1f%%"),
+        "% of binding ceiling": st.column_config.NumberColumn(format="%.1f%%"),
+        "FLOP/B": st.column_config.NumberColumn(format="%.3g"), "tflops": st.column_config.NumberColumn(format="%.4g")})
+    not_ok = view[(view.status != "ok") & (view.step == "total")]
+    if not not_ok.empty:
+        st.caption(f"Not on the chart: {len(not_ok)} case(s) that did not run (oom, unsupported, error):")
+        st.dataframe(not_ok[["capture", "impl", "mode", "seq_q", "head_dim", "dtype", "causal", "status", "message"]],
+                     hide_index=True, width="stretch")
 
-with scaling_tab:
+with tabs["Scaling"]:
     figs = plots.scaling_figures(view)
     left, right = st.columns(2)
     left.plotly_chart(figs["time"], width="stretch")
@@ -151,42 +199,61 @@ with scaling_tab:
     left.plotly_chart(figs["memory"], width="stretch")
     right.plotly_chart(figs["speedup"], width="stretch")
 
-with steps_tab:
-    st.plotly_chart(plots.step_breakdown_figure(view), width="stretch")
+with tabs["Step breakdown"]:
+    scale = st.radio("Show", ["share", "ms"], horizontal=True, key="step-scale",
+                     help="share: each step's part of the four steps' time (every N readable); ms: milliseconds")
+    st.plotly_chart(plots.step_breakdown_figure(view, scale), width="stretch")
     first = view.iloc[0]
     shape = replace(cm.Shape.from_row(first), seq_q=int(hi), seq_kv=int(hi), mode="fwd")
-    st.markdown(f"**HBM trips of the N×N matrix, naive vs fused** (model, N={hi}, forward)")
+    family = plots.family_label(shape.batch, shape.heads, shape.head_dim, shape.dtype, shape.causal, "fwd")
+    st.markdown(f"**HBM trips of the N×N matrix, naive vs fused** (model, {family}, N={hi})")
     st.dataframe(plots.hbm_trips_table(shape), hide_index=True)
 
-with compare_tab:
+with tabs["Compare"]:
     if len(names) < 2:
-        st.info("Compare needs two captures under the reports folder.")
+        st.info("Compare needs two captures.")
     else:
         col_a, col_b = st.columns(2)
-        a = col_a.selectbox("A", names, index=0)
-        b = col_b.selectbox("B", names, index=1)
-        fig, joined = plots.compare_figure(captures[a][1], captures[b][1], a, b)
+        a = col_a.selectbox("A", names, index=names.index(chosen_captures[0]))
+        others = [n for n in names if n != a]
+        b = col_b.selectbox("B", others, index=others.index(chosen_captures[1]) if len(chosen_captures) > 1
+                            and chosen_captures[1] in others else 0)
+        drop = {k: v for k, v in filters.items() if k != "device"}  # the devices of A and B may differ
+        fig, joined = plots.compare_figure(apply_filters(captures[a][1], drop), apply_filters(captures[b][1], drop),
+                                           a, b)
         if joined.empty:
-            st.info("These captures share no implementation and shape.")
+            st.info("These captures share no implementation and shape under the current filters.")
         else:
+            st.caption(f"{len(joined)} shared rows under the sidebar's filters.")
             st.plotly_chart(fig, width="stretch")
             st.dataframe(joined, hide_index=True, width="stretch")
 
-with trace_tab:
+with tabs["Trace"]:
     found = False
-    for name in chosen:
-        kernels = load_kernels(str(root / name))
-        if kernels is not None and not kernels.empty:
-            found = True
-            impls = sorted(kernels.impl.unique()) if "impl" in kernels else [None]
-            impl = st.selectbox(f"{name}: implementation", impls)
-            subset = kernels if impl is None else kernels[kernels.impl == impl]
-            st.plotly_chart(plots.trace_figure(subset), width="stretch")
+    for name in chosen_captures:
+        loaded = load_kernels(str(folders[name]))
+        if loaded is None or loaded[1].empty:
+            continue
+        source, kernels = loaded
+        kernels = apply_filters(kernels, {k: v for k, v in filters.items() if k in ("impl", "seq_q", "mode")})
+        if kernels.empty:
+            continue
+        found = True
+        impls = sorted(kernels.impl.unique()) if "impl" in kernels else [None]
+        impl = st.selectbox(f"{name}: implementation", impls, key=f"trace-{name}")
+        subset = kernels if impl is None else kernels[kernels.impl == impl]
+        run = ""
+        if "trace" in subset:
+            run = f" · file traces/{subset.trace.iloc[0]}"
+        elif {"seq_q", "head_dim"} <= set(subset.columns):
+            run = f" · N={subset.seq_q.iloc[0]} D={subset.head_dim.iloc[0]}"
+        st.caption(f"{name}: {source}, {len(subset):,} kernels{run}")
+        st.plotly_chart(plots.trace_figure(subset), width="stretch")
     if not found:
-        st.info("No trace data in these captures: capture on a GPU with `--trace torch`, or run "
+        st.info("No trace data for this selection: capture on a GPU with `--trace torch`, or run "
                 "scripts/nsys_profile.sh.")
 
-with whatif_tab:
+with tabs["What-if"]:
     target = st.selectbox("Project onto", list(hardware.DEVICES), index=list(hardware.DEVICES).index("B200"))
     device = hardware.DEVICES[target]
     try:
@@ -197,20 +264,25 @@ with whatif_tab:
     if not has_peak:
         st.info(f"{target} has no {dtype} peak in the datasheet table: pick another GPU to project onto.")
     else:
-        st.caption("A projection from the cost model and the datasheet: each step's intensity, and the roof "
-                   f"of {target} at that intensity. Nothing here was measured on {target}.")
-        st.plotly_chart(plots.whatif_figure(view, device, dtype, bytes_kind), width="stretch")
+        st.caption("A projection from the cost model and the datasheet: each step's intensity (compulsory bytes), "
+                   f"and the roof of {target} at that intensity. Nothing here was measured on {target}.")
+        st.plotly_chart(plots.whatif_figure(view, device, dtype), width="stretch")
 
-with validation_tab:
+with tabs["Validation"]:
     shown = False
-    for name in chosen:
-        validation = load_validation(str(root / name))
+    for name in chosen_captures:
+        validation = load_validation(str(folders[name]))
         if validation is None:
             continue
         shown = True
+        kept = apply_filters(validation, {k: v for k, v in filters.items() if k != "device"})
         st.subheader(f"{name}: Nsight Compute counters vs the cost model")
-        st.plotly_chart(plots.hierarchical_roofline_figure(validation, captures[name][0], dtype), width="stretch")
-        st.dataframe(plots.validation_table_view(validation), hide_index=True, width="stretch")
+        st.caption(f"{len(kept)} of {len(validation)} profiled rows under the sidebar's filters")
+        if kept.empty:
+            st.info("No profiled row matches the filters.")
+            continue
+        st.plotly_chart(plots.hierarchical_roofline_figure(kept, captures[name][0], dtype), width="stretch")
+        st.dataframe(plots.validation_table_view(kept), hide_index=True, width="stretch")
     if not shown:
         st.info("No hardware-counter validation in these captures: run `python -m profiler validate` on a GPU "
                 "(the shipped example is reports/validate-h200).")

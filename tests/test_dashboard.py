@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -14,7 +15,7 @@ from profiler.cli import main
 from profiler.model import cost_model as cm
 from profiler.model import hardware
 from profiler.store import load_capture
-from profiler.views import plots
+from profiler.views import plots, rooflines
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "dashboards" / "roofline.py")
@@ -33,9 +34,21 @@ def _spec(chart) -> dict:
 
 def _point_traces(spec: dict) -> dict[str, int]:
     """Measured-point traces of a roofline figure: name -> number of points (counted by their
-    sequence-length labels: plotly sends numeric arrays base64-encoded)."""
-    return {t["name"]: len(t["text"]) for t in spec["data"]
-            if t.get("mode") == "markers+text" and "ridge" not in t["name"]}
+    hover texts: plotly sends numeric arrays base64-encoded)."""
+    return {t["name"]: len(t["hovertext"]) for t in spec["data"] if t.get("hovertext")}
+
+
+def _select(at: AppTest, label: str, values) -> AppTest:
+    return next(m for m in at.multiselect if m.label == label).set_value(values).run()
+
+
+def _chart(at: AppTest, title_part: str) -> dict:
+    """The first plotly chart whose title contains ``title_part``."""
+    for chart in at.get("plotly_chart"):
+        spec = _spec(chart)
+        if title_part in str(spec["layout"].get("title", {}).get("text", "")):
+            return spec
+    raise AssertionError(f"no chart titled like {title_part!r}")
 
 
 # -------------------------------------------------------------------------------------- the app
@@ -53,6 +66,7 @@ def test_app_opens_on_the_reference_with_a_roofline(reference_app):
                                          "Validation"]
     roofline = _spec(at.get("plotly_chart")[0])
     assert roofline["layout"]["xaxis"]["type"] == "log" and roofline["layout"]["yaxis"]["type"] == "log"
+    assert "B4 H32 D64 fp16 full fwd" in roofline["layout"]["title"]["text"]  # the title names the family
     points = _point_traces(roofline)
     # Defaults: fp16, head_dim 64, non-causal, forward: every implementation at 6 lengths; the SDPA
     # math backend ran out of memory at N=16384, so it has 5.
@@ -61,18 +75,132 @@ def test_app_opens_on_the_reference_with_a_roofline(reference_app):
     assert "roof: H200 datasheet" in {t["name"] for t in roofline["data"]}
 
 
-def test_filters_change_what_is_shown(reference_app):
+def test_bound_at_a_glance(reference_app):
     at = reference_app
-    impl = next(m for m in at.multiselect if m.label == "Implementation")
-    impl.set_value(["triton_flash", "sdpa_cudnn"]).run()
+    spec = _spec(at.get("plotly_chart")[0])
+    texts = {a["text"]: a for a in spec["layout"]["annotations"]}
+    assert "<b>MEMORY-BOUND</b>" in texts and "<b>COMPUTE-BOUND</b>" in texts  # named inside the plot
+    # Each ridge label sits at its own ridge marker (log10 coordinates on log axes).
+    ridges = {t["name"].removeprefix("ridge: "): t for t in spec["data"] if t["name"].startswith("ridge: ")}
+    for label, trace in ridges.items():
+        note = next(a for text, a in texts.items() if text.endswith(f"({label})"))
+        assert note["x"] == pytest.approx(np.log10(trace["x"][0]))
+        assert note["y"] == pytest.approx(np.log10(trace["y"][0]))
+    assert texts["ridge 206 FLOP/B (H200 datasheet)"]["xanchor"] != texts["ridge 159 FLOP/B (measured)"]["xanchor"]
+    # Markers: filled when compute-bound, open when memory-bound.
+    by_name = {t["name"]: t for t in spec["data"]}
+    assert set(by_name["triton_flash"]["marker"]["symbol"]) == {"circle"}
+    assert set(by_name["naive: softmax"]["marker"]["symbol"]) == {"diamond-open"}
+    # The exp ceiling of D64 forward on the H200 datasheet: half the tensor peak.
+    exp = by_name["exp ceiling D64 fwd (no overlap)"]
+    assert exp["y"][0] == pytest.approx(989.5 / 2)
+    # The table lists every plotted point, naive steps included, with bound and % of roof.
+    table = at.dataframe[0].value
+    assert len(table) == sum(_point_traces(spec).values())
+    assert {"qk_matmul", "softmax", "total"} <= set(table.step)
+    softmax = table[(table.step == "softmax") & (table.seq_q == 4096)].iloc[0]
+    assert softmax["bound"] == "memory" and 0 < softmax["% of roof"] <= 100
+    flash = table[(table.impl == "triton_flash") & (table.seq_q == 8192)].iloc[0]
+    assert flash["binding ceiling"] == "exp (SFU), no overlap" and flash["% of binding ceiling"] > 60
+
+
+def test_filters_change_what_is_shown():
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    _select(at, "Implementation", ["triton_flash", "sdpa_cudnn"])
     points = _point_traces(_spec(at.get("plotly_chart")[0]))
     assert set(points) == {"triton_flash", "sdpa_cudnn"}
-    dtype = next(m for m in at.multiselect if m.label == "dtype")
-    dtype.set_value(["fp16", "bf16"]).run()
-    assert _point_traces(_spec(at.get("plotly_chart")[0]))["triton_flash"] == 12
-    at.radio[0].set_value("tile").run()
-    assert "L2 tile" in _spec(at.get("plotly_chart")[0])["layout"]["xaxis"]["title"]["text"]
+    _select(at, "dtype", ["fp16", "bf16"])
+    spec = _spec(at.get("plotly_chart")[0])
+    assert _point_traces(spec)["triton_flash"] == 12 and "{bf16,fp16}" in spec["layout"]["title"]["text"]
+    _select(at, "Bound", ["memory"])  # these fused kernels are all compute-bound here
+    assert any("No rows match the filters" in w.value for w in at.warning)
+    _select(at, "Bound", ["memory", "compute"])
+    next(r for r in at.radio if r.label == "Bytes for intensity").set_value("tile").run()
+    spec = _spec(at.get("plotly_chart")[0])
+    assert "L2 tile" in spec["layout"]["xaxis"]["title"]["text"]
     assert not at.exception
+
+
+def test_multi_shape_selections_are_never_merged():
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    _select(at, "head_dim", [64, 128])
+    scaling = _chart(at, "Time")
+    names = {t["name"] for t in scaling["data"]}
+    assert {"triton_flash · B4 H32 D64 fp16 full fwd", "triton_flash · B4 H32 D128 fp16 full fwd"} <= names
+    steps = _chart(at, "Naive attention: time per step")
+    bars = [t for t in steps["data"] if t["name"] == "softmax (CUDA events)"][0]
+    assert isinstance(bars["x"][0], list)  # one bar group per shape: (family, N) categories
+    assert {"B4 H32 D64 fp16 full fwd", "B4 H32 D128 fp16 full fwd"} <= set(bars["x"][0])
+    assert not at.exception
+
+
+def test_step_breakdown_shows_oom_and_says_why_when_empty(reference_app):
+    steps = _chart(reference_app, "Naive attention: time per step")
+    oom = next(t for t in steps["data"] if t["name"] == "out of memory")
+    assert oom["x"] == ["N=16384"] and oom["text"] == ["OOM"]
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    _select(at, "Implementation", ["triton_flash"])
+    empty = _chart(at, "Naive attention: time per step")
+    assert "select the implementation 'naive'" in empty["layout"]["annotations"][0]["text"]
+    trips = next(d.value for d in at.dataframe if "N×N reads" in d.value)
+    assert trips["HBM bytes (model)"].iloc[0].endswith("GB")
+
+
+def test_compare_and_validation_follow_the_sidebar():
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    _select(at, "Captures", ["validate-h200", "reference-h200"])
+    compare_a = next(s for s in at.selectbox if s.label == "A")
+    assert compare_a.value == "validate-h200"  # Compare defaults to the selected capture
+    caption = next(c.value for c in at.caption if "profiled rows under the sidebar's filters" in c.value)
+    # validate-h200 at the sidebar's defaults (fp16, D64, non-causal; every step and implementation).
+    assert caption.startswith("14 of 112 profiled rows")
+    _select(at, "Implementation", ["triton_flash"])
+    caption = next(c.value for c in at.caption if "profiled rows under the sidebar's filters" in c.value)
+    assert caption.startswith("2 of 112")
+    assert not at.exception
+
+
+def test_a_capture_added_by_path_is_selected_and_works_everywhere(tmp_path, monkeypatch):
+    at = _app(tmp_path, monkeypatch)  # an empty reports folder
+    at.text_input[0].set_value(str(ROOT / "reports" / "validate-h200")).run()
+    assert not at.exception
+    assert next(m for m in at.multiselect if m.label == "Captures").value == ["validate-h200"]
+    assert any("profiled rows under the sidebar's filters" in c.value for c in at.caption)  # Validation tab
+    assert _chart(at, "Hierarchical roofline")
+
+
+def test_every_tab_on_a_cpu_fp32_capture(tmp_path, monkeypatch):
+    out = tmp_path / "reports" / "cpu"
+    assert main(["capture", "--device", "cpu", "--seq", "32", "--heads", "1", "--batch", "1", "--dim", "16",
+                 "--impl", "naive,sdpa_math", "--out", str(out), "--rep-ms", "5"]) == 0
+    at = _app(out.parent, monkeypatch)
+    assert not at.exception
+    assert _point_traces(_spec(at.get("plotly_chart")[0]))  # judged against the measured CPU roofs
+    assert any("B200 has no fp32 peak" in i.value for i in at.info)  # What-if says why instead of failing
+    assert _chart(at, "Naive attention: time per step")
+
+
+def test_ten_thousand_rows_render_the_default_page_in_under_two_seconds(tmp_path, monkeypatch):
+    meta, frame = load_capture(REFERENCE)
+    many = pd.concat([frame.assign(batch=frame.batch + k) for k in range(10)], ignore_index=True).head(10_000)
+    many = many.assign(batch=4)  # one family: every row lands on the default page
+    folder = tmp_path / "big"
+    folder.mkdir()
+    many.to_parquet(folder / "results.parquet", index=False)
+    (folder / "meta.json").write_text(json.dumps(meta))
+    monkeypatch.setenv("ATTN_REPORTS", str(tmp_path))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()  # the first run loads the capture into Streamlit's cache
+    import time
+
+    start = time.perf_counter()
+    at.run()
+    elapsed = time.perf_counter() - start
+    assert not at.exception
+    spec = _spec(at.get("plotly_chart")[0])
+    drawn = sum(_point_traces(spec).values())
+    assert drawn <= 400 and "showing" in spec["layout"]["title"]["text"]
+    assert elapsed < 2.0, f"default page took {elapsed:.2f} s"
 
 
 def test_empty_reports_folder_says_how_to_make_a_capture(tmp_path, monkeypatch):
@@ -121,7 +249,7 @@ def test_roofline_builder_roofs_and_ridge(reference):
     assert roof.y[0] == pytest.approx(roof.x[0] * 4.8e12 / 1e12)  # memory roof: intensity × bandwidth
     ridge = next(t for t in fig.data if t.name == "ridge: H200 datasheet")
     assert ridge.x[0] == pytest.approx(206.1, abs=0.1)
-    measured = [t for t in fig.data if t.mode == "markers+text" and "ridge" not in t.name]
+    measured = [t for t in fig.data if t.hovertext]
     assert len(measured) == 11  # 7 implementations + 4 naive steps
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
 
@@ -129,12 +257,33 @@ def test_roofline_builder_roofs_and_ridge(reference):
 def test_roofline_points_sit_at_model_intensity_and_measured_rate(reference):
     meta, frame = reference
     rows = frame[(frame.dtype == "fp16") & (frame.head_dim == 64) & ~frame.causal & (frame["mode"] == "fwd")]
+    points = plots.roofline_points(rows, plots.roofs_from_meta(meta, "fp16"), "tile")
+    ours = rows[(rows.impl == "triton_flash") & (rows.step == "total")].sort_values("seq_q")
+    mine = points[(points.impl == "triton_flash") & (points.step == "total")].sort_values("seq_q")
+    assert list(mine.x) == pytest.approx(list(ours.flops / ours.tile_bytes))
     fig = plots.roofline_figure(rows, plots.roofs_from_meta(meta, "fp16"), "tile")
     trace = next(t for t in fig.data if t.name == "triton_flash")
-    ours = rows[(rows.impl == "triton_flash") & (rows.step == "total")].sort_values("seq_q")
     assert list(trace.y) == pytest.approx(list(ours.tflops))
-    assert list(trace.x) == pytest.approx(list(ours.flops / ours.tile_bytes))
-    assert list(trace.text) == [str(n) for n in ours.seq_q]
+    # Fused kernels at one intensity are spread by a few percent along x, never more than JITTER³.
+    ratios = np.array(trace.x) / (ours.flops / ours.tile_bytes).to_numpy()
+    assert np.allclose(ratios, ratios[0]) and 1 / rooflines.JITTER**3 <= ratios[0] <= rooflines.JITTER**3
+    assert all(f"N={n} " in h for n, h in zip(ours.seq_q, trace.hovertext))
+
+
+def test_tile_bytes_are_judged_against_the_measured_l2_roof(reference):
+    meta, frame = reference
+    rows = frame[(frame.dtype == "fp16") & (frame.head_dim == 64) & ~frame.causal & (frame["mode"] == "fwd")]
+    ceilings = {k: v for k, v in meta["measured_ceilings"].items() if not k.startswith("l2")}
+    no_l2 = {**meta, "measured_ceilings": ceilings}
+    assert plots.roofs_from_meta(no_l2, "fp16", "tile") == []  # no L2 measured: no roof, rather than HBM's
+    with_l2 = {**meta, "measured_ceilings": {**meta["measured_ceilings"], "l2_copy_gbps": 10_000.0}}
+    roofs = plots.roofs_from_meta(with_l2, "fp16", "tile")
+    assert [r.memory for r in roofs] == ["L2", "L2"] and roofs[0].bandwidth == 10e12
+    points = plots.roofline_points(rows, roofs, "tile")
+    flash = points[(points.impl == "triton_flash")]
+    # Against 10 TB/s of L2 the ridge is at 98.95 FLOP/B: judged there, not at HBM's 206.
+    assert (flash.view_bound == np.where(flash.x < 98.95, "memory", "compute")).all()
+    assert set(points.binds) <= {"L2 bandwidth", "compute peak"}
 
 
 def test_scaling_builders_and_memory_model(reference):
@@ -156,9 +305,15 @@ def test_step_breakdown_trips_compare_trace_whatif(reference):
     meta, frame = reference
     rows = frame[(frame.dtype == "fp16") & (frame.head_dim == 64) & ~frame.causal & (frame["mode"] == "fwd")]
     steps = plots.step_breakdown_figure(rows)
-    assert [t.name for t in steps.data] == [f"{s} (CUDA events)" for s in cm.NAIVE_STEPS]
+    assert [t.name for t in steps.data] == [f"{s} (CUDA events)" for s in cm.NAIVE_STEPS] + ["out of memory"]
+    shares = np.array([t.y for t in steps.data[:4]], dtype=float).sum(axis=0)
+    assert shares == pytest.approx(np.ones(5))  # each N's four steps make 100%
+    ms = plots.step_breakdown_figure(rows, "ms")
+    softmax = rows[(rows.impl == "naive") & (rows.step == "softmax") & (rows.status == "ok")].sort_values("seq_q")
+    assert list(ms.data[2].y) == pytest.approx(list(softmax.time_ms))
     trips = plots.hbm_trips_table(cm.Shape.square(4, 32, 4096, 64))
     assert trips["N×N reads"].tolist() == [0, 1, 1, 1, 0] and trips["N×N writes"].tolist() == [1, 1, 1, 0, 0]
+    assert trips["HBM bytes (model)"].tolist()[0] == "4.4 GB" and plots.human_bytes(1.5e6) == "1.5 MB"
     fig, joined = plots.compare_figure(frame, frame, "A", "B")
     assert (joined["speedup B/A"] == 1.0).all()
     kernels = pd.read_parquet(REFERENCE / "kernels.parquet")
@@ -169,13 +324,13 @@ def test_step_breakdown_trips_compare_trace_whatif(reference):
     assert max(flash.y) == pytest.approx(2250)  # compute-bound: on B200's datasheet compute roof
 
 
-def test_large_inputs_build_quickly_enough_to_render():
-    # 10,000 rows: the builder must not do per-row work beyond the hover text (timed by hand, not here).
+def test_large_inputs_are_sampled_and_say_so():
     base = load_capture(REFERENCE)[1]
     many = pd.concat([base] * 10, ignore_index=True).head(10_000)
     fig = plots.roofline_figure(many, [plots.Roof("x", 1e15, 4e12)])
-    assert sum(len(t.x) for t in fig.data if t.mode == "markers+text" and "ridge" not in t.name) == (
-        many[(many.status == "ok") & (many.hbm_bytes > 0)].shape[0])
+    drawn = sum(len(t.hovertext) for t in fig.data if t.hovertext)
+    assert 300 <= drawn <= rooflines.MAX_MARKERS
+    assert f"of {len(plots.roofline_points(many, [plots.Roof('x', 1e15, 4e12)])):,} points" in fig.layout.title.text
 
 
 def test_html_report_is_self_contained(tmp_path):
@@ -184,6 +339,6 @@ def test_html_report_is_self_contained(tmp_path):
     text = out.read_text()
     # plotly.js itself is inline (several MB), not fetched from a CDN: the file works offline.
     assert len(text) > 3_000_000 and "<script src=" not in text and "Plotly.newPlot" in text
-    assert "Roofline, compulsory bytes (fp16)" in text and "HBM trips of the N×N matrix" in text
+    assert "Roofline, compulsory bytes: B4 H32 D64 fp16 full fwd" in text and "HBM trips of the N×N matrix" in text
     assert text.count('class="plotly-graph-div"') == 8  # 2 rooflines, 4 scaling, steps, trace
     assert main(["report", str(tmp_path)]) == 2

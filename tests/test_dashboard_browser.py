@@ -80,6 +80,30 @@ def _until(attempts: int, probe):
     return probe()
 
 
+def _screenshot(tmp_path: Path, url: str, name: str) -> tuple[Path, list]:
+    shot = tmp_path / name
+
+    def take():
+        shot.unlink(missing_ok=True)
+        _chromium(tmp_path, f"--screenshot={shot}", url)
+        if not shot.exists():
+            return None
+        colours = Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 20) or []
+        return colours if len(colours) > 500 else None
+
+    colours = _until(6, take)
+    assert colours, f"the screenshot {name} is (nearly) blank"
+    assert Image.open(shot).size == (1400, 1000)
+    if os.environ.get("ATTN_UPDATE_SCREENSHOT") == "1":
+        (ROOT / "docs").mkdir(exist_ok=True)
+        shutil.copy(shot, ROOT / "docs" / name)
+    return shot, colours
+
+
+def _near(colours, rgb: tuple[int, int, int], tolerance: int = 30) -> bool:
+    return any(sum(abs(a - b) for a, b in zip(c, rgb)) < tolerance for _, c in colours)
+
+
 def test_dashboard_renders_the_roofline_in_a_real_browser(server, tmp_path):
     def rendered_dom():
         dom = _chromium(tmp_path, "--dump-dom", server).stdout
@@ -88,18 +112,20 @@ def test_dashboard_renders_the_roofline_in_a_real_browser(server, tmp_path):
     dom = _until(6, rendered_dom)
     assert "js-plotly-plot" in dom and "Attention roofline" in dom
     assert "main-svg" in dom  # plotly drew its SVG layers
-    shot = tmp_path / "dashboard.png"
-
-    def screenshot():
-        _chromium(tmp_path, f"--screenshot={shot}", server)
-        colours = Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 20) or []
-        return colours if len(colours) > 500 else None
-
-    colours = _until(6, screenshot)
-    assert colours, "the screenshot is (nearly) blank"
-    assert Image.open(shot).size == (1400, 1000)
+    assert "MEMORY-BOUND" in dom and "COMPUTE-BOUND" in dom  # the regions are named inside the plot
+    _, colours = _screenshot(tmp_path, server, "dashboard.png")
     # triton_flash's marker colour (plotly's default blue) is on the page: the points were drawn.
-    assert any(abs(r - 0x1F) + abs(g - 0x77) + abs(b - 0xB4) < 30 for _, (r, g, b) in colours)
-    if os.environ.get("ATTN_UPDATE_SCREENSHOT") == "1":
-        (ROOT / "docs").mkdir(exist_ok=True)
-        shutil.copy(shot, ROOT / "docs" / "dashboard.png")
+    assert _near(colours, (0x1F, 0x77, 0xB4))
+
+
+def test_step_breakdown_tab_in_a_real_browser(server, tmp_path):
+    url = f"{server}/?tab=Step+breakdown"
+
+    def rendered_dom():
+        dom = _chromium(tmp_path, "--dump-dom", url).stdout
+        return dom if "Naive attention: time per step" in dom else ""
+
+    dom = _until(6, rendered_dom)
+    assert "share of the four steps" in dom and "OOM" in dom  # naive ran out of memory at N=16384
+    _, colours = _screenshot(tmp_path, url, "dashboard-steps.png")
+    assert _near(colours, (0xD6, 0x27, 0x28))  # softmax's bars (profiler.views.style.STEP_COLOR)

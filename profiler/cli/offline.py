@@ -78,6 +78,9 @@ def ceilings(args) -> int:
     rows.append({"what": f"copy {measured.copy_bytes >> 20} MiB (read+write)", "unit": "GB/s",
                  "measured": measured.copy_gbps, "datasheet": datasheet_bw,
                  "ratio": measured.copy_gbps / datasheet_bw if datasheet_bw else None})
+    if measured.l2_copy_gbps is not None:  # no datasheet gives an L2 bandwidth
+        rows.append({"what": f"L2 copy {measured.l2_copy_bytes >> 10} KiB (read+write)", "unit": "GB/s",
+                     "measured": measured.l2_copy_gbps, "datasheet": None, "ratio": None})
     if args.json:
         print(json.dumps({"device": measured.device, "datasheet_entry": sheet.name if sheet else None,
                           "measured_at": measured.measured_at, "rows": rows}, indent=2))

@@ -28,6 +28,18 @@ class Device:
     smem_per_sm_bytes: int | None
     sm_count: int | None
     sources: dict[str, str] = field(default_factory=dict)
+    # Dense fp16 tensor-core FLOPs per exp2 the special-function units (SFU) can do in the same time:
+    # (tensor FLOP per clock per SM) / (exp2 results per clock per SM). None where not established.
+    tensor_flops_per_exp: int | None = None
+
+    @property
+    def exp2_per_s(self) -> float | None:
+        """exp2 results per second of the SFUs (a softmax exponential each): the fp16 tensor peak
+        over ``tensor_flops_per_exp``. H100 SXM: 989.5 TFLOP/s / 256 = 3.9·10¹² per second, the
+        figure FlashAttention-3 (Shah et al. 2024, §3.1) quotes for "special functions"."""
+        if self.tensor_flops_per_exp is None:
+            return None
+        return self.tensor_tflops["fp16"] * TFLOP / self.tensor_flops_per_exp
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for attention in ``dtype``: the tensor-core rate for fp16/bf16 and,
@@ -49,6 +61,14 @@ _H100 = "NVIDIA H100 Tensor Core GPU datasheet (2023): dense = half the 'with sp
 _HOPPER_WP = "NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022)"
 _ADA_WP = "NVIDIA Ada GPU Architecture whitepaper v2.1, Appendix A"
 _CUDA_GUIDE = "CUDA C++ Programming Guide, table of technical specifications per compute capability"
+# The CUDA C++ Programming Guide's throughput table (arithmetic instructions) gives 16 results per
+# clock per SM for exp2 (and the other SFU functions) at compute capability 8.0, 8.9 and 9.0. The
+# tensor cores' dense fp16 FLOP per clock per SM is the datasheet peak over SMs × boost clock:
+# Hopper 989.5e12 / (132 × 1.83e9) = 4096, Ampere 312e12 / (108 × 1.41e9) = 2048, L40S
+# 362e12 / (142 × 2.52e9) = 1012 and RTX 4090 (fp32 accumulation at half rate on GeForce)
+# 165.2e12 / (128 × 2.52e9) = 512. Hence 256, 128, 64 and 32 tensor FLOPs per exponential.
+_SFU = ("CUDA C++ Programming Guide, arithmetic instruction throughput: 16 exp2 per clock per SM; tensor FLOP "
+        "per clock per SM from the datasheet peak, SM count and boost clock")
 
 DEVICES: dict[str, Device] = {
     d.name: d
@@ -56,28 +76,33 @@ DEVICES: dict[str, Device] = {
         Device(
             "A100-SXM4-40GB", r"A100.*SXM4?-40GB|A100-SXM-40GB",
             {"fp16": 312, "bf16": 312, "tf32": 156}, 19.5, 1.555, 40 * MB, 164 * KIB, 108,
-            {"flops": _A100, "hbm": _A100, "l2": _AMPERE_WP, "smem": _CUDA_GUIDE, "sm": _AMPERE_WP},
+            {"flops": _A100, "hbm": _A100, "l2": _AMPERE_WP, "smem": _CUDA_GUIDE, "sm": _AMPERE_WP, "sfu": _SFU},
+            tensor_flops_per_exp=128,
         ),
         Device(
             "A100-SXM4-80GB", r"A100.*SXM4?-80GB",
             {"fp16": 312, "bf16": 312, "tf32": 156}, 19.5, 2.039, 40 * MB, 164 * KIB, 108,
-            {"flops": _A100, "hbm": _A100, "l2": _AMPERE_WP, "smem": _CUDA_GUIDE, "sm": _AMPERE_WP},
+            {"flops": _A100, "hbm": _A100, "l2": _AMPERE_WP, "smem": _CUDA_GUIDE, "sm": _AMPERE_WP, "sfu": _SFU},
+            tensor_flops_per_exp=128,
         ),
         Device(
             "A100-PCIe-80GB", r"A100.*80GB PCIe|A100-PCIE-80GB",
             {"fp16": 312, "bf16": 312, "tf32": 156}, 19.5, 1.935, 40 * MB, 164 * KIB, 108,
             {"flops": _A100, "hbm": _A100 + " (the A100 of the seed post on IO-awareness)",
-             "l2": _AMPERE_WP, "smem": _CUDA_GUIDE, "sm": _AMPERE_WP},
+             "l2": _AMPERE_WP, "smem": _CUDA_GUIDE, "sm": _AMPERE_WP, "sfu": _SFU},
+            tensor_flops_per_exp=128,
         ),
         Device(
             "H100-SXM", r"H100.*(SXM|HBM3)",
             {"fp16": 989.5, "bf16": 989.5, "tf32": 494.5}, 67.0, 3.35, 50 * MB, 228 * KIB, 132,
-            {"flops": _H100, "hbm": _H100, "l2": _HOPPER_WP, "smem": _CUDA_GUIDE, "sm": _HOPPER_WP},
+            {"flops": _H100, "hbm": _H100, "l2": _HOPPER_WP, "smem": _CUDA_GUIDE, "sm": _HOPPER_WP, "sfu": _SFU},
+            tensor_flops_per_exp=256,
         ),
         Device(
             "H100-PCIe", r"H100.*PCIe",
             {"fp16": 756.5, "bf16": 756.5, "tf32": 378}, 51.0, 2.0, 50 * MB, 228 * KIB, 114,
-            {"flops": _H100, "hbm": _H100, "l2": _HOPPER_WP, "smem": _CUDA_GUIDE, "sm": _HOPPER_WP},
+            {"flops": _H100, "hbm": _H100, "l2": _HOPPER_WP, "smem": _CUDA_GUIDE, "sm": _HOPPER_WP, "sfu": _SFU},
+            tensor_flops_per_exp=256,
         ),
         Device(
             "H200", r"H200",
@@ -85,7 +110,8 @@ DEVICES: dict[str, Device] = {
             {"flops": "NVIDIA H200 Tensor Core GPU datasheet (2024), SXM: dense = half the sparse figure",
              "hbm": "NVIDIA H200 datasheet: 141 GB HBM3e at 4.8 TB/s",
              "l2": "cudaDeviceProp.l2CacheSize reported by the driver on an H200 (60 MB; not in the datasheet)",
-             "smem": _CUDA_GUIDE, "sm": "cudaDeviceProp.multiProcessorCount on an H200"},
+             "smem": _CUDA_GUIDE, "sm": "cudaDeviceProp.multiProcessorCount on an H200", "sfu": _SFU},
+            tensor_flops_per_exp=256,
         ),
         Device(
             "B200", r"B200",
@@ -98,13 +124,15 @@ DEVICES: dict[str, Device] = {
             {"fp16": 362.05, "bf16": 362.05, "tf32": 183}, 91.6, 0.864, 96 * MB, 100 * KIB, 142,
             {"flops": "NVIDIA L40S datasheet (2023): dense = half the sparse figure",
              "hbm": "NVIDIA L40S datasheet: 864 GB/s GDDR6", "l2": _ADA_WP, "smem": _CUDA_GUIDE,
-             "sm": "NVIDIA L40S datasheet (142 RT cores, one per SM)"},
+             "sm": "NVIDIA L40S datasheet (142 RT cores, one per SM)", "sfu": _SFU},
+            tensor_flops_per_exp=64,
         ),
         Device(
             "RTX-4090", r"RTX 4090",
             {"fp16": 165.2, "bf16": 165.2, "tf32": 82.6}, 82.6, 1.008, 72 * MB, 100 * KIB, 128,
             {"flops": _ADA_WP + ": FP16/BF16 tensor with FP32 accumulate, dense",
-             "hbm": _ADA_WP, "l2": _ADA_WP, "smem": _CUDA_GUIDE, "sm": _ADA_WP},
+             "hbm": _ADA_WP, "l2": _ADA_WP, "smem": _CUDA_GUIDE, "sm": _ADA_WP, "sfu": _SFU},
+            tensor_flops_per_exp=32,
         ),
         Device(
             "RTX-PRO-6000-Blackwell", r"RTX PRO 6000",

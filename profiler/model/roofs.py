@@ -29,6 +29,23 @@ def bound(intensity: float, peak_flops: float, bandwidth: float) -> str:
     return "memory" if intensity < ridge_point(peak_flops, bandwidth) else "compute"
 
 
+# Matmul FLOPs per softmax exponential, per score: forward Q Kᵀ and P V, 2·D each (4·D); backward
+# by the FLOP convention of profiler.model.cost_model (2.5x the forward, 10·D) with P recomputed once
+# (FlashAttention-2 paper, Algorithm 2); forward and backward together 14·D per two exponentials.
+FLOPS_PER_EXP = {"fwd": 4, "bwd": 10, "fwd+bwd": 7}  # × head_dim
+
+
+def exp_ceiling(matmul_flops: float, exp2_per_s: float, head_dim: int, mode: str = "fwd") -> float:
+    """FLOP/s cap of a fused attention kernel that runs its exponentials and its matmuls one after
+    the other: each score costs FLOPS_PER_EXP·D matmul FLOPs at ``matmul_flops`` plus one exp2 on the
+    special-function units at ``exp2_per_s`` (FlashAttention-3, Shah et al. 2024, §3.1: on H100 the
+    exponentials take 64/D of the matmul time, hence its overlap of softmax with the matmuls).
+    Equals matmul_flops / (1 + matmul_flops / (FLOPS_PER_EXP·D · exp2_per_s)): at D = 64, forward,
+    on the H100/H200 datasheet, half the matmul roof. Only overlap gets above it."""
+    per_exp = FLOPS_PER_EXP[mode] * head_dim
+    return per_exp / (per_exp / matmul_flops + 1.0 / exp2_per_s)
+
+
 def roof_fraction(achieved_flops: float, intensity: float, peak_flops: float, bandwidth: float) -> float:
     """Achieved FLOP/s over the roof at the same intensity (1.0 = on the roof)."""
     roof = attainable_flops(intensity, peak_flops, bandwidth)
@@ -46,6 +63,8 @@ class Ceilings:
     copy_bytes: int
     torch_version: str
     measured_at: str
+    l2_copy_gbps: float | None = None  # a device copy that fits in L2 (read + write), when measured
+    l2_copy_bytes: int | None = None
 
     def peak_flops(self, dtype: str) -> float:
         return self.matmul_tflops[dtype] * 1e12
@@ -53,6 +72,10 @@ class Ceilings:
     @property
     def bandwidth(self) -> float:
         return self.copy_gbps * 1e9
+
+    @property
+    def l2_bandwidth(self) -> float | None:
+        return None if self.l2_copy_gbps is None else self.l2_copy_gbps * 1e9
 
 
 @dataclass(frozen=True)
@@ -83,7 +106,8 @@ class Roofs:
         measured = None if not stored else Ceilings(
             device=meta.get("device", ""), matmul_tflops=stored["matmul_tflops"], copy_gbps=stored["copy_gbps"],
             matmul_n=stored.get("matmul_n", 0), copy_bytes=stored.get("copy_bytes", 0),
-            torch_version=meta.get("torch", ""), measured_at=stored.get("measured_at", ""))
+            torch_version=meta.get("torch", ""), measured_at=stored.get("measured_at", ""),
+            l2_copy_gbps=stored.get("l2_copy_gbps"), l2_copy_bytes=stored.get("l2_copy_bytes"))
         return cls(sheet, measured)
 
     def as_meta(self) -> dict:
@@ -98,5 +122,7 @@ class Roofs:
                 "matmul_tflops": self.measured.matmul_tflops, "copy_gbps": self.measured.copy_gbps,
                 "matmul_n": self.measured.matmul_n, "copy_bytes": self.measured.copy_bytes,
                 "measured_at": self.measured.measured_at,
+                **({} if self.measured.l2_copy_gbps is None else {
+                    "l2_copy_gbps": self.measured.l2_copy_gbps, "l2_copy_bytes": self.measured.l2_copy_bytes}),
             },
         }

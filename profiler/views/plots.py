@@ -6,8 +6,7 @@ Streamlit here, and plotly is imported only by this module (the capture path nev
 
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -16,139 +15,44 @@ import plotly.graph_objects as go
 from profiler.model import cost_model as cm
 from profiler.model import hardware
 from profiler.model import roofs as roofline
+from profiler.views.rooflines import Roof, roofline_figure, roofline_points, roofs_from_meta  # noqa: F401
+from profiler.views.style import FAMILY_COLUMNS, SHAPE_COLUMNS, STEP_COLOR, STEP_SYMBOL, family_label, impl_color  # noqa: F401
 
-# Colours by implementation: the registry's built-ins in registry order (kernels.registry.BUILTIN;
-# listed here so the dashboard need not load torch), then any other name by a stable hash of it.
-IMPL_ORDER = ["naive", "triton_naive", "triton_flash", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "sdpa_math"]
-PALETTE = ["#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#393b79", "#ad494a"]
-STEP_SYMBOL = {"total": "circle", "qk_matmul": "triangle-up", "scale_mask": "square", "softmax": "diamond",
-               "pv_matmul": "triangle-down"}
-SHAPE_COLUMNS = ["batch", "heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal", "mode"]
+DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 
 
-def impl_color(name: str) -> str:
-    """A colour per implementation, the same in every chart, run and process (registry order first,
-    then any other name by its CRC-32: Python's hash() of a str changes from run to run)."""
-    if name in IMPL_ORDER:
-        return PALETTE[IMPL_ORDER.index(name)]
-    spare = PALETTE[len(IMPL_ORDER):]
-    return spare[zlib.crc32(name.encode()) % len(spare)]
-
-
-@dataclass(frozen=True)
-class Roof:
-    label: str  # e.g. "H200 datasheet", "measured"
-    peak_flops: float
-    bandwidth: float  # bytes/s
-    dash: str = "solid"
-
-    @property
-    def ridge(self) -> float:
-        return roofline.ridge_point(self.peak_flops, self.bandwidth)
-
-
-def roofs_from_meta(meta: dict, dtype: str) -> list[Roof]:
-    """The roofs a capture was judged against: datasheet (when the device is known) and measured."""
-    roofs = []
-    sheet = hardware.lookup(meta.get("datasheet_device") or meta.get("device", ""))
-    if sheet is not None:
-        try:
-            roofs.append(Roof(f"{sheet.name} datasheet", sheet.peak_flops(dtype), sheet.hbm_bytes_per_s))
-        except (KeyError, ValueError):
-            pass
-    measured = meta.get("measured_ceilings") or {}
-    if dtype in measured.get("matmul_tflops", {}):
-        roofs.append(Roof("measured", measured["matmul_tflops"][dtype] * 1e12, measured["copy_gbps"] * 1e9, "dash"))
-    return roofs
-
-
-def _hover(df: pd.DataFrame, bytes_col: str) -> list[str]:
-    texts = []
-    for r in df.itertuples():
-        text = (f"<b>{r.impl}</b> {r.step} ({r.mode})<br>B={r.batch} H={r.heads} N={r.seq_q} D={r.head_dim} "
-                f"{r.dtype}{' causal' if r.causal else ''}<br>time {r.time_ms:.4g} ms · {r.tflops:.4g} TFLOP/s"
-                f"<br>FLOPs {r.flops:.4g} · bytes {getattr(r, bytes_col):.4g}"
-                f"<br>intensity {r.x:.4g} FLOP/B · {r.bound}")
-        if pd.notna(r.roof_fraction):
-            text += f"<br>fraction of roof {r.roof_fraction:.1%}"
-        texts.append(text)
-    return texts
-
-
-def roofline_figure(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "compulsory",
-                    title: str = "Roofline") -> go.Figure:
-    """Log-log roofline: x = arithmetic intensity, y = achieved TFLOP/s; one marker per
-    implementation and step (naive steps apart, coloured by implementation, shaped by step),
-    labelled by sequence length; roofs with their ridge points and the memory- and compute-bound
-    regions shaded. ``bytes_kind`` "tile" places fused kernels at their L2 (tile) intensity."""
-    bytes_col = "tile_bytes" if bytes_kind == "tile" else "hbm_bytes"
-    data = rows[(rows.status == "ok") & rows.tflops.notna() & (rows[bytes_col] > 0)].copy()
-    data["x"] = data.flops / data[bytes_col]
-    fig = go.Figure()
-    xs = data.x.to_numpy() if not data.empty else np.array([1.0])
-    ridges = [r.ridge for r in roofs]
-    x_lo = 10 ** np.floor(np.log10(max(min([*xs, *ridges]) / 3, 1e-3)))
-    x_hi = 10 ** np.ceil(np.log10(max([*xs, *ridges]) * 3))
-    grid = np.logspace(np.log10(x_lo), np.log10(x_hi), 200)
-    if roofs:
-        main = roofs[0]
-        top = max(r.peak_flops for r in roofs) / 1e12 * 2
-        bottom = max(min(data.tflops.min() if not data.empty else top, main.bandwidth * x_lo / 1e12) / 3, 1e-6)
-        for x0, x1, name, color in ((x_lo, main.ridge, "memory-bound", "rgba(214,39,40,0.06)"),
-                                    (main.ridge, x_hi, "compute-bound", "rgba(31,119,180,0.06)")):
-            fig.add_trace(go.Scatter(x=[x0, x1, x1, x0, x0], y=[bottom, bottom, top, top, bottom], fill="toself",
-                                     fillcolor=color, line={"width": 0}, hoverinfo="skip", name=name,
-                                     legendgroup="regions", showlegend=True, mode="lines"))
-    for i, roof in enumerate(roofs):
-        fig.add_trace(go.Scatter(
-            x=grid, y=[roofline.attainable_flops(x, roof.peak_flops, roof.bandwidth) / 1e12 for x in grid],
-            mode="lines", name=f"roof: {roof.label}", line={"color": "black", "dash": roof.dash, "width": 2},
-            hovertemplate=f"{roof.label}<br>%{{x:.3g}} FLOP/B → %{{y:.4g}} TFLOP/s<extra></extra>",
-        ))
-        fig.add_trace(go.Scatter(
-            x=[roof.ridge], y=[roof.peak_flops / 1e12], mode="markers+text", name=f"ridge: {roof.label}",
-            marker={"symbol": "x", "size": 11, "color": "black"}, text=[f"ridge {roof.ridge:.0f} FLOP/B"],
-            textposition="bottom right" if i == 0 else "top left", showlegend=False,
-            hovertemplate=f"ridge point ({roof.label}): {roof.ridge:.1f} FLOP/B<extra></extra>",
-        ))
-    for (impl, step), group in data.groupby(["impl", "step"], sort=False):
-        group = group.sort_values("seq_q")
-        fig.add_trace(go.Scatter(
-            x=group.x, y=group.tflops, mode="markers+text", name=impl if step == "total" else f"{impl}: {step}",
-            legendgroup=impl, marker={"color": impl_color(impl), "symbol": STEP_SYMBOL.get(step, "circle"),
-                                      "size": 10, "line": {"width": 1, "color": "white"}},
-            text=[f"{n}" for n in group.seq_q], textposition="top center", textfont={"size": 9},
-            hovertext=_hover(group, bytes_col), hoverinfo="text",
-        ))
-    per = "L2 tile" if bytes_kind == "tile" else "HBM"
-    fig.update_xaxes(type="log", title=f"arithmetic intensity (FLOP per {per} byte)")
-    fig.update_yaxes(type="log", title="achieved TFLOP/s")
-    fig.update_layout(title=title, height=620, legend={"groupclick": "toggleitem"}, margin={"t": 60})
-    return fig
+def _families(data: pd.DataFrame) -> list[tuple]:
+    return list(dict.fromkeys(tuple(r) for r in data[FAMILY_COLUMNS].itertuples(index=False)))
 
 
 def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
     """Time, TFLOP/s, peak memory (measured against the model's O(N²) and O(N) predictions) and
-    speedup over naive against sequence length, one line per implementation (log axes)."""
+    speedup over naive against sequence length (log axes): one line per implementation and shape
+    family, so different shapes are never merged into one line (families differ by dash)."""
     data = totals[(totals.step == "total") & (totals.status == "ok")].sort_values("seq_q")
     figs = {key: go.Figure() for key in ("time", "tflops", "memory", "speedup")}
-    naive = data[data.impl == "naive"].set_index([c for c in SHAPE_COLUMNS if c != "seq_kv"])["time_ms"]
-    for impl, group in data.groupby("impl", sort=False):
-        style = {"color": impl_color(impl)}
+    shape_key = [c for c in SHAPE_COLUMNS if c != "seq_kv"]
+    naive = data[data.impl == "naive"].set_index(shape_key)["time_ms"]
+    naive = naive[~naive.index.duplicated()]  # one baseline per shape, also in merged captures
+    families = _families(data)
+    for (impl, *family), group in data.groupby(["impl", *FAMILY_COLUMNS], sort=False):
+        k = families.index(tuple(family))
+        name = impl if len(families) == 1 else f"{impl} · {family_label(*family)}"
+        style = {"color": impl_color(impl), "dash": DASHES[k % len(DASHES)]}
         for key, col in (("time", "time_ms"), ("tflops", "tflops"), ("memory", "peak_mem_bytes")):
             y = group[col] / 2**20 if key == "memory" else group[col]
-            figs[key].add_trace(go.Scatter(x=group.seq_q, y=y, mode="lines+markers", name=impl, line=style))
-        keys = [tuple(r) for r in group[[c for c in SHAPE_COLUMNS if c != "seq_kv"]].itertuples(index=False)]
+            figs[key].add_trace(go.Scatter(x=group.seq_q, y=y, mode="lines+markers", name=name, line=style))
+        keys = [tuple(r) for r in group[shape_key].itertuples(index=False)]
         base = [naive.get(k, np.nan) for k in keys]
         figs["speedup"].add_trace(go.Scatter(x=group.seq_q, y=np.array(base) / group.time_ms.to_numpy(),
-                                             mode="lines+markers", name=impl, line=style))
-    if not data.empty:
-        first = cm.Shape.from_row(data.iloc[0])
-        seqs = sorted(data.seq_q.unique())
+                                             mode="lines+markers", name=name, line=style))
+    seqs = sorted(data.seq_q.unique())
+    for family in families:
+        first = cm.Shape.from_row(dict(zip(FAMILY_COLUMNS, family)) | {"seq_q": 1, "seq_kv": 1})
+        suffix = "" if len(families) == 1 else f" · {family_label(*family)}"
         for fused, label in ((False, "model O(N²): naive keeps S and P"), (True, "model O(N): fused keeps O, lse")):
             y = [cm.predicted_peak_bytes(replace(first, seq_q=int(n), seq_kv=int(n)), fused) / 2**20 for n in seqs]
-            figs["memory"].add_trace(go.Scatter(x=seqs, y=y, mode="lines", name=label,
+            figs["memory"].add_trace(go.Scatter(x=seqs, y=y, mode="lines", name=label + suffix,
                                                 line={"dash": "dot", "color": "grey" if fused else "black"}))
     titles = {"time": ("median time (ms)", "Time"), "tflops": ("TFLOP/s", "Throughput"),
               "memory": ("peak memory above inputs (MiB)", "Peak memory: measured vs model"),
@@ -160,22 +64,68 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
     return figs
 
 
-def step_breakdown_figure(rows: pd.DataFrame) -> go.Figure:
-    """Naive attention's time per step per sequence length, stacked: CUDA events, and beside them
-    Nsight Systems per-range time where the capture has it."""
-    steps = rows[(rows.impl == "naive") & (rows.step != "total") & (rows.status == "ok")]
+def step_breakdown_figure(rows: pd.DataFrame, scale: str = "share") -> go.Figure:
+    """Naive attention's time per step: one bar group per shape (sequence length, and the shape
+    family when several are shown), stacked by step; CUDA events and, beside them, Nsight Systems
+    where the capture has it. ``scale`` "share" stacks each group to 100% (every N readable),
+    "ms" shows milliseconds. Shapes where naive ran out of memory are shown as OOM, and an empty
+    chart says why it is empty."""
+    naive = rows[(rows.impl == "naive") & (rows.step != "total")]
+    steps = naive[naive.status == "ok"].copy()
     fig = go.Figure()
+    families = _families(naive)
+    many = len(families) > 1
+
+    def category(frame):
+        n = [f"N={v}" for v in frame.seq_q]
+        if not many:
+            return n
+        return [[family_label(*f) for f in frame[FAMILY_COLUMNS].itertuples(index=False)], n]
+
+    if scale == "share" and not steps.empty:
+        per_shape = steps.groupby([*FAMILY_COLUMNS, "seq_q"])
+        steps["shown"] = steps.time_ms / per_shape.time_ms.transform("sum")
+        if "nsys_gpu_ms" in steps:
+            steps["shown_nsys"] = steps.nsys_gpu_ms / per_shape.nsys_gpu_ms.transform("sum")
+    else:
+        steps["shown"] = steps.time_ms
+        steps["shown_nsys"] = steps.get("nsys_gpu_ms")
     has_nsys = "nsys_gpu_ms" in steps and steps.nsys_gpu_ms.notna().any()
-    for step in ["qk_matmul", "scale_mask", "softmax", "pv_matmul"]:
-        group = steps[steps.step == step].sort_values("seq_q")
-        fig.add_trace(go.Bar(x=[str(n) for n in group.seq_q], y=group.time_ms, name=f"{step} (CUDA events)",
-                             offsetgroup="events", legendgroup=step))
+    order = [*FAMILY_COLUMNS, "seq_q"]
+    for step in cm.NAIVE_STEPS:
+        group = steps[steps.step == step].sort_values(order)
+        fig.add_trace(go.Bar(x=category(group), y=group.shown, name=f"{step} (CUDA events)", offsetgroup="events",
+                             legendgroup=step, customdata=group.time_ms, marker={"color": STEP_COLOR[step]},
+                             hovertemplate=f"{step}: %{{customdata:.4g}} ms<extra></extra>"))
         if has_nsys:
-            fig.add_trace(go.Bar(x=[str(n) for n in group.seq_q], y=group.nsys_gpu_ms, name=f"{step} (nsys)",
-                                 offsetgroup="nsys", legendgroup=step, marker_pattern_shape="/"))
-    fig.update_layout(barmode="stack", title="Naive attention: time per step", height=440,
-                      xaxis_title="sequence length N", yaxis_title="ms")
+            fig.add_trace(go.Bar(x=category(group), y=group.shown_nsys, name=f"{step} (nsys)", offsetgroup="nsys",
+                                 legendgroup=step, customdata=group.nsys_gpu_ms,
+                                 marker={"color": STEP_COLOR[step], "pattern": {"shape": "/"}},
+                                 hovertemplate=f"{step} (nsys): %{{customdata:.4g}} ms<extra></extra>"))
+    oom = naive[naive.status == "oom"].drop_duplicates([*FAMILY_COLUMNS, "seq_q"]).sort_values(order)
+    if not oom.empty:
+        fig.add_trace(go.Bar(x=category(oom), y=[1.0 if scale == "share" else 0.0] * len(oom), name="out of memory",
+                             marker={"color": "rgba(0,0,0,0.08)"}, text=["OOM"] * len(oom), textposition="inside",
+                             offsetgroup="events", hovertemplate="naive ran out of memory here<extra></extra>"))
+    if steps.empty and oom.empty:
+        fig.add_annotation(text="No naive steps in this selection: select the implementation 'naive' "
+                                "(only it is timed step by step)", showarrow=False, x=0.5, y=0.5,
+                           xref="paper", yref="paper", font={"size": 14})
+    share = scale == "share"
+    fig.update_layout(barmode="stack", height=460, xaxis_title="shape" if many else "sequence length N",
+                      yaxis_title="share of naive attention's time" if share else "ms",
+                      title="Naive attention: time per step" + (" (share of the four steps)" if share else ""))
+    if share:
+        fig.update_yaxes(tickformat=".0%")
     return fig
+
+
+def human_bytes(n: float) -> str:
+    """Bytes as a reader wants them: kB, MB or GB (powers of 1000, as bandwidths are quoted)."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n:,.0f} B"
 
 
 def hbm_trips_table(shape: cm.Shape) -> pd.DataFrame:
@@ -188,10 +138,10 @@ def hbm_trips_table(shape: cm.Shape) -> pd.DataFrame:
              "pv_matmul": (1, 0)}
     for step, (reads, writes) in trips.items():
         rows.append({"step": step, "N×N reads": reads, "N×N writes": writes,
-                     "HBM bytes (model)": cm.naive_step_bytes(fwd, step),
-                     "of which N×N": (reads + writes) * s_bytes})
+                     "HBM bytes (model)": human_bytes(cm.naive_step_bytes(fwd, step)),
+                     "of which N×N": human_bytes((reads + writes) * s_bytes)})
     rows.append({"step": "fused (FlashAttention)", "N×N reads": 0, "N×N writes": 0,
-                 "HBM bytes (model)": cm.compulsory_bytes(fwd), "of which N×N": 0})
+                 "HBM bytes (model)": human_bytes(cm.compulsory_bytes(fwd)), "of which N×N": human_bytes(0)})
     return pd.DataFrame(rows)
 
 
@@ -235,20 +185,18 @@ def trace_figure(kernels: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def whatif_figure(rows: pd.DataFrame, device: hardware.Device, dtype: str, bytes_kind: str = "compulsory") -> go.Figure:
-    """Where each step would land on another GPU's roofline: the model's intensity and that GPU's
-    attainable FLOP/s (a projection from the cost model and datasheet, not a measurement)."""
-    bytes_col = "tile_bytes" if bytes_kind == "tile" else "hbm_bytes"
+def whatif_figure(rows: pd.DataFrame, device: hardware.Device, dtype: str) -> go.Figure:
+    """Where each step would land on another GPU's roofline: the model's intensity (compulsory
+    bytes: no GPU's datasheet gives an L2 bandwidth) and that GPU's attainable FLOP/s, with its
+    exp ceiling for fused kernels (a projection from the cost model and datasheet, not a measurement)."""
     roof = Roof(f"{device.name} datasheet", device.peak_flops(dtype), device.hbm_bytes_per_s)
-    data = rows[rows[bytes_col] > 0].drop_duplicates(subset=["impl", "step", "seq_q", "head_dim", "dtype", "causal",
-                                                             "mode"]).copy()
-    data["x"] = data.flops / data[bytes_col]
-    data["tflops"] = [roofline.attainable_flops(x, roof.peak_flops, roof.bandwidth) / 1e12 for x in data.x]
-    data["status"], data["roof_fraction"], data["time_ms"] = "ok", 1.0, data.flops / (data.tflops * 1e12) * 1e3
-    data["bound"] = [roofline.bound(x, roof.peak_flops, roof.bandwidth) for x in data.x]
-    fig = roofline_figure(data, [roof], bytes_kind,
-                          title=f"Projection onto {device.name} (model only: points sit on the roof by construction)")
-    return fig
+    data = rows[rows.hbm_bytes > 0].drop_duplicates(subset=["impl", "step", "seq_q", "head_dim", "dtype", "causal",
+                                                            "mode"]).copy()
+    x = data.flops / data.hbm_bytes
+    data["tflops"] = np.minimum(roof.peak_flops, x * roof.bandwidth) / 1e12
+    data["status"], data["time_ms"] = "ok", data.flops / (data.tflops * 1e12) * 1e3
+    return roofline_figure(data, [roof], "compulsory", exp2_per_s=device.exp2_per_s,
+                           title=f"Projection onto {device.name} (model only: points sit on the roof by construction)")
 
 
 def validation_rows(validation: pd.DataFrame) -> pd.DataFrame:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from profiler.model import cost_model as cm
 from profiler.store import load_capture, write_bytes_atomic
-from profiler.views import plots
+from profiler.views import plots, rooflines
 
 
 def _first_family(frame: pd.DataFrame) -> pd.DataFrame:
@@ -28,10 +28,9 @@ def build_report(folder: Path | str) -> str:
     family = _first_family(frame)
     first = family.iloc[0]
     dtype = first["dtype"]
-    figures = [plots.roofline_figure(family, plots.roofs_from_meta(meta, dtype), "compulsory",
-                                     title=f"Roofline, compulsory bytes ({dtype})"),
-               plots.roofline_figure(family, plots.roofs_from_meta(meta, dtype), "tile",
-                                     title=f"Roofline, tile (L2) bytes ({dtype})")]
+    exp2 = rooflines.exp_rate(meta)
+    figures = [rooflines.roofline_figure(family, rooflines.roofs_from_meta(meta, dtype, kind), kind, exp2_per_s=exp2)
+               for kind in ("compulsory", "tile")]
     figures += list(plots.scaling_figures(family).values())
     figures.append(plots.step_breakdown_figure(family))
     kernels_path = folder / "kernels.parquet"

@@ -1,0 +1,231 @@
+"""The roofline chart: where each measured row sits, which ceiling holds it down, and whether it
+is memory- or compute-bound, at a glance.
+
+:func:`roofline_points` is the analysis (rows in, one row per point out, no plotly): the intensity
+for the chosen bytes (compulsory bytes against the HBM roof, tile bytes against the measured L2
+roof), the roof there, the exp ceiling of fused kernels (profiler.model.roofs.exp_ceiling), which
+of them binds, the bound and the fractions. :func:`roofline_figure` draws it; the dashboard's
+table shows the same frame, so the two always agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from profiler.model import hardware
+from profiler.model import roofs as roofline
+from profiler.views.style import STEP_SYMBOL, families_title, impl_color
+
+MAX_MARKERS = 400  # beyond this many points the chart shows an even sample per implementation and step
+MAX_LABELS = 40  # beyond this many points sequence lengths move from labels to the hover text
+JITTER = 1.07  # fused kernels at one intensity are spread by this factor per implementation (x only)
+
+
+@dataclass(frozen=True)
+class Roof:
+    label: str  # e.g. "H200 datasheet", "measured"
+    peak_flops: float
+    bandwidth: float  # bytes/s
+    dash: str = "solid"
+    memory: str = "HBM"  # the level whose bandwidth makes the slanted part: HBM or L2
+
+    @property
+    def ridge(self) -> float:
+        return roofline.ridge_point(self.peak_flops, self.bandwidth)
+
+
+def roofs_from_meta(meta: dict, dtype: str, bytes_kind: str = "compulsory") -> list[Roof]:
+    """The roofs a capture is judged against for ``bytes_kind``: compulsory bytes against HBM
+    (datasheet, when the device is known, then the measured matmul and copy); tile bytes against
+    the L2 bandwidth ``ceilings`` measured (no datasheet gives one), under the same compute peaks.
+    Empty for tile bytes when the capture holds no L2 measurement."""
+    sheet = hardware.lookup(meta.get("datasheet_device") or meta.get("device", ""))
+    try:
+        sheet_peak = sheet.peak_flops(dtype) if sheet is not None else None
+    except (KeyError, ValueError):
+        sheet_peak = None
+    measured = meta.get("measured_ceilings") or {}
+    matmul = measured.get("matmul_tflops", {}).get(dtype)
+    roofs = []
+    if bytes_kind == "tile":
+        l2 = measured.get("l2_copy_gbps")
+        if l2 is None:
+            return []
+        if sheet_peak is not None:
+            roofs.append(Roof(f"{sheet.name} datasheet compute, measured L2", sheet_peak, l2 * 1e9, memory="L2"))
+        if matmul is not None:
+            roofs.append(Roof("measured, L2", matmul * 1e12, l2 * 1e9, "dash", memory="L2"))
+        return roofs
+    if sheet_peak is not None:
+        roofs.append(Roof(f"{sheet.name} datasheet", sheet_peak, sheet.hbm_bytes_per_s))
+    if matmul is not None:
+        roofs.append(Roof("measured", matmul * 1e12, measured["copy_gbps"] * 1e9, "dash"))
+    return roofs
+
+
+def exp_rate(meta: dict) -> float | None:
+    """exp2 per second of the capture's GPU (profiler.model.hardware), None where not known."""
+    sheet = hardware.lookup(meta.get("datasheet_device") or meta.get("device", ""))
+    return None if sheet is None else sheet.exp2_per_s
+
+
+def is_fused(rows: pd.DataFrame) -> pd.Series:
+    """Whole-attention rows of fused kernels: the store gives unfused ones tile bytes equal to
+    their HBM bytes (profiler.store), fused ones more (or none, where their tiles are not declared)."""
+    return (rows.step == "total") & (rows.tile_bytes != rows.hbm_bytes)
+
+
+def roofline_points(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "compulsory",
+                    exp2_per_s: float | None = None) -> pd.DataFrame:
+    """One row per measured point: intensity ``x``, the roof there (``roofs[0]``), for fused
+    fp16/bf16 kernels the exp ceiling (softmax not overlapped with the matmuls), the ceiling that
+    binds, ``bound`` (memory left of the ridge, compute right of it, judged against the bandwidth
+    of ``bytes_kind``), and the fractions of the roof and of the binding ceiling."""
+    bytes_col = "tile_bytes" if bytes_kind == "tile" else "hbm_bytes"
+    data = rows[(rows.status == "ok") & rows.tflops.notna() & (rows[bytes_col] > 0)].copy()
+    data["x"] = data.flops / data[bytes_col]
+    data["bytes"] = data[bytes_col]
+    if not roofs or data.empty:
+        for column in ("roof_tflops", "exp_ceiling_tflops", "ceiling_tflops", "of_roof", "of_ceiling"):
+            data[column] = np.nan
+        data["binds"], data["view_bound"] = "", ""
+        return data
+    roof = roofs[0]
+    data["roof_tflops"] = np.minimum(roof.peak_flops, data.x * roof.bandwidth) / 1e12
+    exp = pd.Series(np.nan, index=data.index)
+    if exp2_per_s is not None:
+        applies = is_fused(data) & data.dtype.isin(["fp16", "bf16"])
+        exp[applies] = [roofline.exp_ceiling(roof.peak_flops, exp2_per_s, int(d), m) / 1e12
+                        for d, m in zip(data.head_dim[applies], data["mode"][applies])]
+    data["exp_ceiling_tflops"] = exp
+    memory_binds = data.x * roof.bandwidth < roof.peak_flops
+    data["view_bound"] = np.where(memory_binds, "memory", "compute")
+    data["binds"] = np.where(memory_binds, f"{roof.memory} bandwidth", "compute peak")
+    exp_binds = exp.notna() & (exp < data.roof_tflops)
+    data.loc[exp_binds, "binds"] = "exp (SFU), no overlap"
+    data["ceiling_tflops"] = data.roof_tflops.where(~exp_binds, exp)
+    data["of_roof"] = data.tflops / data.roof_tflops
+    data["of_ceiling"] = data.tflops / data.ceiling_tflops
+    return data
+
+
+def _sample(points: pd.DataFrame, limit: int) -> pd.DataFrame:
+    """At most ``limit`` points, spread evenly over each implementation and step by intensity."""
+    groups = points.groupby(["impl", "step"], sort=False)
+    per_group = max(1, limit // max(groups.ngroups, 1))
+    parts = []
+    for _, group in groups:
+        group = group.sort_values("x")
+        take = np.unique(np.linspace(0, len(group) - 1, min(per_group, len(group))).round().astype(int))
+        parts.append(group.iloc[take])
+    return pd.concat(parts)
+
+
+def _hover(group: pd.DataFrame) -> list[str]:
+    texts = []
+    for r in group.itertuples():
+        text = (f"<b>{r.impl}</b> {r.step} ({r.mode})<br>B={r.batch} H={r.heads} N={r.seq_q} D={r.head_dim} "
+                f"{r.dtype}{' causal' if r.causal else ''}<br>{r.time_ms:.4g} ms · {r.tflops:.4g} TFLOP/s"
+                f"<br>{r.flops:.4g} FLOP / {r.bytes:.4g} B = {r.x:.4g} FLOP/B<br><b>{r.view_bound}-bound</b>")
+        if pd.notna(r.of_roof):
+            text += f" · {r.of_roof:.1%} of the roof"
+        if r.binds:
+            text += f"<br>binding ceiling: {r.binds} ({r.ceiling_tflops:.4g} TFLOP/s, reached {r.of_ceiling:.1%})"
+        texts.append(text)
+    return texts
+
+
+def roofline_figure(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "compulsory",
+                    title: str | None = None, exp2_per_s: float | None = None) -> go.Figure:
+    """Log-log roofline: x = arithmetic intensity, y = achieved TFLOP/s. Roofs with each ridge
+    labelled beside its own marker; the memory- and compute-bound regions shaded and named inside
+    the plot; for fused kernels the exp ceiling of each head_dim and mode; one trace per
+    implementation and step (coloured by implementation, shaped by step, filled when compute-bound
+    and open when memory-bound). Fused kernels sharing an intensity are spread a little along x
+    (the hover gives the true value); past MAX_MARKERS points an even sample is drawn, and the
+    chart says so."""
+    points = roofline_points(rows, roofs, bytes_kind, exp2_per_s)
+    total = len(points)
+    notes = []
+    if total > MAX_MARKERS:
+        points = _sample(points, MAX_MARKERS)
+        notes.append(f"showing {len(points):,} of {total:,} points (an even sample by intensity per implementation "
+                     "and step); narrow the filters to see all")
+    fig = go.Figure()
+    xs = points.x.to_numpy() if not points.empty else np.array([1.0])
+    ridges = [r.ridge for r in roofs]
+    x_lo = 10 ** np.floor(np.log10(max(min([*xs, *ridges]) / 3, 1e-3)))
+    x_hi = 10 ** np.ceil(np.log10(max([*xs, *ridges]) * 3))
+    grid = np.logspace(np.log10(x_lo), np.log10(x_hi), 200)
+    if roofs:
+        main = roofs[0]
+        top = max(r.peak_flops for r in roofs) / 1e12 * 2
+        lowest = points.tflops.min() if not points.empty else top
+        bottom = max(min(lowest, main.bandwidth * x_lo / 1e12) / 3, 1e-6)
+        for x0, x1, name, color in ((x_lo, main.ridge, "memory-bound", "rgba(214,39,40,0.12)"),
+                                    (main.ridge, x_hi, "compute-bound", "rgba(31,119,180,0.12)")):
+            fig.add_trace(go.Scatter(x=[x0, x1, x1, x0, x0], y=[bottom, bottom, top, top, bottom], fill="toself",
+                                     fillcolor=color, line={"width": 0}, hoverinfo="skip", name=name,
+                                     legendgroup="regions", showlegend=True, mode="lines"))
+        for x, name, anchor in ((np.sqrt(x_lo * main.ridge), "MEMORY-BOUND", "center"),
+                                (np.sqrt(main.ridge * x_hi), "COMPUTE-BOUND", "center")):
+            fig.add_annotation(x=np.log10(x), y=np.log10(bottom), yanchor="bottom", yshift=6,
+                               text=f"<b>{name}</b>", showarrow=False, xanchor=anchor,
+                               font={"size": 14, "color": "rgba(60,60,60,0.75)"})
+    for i, roof in enumerate(roofs):
+        fig.add_trace(go.Scatter(
+            x=grid, y=np.minimum(roof.peak_flops, grid * roof.bandwidth) / 1e12, mode="lines",
+            name=f"roof: {roof.label}", line={"color": "black", "dash": roof.dash, "width": 2},
+            hovertemplate=f"{roof.label}<br>%{{x:.3g}} FLOP/B → %{{y:.4g}} TFLOP/s<extra></extra>",
+        ))
+        fig.add_trace(go.Scatter(
+            x=[roof.ridge], y=[roof.peak_flops / 1e12], mode="markers", name=f"ridge: {roof.label}",
+            marker={"symbol": "x", "size": 11, "color": "black"}, showlegend=False,
+            hovertemplate=f"ridge point ({roof.label}): {roof.ridge:.1f} FLOP/B<extra></extra>",
+        ))
+        # Each label beside its own marker: the first roof's to the upper left, the others' to the lower
+        # right, so ridges that lie close together never trade labels.
+        fig.add_annotation(x=np.log10(roof.ridge), y=np.log10(roof.peak_flops / 1e12), showarrow=False,
+                           text=f"ridge {roof.ridge:.0f} FLOP/B ({roof.label})", font={"size": 10},
+                           xanchor="right" if i == 0 else "left", yanchor="bottom" if i == 0 else "top",
+                           xshift=-6 if i == 0 else 6, yshift=4 if i == 0 else -4, bgcolor="rgba(255,255,255,0.7)")
+    if roofs and not points.empty:
+        caps = points.dropna(subset=["exp_ceiling_tflops"]).groupby(["head_dim", "mode"]).exp_ceiling_tflops.first()
+        for (head_dim, mode), cap in caps.items():
+            start = cap * 1e12 / roofs[0].bandwidth  # where the memory roof reaches the cap
+            fig.add_trace(go.Scatter(
+                x=[start, x_hi], y=[cap, cap], mode="lines", name=f"exp ceiling D{head_dim} {mode} (no overlap)",
+                line={"color": "#7f3c8d", "dash": "dashdot", "width": 1.5},
+                hovertemplate=(f"exp ceiling, head_dim {head_dim}, {mode}: {cap:.4g} TFLOP/s<br>a fused kernel that "
+                               "runs softmax's exponentials and the matmuls one after the other cannot pass it"
+                               "<extra></extra>")))
+    show_labels = len(points) <= MAX_LABELS
+    if not show_labels:
+        notes.append("sequence lengths are in the hover text")
+    fused_names = list(dict.fromkeys(points[is_fused(points)].impl)) if not points.empty else []
+    for (impl, step), group in points.groupby(["impl", "step"], sort=False):
+        group = group.sort_values("seq_q")
+        shift = JITTER ** (fused_names.index(impl) - (len(fused_names) - 1) / 2) if (
+            step == "total" and impl in fused_names) else 1.0
+        symbol = STEP_SYMBOL.get(step, "circle")
+        fig.add_trace(go.Scatter(
+            x=group.x * shift, y=group.tflops, mode="markers+text" if show_labels else "markers",
+            name=impl if step == "total" else f"{impl}: {step}", legendgroup=impl,
+            marker={"color": impl_color(impl), "size": 10, "line": {"width": 1.5, "color": impl_color(impl)},
+                    "symbol": [symbol if b == "compute" else f"{symbol}-open" for b in group.view_bound]},
+            text=[f"{n}" for n in group.seq_q] if show_labels else None, textposition="top center",
+            textfont={"size": 9}, hovertext=_hover(group), hoverinfo="text",
+        ))
+    per = "L2 tile" if bytes_kind == "tile" else "HBM"
+    fig.update_xaxes(type="log", title=f"arithmetic intensity (FLOP per {per} byte)")
+    fig.update_yaxes(type="log", title="achieved TFLOP/s")
+    if title is None and not rows.empty:
+        title = f"Roofline, {bytes_kind} bytes: {families_title(rows)}"
+    subtitle = "filled: compute-bound · open: memory-bound" + ("" if not notes else " · " + " · ".join(notes))
+    fig.update_layout(title={"text": f"{title or 'Roofline'}<br><sup>{subtitle}</sup>"}, height=640,
+                      legend={"groupclick": "toggleitem"}, margin={"t": 80})
+    return fig
