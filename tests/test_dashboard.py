@@ -342,3 +342,12 @@ def test_html_report_is_self_contained(tmp_path):
     assert "Roofline, compulsory bytes: B4 H32 D64 fp16 full fwd" in text and "HBM trips of the N×N matrix" in text
     assert text.count('class="plotly-graph-div"') == 8  # 2 rooflines, 4 scaling, steps, trace
     assert main(["report", str(tmp_path)]) == 2
+
+
+def test_trace_tab_names_the_run_it_shows(reference_app):
+    caption = next(c.value for c in reference_app.caption if "torch profiler" in c.value)
+    kernels = pd.read_parquet(REFERENCE / "kernels.parquet")
+    first = sorted(kernels.impl.unique())[0]
+    shown = kernels[kernels.impl == first]
+    assert caption == f"reference-h200: torch profiler, {len(shown):,} kernels · file traces/{shown.trace.iloc[0]}"
+    assert _chart(reference_app, "Kernels per range")
