@@ -5,6 +5,7 @@
     <capture>/results.parquet    one row per implementation × shape × mode × step (schema below)
     <capture>/kernels.parquet    torch-profiler kernels: name, GPU time, enclosing range (GPU captures)
     <capture>/traces/*.json      one Chrome trace per implementation at one shape (open in Perfetto)
+    <capture>/parts/rank-*.parquet  while a distributed sweep runs: each rank's rows (merged at its end)
 
 Rows are appended as they finish and the parquet file is replaced atomically (write a temporary
 file, then ``os.replace``), so a sweep killed at any point leaves every finished row readable.
@@ -12,6 +13,7 @@ file, then ``os.replace``), so a sweep killed at any point leaves every finished
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -21,6 +23,7 @@ import pandas as pd
 RESULTS = "results.parquet"
 META = "meta.json"
 KERNELS = "kernels.parquet"
+PARTS = "parts"  # one parquet file per rank of a distributed sweep, merged into RESULTS at its end
 
 # Column -> (pandas dtype, meaning). The README's schema table is this list.
 SCHEMA: dict[str, tuple[str, str]] = {
@@ -88,14 +91,26 @@ def to_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 class ResultStore:
-    """Append-only rows of one capture folder, each append persisted atomically."""
+    """Append-only rows of one capture folder, each append persisted atomically. With ``part`` the
+    rows go to ``parts/<part>.parquet`` (one rank of a distributed sweep, profiler.measure.distributed)
+    and ``has`` also sees what the merged results and the other parts hold; ``write_meta`` False
+    leaves meta.json to another process (rank 0)."""
 
-    def __init__(self, folder: Path | str, meta: dict, resume: bool = False):
+    def __init__(self, folder: Path | str, meta: dict, resume: bool = False, part: str | None = None,
+                 write_meta: bool = True):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.path = self.folder / RESULTS if part is None else self.folder / PARTS / f"{part}.parquet"
         self.rows: list[dict] = []
-        if resume and (self.folder / RESULTS).exists():
-            self.rows = pd.read_parquet(self.folder / RESULTS).to_dict("records")
+        self.known: list[dict] = []  # rows measured by other processes: for has() only
+        if resume and self.path.exists():
+            self.rows = pd.read_parquet(self.path).to_dict("records")
+        if resume and part is not None:
+            others = [self.folder / RESULTS, *(p for p in _part_files(self.folder) if p != self.path)]
+            self.known = [r for p in others if p.exists() for r in pd.read_parquet(p).to_dict("records")]
+        if not write_meta:
+            self.meta = meta
+            return
         if resume and (self.folder / META).exists():
             # A resumed capture keeps the history of the commands that filled it.
             # Keys only the earlier runs wrote (e.g. corrections) stay; what this run measures anew
@@ -113,7 +128,7 @@ class ResultStore:
 
     def has(self, key: dict) -> bool:
         """Whether a row with these key values (and status ok, oom or unsupported) is stored."""
-        for row in self.rows:
+        for row in itertools.chain(self.rows, self.known):
             if all(row.get(k) == v for k, v in key.items()) and row.get("status") != "error":
                 return True
         return False
@@ -125,7 +140,8 @@ class ResultStore:
         self.rows = [r for r in self.rows if tuple(r.get(k) for k in KEY) not in new_keys]
         self.rows.extend(rows)
         frame = to_frame(self.rows)
-        write_bytes_atomic(self.folder / RESULTS, frame.to_parquet(index=False))
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(self.path, frame.to_parquet(index=False))
 
     def update_meta(self, **fields) -> None:
         self.meta.update(fields)
@@ -133,6 +149,30 @@ class ResultStore:
 
     def write_kernels(self, frame: pd.DataFrame) -> None:
         write_bytes_atomic(self.folder / KERNELS, frame.to_parquet(index=False))
+
+
+def _part_files(folder: Path) -> list[Path]:
+    return sorted((folder / PARTS).glob("*.parquet"))
+
+
+def merge_parts(folder: Path | str) -> int:
+    """Fold the part files of a distributed sweep (parts/*.parquet) into results.parquet: a part's
+    row replaces a stored row with the same key. The merged file is written atomically before the
+    parts are removed, so a kill at any point loses no row (merging again gives the same result).
+    Returns how many part rows were merged."""
+    folder = Path(folder)
+    parts = _part_files(folder)
+    if not parts:
+        return 0
+    frames = [pd.read_parquet(folder / RESULTS)] if (folder / RESULTS).exists() else []
+    from_parts = [pd.read_parquet(p) for p in parts]
+    merged = pd.concat([*frames, *from_parts], ignore_index=True)
+    merged = merged.drop_duplicates(subset=KEY, keep="last")
+    write_bytes_atomic(folder / RESULTS, to_frame(merged.to_dict("records")).to_parquet(index=False))
+    for p in parts:
+        p.unlink()
+    (folder / PARTS).rmdir()
+    return sum(len(f) for f in from_parts)
 
 
 def load_capture(folder: Path | str) -> tuple[dict, pd.DataFrame]:

@@ -118,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--rep-ms", type=int, default=100, help="do_bench repetition time per case, ms")
     bench.add_argument("--json", metavar="FILE", help="also write the ratio table as JSON to FILE")
     bench.add_argument("--device", type=_device, default="auto")
+    _add_allow_mixed(bench)
 
     capture = sub.add_parser("capture", help="measure implementations at one shape into a capture folder")
     _add_capture_args(capture, lists=False)
@@ -149,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="no GPU: re-read FOLDER's ncu/*.csv and compare them with the current model, into "
                                "--out (default FOLDER-rebuilt-<time>)")
     validate.add_argument("--in-place", action="store_true", help="with --rebuild: rewrite FOLDER's own tables")
+    _add_allow_mixed(validate)
 
     remodel = sub.add_parser("remodel", help="join a stored capture's times with the current cost model (no GPU)")
     remodel.add_argument("capture", help="a capture folder")
@@ -196,6 +198,12 @@ def _add_capture_args(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument("--resume", action="store_true", help="keep the rows already in --out, measure the rest")
     p.add_argument("--rep-ms", type=int, default=100, help="do_bench repetition time per case, ms")
     p.add_argument("--device", type=_device, default="auto")
+    _add_allow_mixed(p)
+
+
+def _add_allow_mixed(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="under torchrun: measure even when the ranks' GPUs differ (recorded in meta.json)")
 
 
 def _add_shape_args(p: argparse.ArgumentParser, seq_default: str, lists: bool = True) -> None:
@@ -218,9 +226,20 @@ COMMANDS = {"capture": "capturing", "sweep": "capturing", "report": "capturing",
             "nsys": "nsight", "validate": "nsight"}
 
 
+# Commands that spread their cases over the ranks when started by torchrun (profiler.measure.distributed).
+DISTRIBUTED = ("capture", "sweep", "bench", "validate")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = getattr(import_module(f"profiler.cli.{COMMANDS[args.command]}"), args.command)
+    args.ranks = None
+    if args.command in DISTRIBUTED and not getattr(args, "rebuild", None):
+        from profiler.measure import distributed
+
+        args.ranks = distributed.from_env()
+        if args.ranks is not None:
+            args.device = distributed.start(args.ranks, "cuda" if args.command == "validate" else args.device)
     try:
         return command(args)
     except UsageError as err:
@@ -229,3 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        if args.ranks is not None:
+            from profiler.measure import distributed
+
+            distributed.stop()

@@ -15,7 +15,7 @@ from profiler.cli.console import console, fmt, measure_with_progress, start_capt
 def _resolve_capture_args(args, lists: bool) -> tuple[dict, list[str]]:
     """Fill defaults: the seed benchmark (B4 H32 D64 fp16) on a GPU; on a CPU, sizes that fit and
     finish in minutes (B1 H2 fp32). Returns the values and notes on what was shrunk."""
-    on_gpu = args.device == "cuda"
+    on_gpu = args.device.startswith("cuda")
     notes = []
 
     def pick(value, gpu_default: list, cpu_default: list, name: str) -> list:
@@ -52,7 +52,7 @@ def _run_capture_command(args, lists: bool) -> int:
         raise UsageError(str(err)) from None
     impls = [get_impl(n) for n in (args.impl or BUILTIN)]
     label = device_name(args.device)
-    trace = args.trace or ("torch" if args.device == "cuda" else "none")
+    trace = args.trace or ("torch" if args.device.startswith("cuda") else "none")
     seqs = values["seqs"]
     # A capture traces each implementation at its shape; a sweep only at its middle sequence length
     # and its first dtype, head_dim, causal setting and mode, so the folder stays a few MB.
@@ -70,10 +70,13 @@ def _run_capture_command(args, lists: bool) -> int:
     if roofs.datasheet is None:
         console.print(f"'{label}' is not in the datasheet table: rows are judged against measured ceilings only.")
     rows = measure_with_progress(store, shapes, impls, args.device, roofs, args.rep_ms,
-                        trace_filter=None if traced is None else
-                        (lambda s: (s.seq_q, s.dtype, s.head_dim, s.causal, s.mode) == traced))
+                                 trace_filter=None if traced is None else
+                                 (lambda s: (s.seq_q, s.dtype, s.head_dim, s.causal, s.mode) == traced),
+                                 ranks=args.ranks)
+    if args.ranks is not None and not args.ranks.main:
+        return 0  # rank 0 merged the parts and prints for every rank
     folder = store.folder
-    _print_summary(summary_frame(store.rows if args.resume else rows))
+    _print_summary(summary_frame(store.rows if args.resume or args.ranks is not None else rows))
     console.print(f"Capture written to {folder}/ (results.parquet, meta.json"
                   f"{', kernels.parquet, traces/' if traced else ''}).")
     if Path("dashboards/roofline.py").exists():

@@ -49,9 +49,11 @@ def bench(args) -> int:
         "kind": "bench", "shapes": len(shapes), "impls": names, "baseline": baseline, "trace": "none",
         "rep_ms": args.rep_ms, "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd",
     }, impls=impls, head_dims=args.dim, prefix="bench-")
-    measure_with_progress(store, shapes, impls, args.device, roofs, args.rep_ms)
+    measure_with_progress(store, shapes, impls, args.device, roofs, args.rep_ms, ranks=args.ranks)
+    if args.ranks is not None and not args.ranks.main:
+        return 0  # rank 0 merged the parts and prints for every rank
     table = bench_table(to_frame(store.rows), names, baseline)
-    timer = "do_bench" if args.device == "cuda" else "torch.utils.benchmark"
+    timer = "do_bench" if args.device.startswith("cuda") else "torch.utils.benchmark"
     _print_bench(table, names, baseline, f"{label}: median {timer}, FLOPs = 4·B·H·N²·D (x0.5 causal, x2.5 bwd)")
     for r in store.rows:
         if r["status"] != "ok" and r["impl"] in names:
@@ -95,7 +97,7 @@ def demo(args) -> int:
     from kernels.registry import BUILTIN, REGISTRY
     from profiler.measure.runner import run_case
 
-    on_gpu = args.device == "cuda"
+    on_gpu = args.device.startswith("cuda")
     # The seed posts' benchmark shape on a GPU; on a CPU a size that runs in seconds.
     shape = cm.Shape(4, 32, 4096, 4096, 64, "fp16") if on_gpu else cm.Shape(1, 4, 512, 512, 64, "fp32")
     results = []

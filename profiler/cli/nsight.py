@@ -82,11 +82,19 @@ def validate(args) -> int:
     shapes = [cm.Shape.square(args.batch, args.heads, n, d, dtype=dt, causal=c) for dt in args.dtype
               for d in args.dim for c in args.causal for n in args.seq]
     impls = [get_impl(n) for n in args.impl]
-    label = device_name("cuda")
-    args.device = "cuda"
-    store, _ = start_capture(args, label, ("fp16", "bf16", "fp32"), {"kind": "validate", "impls": args.impl},
-                             impls=impls, head_dims=args.dim, resumable=False, prefix="validate-")
-    with Progress(console=console, transient=True) as progress:
+    if not args.device.startswith("cuda"):  # torchrun gave this rank its own GPU (profiler.cli.main)
+        args.device = "cuda"
+    label = device_name(args.device)
+    store, roofs = start_capture(args, label, ("fp16", "bf16", "fp32"), {"kind": "validate", "impls": args.impl},
+                                 impls=impls, head_dims=args.dim, resumable=False, prefix="validate-")
+    ranks, gpu = args.ranks, None
+    if ranks is not None:  # each rank profiles its share of the shapes on its own GPU
+        from profiler.measure import distributed
+
+        costs = [sum(distributed.predicted_seconds(i, s, roofs, 0) for i in impls) for s in shapes]
+        shapes = [shapes[i] for i in distributed.plan(costs, ranks.world)[ranks.rank]]
+        gpu = torch.cuda.current_device()
+    with Progress(console=console, transient=True, disable=ranks is not None and not ranks.main) as progress:
         task = progress.add_task("ncu", total=len(shapes))
 
         def advance(description):
@@ -95,9 +103,15 @@ def validate(args) -> int:
 
         try:
             # the driver runs in another process: a user's implementation travels as its module:function
-            measure_counters(shapes, [i.spec or i.name for i in impls], store.folder, progress=advance)
+            measure_counters(shapes, [i.spec or i.name for i in impls], store.folder, progress=advance, gpu=gpu)
         except NcuError as err:
             raise UsageError(str(err)) from None
+    if ranks is not None:
+        from profiler.measure import distributed
+
+        distributed.barrier()  # every rank's CSVs are written
+        if not ranks.main:
+            return 0
     try:
         table = write_validation(store.folder, store.meta)
     except NcuError as err:  # e.g. a profiled run that launched no kernel

@@ -10,6 +10,7 @@ plotly nor streamlit.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -76,34 +77,51 @@ def shapes_of(batches, heads, seqs, dims, dtypes, causals, modes) -> list[cm.Sha
             for m, dt, d, c, n, b, h in itertools.product(modes, dtypes, dims, causals, seqs, batches, heads)]
 
 
-def measure_cases(store: ResultStore, shapes: list[cm.Shape], impls: list[Impl], device, roofs: Roofs, *,
-                  rep_ms: int, progress=None, trace_filter: Callable[[cm.Shape], bool] | None = None) -> list[dict]:
-    """Measure every (shape, impl), appending rows to ``store`` as each finishes; shapes that
-    ``trace_filter`` accepts also get a torch-profiler trace per implementation."""
+def measure_cases(store: ResultStore, cases: list[tuple[cm.Shape, Impl]], device, roofs: Roofs, *, rep_ms: int,
+                  progress=None, trace_filter: Callable[[cm.Shape], bool] | None = None,
+                  write_kernels: bool = True) -> list[dict]:
+    """Measure every (shape, impl) case, appending rows to ``store`` as each finishes; shapes that
+    ``trace_filter`` accepts also get a torch-profiler trace per implementation (and, with
+    ``write_kernels``, the capture's kernel table is rebuilt from its traces)."""
     device = torch.device(device)
     new_rows = []
     with cuda_profiler_range(device.type == "cuda"):
-        for shape in shapes:
-            for impl in impls:
-                key = {"impl": impl.name, "step": "total", "mode": shape.mode, "batch": shape.batch,
-                       "heads": shape.heads, "seq_q": shape.seq_q, "head_dim": shape.head_dim,
-                       "dtype": shape.dtype, "causal": shape.causal}
-                if progress is not None:
-                    progress(f"{impl.name} {shape.mode} N={shape.seq_q} D={shape.head_dim} {shape.dtype}"
-                             f"{' causal' if shape.causal else ''}")
-                if store.has(key):
-                    continue  # --resume: already measured
-                with nvtx_range(case_range(impl.name, shape.mode, shape.seq_q)):
-                    result = run_case(impl, shape, device, rep_ms=rep_ms, annotate=False)
-                    rows = case_rows(result, impl, roofs)
-                    if impl.costing.kind == "stepwise" and result.status == "ok":
-                        rows += time_naive_steps(impl, shape, device, roofs, rep_ms)
-                    elif impl.costing.kind == "stepwise" and result.status == "oom":
-                        rows += [roofline_row(impl.name, impl.costing, shape, step, roofs, timing=None,
-                                              status="oom", message=result.message) for step in impl.steps]
-                store.append(rows)
-                new_rows += rows
-                if trace_filter is not None and trace_filter(shape) and result.status == "ok":
-                    if trace_case(impl, shape, device, store.folder):
-                        store.write_kernels(kernels_of_capture(store.folder))
+        for shape, impl in cases:
+            key = {"impl": impl.name, "step": "total", "mode": shape.mode, "batch": shape.batch,
+                   "heads": shape.heads, "seq_q": shape.seq_q, "head_dim": shape.head_dim,
+                   "dtype": shape.dtype, "causal": shape.causal}
+            if progress is not None:
+                progress(f"{impl.name} {shape.mode} N={shape.seq_q} D={shape.head_dim} {shape.dtype}"
+                         f"{' causal' if shape.causal else ''}")
+            if store.has(key):
+                continue  # --resume: already measured
+            with nvtx_range(case_range(impl.name, shape.mode, shape.seq_q)):
+                result = run_case(impl, shape, device, rep_ms=rep_ms, annotate=False)
+                rows = case_rows(result, impl, roofs)
+                if impl.costing.kind == "stepwise" and result.status == "ok":
+                    rows += time_naive_steps(impl, shape, device, roofs, rep_ms)
+                elif impl.costing.kind == "stepwise" and result.status == "oom":
+                    rows += [roofline_row(impl.name, impl.costing, shape, step, roofs, timing=None,
+                                          status="oom", message=result.message) for step in impl.steps]
+            store.append(rows)
+            new_rows += rows
+            if trace_filter is not None and trace_filter(shape) and result.status == "ok":
+                if trace_case(impl, shape, device, store.folder) and write_kernels:
+                    store.write_kernels(kernels_of_capture(store.folder))
+            _fail_for_tests(len(new_rows))
     return new_rows
+
+
+def _fail_for_tests(rows_written: int) -> None:
+    """ATTN_TEST_CRASH_AFTER_ROWS=<rank>:<n> ends that torchrun rank abruptly once it has written
+    n rows: how tests/test_distributed.py kills one rank of a sweep. Unset, it does nothing."""
+    spec = os.environ.get("ATTN_TEST_CRASH_AFTER_ROWS")
+    if spec:
+        rank, _, rows = spec.partition(":")
+        if os.environ.get("RANK") == rank and rows_written >= int(rows):
+            os._exit(17)
+
+
+def cases_of(shapes: list[cm.Shape], impls: list[Impl]) -> list[tuple[cm.Shape, Impl]]:
+    """Every implementation at every shape, shape-major (the order a serial capture measures)."""
+    return [(shape, impl) for shape in shapes for impl in impls]

@@ -12,7 +12,7 @@ from profiler.measure.ceilings import measure_ceilings
 from profiler.measure.meta import run_metadata
 from profiler.model import hardware
 from profiler.model.roofs import Roofs
-from profiler.store import META, RESULTS, CaptureError, ResultStore, load_capture
+from profiler.store import META, RESULTS, CaptureError, ResultStore, load_capture, merge_parts
 
 
 class FolderError(ValueError):
@@ -65,6 +65,8 @@ def open_capture(device: str, folder: Path, label: str, dtypes, meta: dict, *, i
     say what to record of user implementations; ``status(text)`` is a context manager that shows
     long work (the ceilings take a few seconds)."""
     check_folder(folder, resume=resume, resumable=resumable)
+    if resume:
+        merge_parts(folder)  # rows an interrupted distributed sweep left in parts/
     if status is None:
         measured = measure_ceilings(device, dtypes=tuple(sorted(set(dtypes))))
     else:

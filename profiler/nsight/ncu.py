@@ -50,15 +50,17 @@ def find_ncu() -> str:
                    "install it or set NCU=/path/to/ncu")
 
 
-def run_driver(out_csv: Path, driver_args: list[str], ncu: str | None = None, timeout: int = 600) -> str:
+def run_driver(out_csv: Path, driver_args: list[str], ncu: str | None = None, timeout: int = 600,
+               gpu: int | None = None) -> str:
     """Profile ``python -m profiler.nsight.ncu_driver <driver_args>`` with the validation metrics (clocks
-    left as they are: --clock-control none) and write ncu's raw CSV to ``out_csv``. Returns the
-    driver's own output."""
+    left as they are: --clock-control none) and write ncu's raw CSV to ``out_csv``, on GPU ``gpu``
+    (CUDA_VISIBLE_DEVICES) when given. Returns the driver's own output."""
     ncu = ncu or find_ncu()
     cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--nvtx", "--metrics", ",".join(METRICS),
            "--csv", "--page", "raw", "--log-file", str(out_csv), sys.executable, "-m", "profiler.nsight.ncu_driver",
            *driver_args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    env = None if gpu is None else {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     text = proc.stdout + proc.stderr
     if "ERR_NVGPUCTRPERM" in text or "permission" in text.lower() and "counter" in text.lower():
         raise NcuError("ncu may not read the GPU's performance counters here (ERR_NVGPUCTRPERM): run as root or "

@@ -39,15 +39,17 @@ def csv_name(shape: cm.Shape) -> str:
             f"{'-causal' if shape.causal else ''}.csv")
 
 
-def measure_counters(shapes: list[cm.Shape], impls: list[str], folder, progress=None) -> list[Path]:
-    """Run ncu once per shape, each writing its raw CSV to ``folder/ncu``; :func:`rebuild` reads them."""
+def measure_counters(shapes: list[cm.Shape], impls: list[str], folder, progress=None, gpu: int | None = None
+                     ) -> list[Path]:
+    """Run ncu once per shape (on GPU ``gpu`` when given), each writing its raw CSV to
+    ``folder/ncu``; :func:`rebuild` reads them."""
     (folder / "ncu").mkdir(parents=True, exist_ok=True)
     paths = []
     for shape in shapes:
         if progress:
             progress(f"ncu N={shape.seq_q} D={shape.head_dim} {shape.dtype}{' causal' if shape.causal else ''}")
         path = folder / "ncu" / csv_name(shape)
-        run_driver(path, driver_args(shape, impls))
+        run_driver(path, driver_args(shape, impls), gpu=gpu)
         paths.append(path)
     return paths
 
