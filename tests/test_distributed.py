@@ -106,3 +106,17 @@ def test_a_killed_rank_loses_nothing_and_resume_finishes(tmp_path):
         match = kept[(kept.impl == r.impl) & (kept.step == r.step) & (kept.seq_q == r.seq_q) & (kept["mode"] == r.mode)
                      & (kept.causal == r.causal)]
         assert match.time_ms.iloc[0] == r.time_ms
+
+
+def test_shipped_two_gpu_sweep_matches_the_one_gpu_sweep():
+    """reports/sweep-h200-2ranks (torchrun, 2 H200s) against reports/sweep-h200-1rank (one of them):
+    the same cases and statuses, and case times within noise of each other."""
+    two, one = ROOT / "reports" / "sweep-h200-2ranks", ROOT / "reports" / "sweep-h200-1rank"
+    pd.testing.assert_frame_equal(_cases(two), _cases(one))
+    meta = load_capture(two)[0]
+    assert [r["device"] for r in meta["ranks"]] == ["NVIDIA H200", "NVIDIA H200"]
+    assert [p["cases"] for p in meta["plan"]] == [64, 64]
+    a, b = load_capture(one)[1], load_capture(two)[1]
+    joined = a.merge(b, on=KEY, suffixes=("_1", "_2"))
+    ratio = joined.time_ms_2 / joined.time_ms_1
+    assert abs(ratio.median() - 1) < 0.01 and ((ratio - 1).abs() < 0.05).mean() > 0.95
