@@ -36,6 +36,21 @@ def test_summary_when_no_implementation_could_run(tmp_path, capsys):
     assert set(frame.status) == {"unsupported"}
 
 
+def test_capture_in_a_dtype_this_machine_has_no_roof_for(tmp_path, capsys, monkeypatch):
+    """A CPU measures an fp32 matmul roof only: fp16 rows have no bound, and the summary says '-'."""
+    out = tmp_path / "cap"
+    assert main(["capture", "--device", "cpu", "--seq", "16", "--dtype", "fp16", "--impl", "naive",
+                 "--out", str(out), "--rep-ms", "5"]) == 0
+    assert "│ naive " in capsys.readouterr().out
+    _, frame = load_capture(out)
+    assert frame.bound.isna().all() and (frame.status == "ok").all()
+    monkeypatch.setenv("ATTN_REPORTS", str(tmp_path))
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "dashboards" / "roofline.py"), default_timeout=120).run()
+    assert not at.exception and any("No roof for this dtype" in w.value for w in at.warning)
+
+
 @pytest.mark.parametrize("setup,message", [
     (lambda p: p.write_text("x"), "is a file; name a folder"),
     (lambda p: (p.mkdir(), (p / "notes.txt").write_text("mine")), "holds other files and is not a capture"),
