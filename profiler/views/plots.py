@@ -34,6 +34,7 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
     shape_key = [c for c in SHAPE_COLUMNS if c != "seq_kv"]
     naive = data[data.impl == "naive"].set_index(shape_key)["time_ms"]
     naive = naive[~naive.index.duplicated()]  # one baseline per shape, also in merged captures
+    data = data.merge(naive.rename("naive_ms").reset_index(), on=shape_key, how="left")
     families = _families(data)
     for (impl, *family), group in data.groupby(["impl", *FAMILY_COLUMNS], sort=False):
         k = families.index(tuple(family))
@@ -42,9 +43,7 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
         for key, col in (("time", "time_ms"), ("tflops", "tflops"), ("memory", "peak_mem_bytes")):
             y = group[col] / 2**20 if key == "memory" else group[col]
             figs[key].add_trace(go.Scatter(x=group.seq_q, y=y, mode="lines+markers", name=name, line=style))
-        keys = [tuple(r) for r in group[shape_key].itertuples(index=False)]
-        base = [naive.get(k, np.nan) for k in keys]
-        figs["speedup"].add_trace(go.Scatter(x=group.seq_q, y=np.array(base) / group.time_ms.to_numpy(),
+        figs["speedup"].add_trace(go.Scatter(x=group.seq_q, y=group.naive_ms / group.time_ms,
                                              mode="lines+markers", name=name, line=style))
     seqs = sorted(data.seq_q.unique())
     for family in families:
