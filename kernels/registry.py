@@ -253,7 +253,7 @@ def get_impl(name: str) -> Impl:
     module, _, attr = name.rpartition(":")
     try:
         target = getattr(_import(module), attr)
-    except (ImportError, AttributeError, ValueError, SyntaxError) as err:
+    except Exception as err:  # whatever the user's module raises on import is reported, not re-raised
         raise ValueError(f"cannot load implementation '{name}': {type(err).__name__}: {err}") from None
     if isinstance(target, Impl):
         impl = target

@@ -107,6 +107,10 @@ def test_specs_name_a_function_an_impl_or_a_registered_one(tmp_path, monkeypatch
 
         not_a_function = 3
     """)
+    broken = tmp_path / "broken_attn.py"
+    broken.write_text("raise RuntimeError('this module needs a GPU library')\n")
+    with pytest.raises(ValueError, match="cannot load implementation .*RuntimeError: this module needs a GPU library"):
+        get_impl(f"{broken}:f")
     impl = get_impl(f"{path}:plain")
     assert impl.name == "plain" and impl.spec == f"{path}:plain" and REGISTRY["plain"] is impl
     monkeypatch.chdir(tmp_path)  # a module by name is found from the current directory, as `python -m` does
