@@ -187,3 +187,45 @@ def test_out_of_sample_shapes():
     assert (lowest.step, lowest.heads, bool(lowest.causal)) == ("scale_mask", 4, True)
     splits = table[(table.impl == "sdpa_flash") & (table.heads == 4)]
     assert (splits.kv_splits == 2).all() and ((splits.dram_ratio - 1).abs() <= 0.02).all()
+
+
+def test_validate_command_end_to_end_with_stored_counters(tmp_path, monkeypatch, capsys):
+    """The `validate` command's own path (no --rebuild), with the GPU, ncu and the ceilings stood in
+    for: the CSVs Nsight Compute wrote on the H200 play the part of a fresh profile."""
+    import shutil
+
+    import torch
+
+    from profiler.measure import folder as folder_module
+    from profiler.model.roofs import Ceilings
+    from profiler.nsight import validate as validate_module
+
+    stored = json.loads((CAPTURE / "meta.json").read_text())
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(ncu, "find_ncu", lambda: "ncu")
+    monkeypatch.setattr("profiler.measure.ceilings.device_name", lambda device: "NVIDIA H200")
+    monkeypatch.setattr(folder_module, "measure_ceilings", lambda device, dtypes=(): Ceilings(
+        "NVIDIA H200", {"fp16": 677.0, "bf16": 769.0}, 4264.0, 8192, 2 << 30, "2.11", "now", 6160.0, 15 << 20))
+    monkeypatch.setattr(folder_module, "run_metadata", lambda device: {"device": "NVIDIA H200",
+                                                                        "l2_bytes": stored["l2_bytes"]})
+    seen = {}
+
+    def profiled(shapes, impls, folder, progress=None, gpu=None):
+        seen.update(shapes=shapes, impls=impls, gpu=gpu)
+        (folder / "ncu").mkdir(exist_ok=True)
+        for shape in shapes:
+            shutil.copy(CAPTURE / "ncu" / validate_module.csv_name(shape), folder / "ncu")
+            if progress:
+                progress("ncu")
+
+    monkeypatch.setattr(validate_module, "measure_counters", profiled)
+    out = tmp_path / "v"
+    assert main(["validate", "--seq", "1024", "--dim", "64", "--dtype", "fp16", "--causal", "both",
+                 "--out", str(out)]) == 0, capsys.readouterr().err
+    assert len(seen["shapes"]) == 2 and seen["gpu"] is None and "naive" in seen["impls"]
+    table = pd.read_parquet(out / "validation.parquet")
+    expected = pd.read_parquet(CAPTURE / "validation.parquet")
+    expected = expected[(expected.seq_q == 1024) & (expected.head_dim == 64) & (expected.dtype == "fp16")]
+    assert len(table) == len(expected) == 14
+    assert sorted(table.dram_ratio.round(6)) == sorted(expected.dram_ratio.round(6))
+    assert (out / "results.parquet").exists() and json.loads((out / "meta.json").read_text())["kind"] == "validate"

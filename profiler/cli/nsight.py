@@ -82,8 +82,8 @@ def validate(args) -> int:
     shapes = [cm.Shape.square(args.batch, args.heads, n, d, dtype=dt, causal=c) for dt in args.dtype
               for d in args.dim for c in args.causal for n in args.seq]
     impls = [get_impl(n) for n in args.impl]
-    if not args.device.startswith("cuda"):  # torchrun gave this rank its own GPU (profiler.cli.main)
-        args.device = "cuda"
+    # validate takes no --device: the GPU is "cuda", or under torchrun this rank's own (profiler.cli.main)
+    args.device = getattr(args, "device", None) or "cuda"
     label = device_name(args.device)
     store, roofs = start_capture(args, label, ("fp16", "bf16", "fp32"), {"kind": "validate", "impls": args.impl},
                                  impls=impls, head_dims=args.dim, resumable=False, prefix="validate-")
