@@ -256,12 +256,7 @@ with tabs["Trace"]:
 with tabs["What-if"]:
     target = st.selectbox("Project onto", list(hardware.DEVICES), index=list(hardware.DEVICES).index("B200"))
     device = hardware.DEVICES[target]
-    try:
-        device.peak_flops(dtype)
-        has_peak = True
-    except (KeyError, ValueError):
-        has_peak = False
-    if not has_peak:
+    if device.peak_flops_or_none(dtype) is None:
         st.info(f"{target} has no {dtype} peak in the datasheet table: pick another GPU to project onto.")
     else:
         st.caption("A projection from the cost model and the datasheet: each step's intensity (compulsory bytes), "

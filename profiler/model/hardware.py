@@ -50,6 +50,13 @@ class Device:
             return self.fp32_tflops * TFLOP
         return self.tensor_tflops[dtype] * TFLOP
 
+    def peak_flops_or_none(self, dtype: str) -> float | None:
+        """:meth:`peak_flops`, or None where the datasheet table gives no figure for ``dtype``."""
+        try:
+            return self.peak_flops(dtype)
+        except (KeyError, ValueError):
+            return None
+
     @property
     def hbm_bytes_per_s(self) -> float:
         return self.hbm_tbps * TB

@@ -86,12 +86,8 @@ class Roofs:
     measured: Ceilings | None
 
     def datasheet_peak(self, dtype: str) -> tuple[float, float] | None:
-        if self.datasheet is None:
-            return None
-        try:
-            return self.datasheet.peak_flops(dtype), self.datasheet.hbm_bytes_per_s
-        except (KeyError, ValueError):
-            return None
+        peak = None if self.datasheet is None else self.datasheet.peak_flops_or_none(dtype)
+        return None if peak is None else (peak, self.datasheet.hbm_bytes_per_s)
 
     def measured_peak(self, dtype: str) -> tuple[float, float] | None:
         if self.measured is None or dtype not in self.measured.matmul_tflops:

@@ -44,10 +44,7 @@ def roofs_from_meta(meta: dict, dtype: str, bytes_kind: str = "compulsory") -> l
     the L2 bandwidth ``ceilings`` measured (no datasheet gives one), under the same compute peaks.
     Empty for tile bytes when the capture holds no L2 measurement."""
     sheet = hardware.lookup(meta.get("datasheet_device") or meta.get("device", ""))
-    try:
-        sheet_peak = sheet.peak_flops(dtype) if sheet is not None else None
-    except (KeyError, ValueError):
-        sheet_peak = None
+    sheet_peak = None if sheet is None else sheet.peak_flops_or_none(dtype)
     measured = meta.get("measured_ceilings") or {}
     matmul = measured.get("matmul_tflops", {}).get(dtype)
     roofs = []
