@@ -99,7 +99,8 @@ def _print_summary(frame) -> None:
                 r["impl"], fmt(r["time_ms"] if ok else None, ".3f"), fmt(r["tflops"] if ok else None, ".4g"),
                 fmt(r["speedup_vs_naive"], ".1f"),
                 fmt(r["peak_mem_bytes"] / 2**20 if ok and r["peak_mem_bytes"] is not None else None, ",.0f"),
-                r["bound"] if isinstance(r["bound"], str) else "-", r["status"] if ok else f"{r['status']}: {str(r['message'])[:60]}",
+                r["bound"] if isinstance(r["bound"], str) else "-",
+                r["status"] if ok else f"{r['status']}: {str(r['message'])[:60]}",
             )
         console.print(table)
 
