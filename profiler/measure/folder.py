@@ -54,7 +54,7 @@ def user_impls_meta(impls: list[Impl], head_dims=()) -> dict:
     """What a capture records of each user implementation: where it was imported from, its layout,
     and its costing, so the capture can be remodelled and drawn without the user's code."""
     return {i.name: {"spec": i.spec, "description": i.description, "layout": i.extra.get("layout", "bhsd"),
-                     "costing": i.costing.as_meta(head_dims=sorted({*range(8, 257, 8), *head_dims}))}
+                     "costing": i.costing.as_meta(extra_head_dims=head_dims)}
             for i in impls if i.spec or i.extra.get("layout")}
 
 

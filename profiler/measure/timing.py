@@ -5,16 +5,10 @@ repetitions, L2 flushed between repetitions, median and spread), ``torch.utils.b
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
-
-@dataclass(frozen=True)
-class Timing:
-    median_ms: float
-    p10_ms: float
-    p90_ms: float
+from profiler.model.rows import Timing
 
 
 def measure(fn: Callable[[], object], device: torch.device | str, *, warmup_ms: int = 25, rep_ms: int = 100,

@@ -52,12 +52,14 @@ class Costing:
     def tiles_for(self, head_dim: int, dtype: str) -> Tiles | None:
         return self.tiles(head_dim, dtype) if callable(self.tiles) else self.tiles
 
-    def as_meta(self, head_dims=tuple(range(8, 257, 8)), dtypes=("fp16", "bf16", "fp32")) -> dict:
+    def as_meta(self, extra_head_dims=(), dtypes=("fp16", "bf16", "fp32")) -> dict:
         """A JSON form for a capture's meta.json (user implementations: their costing travels with
         the capture, so ``remodel`` and the dashboard never import the user's code). Tiles that
-        depend on the problem are stored as a table over ``head_dims`` × ``dtypes``."""
+        depend on the problem are stored as a table over the multiples of 8 up to 256 (and
+        ``extra_head_dims``, e.g. the capture's own) × ``dtypes``."""
         stored = {"kind": self.kind, "writes_lse": self.writes_lse, "source": self.source}
         if callable(self.tiles):
+            head_dims = sorted({*range(8, 257, 8), *extra_head_dims})
             table = {f"{d}/{t}": _tiles_json(self.tiles(d, t)) for d in head_dims for t in dtypes}
             return stored | {"tiles_by": {k: v for k, v in table.items() if v is not None}}
         return stored | {"tiles": _tiles_json(self.tiles)}

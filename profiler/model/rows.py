@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -21,8 +21,15 @@ from profiler.model.costing import Costing
 from profiler.model.roofs import Roofs
 from profiler.store import COLUMNS, RESULTS, load_capture, to_frame, write_bytes_atomic, write_json_atomic
 
-if TYPE_CHECKING:
-    from profiler.measure.timing import Timing
+
+@dataclass(frozen=True)
+class Timing:
+    """A case's time (profiler.measure.timing measures it; a stored row or an ncu run gives it back)."""
+
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+
 
 MEASURED = ("time_ms", "time_ms_p10", "time_ms_p90", "status", "message", "peak_mem_bytes", "max_rel_err")
 MODEL = ("flops", "hbm_bytes", "tile_bytes")
@@ -65,11 +72,6 @@ def same_number(a, b) -> bool:
     return math.isclose(a, b, rel_tol=1e-12)
 
 
-class _StoredTiming:
-    def __init__(self, record: dict):
-        self.median_ms, self.p10_ms, self.p90_ms = record["time_ms"], record["time_ms_p10"], record["time_ms_p90"]
-
-
 def remodel(frame: pd.DataFrame, roofs: Roofs, meta: dict | None = None) -> tuple[pd.DataFrame, pd.Series]:
     """Stored rows joined again with the current cost model, for captures stored before a change of
     the model. A row whose FLOPs and bytes the model still gives is kept as it is; a row where they
@@ -87,7 +89,8 @@ def remodel(frame: pd.DataFrame, roofs: Roofs, meta: dict | None = None) -> tupl
         ok = record["status"] == "ok" and not pd.isna(record["time_ms"])
         measured = {k: (None if pd.isna(record[k]) else record[k]) for k in MEASURED}
         row = roofline_row(record["impl"], costing, cm.Shape.from_row(record), record["step"], roofs,
-                           timing=_StoredTiming(record) if ok else None, status=measured["status"],
+                           timing=Timing(record["time_ms"], record["time_ms_p10"], record["time_ms_p90"]) if ok
+                           else None, status=measured["status"],
                            message=measured["message"] or "", peak_mem_bytes=measured["peak_mem_bytes"],
                            max_rel_err=measured["max_rel_err"])
         rows.append(row | {k: v for k, v in record.items() if k not in COLUMNS})  # e.g. nsys_gpu_ms

@@ -20,7 +20,7 @@ import pandas as pd
 from profiler.model import cost_model as cm
 from profiler.model.costing import Tiles
 from profiler.model.roofs import Roofs
-from profiler.model.rows import roofline_row
+from profiler.model.rows import Timing, roofline_row
 from profiler.nsight.ncu import read_raw_csv, run_driver
 from profiler.store import RESULTS, to_frame, write_bytes_atomic
 
@@ -173,13 +173,6 @@ def rebuild(folder: Path | str, l2_bytes: float | None, meta: dict | None = None
     return table
 
 
-class _NcuTime:
-    """ncu's gpu__time_duration of the one profiled run, as the row's time (no spread)."""
-
-    def __init__(self, ns: float):
-        self.median_ms = self.p10_ms = self.p90_ms = ns / 1e6
-
-
 def write_validation(folder: Path | str, meta: dict) -> pd.DataFrame:
     """Read the folder's ncu/*.csv and write its tables with the current model: ncu_kernels and
     validation.parquet (:func:`rebuild`), and results.parquet so the dashboard reads the folder
@@ -188,7 +181,7 @@ def write_validation(folder: Path | str, meta: dict) -> pd.DataFrame:
     table = rebuild(folder, meta.get("l2_bytes"), meta)
     roofs = Roofs.from_meta(meta)
     rows = [roofline_row(r.impl, cm.costing_for(r.impl, meta), cm.Shape.from_row(r), r.step, roofs,
-                         timing=_NcuTime(r.gpu_time_ns), status="ok",
+                         timing=Timing(*[r.gpu_time_ns / 1e6] * 3), status="ok",  # ncu's one profiled run
                          message="time: ncu gpu__time_duration of one run")
             for r in table.itertuples()]
     write_bytes_atomic(folder / RESULTS, to_frame(rows).to_parquet(index=False))
