@@ -6,14 +6,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from argparse import Namespace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from kernels.registry import REGISTRY
-from profiler.cli import UsageError
 from profiler.measure import distributed
 from profiler.model import cost_model as cm
 from profiler.model import hardware
@@ -68,13 +66,12 @@ def test_merge_parts_replaces_by_key_and_removes_the_parts(tmp_path):
 
 
 def test_ranks_on_different_gpus_are_refused_unless_allowed(monkeypatch, tmp_path):
-    from profiler.cli import console
+    from profiler.measure.folder import FolderError
 
     monkeypatch.setattr(distributed, "gather", lambda value: ["NVIDIA H200", "NVIDIA H100 80GB HBM3"])
-    args = Namespace(allow_mixed=False, device="cuda:0")
-    with pytest.raises(UsageError, match="the ranks run on different devices .*pass --allow-mixed"):
-        console._start_distributed(args, distributed.Ranks(0, 2, 0), tmp_path / "x", "NVIDIA H200", ["fp16"],
-                                   {}, [], (), False, True)
+    with pytest.raises(FolderError, match="the ranks run on different devices .*pass --allow-mixed"):
+        distributed.open_shared_capture(distributed.Ranks(0, 2, 0), "cuda:0", tmp_path / "x", "NVIDIA H200",
+                                        ["fp16"], {})
 
 
 def test_two_ranks_give_the_serial_capture(tmp_path):

@@ -92,7 +92,7 @@ def validate(args) -> int:
         from profiler.measure import distributed
 
         costs = [sum(distributed.predicted_seconds(i, s, roofs, 0) for i in impls) for s in shapes]
-        shapes = [shapes[i] for i in distributed.plan(costs, ranks.world)[ranks.rank]]
+        shapes = [shapes[i] for i in distributed.share(ranks, shapes, costs).mine]
         gpu = torch.cuda.current_device()
     with Progress(console=console, transient=True, disable=ranks is not None and not ranks.main) as progress:
         task = progress.add_task("ncu", total=len(shapes))

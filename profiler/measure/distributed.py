@@ -16,11 +16,15 @@ import hashlib
 import heapq
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
+from profiler.measure.folder import FolderError, open_capture
+from profiler.measure.torch_trace import kernels_of_capture
 from profiler.model import cost_model as cm
 from profiler.model.roofs import Roofs
+from profiler.store import ResultStore, load_capture, merge_parts
 
 WARMUP_MS = 25  # do_bench's warm-up (profiler.measure.timing)
 
@@ -119,7 +123,73 @@ def plan(costs: list[float], world: int) -> list[list[int]]:
     return shares
 
 
-def fingerprint(cases: list[tuple[cm.Shape, str]], shares: list[list[int]]) -> str:
-    """A digest of the plan, to check that every rank planned the same cases the same way."""
-    text = repr([(shape, name) for shape, name in cases]) + repr(shares)
-    return hashlib.sha256(text.encode()).hexdigest()
+def fingerprint(items: list, shares: list[list[int]]) -> str:
+    """A digest of a plan, to check that every rank planned the same items the same way."""
+    return hashlib.sha256((repr(items) + repr(shares)).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Share:
+    """This rank's part of a plan: the indices it measures, and the whole plan for meta.json."""
+
+    mine: list[int]
+    shares: list[list[int]]
+    costs: list[float]
+
+    def as_meta(self) -> list[dict]:
+        return [{"rank": r, "cases": len(share), "predicted_s": round(sum(self.costs[i] for i in share), 1)}
+                for r, share in enumerate(self.shares)]
+
+
+def share(ranks: Ranks, items: list, costs: list[float]) -> Share:
+    """This rank's share of ``items`` (each with its predicted cost) by :func:`plan`, after checking
+    that every rank planned the same items the same way."""
+    shares = plan(costs, ranks.world)
+    if len(set(gather(fingerprint(items, shares)))) > 1:
+        raise RuntimeError("the ranks planned different cases: give every rank the same arguments")
+    return Share(shares[ranks.rank], shares, costs)
+
+
+def open_shared_capture(ranks: Ranks, device: str, folder: Path, label: str, dtypes, meta: dict, *, impls=(),
+                        head_dims=(), resume: bool = False, resumable: bool = True, allow_mixed: bool = False,
+                        status=None) -> tuple[ResultStore, Roofs]:
+    """The distributed counterpart of profiler.measure.folder.open_capture: rank 0 checks the
+    folder, measures the roofs and writes meta.json (every rank's device under ``ranks``); every
+    rank gets the same roofs and a store of its own part file that skips what the folder already
+    holds. A refusal (a bad folder, ranks on different devices without ``allow_mixed``) is raised
+    as FolderError on every rank, so none is left waiting."""
+    devices = gather(label)
+    if len(set(devices)) > 1 and not allow_mixed:
+        raise FolderError(f"the ranks run on different devices ({', '.join(sorted(set(devices)))}); one capture "
+                          "compares like with like: pass --allow-mixed to measure across them anyway")
+    folder = Path(broadcast(str(folder)))  # one default name for all ranks
+    error = roofs = stored_meta = None
+    if ranks.main:
+        try:
+            store, roofs = open_capture(device, folder, label, dtypes,
+                                        meta | {"ranks": [{"rank": r, "device": d} for r, d in enumerate(devices)]},
+                                        impls=impls, head_dims=head_dims, resume=resume, resumable=resumable,
+                                        status=status)
+            stored_meta = store.meta
+        except FolderError as err:
+            error = str(err)
+    error, roofs, stored_meta = broadcast((error, roofs, stored_meta))
+    if error:
+        raise FolderError(error)
+    return ResultStore(folder, stored_meta, resume=True, part=ranks.part, write_meta=False), roofs
+
+
+def finish_capture(ranks: Ranks, store: ResultStore, plan_meta: list[dict]) -> list[dict]:
+    """Wait for every rank; rank 0 then merges the parts into results.parquet, rebuilds the kernel
+    table from the traces, records the plan and marks the capture finished. Rank 0 returns every
+    row of the capture (and keeps them in ``store.rows``), the others their own."""
+    barrier()  # every part is complete
+    rows = store.rows
+    if ranks.main:
+        merge_parts(store.folder)
+        if (store.folder / "traces").is_dir():
+            store.write_kernels(kernels_of_capture(store.folder))
+        store.update_meta(finished=True, plan=plan_meta)
+        rows = store.rows = load_capture(store.folder)[1].to_dict("records")
+    barrier()
+    return rows
