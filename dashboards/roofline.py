@@ -1,4 +1,5 @@
-"""Explore attention captures: roofline, scaling, per-step breakdown, comparisons, traces, what-if.
+"""Explore attention captures: roofline, scaling, decode bandwidth, per-step breakdown, comparisons,
+traces, what-if.
 
     streamlit run dashboards/roofline.py                      # captures under reports/
     streamlit run dashboards/roofline.py -- --reports DIR     # or another folder of captures
@@ -25,11 +26,12 @@ if str(ROOT) not in sys.path:  # `streamlit run` from a checkout without `pip in
 
 from profiler.model import cost_model as cm  # noqa: E402
 from profiler.model import hardware  # noqa: E402
+from profiler.model.presets import PRESETS, preset_of  # noqa: E402
 from profiler.store import CaptureError, discover_captures, load_capture  # noqa: E402
 from profiler.views import plots, rooflines  # noqa: E402
 
 DEFAULT_CAPTURE = "reference-h200"
-TABS = ["Roofline", "Scaling", "Step breakdown", "Compare", "Trace", "What-if", "Validation"]
+TABS = ["Roofline", "Scaling", "Bandwidth", "Step breakdown", "Compare", "Trace", "What-if", "Validation"]
 # Filters that pick one value at first (so the first view is one shape family), and which.
 PREFERRED = {"dtype": "fp16", "head_dim": 64, "causal": False, "mode": "fwd"}
 
@@ -122,21 +124,30 @@ with st.sidebar:
     data = pd.concat([with_capture(n, *captures[n]) for n in chosen_captures], ignore_index=True)
     st.header("Filters")
     filters: dict[str, list] = {}
+    # A model preset picks heads, K/V heads and head_dim at once (those of the models the data has).
+    in_data = {preset_of(*r) for r in data[["heads", "kv_heads", "head_dim"]].drop_duplicates().itertuples(index=False)}
+    presets = ["any"] + [name for name in PRESETS if name in in_data]
+    preset = st.selectbox("Model preset", presets, help="; ".join(f"{n}: {p.heads} heads, {p.kv_heads} K/V heads, "
+                                                                 f"D{p.head_dim}" for n, p in PRESETS.items()))
+    fixed = {} if preset == "any" else dict(zip(("heads", "kv_heads", "head_dim"), PRESETS[preset][:3]))
 
     def choose(label: str, column: str):
         options = sorted(data[column].dropna().unique().tolist(), key=str)
+        if column in fixed:
+            filters[column] = [fixed[column]]
+            return
         prefer = PREFERRED.get(column)
         start = options if column not in PREFERRED else ([prefer] if prefer in options else options[:1])
         filters[column] = st.multiselect(label, options, default=start)
 
     for label, column in (("Device", "device"), ("dtype", "dtype"), ("head_dim", "head_dim"), ("causal", "causal"),
-                          ("Mode", "mode"), ("Batch", "batch"), ("Heads", "heads"), ("Implementation", "impl"),
-                          ("Step", "step")):
+                          ("Mode", "mode"), ("Batch", "batch"), ("Heads", "heads"), ("K/V heads", "kv_heads"),
+                          ("Query length", "seq_q"), ("Implementation", "impl"), ("Step", "step")):
         choose(label, column)
-    seqs = sorted(data.seq_q.unique().tolist())
-    lo, hi = st.select_slider("Sequence length", options=seqs, value=(seqs[0], seqs[-1])) if len(seqs) > 1 \
-        else (seqs[0], seqs[0])
-    filters["seq_q"] = [n for n in seqs if lo <= n <= hi]
+    seqs = sorted(data.seq_kv.unique().tolist())
+    lo, hi = st.select_slider("Key length (N for square shapes)", options=seqs, value=(seqs[0], seqs[-1])) \
+        if len(seqs) > 1 else (seqs[0], seqs[0])
+    filters["seq_kv"] = [n for n in seqs if lo <= n <= hi]
     bound_filter = st.multiselect("Bound", ["memory", "compute"], default=["memory", "compute"],
                                   help="as the roofline judges it for the bytes chosen below")
     bytes_kind = st.radio("Bytes for intensity", ["compulsory", "tile"], horizontal=True,
@@ -175,7 +186,8 @@ with tabs["Roofline"]:
                      "throughput table; FlashAttention-3 §3.1) cap a fused kernel that does not overlap them with "
                      "its matmuls")
     st.caption(" · ".join(notes))
-    table = points[["capture", "impl", "step", "mode", "batch", "heads", "seq_q", "head_dim", "dtype", "causal",
+    table = points[["capture", "impl", "step", "mode", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim",
+                    "dtype", "causal",
                     "time_ms", "tflops", "x", "view_bound", "of_roof", "binds", "of_ceiling"]].rename(columns={
                         "x": "FLOP/B", "view_bound": "bound", "of_roof": "% of roof", "binds": "binding ceiling",
                         "of_ceiling": "% of binding ceiling"})
@@ -188,7 +200,8 @@ with tabs["Roofline"]:
     not_ok = view[(view.status != "ok") & (view.step == "total")]
     if not not_ok.empty:
         st.caption(f"Not on the chart: {len(not_ok)} case(s) that did not run (oom, unsupported, error):")
-        st.dataframe(not_ok[["capture", "impl", "mode", "seq_q", "head_dim", "dtype", "causal", "status", "message"]],
+        st.dataframe(not_ok[["capture", "impl", "mode", "kv_heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal",
+                             "status", "message"]],
                      hide_index=True, width="stretch")
 
 with tabs["Scaling"]:
@@ -199,13 +212,28 @@ with tabs["Scaling"]:
     left.plotly_chart(figs["memory"], width="stretch")
     right.plotly_chart(figs["speedup"], width="stretch")
 
+with tabs["Bandwidth"]:
+    st.plotly_chart(plots.bandwidth_figure(view, meta), width="stretch")
+    decode = view[(view.step == "total") & (view.status == "ok") & (view.seq_q < view.seq_kv)]
+    copy = (meta.get("measured_ceilings") or {}).get("copy_gbps")
+    if not decode.empty:
+        shown = decode[["capture", "impl", "path", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim",
+                        "dtype", "time_ms", "gbps"]].copy()
+        shown["of measured copy"] = shown.gbps / copy * 100 if copy else None
+        st.caption("GB/s counts the model's compulsory bytes (Q, K, V read once, O and the logsumexp written once): "
+                   "what any kernel must move. Above the copy line is possible: a read-mostly stream outruns a copy.")
+        st.dataframe(shown.sort_values(["batch", "seq_q", "seq_kv", "impl"]), hide_index=True, width="stretch",
+                     column_config={"of measured copy": st.column_config.NumberColumn(format="%.0f%%"),
+                                    "gbps": st.column_config.NumberColumn(format="%,.0f")})
+
 with tabs["Step breakdown"]:
     scale = st.radio("Show", ["share", "ms"], horizontal=True, key="step-scale",
                      help="share: each step's part of the four steps' time (every N readable); ms: milliseconds")
     st.plotly_chart(plots.step_breakdown_figure(view, scale), width="stretch")
     first = view.iloc[0]
     shape = replace(cm.Shape.from_row(first), seq_q=int(hi), seq_kv=int(hi), mode="fwd")
-    family = plots.family_label(shape.batch, shape.heads, shape.head_dim, shape.dtype, shape.causal, "fwd")
+    family = plots.family_label(shape.batch, shape.heads, shape.kv_heads, shape.head_dim, shape.dtype, shape.causal,
+                                "fwd")
     st.markdown(f"**HBM trips of the N×N matrix, naive vs fused** (model, {family}, N={hi})")
     st.dataframe(plots.hbm_trips_table(shape), hide_index=True)
 
@@ -235,7 +263,8 @@ with tabs["Trace"]:
         if loaded is None or loaded[1].empty:
             continue
         source, kernels = loaded
-        kernels = apply_filters(kernels, {k: v for k, v in filters.items() if k in ("impl", "seq_q", "mode")})
+        kernels = apply_filters(kernels, {k: v for k, v in filters.items()
+                                          if k in ("impl", "seq_q", "seq_kv", "kv_heads", "mode")})
         if kernels.empty:
             continue
         found = True

@@ -59,9 +59,10 @@ def _sm90_tiles(head_dim: int, dtype: str) -> Tiles:
 
 
 @register(name="flex_attention", description="PyTorch FlexAttention (torch.compile'd on a GPU)",
-          costing=Costing("fused", _sm90_tiles, source="torch inductor's sm_90 FlexAttention defaults"))
+          costing=Costing("fused", _sm90_tiles, source="torch inductor's sm_90 FlexAttention defaults"), gqa=True)
 def flex_attention(q, k, v, causal: bool = False, sm_scale: float | None = None) -> torch.Tensor:
-    """q: (batch, heads, seq_q, head_dim); k, v: (batch, heads, seq_kv, head_dim). Returns o like q."""
+    """q: (batch, heads, seq_q, head_dim); k, v: (batch, kv_heads, seq_kv, head_dim), kv_heads dividing
+    heads (FlexAttention's enable_gqa). Returns o like q."""
     block_mask = _causal_block_mask(q.shape[2], k.shape[2], str(q.device)) if causal else None
     attend = _compiled() if q.is_cuda else _flex_attention
-    return attend(q, k, v, block_mask=block_mask, scale=sm_scale)
+    return attend(q, k, v, block_mask=block_mask, scale=sm_scale, enable_gqa=k.shape[1] != q.shape[1])

@@ -27,7 +27,11 @@ def check_qkv(
     head_dims: tuple[int, ...] | None = None,
     same_seq: bool = False,
 ) -> tuple[int, int, int, int, int]:
-    """Check q, k, v are BHSD attention inputs; return (batch, heads, seq_q, seq_kv, head_dim)."""
+    """Check q, k, v are BHSD attention inputs; return (batch, heads, seq_q, seq_kv, head_dim).
+
+    k and v may have fewer heads than q when that number divides q's (grouped-query attention, and
+    multi-query at 1 head): query head h then reads K/V head h // (heads // kv_heads), the grouping
+    of SDPA's ``enable_gqa`` and of ``repeat_interleave``."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -43,10 +47,13 @@ def check_qkv(
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     batch, heads, seq_q, head_dim = q.shape
-    if k.shape[0] != batch or k.shape[1] != heads or k.shape[3] != head_dim:
+    if k.shape[0] != batch or k.shape[3] != head_dim:
         raise ValueError(
-            f"k shape {tuple(k.shape)} does not match q shape {tuple(q.shape)} in batch, heads or head_dim"
+            f"k shape {tuple(k.shape)} does not match q shape {tuple(q.shape)} in batch or head_dim"
         )
+    if k.shape[1] < 1 or heads % k.shape[1]:
+        raise ValueError(f"k has {k.shape[1]} heads; it must divide q's {heads} heads (grouped-query attention) "
+                         "or equal them")
     if v.shape != k.shape:
         raise ValueError(f"v shape {tuple(v.shape)} must equal k shape {tuple(k.shape)}")
     seq_kv = k.shape[2]
@@ -74,6 +81,9 @@ def check_backward_inputs(do, q, k, v, o, lse, *, head_dims: tuple[int, ...] | N
     if do.device != o.device:
         raise ValueError(f"the gradient of o is on '{do.device}'; it must be on o's device '{o.device}'")
     batch, heads, seq_q, head_dim = q.shape
+    if k.shape[1] < 1 or heads % k.shape[1] or v.shape != k.shape:
+        raise ValueError(f"k and v have shapes {tuple(k.shape)}, {tuple(v.shape)}; they must be equal with heads "
+                         f"dividing q's {heads}")
     if lse.shape != (batch, heads, seq_q):
         raise ValueError(f"lse has shape {tuple(lse.shape)}; it must be (batch, heads, seq_q) = "
                          f"{(batch, heads, seq_q)}")

@@ -127,8 +127,9 @@ def _attn_bwd_dkdv(
     stride_vz, stride_vh, stride_vn, stride_vd,
     stride_doz, stride_doh, stride_dom, stride_dod,
     stride_dkz, stride_dkh, stride_dkn, stride_dkd,  # DK and DV share this layout
-    H, seq_q, seq_kv,
+    H, seq_q, seq_kv,  # H: query heads
     SEQ_BUCKET,  # autotune key only
+    GROUP: tl.constexpr,  # query heads per K/V head (1: multi-head; the loop over them folds away)
     HEAD_DIM: tl.constexpr,
     CAUSAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
@@ -137,23 +138,18 @@ def _attn_bwd_dkdv(
 ):
     tl.static_assert(BLOCK_N % BLOCK_M == 0, "BLOCK_N % BLOCK_M != 0: a diagonal query tile would straddle")
     start_n = tl.program_id(0) * BLOCK_N
-    off_hz = tl.program_id(1)
-    off_z = (off_hz // H).to(tl.int64)
-    off_h = (off_hz % H).to(tl.int64)
+    off_zk = tl.program_id(1)  # batch · K/V head
+    off_z = (off_zk // (H // GROUP)).to(tl.int64)
+    off_hk = (off_zk % (H // GROUP)).to(tl.int64)
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     col_ok = offs_n[:, None] < seq_kv
-    k = tl.load(K + off_z * stride_kz + off_h * stride_kh + offs_n[:, None] * stride_kn
+    k = tl.load(K + off_z * stride_kz + off_hk * stride_kh + offs_n[:, None] * stride_kn
                 + offs_d[None, :] * stride_kd, mask=col_ok, other=0.0)  # (BLOCK_N, HEAD_DIM)
-    v = tl.load(V + off_z * stride_vz + off_h * stride_vh + offs_n[:, None] * stride_vn
+    v = tl.load(V + off_z * stride_vz + off_hk * stride_vh + offs_n[:, None] * stride_vn
                 + offs_d[None, :] * stride_vd, mask=col_ok, other=0.0)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
-
-    q_base = Q + off_z * stride_qz + off_h * stride_qh
-    do_base = DO + off_z * stride_doz + off_h * stride_doh
-    lse_base = LSE + off_hz.to(tl.int64) * seq_q
-    delta_base = Delta + off_hz.to(tl.int64) * seq_q
 
     full_q = (seq_q // BLOCK_M) * BLOCK_M  # query rows in whole tiles
     if CAUSAL:
@@ -165,21 +161,30 @@ def _attn_bwd_dkdv(
         diag_lo = 0
         diag_hi = 0
     body_hi = tl.maximum(full_q, diag_hi)
-    dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                         stride_qm, stride_qd, stride_dom, stride_dod,
-                         offs_n, offs_d, diag_lo, diag_hi, seq_q, qk_scale,
-                         BLOCK_M, True, CAUSAL, DOT_PRECISION)
-    dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                         stride_qm, stride_qd, stride_dom, stride_dod,
-                         offs_n, offs_d, diag_hi, body_hi, seq_q, qk_scale,
-                         BLOCK_M, False, CAUSAL, DOT_PRECISION)
-    dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                         stride_qm, stride_qd, stride_dom, stride_dod,
-                         offs_n, offs_d, body_hi, seq_q, seq_q, qk_scale,
-                         BLOCK_M, True, CAUSAL, DOT_PRECISION)
+    # Grouped-query attention: the K/V head's gradients sum over every query head of its group,
+    # so this program walks each of them in turn (no atomics, no copy of K or V).
+    for g in range(GROUP):
+        off_h = off_hk * GROUP + g
+        off_hz = off_z * H + off_h
+        q_base = Q + off_z * stride_qz + off_h * stride_qh
+        do_base = DO + off_z * stride_doz + off_h * stride_doh
+        lse_base = LSE + off_hz * seq_q
+        delta_base = Delta + off_hz * seq_q
+        dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                             stride_qm, stride_qd, stride_dom, stride_dod,
+                             offs_n, offs_d, diag_lo, diag_hi, seq_q, qk_scale,
+                             BLOCK_M, True, CAUSAL, DOT_PRECISION)
+        dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                             stride_qm, stride_qd, stride_dom, stride_dod,
+                             offs_n, offs_d, diag_hi, body_hi, seq_q, qk_scale,
+                             BLOCK_M, False, CAUSAL, DOT_PRECISION)
+        dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                             stride_qm, stride_qd, stride_dom, stride_dod,
+                             offs_n, offs_d, body_hi, seq_q, seq_q, qk_scale,
+                             BLOCK_M, True, CAUSAL, DOT_PRECISION)
 
     dk = dk * sm_scale  # dS was taken w.r.t. the scaled scores: dK = scale · dSᵀ Q
-    dk_ptrs = off_z * stride_dkz + off_h * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd
+    dk_ptrs = off_z * stride_dkz + off_hk * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd
     tl.store(DK + dk_ptrs, dk.to(DK.dtype.element_ty), mask=col_ok)
     tl.store(DV + dk_ptrs, dv.to(DV.dtype.element_ty), mask=col_ok)
 
@@ -232,7 +237,7 @@ def _attn_bwd_dq(
     stride_vz, stride_vh, stride_vn, stride_vd,
     stride_doz, stride_doh, stride_dom, stride_dod,
     stride_dqz, stride_dqh, stride_dqm, stride_dqd,
-    H, seq_q, seq_kv,
+    H, GROUP, seq_q, seq_kv,
     SEQ_BUCKET,  # autotune key only
     HEAD_DIM: tl.constexpr,
     CAUSAL: tl.constexpr,
@@ -259,8 +264,8 @@ def _attn_bwd_dq(
     delta = tl.load(Delta + off_hz.to(tl.int64) * seq_q + offs_m, mask=row_ok, other=0.0)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
 
-    k_base = K + off_z * stride_kz + off_h * stride_kh
-    v_base = V + off_z * stride_vz + off_h * stride_vh
+    k_base = K + off_z * stride_kz + (off_h // GROUP) * stride_kh  # this query head's K/V head
+    v_base = V + off_z * stride_vz + (off_h // GROUP) * stride_vh
     full_kv = (seq_kv // BLOCK_N) * BLOCK_N
     if CAUSAL:
         hi_unmasked = tl.minimum(start_m, full_kv)
@@ -289,7 +294,8 @@ def flash_attention_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) of o = attention(q, k, v) for upstream ``do``.
 
-    do, o: (batch, heads, seq_q, head_dim); q likewise; k, v: (batch, heads, seq_kv, head_dim);
+    do, o: (batch, heads, seq_q, head_dim); q likewise; k, v: (batch, kv_heads, seq_kv, head_dim), with
+    kv_heads dividing heads (dk and dv then sum over each K/V head's group of query heads);
     lse: (batch, heads, seq_q) fp32 from :func:`kernels.flash_fwd.flash_attention_forward`.
     """
     batch, heads, seq_q, seq_kv, head_dim = check_backward_inputs(do, q, k, v, o, lse, head_dims=HEAD_DIMS)
@@ -305,18 +311,19 @@ def flash_attention_backward(
     )
 
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
-    dk = torch.empty((batch, heads, seq_kv, head_dim), dtype=k.dtype, device=k.device)
+    kv_heads = k.shape[1]
+    dk = torch.empty((batch, kv_heads, seq_kv, head_dim), dtype=k.dtype, device=k.device)
     dv = torch.empty_like(dk)
-    _attn_bwd_dkdv[lambda meta: (triton.cdiv(seq_kv, meta["BLOCK_N"]), batch * heads)](
+    _attn_bwd_dkdv[lambda meta: (triton.cdiv(seq_kv, meta["BLOCK_N"]), batch * kv_heads)](
         q, k, v, do, dk, dv, lse, delta, qk_scale, sm_scale,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(),
         heads, seq_q, seq_kv, bucket,
-        HEAD_DIM=head_dim, CAUSAL=bool(causal), DOT_PRECISION=precision,
+        GROUP=heads // kv_heads, HEAD_DIM=head_dim, CAUSAL=bool(causal), DOT_PRECISION=precision,
     )
     _attn_bwd_dq[lambda meta: (triton.cdiv(seq_q, meta["BLOCK_M"]), batch * heads)](
         q, k, v, do, dq, lse, delta, qk_scale, sm_scale,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
-        heads, seq_q, seq_kv, bucket,
+        heads, heads // kv_heads, seq_q, seq_kv, bucket,
         HEAD_DIM=head_dim, CAUSAL=bool(causal), DOT_PRECISION=precision,
     )
     return dq, dk, dv

@@ -23,6 +23,8 @@ import triton.language as tl
 
 from kernels._autotune import LN2_C, LOG2E, autotune, configs_from, default_tile, dot_precision, pruner, seq_bucket
 from kernels._checks import check_qkv, check_triton_device, dtype_name, resolve_scale
+from kernels.flash_decode import flash_decode_forward
+from profiler.model import split_kv
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 
@@ -91,7 +93,7 @@ def _attn_fwd(
     stride_kz, stride_kh, stride_kn, stride_kd,
     stride_vz, stride_vh, stride_vn, stride_vd,
     stride_oz, stride_oh, stride_om, stride_od,
-    H, seq_q, seq_kv,
+    H, GROUP, seq_q, seq_kv,  # GROUP: query heads per K/V head (grouped-query attention)
     SEQ_BUCKET,  # autotune key only, see seq_bucket()
     HEAD_DIM: tl.constexpr,
     CAUSAL: tl.constexpr,
@@ -110,8 +112,8 @@ def _attn_fwd(
     off_z = (off_hz // H).to(tl.int64)
     off_h = (off_hz % H).to(tl.int64)
     q_base = Q + off_z * stride_qz + off_h * stride_qh
-    k_base = K + off_z * stride_kz + off_h * stride_kh
-    v_base = V + off_z * stride_vz + off_h * stride_vh
+    k_base = K + off_z * stride_kz + (off_h // GROUP) * stride_kh  # the K/V head of this query head's group
+    v_base = V + off_z * stride_vz + (off_h // GROUP) * stride_vh
 
     offs_m = start_m + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -164,19 +166,28 @@ def flash_attention_forward(
     causal: bool = False,
     sm_scale: float | None = None,
     config: dict | None = None,
+    split: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """FlashAttention-2 forward, no autograd.
 
-    q: (batch, heads, seq_q, head_dim); k, v: (batch, heads, seq_kv, head_dim), any strides.
+    q: (batch, heads, seq_q, head_dim); k, v: (batch, kv_heads, seq_kv, head_dim), kv_heads dividing
+    heads (grouped-query attention: query head h reads K/V head h // (heads // kv_heads)), any strides.
     Returns o: (batch, heads, seq_q, head_dim) in q's dtype and contiguous, and
     lse: (batch, heads, seq_q) fp32, the natural-log logsumexp of each row of the scaled scores.
     Causal masking is top-left aligned (key j visible to query i when j <= i), as SDPA's is_causal.
     ``config`` bypasses the autotuner, e.g. ``dict(BLOCK_M=128, BLOCK_N=64, num_warps=8,
     num_stages=3)``, for sweeps such as those in docs/perf-notes.md.
+
+    Decode shapes (few query rows per K/V head) take the split-KV path of kernels.flash_decode when
+    profiler.model.split_kv.plan gives a plan; ``split`` False forces the tiled kernel, True the
+    split-KV path where it applies (tests run both).
     """
     batch, heads, seq_q, seq_kv, head_dim = check_qkv(q, k, v, head_dims=HEAD_DIMS)
     check_triton_device(q)
     scale = resolve_scale(sm_scale, head_dim)
+    decode = split_kv.plan(batch, k.shape[1], heads // k.shape[1], seq_q, seq_kv)
+    if decode is not None and split is not False and config is None:
+        return flash_decode_forward(q, k, v, causal, scale, decode)
     o = torch.empty((batch, heads, seq_q, head_dim), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
 
@@ -187,7 +198,7 @@ def flash_attention_forward(
     kernel(
         q, k, v, o, lse, scale * LOG2E,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-        heads, seq_q, seq_kv,
+        heads, heads // k.shape[1], seq_q, seq_kv,
         seq_bucket(seq_q, seq_kv),
         HEAD_DIM=head_dim, CAUSAL=bool(causal),
         DOT_PRECISION=dot_precision(dtype_name(q.dtype)),

@@ -42,10 +42,22 @@ def step_range(name: str):
             yield
 
 
+def _grouped(x: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """(B, H, N, C) -> (B, kv_heads, H/kv_heads · N, C): the rows of a K/V head's query heads stacked,
+    so one batched matmul per K/V head serves its whole group without copying K or V (a view when
+    x is contiguous in its last three dimensions)."""
+    batch, heads, rows, cols = x.shape
+    return x.reshape(batch, kv_heads, heads // kv_heads * rows, cols)
+
+
 def qk_matmul(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """S = Q Kᵀ. q: (B, H, Nq, D), k: (B, H, Nk, D) -> S: (B, H, Nq, Nk) in the input dtype."""
+    """S = Q Kᵀ. q: (B, H, Nq, D), k: (B, Hkv, Nk, D) -> S: (B, H, Nq, Nk) in the input dtype.
+    With grouped-query attention (Hkv < H) each K head is multiplied once by its group's queries."""
     with step_range("qk_matmul"):
-        return torch.matmul(q, k.transpose(-2, -1))
+        if k.shape[1] == q.shape[1]:
+            return torch.matmul(q, k.transpose(-2, -1))
+        s = torch.matmul(_grouped(q, k.shape[1]), k.transpose(-2, -1))
+        return s.view(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
 
 
 def scale_mask(s: torch.Tensor, sm_scale: float, causal: bool) -> torch.Tensor:
@@ -67,9 +79,12 @@ def softmax(s: torch.Tensor) -> torch.Tensor:
 
 
 def pv_matmul(p: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """O = P V. p: (B, H, Nq, Nk), v: (B, H, Nk, D) -> O: (B, H, Nq, D)."""
+    """O = P V. p: (B, H, Nq, Nk), v: (B, Hkv, Nk, D) -> O: (B, H, Nq, D)."""
     with step_range("pv_matmul"):
-        return torch.matmul(p, v)
+        if v.shape[1] == p.shape[1]:
+            return torch.matmul(p, v)
+        o = torch.matmul(_grouped(p, v.shape[1]), v)
+        return o.view(p.shape[0], p.shape[1], p.shape[2], v.shape[3])
 
 
 def naive_attention(
@@ -79,7 +94,8 @@ def naive_attention(
     causal: bool = False,
     sm_scale: float | None = None,
 ) -> torch.Tensor:
-    """Stepwise attention softmax(Q Kᵀ · sm_scale) V on BHSD tensors: (batch, heads, seq, head_dim).
+    """Stepwise attention softmax(Q Kᵀ · sm_scale) V on BHSD tensors: (batch, heads, seq, head_dim);
+    k and v may have fewer heads (grouped-query attention, see kernels._checks.check_qkv).
 
     Works on any device and any floating dtype, and with autograd. Memory is O(N²): S and P are
     both materialised.
@@ -107,6 +123,8 @@ def attention_oracle(
     """
     scale = resolve_scale(sm_scale, q.shape[-1])
     q64, k64, v64 = (t.to("cpu", torch.float64) for t in (q, k, v))
+    group = q.shape[1] // k.shape[1]  # grouped-query attention: query head h reads K/V head h // group
+    k64, v64 = k64.repeat_interleave(group, dim=1), v64.repeat_interleave(group, dim=1)
     s = torch.matmul(q64, k64.transpose(-2, -1)) * scale
     if causal:
         above = torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool).triu_(1)

@@ -49,6 +49,7 @@ class Impl:
     dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES
     head_dims: tuple[int, ...] | None = None  # None: any head_dim
     backward_head_dims: tuple[int, ...] | None = None
+    gqa: bool = True  # takes k, v with fewer heads than q (grouped-query attention)
     spec: str = ""  # "module:attr" a user implementation is imported from ("" for ours)
     extra: dict = field(default_factory=dict, compare=False)
 
@@ -68,9 +69,11 @@ class Impl:
         return tuple(dict.fromkeys(("total", *self.steps)))
 
     def unsupported_reason(
-        self, device: torch.device | str, dtype: torch.dtype, head_dim: int, backward: bool = False
+        self, device: torch.device | str, dtype: torch.dtype, head_dim: int, backward: bool = False,
+        grouped: bool = False,
     ) -> str | None:
-        """Why this implementation cannot run this case here, or None when it can."""
+        """Why this implementation cannot run this case here, or None when it can (``grouped``: K and
+        V have fewer heads than Q)."""
         device_type = torch.device(device).type
         if self.needs_cuda and device_type != "cuda":
             return f"{self.name} needs a CUDA device"
@@ -80,6 +83,8 @@ class Impl:
             return f"{self.name} does not take {dtype_name(dtype)}"
         if self.head_dims is not None and head_dim not in self.head_dims:
             return f"{self.name} takes head_dim in {self.head_dims}, not {head_dim}"
+        if grouped and not self.gqa:
+            return f"{self.name} does not take fewer K/V heads than query heads (register it with gqa=True if it does)"
         if backward:
             if not self.supports_backward:
                 return f"{self.name} has no backward pass"
@@ -128,7 +133,9 @@ REGISTRY: dict[str, Impl] = {
             "triton_flash", flash_attention,
             "Triton FlashAttention-2 (ours): tiled, online softmax, recomputing backward",
             Costing("fused", _flash_tiles, source="the first autotune candidate of kernels/flash_fwd.py and "
-                    "flash_bwd.py; an autotuned run may pick another (ATTN_AUTOTUNE=0 runs this one)"),
+                    "flash_bwd.py; an autotuned run may pick another (ATTN_AUTOTUNE=0 runs this one); decode "
+                    "shapes take the split-KV path of kernels/flash_decode.py (profiler.model.split_kv.plan)",
+                    split_kv=True),
             supports_backward=True, needs_cuda=False, is_triton=True,
             head_dims=flash_fwd.HEAD_DIMS, backward_head_dims=flash_bwd.HEAD_DIMS,
         ),
@@ -149,7 +156,13 @@ REGISTRY: dict[str, Impl] = {
         ),
         Impl(
             "sdpa_math", sdpa.sdpa_math, "PyTorch SDPA, math backend (unfused reference)",
-            Costing("unfused"), supports_backward=True, needs_cuda=False, is_triton=False,
+            Costing("unfused", repeats_kv=True), supports_backward=True, needs_cuda=False, is_triton=False,
+        ),
+        Impl(
+            "sdpa_repeat_kv", sdpa.sdpa_repeat_kv,
+            "PyTorch SDPA (its own backend choice) after repeat_interleave of K and V: GQA before enable_gqa",
+            Costing("fused", repeats_kv=True, source="tiles not modelled: SDPA picks the backend"),
+            supports_backward=True, needs_cuda=False, is_triton=False,
         ),
     ]
 }
@@ -184,20 +197,21 @@ def _origin(target) -> tuple[str, str | None, int]:
 def register(fn: Callable[..., torch.Tensor] | None = None, *, name: str | None = None, layout: str = "bhsd",
              description: str = "", costing: Costing | None = None, supports_backward: bool = True,
              needs_cuda: bool = False, is_triton: bool = False, dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES,
-             head_dims: tuple[int, ...] | None = None, spec: str = "", replace: bool = False):
+             head_dims: tuple[int, ...] | None = None, gqa: bool = False, spec: str = "", replace: bool = False):
     """Add an attention function to REGISTRY; usable as ``register(fn, ...)`` or as a decorator
     ``@register(...)`` (the function is returned unchanged, with ``__attn_impl__`` set).
 
     ``fn(q, k, v, causal=False, sm_scale=None)`` returns o; ``layout`` says whether its tensors are
     BHSD (batch, heads, seq, head_dim) or BSHD (batch, seq, heads, head_dim). ``costing`` defaults
     to a fused kernel of unknown tiles: FLOPs and compulsory bytes as for FlashAttention, no tile
-    bytes. Names are letters, digits and underscores; a built-in name is refused, and a name taken
+    bytes. ``gqa`` says the function takes k and v with fewer heads than q (query head h reading
+    K/V head h // (heads // kv_heads)); without it, grouped-query cases are recorded as unsupported. Names are letters, digits and underscores; a built-in name is refused, and a name taken
     by another user implementation needs ``replace=True``.
     """
     if fn is None:
         return lambda f: register(f, name=name, layout=layout, description=description, costing=costing,
                                   supports_backward=supports_backward, needs_cuda=needs_cuda, is_triton=is_triton,
-                                  dtypes=dtypes, head_dims=head_dims, spec=spec, replace=replace)
+                                  dtypes=dtypes, head_dims=head_dims, gqa=gqa, spec=spec, replace=replace)
     if not callable(fn):
         raise TypeError(f"register needs a callable, got {type(fn).__name__}")
     name = name or getattr(fn, "__name__", "")
@@ -213,7 +227,7 @@ def register(fn: Callable[..., torch.Tensor] | None = None, *, name: str | None 
                 description or (fn.__doc__ or "").strip().split("\n")[0] or f"user implementation {name}",
                 costing or Costing("fused", source="user implementation: tiles not declared"),
                 supports_backward=supports_backward, needs_cuda=needs_cuda, is_triton=is_triton, dtypes=dtypes,
-                head_dims=head_dims, spec=spec, extra={"layout": layout})
+                head_dims=head_dims, gqa=gqa, spec=spec, extra={"layout": layout})
     REGISTRY[name] = impl
     try:
         fn.__attn_impl__ = impl

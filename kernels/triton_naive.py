@@ -31,7 +31,7 @@ def _attn_row_fwd(
     stride_kz, stride_kh, stride_kn, stride_kd,
     stride_vz, stride_vh, stride_vn, stride_vd,
     stride_oz, stride_oh, stride_om, stride_od,
-    H, seq_kv,
+    H, GROUP, seq_kv,  # GROUP: query heads per K/V head
     HEAD_DIM: tl.constexpr,
     BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr,
@@ -45,8 +45,8 @@ def _attn_row_fwd(
     offs_n = tl.arange(0, BLOCK_N)
     q = tl.load(Q + off_z * stride_qz + off_h * stride_qh + row * stride_qm + offs_d * stride_qd)
     q = q.to(tl.float32)  # (HEAD_DIM,)
-    k_base = K + off_z * stride_kz + off_h * stride_kh
-    v_base = V + off_z * stride_vz + off_h * stride_vh
+    k_base = K + off_z * stride_kz + (off_h // GROUP) * stride_kh
+    v_base = V + off_z * stride_vz + (off_h // GROUP) * stride_vh
 
     m_i = float("-inf")
     l_i = 0.0
@@ -81,8 +81,8 @@ def triton_naive_attention(
     causal: bool = False,
     sm_scale: float | None = None,
 ) -> torch.Tensor:
-    """Row-per-program attention. q: (batch, heads, seq_q, head_dim); k, v: (batch, heads, seq_kv,
-    head_dim); returns o like q. head_dim in {16, 32, 64, 128, 256}; fp16, bf16 or fp32."""
+    """Row-per-program attention. q: (batch, heads, seq_q, head_dim); k, v: (batch, kv_heads, seq_kv,
+    head_dim), kv_heads dividing heads; returns o like q. head_dim in {16, 32, 64, 128, 256}; fp16, bf16 or fp32."""
     batch, heads, seq_q, seq_kv, head_dim = check_qkv(q, k, v, head_dims=HEAD_DIMS)
     check_triton_device(q)
     scale = resolve_scale(sm_scale, head_dim)
@@ -91,7 +91,7 @@ def triton_naive_attention(
     _attn_row_fwd[grid](
         q, k, v, o, scale * LOG2E,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-        heads, seq_kv,
+        heads, heads // k.shape[1], seq_kv,
         HEAD_DIM=head_dim, BLOCK_N=64 if head_dim <= 64 else 32, CAUSAL=causal,
         num_warps=2 if head_dim <= 64 else 4,
     )

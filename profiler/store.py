@@ -31,12 +31,16 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "step": ("string", "'total' for a whole implementation, else a naive step (qk_matmul, scale_mask, softmax, ...)"),
     "mode": ("string", "fwd, bwd or fwd+bwd"),
     "batch": ("int64", "B"),
-    "heads": ("int64", "H"),
+    "heads": ("int64", "H, query heads"),
+    "kv_heads": ("int64", "K/V heads (grouped-query attention when below heads, multi-query at 1); captures "
+                          "from before this column read as kv_heads = heads"),
     "seq_q": ("int64", "query sequence length"),
     "seq_kv": ("int64", "key/value sequence length"),
     "head_dim": ("int64", "D"),
     "dtype": ("string", "fp16, bf16 or fp32"),
-    "causal": ("bool", "top-left causal mask"),
+    "causal": ("bool", "top-left causal mask (key j visible to query i when j <= i, as SDPA's is_causal)"),
+    "path": ("string", "which code path of the implementation ran, where it has several (triton_flash: 'tiled' or "
+                       "'split-kv xS' for decode shapes); empty otherwise"),
     "time_ms": ("float64", "median time (do_bench on a GPU, torch.utils.benchmark on a CPU)"),
     "time_ms_p10": ("float64", "10th percentile time"),
     "time_ms_p90": ("float64", "90th percentile time"),
@@ -58,7 +62,9 @@ SCHEMA: dict[str, tuple[str, str]] = {
 COLUMNS = list(SCHEMA)
 # Meta keys that describe one run; a resumed capture keeps the earlier runs' values in earlier_runs.
 RUN_KEYS = ("command", "time", "git_revision", "torch", "triton", "cuda", "driver", "measured_ceilings", "rep_ms")
-KEY = ["impl", "step", "mode", "batch", "heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal"]
+KEY = ["impl", "step", "mode", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal"]
+# Columns added after captures were shipped, and how an older file's rows read without them.
+ADDED_COLUMNS = {"kv_heads": lambda frame: frame["heads"], "path": lambda frame: ""}
 
 
 class CaptureError(ValueError):
@@ -76,9 +82,25 @@ def write_json_atomic(path: Path, payload) -> None:
     write_bytes_atomic(path, json.dumps(payload, indent=2, default=str).encode())
 
 
+def read_results(path: Path) -> pd.DataFrame:
+    """A results parquet file, with the columns added since it was written filled in
+    (:data:`ADDED_COLUMNS`: a capture from before grouped-query attention has kv_heads = heads)."""
+    frame = pd.read_parquet(path)
+    for column, fill in ADDED_COLUMNS.items():
+        if column not in frame.columns and "heads" in frame.columns:
+            frame[column] = fill(frame)
+    return frame
+
+
 def to_frame(rows: list[dict]) -> pd.DataFrame:
     """Rows as a DataFrame with exactly the schema's columns and dtypes (extra keys are kept after)."""
     frame = pd.DataFrame(rows)
+    if len(frame) and "heads" in frame:
+        for column, fill in ADDED_COLUMNS.items():
+            if column not in frame:
+                frame[column] = fill(frame)
+            elif column == "kv_heads":
+                frame[column] = frame[column].fillna(frame["heads"])
     for column, (dtype, _) in SCHEMA.items():
         if column not in frame:
             frame[column] = None
@@ -104,10 +126,10 @@ class ResultStore:
         self.rows: list[dict] = []
         self.known: list[dict] = []  # rows measured by other processes: for has() only
         if resume and self.path.exists():
-            self.rows = pd.read_parquet(self.path).to_dict("records")
+            self.rows = read_results(self.path).to_dict("records")
         if resume and part is not None:
             others = [self.folder / RESULTS, *(p for p in _part_files(self.folder) if p != self.path)]
-            self.known = [r for p in others if p.exists() for r in pd.read_parquet(p).to_dict("records")]
+            self.known = [r for p in others if p.exists() for r in read_results(p).to_dict("records")]
         if not write_meta:
             self.meta = meta
             return
@@ -135,7 +157,8 @@ class ResultStore:
 
     def append(self, rows: list[dict]) -> None:
         """Add rows; a stored row with the same key (a case measured again on --resume, e.g. after
-        an error) is replaced, so every key stays unique."""
+        an error) is replaced, so every key stays unique. A row without kv_heads has as many as heads."""
+        rows = [r if r.get("kv_heads") is not None or "heads" not in r else {**r, "kv_heads": r["heads"]} for r in rows]
         new_keys = {tuple(r.get(k) for k in KEY) for r in rows}
         self.rows = [r for r in self.rows if tuple(r.get(k) for k in KEY) not in new_keys]
         self.rows.extend(rows)
@@ -164,8 +187,8 @@ def merge_parts(folder: Path | str) -> int:
     parts = _part_files(folder)
     if not parts:
         return 0
-    frames = [pd.read_parquet(folder / RESULTS)] if (folder / RESULTS).exists() else []
-    from_parts = [pd.read_parquet(p) for p in parts]
+    frames = [read_results(folder / RESULTS)] if (folder / RESULTS).exists() else []
+    from_parts = [read_results(p) for p in parts]
     merged = pd.concat([*frames, *from_parts], ignore_index=True)
     merged = merged.drop_duplicates(subset=KEY, keep="last")
     write_bytes_atomic(folder / RESULTS, to_frame(merged.to_dict("records")).to_parquet(index=False))
@@ -188,7 +211,7 @@ def load_capture(folder: Path | str) -> tuple[dict, pd.DataFrame]:
     except ValueError as err:
         raise CaptureError(f"'{folder / META}' is not valid JSON: {err}") from None
     try:
-        frame = pd.read_parquet(folder / RESULTS)
+        frame = read_results(folder / RESULTS)
     except Exception as err:  # pyarrow raises several types for a corrupt file
         raise CaptureError(f"'{folder / RESULTS}' is not a readable parquet file: {err}") from None
     absent = [c for c in COLUMNS if c not in frame.columns]

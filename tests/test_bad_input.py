@@ -22,8 +22,10 @@ def test_wrong_rank(impl):
 
 @pytest.mark.parametrize("impl", TRITON_AND_TORCH)
 def test_mismatched_shapes(impl):
-    with pytest.raises(ValueError, match=r"k shape \(1, 3, 8, 16\) does not match q shape \(1, 2, 8, 16\)"):
+    with pytest.raises(ValueError, match=r"k has 3 heads; it must divide q's 2 heads \(grouped-query attention\)"):
         REGISTRY[impl].fn(_t(1, 2, 8, 16), _t(1, 3, 8, 16), _t(1, 3, 8, 16))
+    with pytest.raises(ValueError, match=r"k shape \(2, 2, 8, 16\) does not match q shape \(1, 2, 8, 16\) in batch"):
+        REGISTRY[impl].fn(_t(1, 2, 8, 16), _t(2, 2, 8, 16), _t(2, 2, 8, 16))
     with pytest.raises(ValueError, match=r"v shape \(1, 2, 9, 16\) must equal k shape \(1, 2, 8, 16\)"):
         REGISTRY[impl].fn(_t(1, 2, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 9, 16))
 

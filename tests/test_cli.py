@@ -94,8 +94,8 @@ def test_demo_on_the_cpu_runs_the_pytorch_implementations():
 def test_bench_tokens_below_the_longest_seq_is_a_usage_error():
     out = run_cli("bench", "--seq", "512,1024", "--tokens", "600", "--device", "cpu")
     assert out.returncode == 2
-    assert out.stderr.strip() == ("python -m profiler bench: error: --tokens 600 is below the longest --seq (1024): "
-                                  "batch = tokens // seq must be at least 1")
+    assert out.stderr.strip() == ("python -m profiler bench: error: --tokens 600 is below the longest query length "
+                                  "(1024): batch = tokens // seq_q must be at least 1")
 
 
 def test_bench_writes_a_capture_and_prints_ratios(tmp_path):

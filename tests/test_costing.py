@@ -126,11 +126,17 @@ def test_shape_from_a_row_in_every_form():
 @pytest.mark.parametrize("name,parsed", [
     (ranges.case_range("triton_flash", "fwd+bwd", 8192), ranges.RangeName("triton_flash", "total", "fwd+bwd", 8192)),
     (ranges.call_range(ranges.case_range("naive", "fwd", 1)), ranges.RangeName("naive", "total", "fwd", 1, call=True)),
-    (ranges.step_range("naive", "bwd", 7, "softmax"), ranges.RangeName("naive", "softmax", "bwd", 7)),
-    (ranges.call_range(ranges.step_range("naive", "fwd", 7, "qk_matmul")),
+    (ranges.step_range(ranges.case_range("naive", "bwd", 7), "softmax"), ranges.RangeName("naive", "softmax", "bwd", 7)),
+    (ranges.call_range(ranges.step_range(ranges.case_range("naive", "fwd", 7), "qk_matmul")),
      ranges.RangeName("naive", "qk_matmul", "fwd", 7, call=True)),
     (ranges.qualified(ranges.validate_range("my_attn2", "total")),
      ranges.RangeName("my_attn2", "total", validate=True)),
+    (ranges.shape_range("triton_flash", cm.Shape(2, 32, 1, 32768, 128, "bf16", kv_heads=8)),
+     ranges.RangeName("triton_flash", "total", "fwd", 1, 32768, 8)),
+    (ranges.call_range(ranges.step_range(ranges.shape_range("naive", cm.Shape(1, 4, 3, 77, 64, mode="bwd")),
+                                         "softmax")),
+     ranges.RangeName("naive", "softmax", "bwd", 3, 77, call=True)),
+    (ranges.shape_range("naive", cm.Shape(1, 4, 5, 5, 64, kv_heads=4)), ranges.RangeName("naive", "total", "fwd", 5)),
     ("attn:qk_matmul", None), ("other:thing", None), ("naive/train/seq=1", None),
 ])
 def test_range_names_parse_back(name, parsed):

@@ -9,6 +9,7 @@ from kernels.reference import STEPS
 def test_every_expected_implementation_is_registered():
     assert list(REGISTRY) == [
         "naive", "triton_naive", "triton_flash", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "sdpa_math",
+        "sdpa_repeat_kv",
     ]
 
 

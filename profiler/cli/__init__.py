@@ -17,6 +17,7 @@ import sys
 from importlib import import_module
 
 from profiler.model.cost_model import DTYPE_BYTES, MODES
+from profiler.model.presets import PRESETS
 
 EXIT_USAGE = 2
 
@@ -107,15 +108,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="our kernels beside PyTorch's SDPA backends, TFLOP/s and ratios")
     _add_shape_args(bench, seq_default="8192")
+    _add_lengths_and_heads(bench, lists=True)
     bench.add_argument("--mode", type=_choice_list(MODES), default=["fwd"], help="fwd, bwd, fwd+bwd (list)")
     bench.add_argument("--impl", type=_impl_list, default=["triton_flash", "sdpa_flash", "sdpa_cudnn"],
                        help="implementations, comma-separated, or 'all'")
     bench.add_argument("--baseline", default="triton_flash", help="ratios are this one / each peer")
     bench.add_argument("--tokens", type=_positive_int, default=None,
-                       help="batch = tokens // seq for each --seq (overrides --batch), e.g. 32768")
+                       help="batch = tokens // seq_q for each query length (overrides --batch), e.g. 32768")
     bench.add_argument("--out", default=None, help="capture folder (default reports/bench-<device>-<time>)")
     bench.add_argument("--resume", action="store_true", help="keep the rows already in --out, measure the rest")
     bench.add_argument("--rep-ms", type=int, default=100, help="do_bench repetition time per case, ms")
+    _add_cuda_graph(bench)
     bench.add_argument("--json", metavar="FILE", help="also write the ratio table as JSON to FILE")
     bench.add_argument("--device", type=_device, default="auto")
     _add_allow_mixed(bench)
@@ -140,8 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="DRAM/L2 bytes and tensor FLOPs from Nsight Compute vs the model")
     validate.add_argument("--seq", type=_int_list, default=[1024, 4096])
     validate.add_argument("--batch", type=int, default=1)
-    validate.add_argument("--heads", type=int, default=16)
-    validate.add_argument("--dim", type=_int_list, default=[64, 128], help="head_dim(s)")
+    validate.add_argument("--heads", type=_int_list, default=None, help="default 16")
+    validate.add_argument("--dim", type=_int_list, default=None, help="head_dim(s) (default 64,128)")
+    _add_lengths_and_heads(validate, lists=True)
     validate.add_argument("--dtype", type=_choice_list(("fp16", "bf16")), default=["fp16", "bf16"])
     validate.add_argument("--causal", type=_causal_list, default=[False, True], help="true, false or both")
     validate.add_argument("--impl", type=_impl_list, default=["naive", "triton_flash", "sdpa_flash", "sdpa_cudnn"])
@@ -159,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     model = sub.add_parser("model", help="FLOPs, bytes and intensity per step from the cost model (no GPU)")
     _add_shape_args(model, seq_default="4096", lists=False)
+    _add_lengths_and_heads(model, lists=False)
     model.add_argument("--mode", choices=MODES, default="fwd")
     model.add_argument("--device-name", dest="device_name", default="H100-SXM",
                        help="a GPU from the datasheet table (see --list-devices) or a name as torch prints it")
@@ -183,6 +188,7 @@ def _add_capture_args(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument("--batch", type=many, default=None, help="default 4 (CPU: 1)")
     p.add_argument("--heads", type=many, default=None, help="default 32 (CPU: 2)")
     p.add_argument("--dim", type=many, default=None, help="head_dim (default 64)")
+    _add_lengths_and_heads(p, lists)
     if lists:
         p.add_argument("--dtype", type=_choice_list(tuple(DTYPE_BYTES)), default=None, help="default fp16 (CPU: fp32)")
         p.add_argument("--causal", type=_causal_list, default=[False], help="true, false or both")
@@ -197,8 +203,15 @@ def _add_capture_args(p: argparse.ArgumentParser, lists: bool) -> None:
                    help="torch-profiler trace per implementation (default: torch on a GPU, none on a CPU)")
     p.add_argument("--resume", action="store_true", help="keep the rows already in --out, measure the rest")
     p.add_argument("--rep-ms", type=int, default=100, help="do_bench repetition time per case, ms")
+    _add_cuda_graph(p)
     p.add_argument("--device", type=_device, default="auto")
     _add_allow_mixed(p)
+
+
+def _add_cuda_graph(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cuda-graph", dest="cuda_graph", action="store_true",
+                   help="time replays of a CUDA graph of each call (forward only, GPU only): decode kernels are "
+                        "shorter than Python's launch, which would otherwise be what is timed")
 
 
 def _add_allow_mixed(p: argparse.ArgumentParser) -> None:
@@ -206,12 +219,63 @@ def _add_allow_mixed(p: argparse.ArgumentParser) -> None:
                    help="under torchrun: measure even when the ranks' GPUs differ (recorded in meta.json)")
 
 
+def _add_lengths_and_heads(p: argparse.ArgumentParser, lists: bool) -> None:
+    """Unequal lengths (decode: a few queries against a long K/V cache), grouped-query attention and
+    the model presets that set heads, K/V heads and head_dim at once."""
+    kind = _int_list if lists else _positive_int
+    many = "s" if lists else ""
+    p.add_argument("--seq-q", dest="seq_q", type=kind, default=None,
+                   help=f"query length{many} (default --seq); with --seq-kv, every pair is measured")
+    p.add_argument("--seq-kv", dest="seq_kv", type=kind, default=None, help=f"key/value length{many} (default --seq)")
+    p.add_argument("--kv-heads", dest="kv_heads", type=kind, default=None,
+                   help="K/V heads, dividing --heads (grouped-query attention; default: as many as --heads)")
+    p.add_argument("--preset", choices=tuple(PRESETS), default=None,
+                   help="a model's heads, K/V heads and head_dim: " + "; ".join(
+                       f"{name} {v.heads}/{v.kv_heads}/D{v.head_dim}" for name, v in PRESETS.items()))
+    p.set_defaults(shape_lists=lists)
+
+
+def apply_preset(args) -> None:
+    """``--preset`` fills --heads, --kv-heads and --dim; naming any of them as well is refused
+    (one of the two would be silently ignored otherwise)."""
+    if getattr(args, "preset", None) is None:
+        return
+    preset = PRESETS[args.preset]
+    given = [flag for flag, name in (("--heads", "heads"), ("--kv-heads", "kv_heads"), ("--dim", "dim"))
+             if getattr(args, name) is not None]
+    if given:
+        raise UsageError(f"--preset {args.preset} sets heads {preset.heads}, K/V heads {preset.kv_heads} and head_dim "
+                         f"{preset.head_dim}; drop {', '.join(given)} or the preset")
+    wrap = (lambda x: [x]) if args.shape_lists else (lambda x: x)
+    args.heads, args.kv_heads, args.dim = wrap(preset.heads), wrap(preset.kv_heads), wrap(preset.head_dim)
+
+
+def check_cuda_graph(args, modes) -> dict:
+    """Refuse --cuda-graph where it cannot apply; the meta.json entry that records the timer."""
+    if not getattr(args, "cuda_graph", False):
+        return {}
+    if not args.device.startswith("cuda"):
+        raise UsageError("--cuda-graph needs a CUDA device")
+    if any(m != "fwd" for m in modes):
+        raise UsageError(f"--cuda-graph times forward calls only; got --mode {','.join(modes)}")
+    return {"timer": "do_bench over replays of a CUDA graph of each call (--cuda-graph)"}
+
+
+def lengths(args, seqs):
+    """(query lengths, key lengths or None for square) from --seq-q/--seq-kv, falling back to ``seqs``."""
+    if args.seq_q is None and args.seq_kv is None:
+        return seqs, None
+    as_list = (lambda x: x) if args.shape_lists else (lambda x: [x])
+    return (as_list(args.seq_q) if args.seq_q is not None else seqs,
+            as_list(args.seq_kv) if args.seq_kv is not None else seqs)
+
+
 def _add_shape_args(p: argparse.ArgumentParser, seq_default: str, lists: bool = True) -> None:
     kind = _int_list if lists else int
     p.add_argument("--seq", type=kind, default=kind(seq_default), help="sequence length(s)")
     p.add_argument("--batch", type=kind, default=kind("4"))
-    p.add_argument("--heads", type=kind, default=kind("32"))
-    p.add_argument("--dim", type=kind, default=kind("64"), help="head_dim")
+    p.add_argument("--heads", type=kind, default=None, help="query heads (default 32)")
+    p.add_argument("--dim", type=kind, default=None, help="head_dim (default 64)")
     if lists:
         p.add_argument("--dtype", type=_choice_list(tuple(DTYPE_BYTES)), default=["fp16"])
         p.add_argument("--causal", type=_causal_list, default=[False], help="true, false or both")
@@ -241,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.ranks is not None:
             args.device = distributed.start(args.ranks, "cuda" if args.command == "validate" else args.device)
     try:
+        apply_preset(args)
         return command(args)
     except UsageError as err:
         print(f"python -m profiler {args.command}: error: {err}", file=sys.stderr)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from profiler.cli import UsageError
+from profiler.cli import UsageError, check_cuda_graph, lengths
 from profiler.cli.console import console, fmt, measure_with_progress, start_capture
 
 # ------------------------------------------------------------------------------------ capture, sweep
@@ -35,6 +35,9 @@ def _resolve_capture_args(args, lists: bool) -> tuple[dict, list[str]]:
         "causals": args.causal if lists else [args.causal],
         "modes": args.mode if lists else [args.mode],
     }
+    values["seqs"], values["seqs_kv"] = lengths(args, values["seqs"])
+    kv_heads = args.kv_heads
+    values["kv_heads"] = None if kv_heads is None else kv_heads if isinstance(kv_heads, list) else [kv_heads]
     return values, notes
 
 
@@ -47,10 +50,11 @@ def _run_capture_command(args, lists: bool) -> int:
     values, notes = _resolve_capture_args(args, lists)
     try:
         shapes = shapes_of(values["batches"], values["heads"], values["seqs"], values["dims"], values["dtypes"],
-                           values["causals"], values["modes"])
+                           values["causals"], values["modes"], values["seqs_kv"], values["kv_heads"])
     except ValueError as err:
         raise UsageError(str(err)) from None
     impls = [get_impl(n) for n in (args.impl or BUILTIN)]
+    timer = check_cuda_graph(args, values["modes"])
     label = device_name(args.device)
     trace = args.trace or ("torch" if args.device.startswith("cuda") else "none")
     seqs = values["seqs"]
@@ -64,7 +68,7 @@ def _run_capture_command(args, lists: bool) -> int:
         "kind": "sweep" if lists else "capture", "shapes": len(shapes), "impls": [i.name for i in impls],
         "trace": trace, "defaults_shrunk": notes, "rep_ms": args.rep_ms,
         "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd; naive steps: profiler.model.cost_model",
-    }, impls=impls, head_dims=values["dims"])
+        **timer}, impls=impls, head_dims=values["dims"])
     if notes:
         console.print(f"No GPU: defaults shrunk to fit this machine: {', '.join(notes)}.")
     if roofs.datasheet is None:
@@ -72,7 +76,7 @@ def _run_capture_command(args, lists: bool) -> int:
     rows = measure_with_progress(store, shapes, impls, args.device, roofs, args.rep_ms,
                                  trace_filter=None if traced is None else
                                  (lambda s: (s.seq_q, s.dtype, s.head_dim, s.causal, s.mode) == traced),
-                                 ranks=args.ranks)
+                                 ranks=args.ranks, graph=args.cuda_graph)
     if args.ranks is not None and not args.ranks.main:
         return 0  # rank 0 merged the parts and prints for every rank
     folder = store.folder
@@ -89,14 +93,18 @@ def _print_summary(frame) -> None:
 
     if frame.empty:
         return
+    from profiler.model.cost_model import Shape
+
     for key, group in frame.groupby(SUMMARY_SHAPE, sort=False):
-        mode, dtype, d, causal, b, h, n = key
-        table = Table("impl", "ms", "TFLOP/s", "speedup vs naive", "peak MiB", "bound", "status",
-                      title=f"B={b} H={h} N={n} D={d} {dtype} {'causal' if causal else 'full'} {mode}")
+        mode, dtype, d, causal, b, h, kvh, n, nk = key
+        shape = Shape(int(b), int(h), int(n), int(nk), int(d), dtype, bool(causal), mode, int(kvh))
+        table = Table("impl", "ms", "TFLOP/s", "GB/s", "speedup vs naive", "peak MiB", "bound", "status",
+                      title=f"{shape.label} {'' if causal else 'full '}{mode}")
         for _, r in group.iterrows():
             ok = r["status"] == "ok"
             table.add_row(
                 r["impl"], fmt(r["time_ms"] if ok else None, ".3f"), fmt(r["tflops"] if ok else None, ".4g"),
+                fmt(r["gbps"] if ok else None, ",.0f"),
                 fmt(r["speedup_vs_naive"], ".1f"),
                 fmt(r["peak_mem_bytes"] / 2**20 if ok and r["peak_mem_bytes"] is not None else None, ",.0f"),
                 r["bound"] if isinstance(r["bound"], str) else "-",

@@ -42,7 +42,7 @@ def start_capture(args, device_label: str, dtypes, meta: dict, impls=(), head_di
 
 
 def measure_with_progress(store, shapes, impls, device: str, roofs, rep_ms: int, trace_filter=None,
-                          ranks=None) -> list[dict]:
+                          ranks=None, graph: bool = False) -> list[dict]:
     """profiler.measure.cases.measure_cases with a progress bar; marks the capture finished. Under
     torchrun each rank measures its share of the plan (profiler.measure.distributed) and rank 0
     merges the parts; rank 0 returns every row of the capture, the others their own."""
@@ -64,7 +64,7 @@ def measure_with_progress(store, shapes, impls, device: str, roofs, rep_ms: int,
             progress.advance(task)
 
         rows = measure_cases(store, mine, device, roofs, rep_ms=rep_ms, progress=advance, trace_filter=trace_filter,
-                             write_kernels=ranks is None)
+                             write_kernels=ranks is None, graph=graph)
     if ranks is not None:
         return distributed.finish_capture(ranks, store, plan.as_meta())
     store.update_meta(finished=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.progress import Progress
 from rich.table import Table
 
-from profiler.cli import UsageError
+from profiler.cli import UsageError, check_cuda_graph, lengths
 from profiler.cli.console import console, fmt, measure_with_progress, start_capture
 from profiler.model import cost_model as cm
 
@@ -30,31 +30,38 @@ def bench(args) -> int:
         raise UsageError(f"--baseline: {err}") from None
     if baseline not in args.impl:
         raise UsageError(f"--baseline '{args.baseline}' must be one of --impl ({', '.join(args.impl)})")
-    if args.tokens is not None and args.tokens < max(args.seq):
-        raise UsageError(f"--tokens {args.tokens} is below the longest --seq ({max(args.seq)}): "
-                         "batch = tokens // seq must be at least 1")
+    seqs_q, seqs_kv = lengths(args, args.seq)
+    if args.tokens is not None and args.tokens < max(seqs_q):
+        raise UsageError(f"--tokens {args.tokens} is below the longest query length ({max(seqs_q)}): "
+                         "batch = tokens // seq_q must be at least 1")
+    pairs = [(n, n) for n in seqs_q] if seqs_kv is None else list(itertools.product(seqs_q, seqs_kv))
     try:
         shapes = [
-            cm.Shape(b, h, n, n, d, dt, c, m)
-            for m, dt, d, c, n in itertools.product(args.mode, args.dtype, args.dim, args.causal, args.seq)
-            for b in ([args.tokens // n] if args.tokens else args.batch)
-            for h in args.heads
+            cm.Shape(b, h, nq, nk, d, dt, c, m, kvh)
+            for m, dt, d, c, (nq, nk) in itertools.product(args.mode, args.dtype, args.dim or [64], args.causal, pairs)
+            for b in ([args.tokens // nq] if args.tokens else args.batch)
+            for h in args.heads or [32]
+            for kvh in args.kv_heads or [None]
         ]
     except ValueError as err:
         raise UsageError(str(err)) from None
+    timer = check_cuda_graph(args, args.mode)
     label = device_name(args.device)
     impls = [get_impl(n) for n in args.impl]
     names = [i.name for i in impls]
     store, roofs = start_capture(args, label, args.dtype, {
         "kind": "bench", "shapes": len(shapes), "impls": names, "baseline": baseline, "trace": "none",
-        "rep_ms": args.rep_ms, "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd",
-    }, impls=impls, head_dims=args.dim, prefix="bench-")
-    measure_with_progress(store, shapes, impls, args.device, roofs, args.rep_ms, ranks=args.ranks)
+        "rep_ms": args.rep_ms, "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd", **timer,
+    }, impls=impls, head_dims=args.dim or [64], prefix="bench-")
+    measure_with_progress(store, shapes, impls, args.device, roofs, args.rep_ms, ranks=args.ranks,
+                          graph=args.cuda_graph)
     if args.ranks is not None and not args.ranks.main:
         return 0  # rank 0 merged the parts and prints for every rank
-    table = bench_table(to_frame(store.rows), names, baseline)
-    timer = "do_bench" if args.device.startswith("cuda") else "torch.utils.benchmark"
-    _print_bench(table, names, baseline, f"{label}: median {timer}, FLOPs = 4·B·H·N²·D (x0.5 causal, x2.5 bwd)")
+    copy_gbps = roofs.measured.copy_gbps if roofs.measured is not None else None
+    table = bench_table(to_frame(store.rows), names, baseline, copy_gbps)
+    clock = "torch.utils.benchmark" if not args.device.startswith("cuda") else \
+        "do_bench of CUDA-graph replays" if args.cuda_graph else "do_bench"
+    _print_bench(table, names, baseline, f"{label}: median {clock}, FLOPs = 4·B·H·Nq·Nkv·D (x0.5 causal, x2.5 bwd)")
     for r in store.rows:
         if r["status"] != "ok" and r["impl"] in names:
             console.print(f"[yellow]{r['impl']} {r['mode']} N={r['seq_q']} D={r['head_dim']}: {r['status']}: "
@@ -69,15 +76,24 @@ def bench(args) -> int:
 
 
 def _print_bench(table, impls: list[str], baseline: str, title: str) -> None:
+    """TFLOP/s per implementation, or, where every shape is memory-bound by the model (decode), GB/s
+    at the compulsory bytes with the fraction of the measured copy bandwidth; then the ratios."""
     if table.empty:
         return
     peers = [n for n in impls if n != baseline]
-    out = Table("mode", "dtype", "D", "causal", "N", "B×H", *[f"{n} TFLOP/s" for n in impls],
+    memory = bool((table["bound"] == "memory").all())
+    metric = "GB/s (of copy)" if memory else "TFLOP/s"
+    out = Table("mode", "dtype", "D", "causal", "Nq", "Nkv", "B×H/KV", *[f"{n} {metric}" for n in impls],
                 *[f"{baseline}/{n}" for n in peers], title=title)
     for r in table.to_dict("records"):
+        if memory:
+            cells = [fmt(r[f"{n}_gbps"], ",.0f", r[f"{n}_status"])
+                     + ("" if r[f"{n}_copy_fraction"] is None else f" ({r[f'{n}_copy_fraction']:.2f})")
+                     for n in impls]
+        else:
+            cells = [fmt(r[f"{n}_tflops"], ".4g", r[f"{n}_status"]) for n in impls]
         out.add_row(r["mode"], r["dtype"], str(r["head_dim"]), "yes" if r["causal"] else "no", str(r["seq_q"]),
-                    f"{r['batch']}×{r['heads']}",
-                    *[fmt(r[f"{n}_tflops"], ".4g", r[f"{n}_status"]) for n in impls],
+                    str(r["seq_kv"]), f"{r['batch']}×{r['heads']}/{r['kv_heads']}", *cells,
                     *[fmt(r[f"{baseline}/{n}"], ".2f") for n in peers])
     console.print(out)
     for n in peers:
@@ -85,7 +101,8 @@ def _print_bench(table, impls: list[str], baseline: str, title: str) -> None:
         if len(ratios):
             worst = table.loc[ratios.idxmin()]
             console.print(f"{baseline}/{n}: lowest {ratios.min():.2f} ({worst['mode']} {worst['dtype']} "
-                          f"D{worst['head_dim']} N{worst['seq_q']}{' causal' if worst['causal'] else ''}), "
+                          f"D{worst['head_dim']} Nq{worst['seq_q']} Nkv{worst['seq_kv']} B{worst['batch']}"
+                          f"{' causal' if worst['causal'] else ''}), "
                           f"highest {ratios.max():.2f}, {int((ratios >= 1).sum())} of {len(ratios)} at or above 1.0")
 
 

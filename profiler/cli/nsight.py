@@ -79,14 +79,23 @@ def validate(args) -> int:
         find_ncu()
     except NcuError as err:
         raise UsageError(str(err)) from None
-    shapes = [cm.Shape.square(args.batch, args.heads, n, d, dtype=dt, causal=c) for dt in args.dtype
-              for d in args.dim for c in args.causal for n in args.seq]
+    from profiler.cli import lengths
+
+    seqs_q, seqs_kv = lengths(args, args.seq)
+    pairs = [(n, n) for n in seqs_q] if seqs_kv is None else [(nq, nk) for nq in seqs_q for nk in seqs_kv]
+    try:
+        shapes = [cm.Shape(args.batch, h, nq, nk, d, dt, c, kv_heads=kvh) for dt in args.dtype
+                  for d in args.dim or [64, 128] for c in args.causal for h in args.heads or [16]
+                  for kvh in args.kv_heads or [None] for nq, nk in pairs]
+    except ValueError as err:
+        raise UsageError(str(err)) from None
     impls = [get_impl(n) for n in args.impl]
     # validate takes no --device: the GPU is "cuda", or under torchrun this rank's own (profiler.cli.main)
     args.device = getattr(args, "device", None) or "cuda"
     label = device_name(args.device)
     store, roofs = start_capture(args, label, ("fp16", "bf16", "fp32"), {"kind": "validate", "impls": args.impl},
-                                 impls=impls, head_dims=args.dim, resumable=False, prefix="validate-")
+                                 impls=impls, head_dims=args.dim or [64, 128], resumable=False,
+                                 prefix="validate-")
     ranks, gpu = args.ranks, None
     if ranks is not None:  # each rank profiles its share of the shapes on its own GPU
         from profiler.measure import distributed

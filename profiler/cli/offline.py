@@ -33,7 +33,10 @@ def model(args) -> int:
     if device is None:
         raise UsageError(f"unknown --device-name '{args.device_name}'; known: {', '.join(hardware.DEVICES)}")
     try:
-        shape = cm.Shape(args.batch, args.heads, args.seq, args.seq, args.dim, args.dtype, args.causal, args.mode)
+        seq_q = args.seq if args.seq_q is None else args.seq_q
+        seq_kv = args.seq if args.seq_kv is None else args.seq_kv
+        shape = cm.Shape(args.batch, args.heads or 32, seq_q, seq_kv, args.dim or 64, args.dtype, args.causal,
+                         args.mode, args.kv_heads)
         peak, bw = device.peak_flops(shape.dtype), device.hbm_bytes_per_s
     except ValueError as err:
         raise UsageError(str(err)) from None
@@ -46,8 +49,7 @@ def model(args) -> int:
     table = Table(
         "impl", "step", "GFLOP", "HBM MB (compulsory)", "MB (tile)", "FLOP/B", "FLOP/B (tile)", "roof TFLOP/s",
         "bound",
-        title=(f"B={shape.batch} H={shape.heads} N={shape.seq_q} D={shape.head_dim} {shape.dtype} "
-               f"{'causal' if shape.causal else 'full'} {shape.mode} on {device.name} (datasheet): "
+        title=(f"{shape.label} {'' if shape.causal else 'full '}{shape.mode} on {device.name} (datasheet): "
                f"peak {peak / 1e12:.0f} TFLOP/s, {bw / 1e12:.2f} TB/s, ridge {ridge:.0f} FLOP/B"),
     )
     for r in rows:

@@ -21,7 +21,7 @@ from kernels.reference import nvtx_range
 from kernels.registry import Impl
 from profiler.measure.ceilings import TORCH_DTYPES
 from profiler.measure.naive_steps import time_naive_steps
-from profiler.measure.ranges import case_range
+from profiler.measure.ranges import shape_range
 from profiler.measure.runner import CaseResult, free_memory, make_inputs, mode_call, run_case
 from profiler.measure.torch_trace import kernels_of_capture, record_one_iteration, trace_file_name
 from profiler.model import cost_model as cm
@@ -53,16 +53,17 @@ def case_rows(result: CaseResult, impl: Impl, roofs: Roofs) -> list[dict]:
 def trace_case(impl: Impl, shape: cm.Shape, device, folder: Path) -> bool:
     """One iteration of ``impl`` under the torch profiler, saved as a Chrome trace in
     ``folder/traces``; False when it could not run."""
-    if impl.unsupported_reason(device, TORCH_DTYPES[shape.dtype], shape.head_dim, backward=shape.mode != "fwd"):
+    if impl.unsupported_reason(device, TORCH_DTYPES[shape.dtype], shape.head_dim, backward=shape.mode != "fwd",
+                                    grouped=shape.group > 1):
         return False
     name = trace_file_name(impl.name, shape.mode, shape.batch, shape.heads, shape.seq_q, shape.head_dim,
-                           shape.dtype, shape.causal)
+                           shape.dtype, shape.causal, shape.seq_kv, shape.kv_heads)
     q = k = v = do = once = None
     try:
         q, k, v, do = make_inputs(shape, device, requires_grad=shape.mode != "fwd")
         once = mode_call(impl, shape, q, k, v, do)
         once()  # warm-up: compilation and autotuning stay out of the trace
-        record_one_iteration(once, case_range(impl.name, shape.mode, shape.seq_q), folder / "traces" / name,
+        record_one_iteration(once, shape_range(impl.name, shape), folder / "traces" / name,
                              cuda=torch.device(device).type == "cuda")
         return True
     except RuntimeError:  # OOM included: the timing row already says what happened
@@ -72,34 +73,39 @@ def trace_case(impl: Impl, shape: cm.Shape, device, folder: Path) -> bool:
         free_memory(device)
 
 
-def shapes_of(batches, heads, seqs, dims, dtypes, causals, modes) -> list[cm.Shape]:
-    return [cm.Shape(b, h, n, n, d, dt, c, m)
-            for m, dt, d, c, n, b, h in itertools.product(modes, dtypes, dims, causals, seqs, batches, heads)]
+def shapes_of(batches, heads, seqs, dims, dtypes, causals, modes, seqs_kv=None, kv_heads=None) -> list[cm.Shape]:
+    """Every combination; ``seqs`` are the query lengths, and the key lengths are ``seqs_kv`` (each
+    query length against each key length) or, when None, the same (square). ``kv_heads`` None
+    means as many K/V heads as query heads."""
+    lengths = [(n, n) for n in seqs] if seqs_kv is None else list(itertools.product(seqs, seqs_kv))
+    return [cm.Shape(b, h, nq, nk, d, dt, c, m, kvh)
+            for m, dt, d, c, (nq, nk), b, h, kvh in itertools.product(modes, dtypes, dims, causals, lengths, batches,
+                                                                      heads, kv_heads or [None])]
 
 
 def measure_cases(store: ResultStore, cases: list[tuple[cm.Shape, Impl]], device, roofs: Roofs, *, rep_ms: int,
                   progress=None, trace_filter: Callable[[cm.Shape], bool] | None = None,
-                  write_kernels: bool = True) -> list[dict]:
+                  write_kernels: bool = True, graph: bool = False) -> list[dict]:
     """Measure every (shape, impl) case, appending rows to ``store`` as each finishes; shapes that
     ``trace_filter`` accepts also get a torch-profiler trace per implementation (and, with
-    ``write_kernels``, the capture's kernel table is rebuilt from its traces)."""
+    ``write_kernels``, the capture's kernel table is rebuilt from its traces). ``graph`` times
+    replays of a CUDA graph of each call (forward only; profiler.measure.timing)."""
     device = torch.device(device)
     new_rows = []
     with cuda_profiler_range(device.type == "cuda"):
         for shape, impl in cases:
             key = {"impl": impl.name, "step": "total", "mode": shape.mode, "batch": shape.batch,
-                   "heads": shape.heads, "seq_q": shape.seq_q, "head_dim": shape.head_dim,
-                   "dtype": shape.dtype, "causal": shape.causal}
+                   "heads": shape.heads, "kv_heads": shape.kv_heads, "seq_q": shape.seq_q, "seq_kv": shape.seq_kv,
+                   "head_dim": shape.head_dim, "dtype": shape.dtype, "causal": shape.causal}
             if progress is not None:
-                progress(f"{impl.name} {shape.mode} N={shape.seq_q} D={shape.head_dim} {shape.dtype}"
-                         f"{' causal' if shape.causal else ''}")
+                progress(f"{impl.name} {shape.mode} {shape.label}")
             if store.has(key):
                 continue  # --resume: already measured
-            with nvtx_range(case_range(impl.name, shape.mode, shape.seq_q)):
-                result = run_case(impl, shape, device, rep_ms=rep_ms, annotate=False)
+            with nvtx_range(shape_range(impl.name, shape)):
+                result = run_case(impl, shape, device, rep_ms=rep_ms, annotate=False, graph=graph)
                 rows = case_rows(result, impl, roofs)
                 if impl.costing.kind == "stepwise" and result.status == "ok":
-                    rows += time_naive_steps(impl, shape, device, roofs, rep_ms)
+                    rows += time_naive_steps(impl, shape, device, roofs, rep_ms, graph=graph)
                 elif impl.costing.kind == "stepwise" and result.status == "oom":
                     rows += [roofline_row(impl.name, impl.costing, shape, step, roofs, timing=None,
                                           status="oom", message=result.message) for step in impl.steps]

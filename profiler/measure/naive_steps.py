@@ -10,7 +10,7 @@ import torch
 from kernels import reference
 from kernels.reference import nvtx_range
 from kernels.registry import Impl
-from profiler.measure.ranges import call_range, step_range
+from profiler.measure.ranges import call_range, shape_range, step_range
 from profiler.measure.runner import first_line, free_memory, is_out_of_memory, make_inputs
 from profiler.measure.timing import measure
 from profiler.model import cost_model as cm
@@ -52,21 +52,22 @@ def _no_grad_call(fn, args):
         return fn(*args)
 
 
-def time_naive_steps(impl: Impl, shape: cm.Shape, device, roofs: Roofs, rep_ms: int) -> list[dict]:
+def time_naive_steps(impl: Impl, shape: cm.Shape, device, roofs: Roofs, rep_ms: int, graph: bool = False
+                     ) -> list[dict]:
     """One row per naive step, each timed alone; a step that runs out of memory says so."""
     rows = []
     done = set()
     try:
         q, k, v, _ = make_inputs(shape, device, requires_grad=shape.mode != "fwd")
         for step, call in naive_step_calls(shape, q, k, v):
-            name = step_range(impl.name, shape.mode, shape.seq_q, step)
+            name = step_range(shape_range(impl.name, shape), step)
 
             def timed_call(call=call, name=name):
                 with nvtx_range(call_range(name)):  # one range per repetition, as in runner.run_case
                     call()
 
             with nvtx_range(name):
-                timing = measure(timed_call, device, rep_ms=rep_ms)
+                timing = measure(timed_call, device, rep_ms=rep_ms, graph=graph)
             rows.append(roofline_row(impl.name, impl.costing, shape, step, roofs, timing=timing, status="ok"))
             done.add(step)
             call = None

@@ -2,7 +2,9 @@
 
 All ranges are in domain ``attn`` (Nsight Systems shows ``attn:<name>``):
 
-    <impl>/<mode>/seq=<N>                 one case (an implementation at one shape and mode)
+    <impl>/<mode>/seq=<N>                 one case (an implementation at one shape and mode); when the
+                                          lengths differ seq=<Nq>x<Nkv>, and with grouped-query
+                                          attention ,kvh=<K/V heads> follows (seq=1x32768,kvh=8)
     <impl>/<mode>/seq=<N>/call            each timed repetition of it
     <impl>/<mode>/seq=<N>/<step>          one naive step timed alone, inside its case
     <impl>/<mode>/seq=<N>/<step>/call     each repetition of that step
@@ -22,12 +24,22 @@ CALL = "call"
 VALIDATE = "validate"
 
 
-def case_range(impl: str, mode: str, seq_q: int) -> str:
-    return f"{impl}/{mode}/seq={seq_q}"
+def case_range(impl: str, mode: str, seq_q: int, seq_kv: int | None = None, kv_heads: int | None = None) -> str:
+    lengths = str(seq_q) if seq_kv is None or seq_kv == seq_q else f"{seq_q}x{seq_kv}"
+    return f"{impl}/{mode}/seq={lengths}" + ("" if kv_heads is None else f",kvh={kv_heads}")
 
 
-def step_range(impl: str, mode: str, seq_q: int, step: str) -> str:
-    return f"{case_range(impl, mode, seq_q)}/{step}"
+def shape_range(impl: str, shape) -> str:
+    """The case range of a Shape, or of a stored row (anything with mode, seq_q, seq_kv, heads and
+    kv_heads attributes); kv_heads appears only when it differs from heads."""
+    kv_heads = getattr(shape, "kv_heads", None)
+    grouped = kv_heads is not None and kv_heads == kv_heads and int(kv_heads) != int(shape.heads)
+    return case_range(impl, shape.mode, int(shape.seq_q), int(shape.seq_kv), int(kv_heads) if grouped else None)
+
+
+def step_range(case: str, step: str) -> str:
+    """A naive step's range inside its case range (from :func:`case_range` or :func:`shape_range`)."""
+    return f"{case}/{step}"
 
 
 def call_range(parent: str) -> str:
@@ -50,12 +62,14 @@ class RangeName:
     step: str  # "total" for a whole case
     mode: str | None = None  # None for validate ranges
     seq_q: int | None = None
+    seq_kv: int | None = None  # None: as long as seq_q
+    kv_heads: int | None = None  # None: as many as the query heads
     call: bool = False  # a per-repetition range
     validate: bool = False
 
 
-_CASE = re.compile(r"^(?P<impl>\w+)/(?P<mode>fwd|bwd|fwd\+bwd)/seq=(?P<seq>\d+)(?:/(?P<step>(?!call$)\w+))?"
-                   r"(?P<call>/call)?$")
+_CASE = re.compile(r"^(?P<impl>\w+)/(?P<mode>fwd|bwd|fwd\+bwd)/seq=(?P<seq>\d+)(?:x(?P<seq_kv>\d+))?"
+                   r"(?:,kvh=(?P<kvh>\d+))?(?:/(?P<step>(?!call$)\w+))?(?P<call>/call)?$")
 _VALIDATE = re.compile(r"^validate/(?P<impl>\w+)/(?P<step>\w+)$")
 
 
@@ -65,6 +79,8 @@ def parse_range(name: str) -> RangeName | None:
     if match := _VALIDATE.match(name):
         return RangeName(match["impl"], match["step"], validate=True)
     if match := _CASE.match(name):
-        return RangeName(match["impl"], match["step"] or "total", match["mode"], int(match["seq"]),
-                         call=match["call"] is not None)
+        seq = int(match["seq"])
+        return RangeName(match["impl"], match["step"] or "total", match["mode"], seq,
+                         int(match["seq_kv"]) if match["seq_kv"] else None,
+                         int(match["kvh"]) if match["kvh"] else None, call=match["call"] is not None)
     return None

@@ -15,8 +15,8 @@ from kernels.reference import naive_attention, nvtx_range, relative_error
 from kernels.registry import Impl
 from kernels.sdpa import Unsupported
 from profiler.measure.ceilings import TORCH_DTYPES
-from profiler.measure.ranges import call_range, case_range
-from profiler.measure.timing import Timing, measure
+from profiler.measure.ranges import call_range, shape_range
+from profiler.measure.timing import GraphCaptureError, Timing, measure
 from profiler.model.cost_model import Shape, cost_of
 
 CHECK_HEADS = 2  # the correctness check runs on batch 0 and the first heads only, to bound its cost
@@ -41,22 +41,26 @@ class CaseResult:
 
 
 def make_inputs(shape: Shape, device, seed: int = 0, requires_grad: bool = False):
-    """Random q, k, v (and dO) for ``shape``: normal, never zeros."""
+    """Random q, k, v (and dO) for ``shape``: normal, never zeros; k and v have the shape's kv_heads."""
     gen = torch.Generator(device=device).manual_seed(seed)
     dtype = TORCH_DTYPES[shape.dtype]
 
-    def rand(rows):
-        t = torch.randn(shape.batch, shape.heads, rows, shape.head_dim, generator=gen, device=device, dtype=dtype)
+    def rand(heads, rows):
+        t = torch.randn(shape.batch, heads, rows, shape.head_dim, generator=gen, device=device, dtype=dtype)
         return t.requires_grad_(requires_grad)
 
-    return rand(shape.seq_q), rand(shape.seq_kv), rand(shape.seq_kv), rand(shape.seq_q).detach()
+    q, k, v = rand(shape.heads, shape.seq_q), rand(shape.kv_heads, shape.seq_kv), rand(shape.kv_heads, shape.seq_kv)
+    return q, k, v, rand(shape.heads, shape.seq_q).detach()
 
 
 def _slice_error(impl: Impl, q, k, v, do, shape: Shape) -> float:
     """Max relative error of o (and dq, dk, dv when timing backward) on batch 0, first heads,
-    against naive attention in fp32 on the same device."""
-    heads = min(CHECK_HEADS, shape.heads)
-    parts = [t[:1, :heads].detach().clone().requires_grad_(shape.mode != "fwd") for t in (q, k, v)]
+    against naive attention in fp32 on the same device. With grouped-query attention: the first
+    K/V head and the first query heads of its group."""
+    kv_heads = 1 if shape.group > 1 else min(CHECK_HEADS, shape.heads)
+    heads = min(CHECK_HEADS, shape.group) if shape.group > 1 else kv_heads
+    parts = [t[:1, :n].detach().clone().requires_grad_(shape.mode != "fwd")
+             for t, n in ((q, heads), (k, kv_heads), (v, kv_heads))]
     ref_parts = [t.detach().float().requires_grad_(shape.mode != "fwd") for t in parts]
     with torch.no_grad() if shape.mode == "fwd" else torch.enable_grad():
         out = impl.fn(*parts, causal=shape.causal)
@@ -89,13 +93,15 @@ def mode_call(impl: Impl, shape: Shape, q, k, v, do) -> Callable[[], None]:
 
 
 def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: int = 100,
-             annotate: bool = True) -> CaseResult:
+             annotate: bool = True, graph: bool = False) -> CaseResult:
     """Time ``impl`` on ``shape`` in its mode, inside the NVTX range ``<impl>/<mode>/seq=<N>``
-    unless ``annotate`` is False (the caller opened it). Never raises for a failing case: the
-    result's status says ok, oom, unsupported or error."""
+    unless ``annotate`` is False (the caller opened it); with ``graph``, replays of a CUDA graph
+    of the call (profiler.measure.timing). Never raises for a failing case: the result's status
+    says ok, oom, unsupported or error."""
     device = torch.device(device)
     result = CaseResult(impl.name, shape, "ok", flops=cost_of(impl.costing, shape).flops)
-    reason = impl.unsupported_reason(device, TORCH_DTYPES[shape.dtype], shape.head_dim, backward=shape.mode != "fwd")
+    reason = impl.unsupported_reason(device, TORCH_DTYPES[shape.dtype], shape.head_dim,
+                                     backward=shape.mode != "fwd", grouped=shape.group > 1)
     if reason:
         result.status, result.message = "unsupported", reason
         return result
@@ -104,7 +110,7 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
         q, k, v, do = make_inputs(shape, device, requires_grad=shape.mode != "fwd")
         if check:
             result.max_rel_err = _slice_error(impl, q, k, v, do, shape)
-        range_name = case_range(impl.name, shape.mode, shape.seq_q)
+        range_name = shape_range(impl.name, shape)
         call = mode_call(impl, shape, q, k, v, do)
 
         def timed_call():
@@ -114,11 +120,13 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
                 call()
 
         with nvtx_range(range_name) if annotate else nullcontext():
-            result.timing = measure(timed_call, device, rep_ms=rep_ms,
+            result.timing = measure(timed_call, device, rep_ms=rep_ms, graph=graph,
                                     grad_to_none=None if shape.mode == "fwd" else [q, k, v])
         result.peak_mem_bytes = _peak_memory(impl, q, k, v, do, shape, device)
     except Unsupported as err:
         result.status, result.message = "unsupported", str(err)
+    except GraphCaptureError as err:
+        result.status, result.message = "error", str(err)
     except (torch.OutOfMemoryError, MemoryError) as err:
         result.status, result.message = "oom", first_line(err)
     except (RuntimeError, ValueError, TypeError) as err:

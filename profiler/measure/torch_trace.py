@@ -22,7 +22,8 @@ import pandas as pd
 
 KERNEL_COLUMNS = ["kernel", "gpu_us", "start_us", "stream", "range", "ranges"]
 TRACE_NAME = re.compile(
-    r"^(?P<impl>\w+?)-(?P<mode>fwd|bwd|fwd_bwd)-B(?P<batch>\d+)H(?P<heads>\d+)N(?P<seq_q>\d+)D(?P<head_dim>\d+)"
+    r"^(?P<impl>\w+?)-(?P<mode>fwd|bwd|fwd_bwd)-B(?P<batch>\d+)H(?P<heads>\d+)(?:KV(?P<kv_heads>\d+))?"
+    r"N(?P<seq_q>\d+)(?:x(?P<seq_kv>\d+))?D(?P<head_dim>\d+)"
     r"-(?P<dtype>fp16|bf16|fp32)(?P<causal>-causal)?\.json$"
 )
 
@@ -93,9 +94,12 @@ def kernels_from_chrome_trace(path: Path | str) -> pd.DataFrame:
 
 
 def trace_file_name(impl: str, mode: str, batch: int, heads: int, seq_q: int, head_dim: int, dtype: str,
-                    causal: bool) -> str:
-    """The name a capture gives the trace of one implementation at one shape (parsed by TRACE_NAME)."""
-    return (f"{impl}-{mode.replace('+', '_')}-B{batch}H{heads}N{seq_q}D{head_dim}-{dtype}"
+                    causal: bool, seq_kv: int | None = None, kv_heads: int | None = None) -> str:
+    """The name a capture gives the trace of one implementation at one shape (parsed by TRACE_NAME):
+    ``KV<n>`` after the heads with grouped-query attention, ``x<Nkv>`` after N when the lengths differ."""
+    kv = "" if kv_heads is None or kv_heads == heads else f"KV{kv_heads}"
+    lengths = f"{seq_q}" if seq_kv is None or seq_kv == seq_q else f"{seq_q}x{seq_kv}"
+    return (f"{impl}-{mode.replace('+', '_')}-B{batch}H{heads}{kv}N{lengths}D{head_dim}-{dtype}"
             f"{'-causal' if causal else ''}.json")
 
 
@@ -114,8 +118,11 @@ def kernels_of_capture(folder: Path | str) -> pd.DataFrame:
         table["mode"] = fields["mode"].replace("_", "+")
         for name in ("batch", "heads", "seq_q", "head_dim"):
             table[name] = int(fields[name])
+        table["kv_heads"] = int(fields["kv_heads"] or fields["heads"])
+        table["seq_kv"] = int(fields["seq_kv"] or fields["seq_q"])
         table["dtype"] = fields["dtype"]
         table["causal"] = fields["causal"] is not None
         tables.append(table)
-    columns = ["trace", *KERNEL_COLUMNS, "impl", "mode", "batch", "heads", "seq_q", "head_dim", "dtype", "causal"]
+    columns = ["trace", *KERNEL_COLUMNS, "impl", "mode", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim",
+               "dtype", "causal"]
     return pd.concat(tables, ignore_index=True)[columns] if tables else pd.DataFrame(columns=columns)

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+from profiler.model import split_kv
 from profiler.model.costing import Costing, Tiles
 
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
@@ -50,12 +51,20 @@ class Shape:
     dtype: str = "fp16"
     causal: bool = False
     mode: str = "fwd"
+    # Heads of K and V (grouped-query attention: query head h reads K/V head h // (heads // kv_heads),
+    # as SDPA's enable_gqa and repeat_interleave do). None means heads (multi-head attention).
+    kv_heads: int | None = None
 
     def __post_init__(self):
-        for name in ("batch", "heads", "seq_q", "seq_kv", "head_dim"):
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        for name in ("batch", "heads", "seq_q", "seq_kv", "head_dim", "kv_heads"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"kv_heads {self.kv_heads} must divide heads {self.heads} (each K/V head serves "
+                             "an equal group of query heads)")
         if self.dtype not in DTYPE_BYTES:
             raise ValueError(f"dtype '{self.dtype}' is not supported; allowed: {', '.join(DTYPE_BYTES)}")
         if self.mode not in MODES:
@@ -74,9 +83,21 @@ class Shape:
         return self.batch * self.heads
 
     @property
+    def group(self) -> int:
+        """Query heads per K/V head: 1 for multi-head, heads for multi-query attention."""
+        return self.heads // self.kv_heads
+
+    @property
     def score_elems(self) -> int:
         """Elements of the N×N matrix S (or P) over all batches and heads."""
         return self.bh * self.seq_q * self.seq_kv
+
+    @property
+    def label(self) -> str:
+        """'B4 H32 N=8192 D64 fp16', 'B1 H32/8 Nq=1 Nkv=32768 D128 bf16 causal': for titles and progress."""
+        heads = f"H{self.heads}" + (f"/{self.kv_heads}" if self.group > 1 else "")
+        lengths = f"N={self.seq_q}" if self.seq_q == self.seq_kv else f"Nq={self.seq_q} Nkv={self.seq_kv}"
+        return f"B{self.batch} {heads} {lengths} D{self.head_dim} {self.dtype}{' causal' if self.causal else ''}"
 
     def with_mode(self, mode: str) -> Shape:
         return replace(self, mode=mode)
@@ -86,13 +107,22 @@ class Shape:
         """The shape of a stored row (a dict, a pandas row or a namedtuple with the store's shape
         columns); a row without ``mode`` (validation tables: forward only) reads as fwd."""
         get = row.get if hasattr(row, "get") else lambda k, default=None: getattr(row, k, default)
+        kv_heads = get("kv_heads")
         return cls(int(get("batch")), int(get("heads")), int(get("seq_q")), int(get("seq_kv")),
-                   int(get("head_dim")), str(get("dtype")), bool(get("causal")), str(get("mode", "fwd") or "fwd"))
+                   int(get("head_dim")), str(get("dtype")), bool(get("causal")), str(get("mode", "fwd") or "fwd"),
+                   None if kv_heads is None or kv_heads != kv_heads else int(kv_heads))  # NaN: a capture before GQA
 
 
-def _tensor_bytes(shape: Shape, rows: int) -> int:
-    """Bytes of one (B, H, rows, D) tensor in the shape's dtype."""
-    return shape.bh * rows * shape.head_dim * shape.elem_bytes
+def _tensor_bytes(shape: Shape, rows: int, heads: int | None = None) -> int:
+    """Bytes of one (B, heads, rows, D) tensor in the shape's dtype (heads: the query heads unless given)."""
+    return shape.batch * (heads or shape.heads) * rows * shape.head_dim * shape.elem_bytes
+
+
+def _kv_bytes(shape: Shape) -> int:
+    """Bytes of K (or V): (B, kv_heads, Nk, D). With grouped-query attention each K/V head is read
+    once for its whole group of query heads (Ainslie et al., "GQA", 2023, §2: the point of GQA is
+    that the K/V cache shrinks by heads / kv_heads)."""
+    return _tensor_bytes(shape, shape.seq_kv, shape.kv_heads)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,7 +169,7 @@ def _fwd_step_io(shape: Shape, step: str) -> tuple[int, int]:
     12 KB). Each operand is read once, so the mask counts once, not once per head; at N = 4096 the
     16 MB mask is partly re-read from DRAM (reports/validate-h200)."""
     s_bytes = shape.score_elems * shape.elem_bytes
-    q, kv, o = _tensor_bytes(shape, shape.seq_q), _tensor_bytes(shape, shape.seq_kv), _tensor_bytes(shape, shape.seq_q)
+    q, kv, o = _tensor_bytes(shape, shape.seq_q), _kv_bytes(shape), _tensor_bytes(shape, shape.seq_q)
     mask = shape.seq_q * shape.seq_kv
     io = {
         "qk_matmul": (q + kv, s_bytes),  # read Q, K; write S
@@ -157,7 +187,7 @@ def naive_step_bytes(shape: Shape, step: str) -> int:
     """HBM bytes of one naive step: each operand read once and each result written once. The
     backward's masked_fill reads the gradient and the causal mask and writes a new gradient."""
     s_bytes = shape.score_elems * shape.elem_bytes
-    q, kv, o = _tensor_bytes(shape, shape.seq_q), _tensor_bytes(shape, shape.seq_kv), _tensor_bytes(shape, shape.seq_q)
+    q, kv, o = _tensor_bytes(shape, shape.seq_q), _kv_bytes(shape), _tensor_bytes(shape, shape.seq_q)
     mask = shape.seq_q * shape.seq_kv if shape.causal else 0
     bwd = {
         "pv_matmul": 2 * o + 2 * kv + 2 * s_bytes,  # read dO, V, P, dO; write dP, dV (dO read per matmul)
@@ -231,12 +261,23 @@ def executed_flops(shape: Shape, tiles: Tiles) -> float:
     return _by_mode(shape, fwd, bwd)
 
 
+def split_kv_executed_flops(shape: Shape, plan: split_kv.SplitPlan) -> float:
+    """Tensor FLOPs the split-KV forward (kernels.flash_decode) issues: per (split, batch, K/V head)
+    a block of ``plan.block_m`` rows (the group's query rows, padded) times the key tiles of its
+    chunk, two matmuls of 2·rows·keys·D each. Causal (top-left) chunks stop at key seq_q − 1."""
+    visible = min(shape.seq_kv, shape.seq_q) if shape.causal else shape.seq_kv
+    tiles = sum(math.ceil(max(0, min(lo + plan.chunk, visible) - lo) / split_kv.BLOCK_N)
+                for lo in range(0, plan.splits * plan.chunk, plan.chunk))
+    return shape.batch * shape.kv_heads * tiles * plan.block_m * split_kv.BLOCK_N * 2 * (2 * shape.head_dim)
+
+
 def compulsory_bytes(shape: Shape, writes_lse: bool = True) -> int:
     """Fewest HBM bytes a fused kernel can move: each input read once, each output written once.
     Forward: read Q, K, V; write O and (``writes_lse``) the fp32 logsumexp. Backward: read Q, K, V,
     O, dO and the logsumexp; write dQ, dK, dV (the fp32 delta = rowsum(O∘dO) is written and read
-    once more)."""
-    q, kv = _tensor_bytes(shape, shape.seq_q), _tensor_bytes(shape, shape.seq_kv)
+    once more). K, V, dK and dV have the shape's kv_heads: with grouped-query attention each K/V
+    head moves once for its group."""
+    q, kv = _tensor_bytes(shape, shape.seq_q), _kv_bytes(shape)
     row_stats = shape.bh * shape.seq_q * LSE_BYTES
     fwd = q + 2 * kv + q + (row_stats if writes_lse else 0)
     bwd = (q + 2 * kv + q + q + row_stats) + (q + 2 * kv) + 2 * row_stats
@@ -259,7 +300,7 @@ def tile_bytes(shape: Shape, tiles: Tiles) -> float:
         return _by_mode(shape, fwd, math.nan)
     dkdv_tile, dq_tile = tiles.dkdv, tiles.dq
     # dK/dV: K, V once; per visited query tile: Q and dO tiles plus lse and delta rows; write dK, dV.
-    kv = _tensor_bytes(shape, shape.seq_kv)
+    kv = _kv_bytes(shape)  # each program of a K/V head walks the query tiles of every head in its group
     q_rows_tile = dkdv_tile[0] * (2 * d * e + 2 * LSE_BYTES)
     dkdv = 2 * kv + shape.bh * _query_tiles_visited(shape, *dkdv_tile) * q_rows_tile + 2 * kv
     # dQ: Q, dO, lse, delta once; per visited key tile: K and V tiles; write dQ.
@@ -307,21 +348,62 @@ def cost_of(costing: Costing, shape: Shape, step: str = "total") -> Cost:
     compare on equal terms. Bytes: unfused attention (stepwise, or SDPA's math backend) moves the
     four steps' bytes, which are also its tile bytes (nothing is re-read from L2 on purpose); a
     fused kernel moves its compulsory bytes, and its tile bytes follow its tiles (NaN when its
-    tiles are not declared); a per-row kernel re-reads K and V for every query row."""
+    tiles are not declared) or, on the split-KV path, K and V once per K/V head plus the partials;
+    a per-row kernel re-reads K and V for every query row. An implementation that expands GQA
+    inputs with repeat_interleave (``repeats_kv``) moves the copy too, and then attends as if every
+    query head had its own K and V."""
     if step != "total":
         if costing.kind != "stepwise":
             raise ValueError(f"step '{step}' exists only for stepwise implementations; this one is {costing.kind}")
         nbytes = naive_step_bytes(shape, step)
         return Cost(naive_step_flops(shape, step), nbytes, nbytes)
     flops = fused_flops(shape)
+    copy = 0
+    if costing.repeats_kv and shape.group > 1:
+        copy = repeat_kv_bytes(shape)
+        shape = replace(shape, kv_heads=shape.heads)
     if costing.kind in ("stepwise", "unfused"):
-        nbytes = sum(naive_step_bytes(shape, s) for s in NAIVE_STEPS)
+        nbytes = sum(naive_step_bytes(shape, s) for s in NAIVE_STEPS) + copy
         return Cost(flops, nbytes, nbytes)
-    compulsory = compulsory_bytes(shape, costing.writes_lse)
+    compulsory = compulsory_bytes(shape, costing.writes_lse) + copy
     if costing.kind == "per_row":
-        return Cost(flops, compulsory, per_row_bytes(shape))
+        return Cost(flops, compulsory, per_row_bytes(shape) + copy)
+    decode = kernel_plan(costing, shape)
+    if decode is not None:
+        fwd = compulsory_bytes(shape.with_mode("fwd"), costing.writes_lse) + split_kv.partial_bytes(
+            shape.batch, shape.heads, shape.seq_q, shape.head_dim, decode.splits)
+        bwd = 0.0 if shape.mode == "fwd" else _fused_tile_bytes(costing, shape.with_mode("bwd"))
+        return Cost(flops, compulsory, (fwd if shape.mode != "bwd" else 0.0) + bwd + copy)
+    return Cost(flops, compulsory, _fused_tile_bytes(costing, shape) + copy)
+
+
+def _fused_tile_bytes(costing: Costing, shape: Shape) -> float:
     tiles = costing.tiles_for(shape.head_dim, shape.dtype)
-    return Cost(flops, compulsory, math.nan if tiles is None else tile_bytes(shape, tiles))
+    return math.nan if tiles is None else tile_bytes(shape, tiles)
+
+
+def kernel_plan(costing: Costing, shape: Shape) -> split_kv.SplitPlan | None:
+    """The split-KV plan the forward of a ``split_kv`` implementation runs with (None: tiled)."""
+    if not costing.split_kv or shape.mode == "bwd":
+        return None
+    return split_kv.plan(shape.batch, shape.kv_heads, shape.group, shape.seq_q, shape.seq_kv)
+
+
+def kernel_path(costing: Costing, shape: Shape) -> str:
+    """Which code path of a multi-path implementation runs this shape ('split-kv x16', 'tiled'),
+    for the store's ``path`` column; '' for implementations with one path."""
+    if not costing.split_kv:
+        return ""
+    decode = kernel_plan(costing, shape)
+    fwd = "tiled" if decode is None else decode.label
+    return {"fwd": fwd, "bwd": "tiled", "fwd+bwd": f"{fwd} fwd, tiled bwd"}[shape.mode]
+
+
+def repeat_kv_bytes(shape: Shape) -> int:
+    """K and V expanded from kv_heads to heads with repeat_interleave: read once, written heads /
+    kv_heads times over; its backward sums the expanded gradients back (read the big, write the small)."""
+    small, big = _kv_bytes(shape), _tensor_bytes(shape, shape.seq_kv)
+    return _by_mode(shape, 2 * (small + big), 2 * (big + small))
 
 
 def costing_for(impl: str, meta: dict | None = None) -> Costing:
@@ -352,7 +434,7 @@ def predicted_peak_bytes(shape: Shape, fused: bool) -> int:
     a fused kernel keeps O(N): the output, the fp32 logsumexp, and in the backward dQ, dK, dV and
     the fp32 delta."""
     o = _tensor_bytes(shape, shape.seq_q)
-    grads = _tensor_bytes(shape, shape.seq_q) + 2 * _tensor_bytes(shape, shape.seq_kv)  # dQ, dK, dV
+    grads = _tensor_bytes(shape, shape.seq_q) + 2 * _kv_bytes(shape)  # dQ, dK, dV
     rows = shape.bh * shape.seq_q * LSE_BYTES  # one fp32 per query row
     s_bytes = shape.score_elems * shape.elem_bytes
     if fused:
@@ -382,7 +464,7 @@ def dram_bytes(shape: Shape, impl: str, step: str, l2_bytes: float | None = None
     retention fractions above; none when ``l2_bytes`` is None). ``kv_splits`` > 1 is
     FlashAttention-2's split-KV path: each split writes an fp32 partial output and logsumexp per
     query row, and a combine kernel reads them back (Dao, flash-attention, flash_fwd_splitkv_kernel)."""
-    q, kv = _tensor_bytes(shape, shape.seq_q), _tensor_bytes(shape, shape.seq_kv)
+    q, kv = _tensor_bytes(shape, shape.seq_q), _kv_bytes(shape)
     if step == "total":
         partials = kv_splits * shape.bh * shape.seq_q * (shape.head_dim + 1) * 4 if kv_splits > 1 else 0
         reads, writes = q + 2 * kv + partials, q + shape.bh * shape.seq_q * LSE_BYTES + partials

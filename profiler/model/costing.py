@@ -12,6 +12,11 @@ Kinds:
 - ``fused``: one kernel (three for a backward) that keeps the N×N scores on chip. Its ``tiles``
   say which query and key blocks it iterates, which sets the K/V re-reads that L2 serves.
 - ``per_row``: fused, but one program per query row: every row re-reads the K and V it sees.
+
+Two flags refine a kind: ``split_kv`` (the forward takes FlashDecoding's split-KV path when
+profiler.model.split_kv.plan says so: partials are written and read back) and ``repeats_kv`` (with
+grouped-query attention, K and V are first expanded to every query head with repeat_interleave,
+a copy the bytes include).
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ class Costing:
     tiles: Tiles | Callable[[int, str], Tiles] | None = None
     writes_lse: bool = True  # the forward writes one fp32 logsumexp per query row
     source: str = ""  # where the tiles come from (kernel source, kernel name, counters)
+    split_kv: bool = False  # the forward splits the keys when split_kv.plan gives a plan
+    repeats_kv: bool = False  # GQA inputs are expanded with repeat_interleave before attention
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -57,7 +64,8 @@ class Costing:
         the capture, so ``remodel`` and the dashboard never import the user's code). Tiles that
         depend on the problem are stored as a table over the multiples of 8 up to 256 (and
         ``extra_head_dims``, e.g. the capture's own) × ``dtypes``."""
-        stored = {"kind": self.kind, "writes_lse": self.writes_lse, "source": self.source}
+        stored = {"kind": self.kind, "writes_lse": self.writes_lse, "source": self.source,
+                  "split_kv": self.split_kv, "repeats_kv": self.repeats_kv}
         if callable(self.tiles):
             head_dims = sorted({*range(8, 257, 8), *extra_head_dims})
             table = {f"{d}/{t}": _tiles_json(self.tiles(d, t)) for d in head_dims for t in dtypes}
@@ -66,7 +74,8 @@ class Costing:
 
     @classmethod
     def from_meta(cls, stored: dict) -> Costing:
-        common = {"writes_lse": stored.get("writes_lse", True), "source": stored.get("source", "")}
+        common = {"writes_lse": stored.get("writes_lse", True), "source": stored.get("source", ""),
+                  "split_kv": stored.get("split_kv", False), "repeats_kv": stored.get("repeats_kv", False)}
         if "tiles_by" in stored:
             table = {key: _tiles_from_json(value) for key, value in stored["tiles_by"].items()}
             return cls(stored["kind"], lambda head_dim, dtype: table.get(f"{head_dim}/{dtype}"), **common)

@@ -44,8 +44,8 @@ def roofline_row(impl: str, costing: Costing, shape: cm.Shape, step: str, roofs:
     ai = cm.arithmetic_intensity(flops, hbm_bytes)
     row = {
         "impl": impl, "step": step, "mode": shape.mode, "batch": shape.batch, "heads": shape.heads,
-        "seq_q": shape.seq_q, "seq_kv": shape.seq_kv, "head_dim": shape.head_dim, "dtype": shape.dtype,
-        "causal": shape.causal, "flops": flops, "hbm_bytes": hbm_bytes, "tile_bytes": tile,
+        "kv_heads": shape.kv_heads, "seq_q": shape.seq_q, "seq_kv": shape.seq_kv, "head_dim": shape.head_dim,
+        "dtype": shape.dtype, "causal": shape.causal, "path": cm.kernel_path(costing, shape), "flops": flops, "hbm_bytes": hbm_bytes, "tile_bytes": tile,
         "arithmetic_intensity": ai, "status": status, "message": message,
         "peak_mem_bytes": peak_mem_bytes, "max_rel_err": max_rel_err,
     }
@@ -72,6 +72,10 @@ def same_number(a, b) -> bool:
     return math.isclose(a, b, rel_tol=1e-12)
 
 
+def _text(value) -> str:
+    return "" if value is None or pd.isna(value) else str(value)
+
+
 def remodel(frame: pd.DataFrame, roofs: Roofs, meta: dict | None = None) -> tuple[pd.DataFrame, pd.Series]:
     """Stored rows joined again with the current cost model, for captures stored before a change of
     the model. A row whose FLOPs and bytes the model still gives is kept as it is; a row where they
@@ -82,7 +86,8 @@ def remodel(frame: pd.DataFrame, roofs: Roofs, meta: dict | None = None) -> tupl
     for record in frame.to_dict("records"):
         costing = cm.costing_for(record["impl"], meta)
         new = cm.cost_of(costing, cm.Shape.from_row(record), record["step"])._asdict()
-        if all(same_number(new[k], record[k]) for k in MODEL):
+        path = cm.kernel_path(costing, cm.Shape.from_row(record))
+        if all(same_number(new[k], record[k]) for k in MODEL) and _text(record.get("path")) == path:
             rows.append(record)
             changed.append(False)
             continue

@@ -43,13 +43,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m profiler.nsight.ncu_driver")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--heads", type=int, default=16)
-    parser.add_argument("--seq", type=int, default=4096)
+    parser.add_argument("--seq", type=int, default=4096, help="query and key length (square)")
+    parser.add_argument("--seq-q", dest="seq_q", type=int, default=None, help="query length (default --seq)")
+    parser.add_argument("--seq-kv", dest="seq_kv", type=int, default=None, help="key/value length (default --seq)")
+    parser.add_argument("--kv-heads", dest="kv_heads", type=int, default=None, help="K/V heads (default --heads)")
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--dtype", default="fp16")
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--impl", default="naive,triton_flash,sdpa_flash,sdpa_cudnn")
     args = parser.parse_args(argv)
-    shape = Shape(args.batch, args.heads, args.seq, args.seq, args.dim, args.dtype, args.causal)
+    shape = Shape(args.batch, args.heads, args.seq_q or args.seq, args.seq_kv or args.seq, args.dim, args.dtype,
+                  args.causal, kv_heads=args.kv_heads)
     with torch.no_grad():
         for impl, step, call in measured_calls(shape, args.impl.split(",")):
             try:

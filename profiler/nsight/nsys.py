@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from profiler.measure.ranges import call_range, case_range, qualified, step_range
+from profiler.measure.ranges import call_range, qualified, shape_range, step_range
 from profiler.store import RESULTS, CaptureError, load_capture, write_bytes_atomic, write_json_atomic
 
 PUSH_POP, START_END, DOMAIN_CREATE = 59, 60, 75  # ENUM_NSYS_EVENT_TYPE ids
@@ -284,7 +284,8 @@ def capture_gpu_times(projection: pd.DataFrame, ranges: pd.DataFrame, results: p
     """``nsys_gpu_ms`` for each row of a capture's results: the median projected GPU time of the
     per-repetition ranges ``<impl>/<mode>/seq=<N>/call`` (steps: ``.../<step>/call``) inside the
     case's own range. A capture measures its cases in row order, so the k-th instance of the range
-    ``attn:<impl>/<mode>/seq=<N>`` belongs to the k-th total row with that implementation, mode and N."""
+    ``attn:<impl>/<mode>/seq=<N>`` belongs to the k-th total row with that implementation, mode and
+    lengths (and K/V heads: profiler.measure.ranges.shape_range)."""
     proj = projection.set_index("range_id")["gpu_proj_ns"]
     children: dict[int, list[tuple[str, int]]] = {}
     for rid, parent, name in zip(ranges.range_id, ranges.parent_id, ranges.range):
@@ -302,8 +303,9 @@ def capture_gpu_times(projection: pd.DataFrame, ranges: pd.DataFrame, results: p
     case_of_total: dict[tuple, int | None] = {}
     out: list[float | None] = []
     for row in results.itertuples():
-        base = case_range(row.impl, row.mode, row.seq_q)
-        key = (row.impl, row.mode, row.seq_q, row.batch, row.heads, row.head_dim, row.dtype, row.causal)
+        base = shape_range(row.impl, row)
+        key = (row.impl, row.mode, row.seq_q, row.seq_kv, row.batch, row.heads, getattr(row, "kv_heads", row.heads),
+               row.head_dim, row.dtype, row.causal)
         if row.step == "total":
             k = seen.get(base, 0)
             seen[base] = k + 1
@@ -313,7 +315,7 @@ def capture_gpu_times(projection: pd.DataFrame, ranges: pd.DataFrame, results: p
             out.append(None if case is None else median_ms(case, qualified(call_range(base))))
         else:
             case = case_of_total.get(key)
-            step = step_range(row.impl, row.mode, row.seq_q, row.step)
+            step = step_range(base, row.step)
             step_id = next((rid for name, rid in children.get(case, []) if name == qualified(step)), None)
             out.append(None if step_id is None else median_ms(step_id, qualified(call_range(step))))
     return out

@@ -18,25 +18,32 @@ from pathlib import Path
 import pandas as pd
 
 from profiler.model import cost_model as cm
+from profiler.model import split_kv
 from profiler.model.costing import Tiles
 from profiler.model.roofs import Roofs
 from profiler.model.rows import Timing, roofline_row
 from profiler.nsight.ncu import read_raw_csv, run_driver
 from profiler.store import RESULTS, to_frame, write_bytes_atomic
 
-SHAPE_COLUMNS = ["batch", "heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal"]
+SHAPE_COLUMNS = ["batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal"]
 
 
 def driver_args(shape: cm.Shape, impls: list[str]) -> list[str]:
     """The ncu driver's command line for one shape; ``impls`` are names or a user's module:function."""
-    args = ["--batch", str(shape.batch), "--heads", str(shape.heads), "--seq", str(shape.seq_q), "--dim",
-            str(shape.head_dim), "--dtype", shape.dtype, "--impl", ",".join(impls)]
+    args = ["--batch", str(shape.batch), "--heads", str(shape.heads), "--kv-heads", str(shape.kv_heads),
+            "--seq-q", str(shape.seq_q), "--seq-kv", str(shape.seq_kv), "--dim", str(shape.head_dim),
+            "--dtype", shape.dtype, "--impl", ",".join(impls)]
     return args + (["--causal"] if shape.causal else [])
 
 
+CSV_NAME = re.compile(r"B(\d+)H(\d+)(?:KV(\d+))?N(\d+)(?:x(\d+))?D(\d+)-(fp16|bf16|fp32)(-causal)?\.csv$")
+
+
 def csv_name(shape: cm.Shape) -> str:
-    return (f"B{shape.batch}H{shape.heads}N{shape.seq_q}D{shape.head_dim}-{shape.dtype}"
-            f"{'-causal' if shape.causal else ''}.csv")
+    """ncu's CSV of one shape (parsed back by CSV_NAME): B1H16N4096D64-fp16.csv, B1H32KV8N1x32768D128-bf16.csv."""
+    kv = f"KV{shape.kv_heads}" if shape.group > 1 else ""
+    lengths = f"{shape.seq_q}" if shape.seq_q == shape.seq_kv else f"{shape.seq_q}x{shape.seq_kv}"
+    return f"B{shape.batch}H{shape.heads}{kv}N{lengths}D{shape.head_dim}-{shape.dtype}{'-causal' if shape.causal else ''}.csv"
 
 
 def measure_counters(shapes: list[cm.Shape], impls: list[str], folder, progress=None, gpu: int | None = None
@@ -47,7 +54,7 @@ def measure_counters(shapes: list[cm.Shape], impls: list[str], folder, progress=
     paths = []
     for shape in shapes:
         if progress:
-            progress(f"ncu N={shape.seq_q} D={shape.head_dim} {shape.dtype}{' causal' if shape.causal else ''}")
+            progress(f"ncu {shape.label}")
         path = folder / "ncu" / csv_name(shape)
         run_driver(path, driver_args(shape, impls), gpu=gpu)
         paths.append(path)
@@ -78,11 +85,15 @@ def kernel_tile(impl: str, kernel: str, grid: str, seq_q: int) -> tuple[int, int
 
 
 def kv_splits(kernel: str, grid: str) -> int:
-    """Key/value splits of FlashAttention-2's split-KV path (taken when batch × heads cannot fill
-    the GPU): flash_fwd_splitkv_kernel's grid is (query blocks, splits, batch × heads)."""
+    """Key/value splits of a split-KV path: FlashAttention-2's (taken when batch × heads cannot fill
+    the GPU) launches flash_fwd_splitkv_kernel on (query blocks, splits, batch × heads); ours
+    (kernels/flash_decode.py) launches _decode_split on (splits, batch × K/V heads)."""
+    extents = [int(x) for x in str(grid).strip("()").split(",")]
+    if "_decode_split" in kernel:
+        return extents[0]
     if "splitkv" not in kernel:
         return 1
-    return int(str(grid).strip("()").split(",")[1])
+    return extents[1]
 
 
 def cublas_padding(kernel: str, rows: int, cols: int) -> float:
@@ -137,6 +148,9 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict |
         cost = cm.cost_of(cm.costing_for(r.impl, meta), shape, r.step)
         tile = kernel_tile(r.impl, r.kernel_names, r.grid, int(r.seq_q)) if fused else (0, 0)
         model_flops = model_tensor_flops(shape, r.impl, r.step, tile, kernel=r.kernel_names)
+        decode = split_kv.plan(shape.batch, shape.kv_heads, shape.group, shape.seq_q, shape.seq_kv)
+        if "_decode_split" in r.kernel_names and decode is not None:  # our split-KV path: stacked rows
+            tile, model_flops = (decode.block_m, split_kv.BLOCK_N), cm.split_kv_executed_flops(shape, decode)
         measured_dram = r.dram_read_bytes + r.dram_write_bytes
         rows.append({
             **r._asdict(), "query_tile": tile[0], "key_tile": tile[1], "kv_splits": splits,
@@ -158,11 +172,12 @@ def rebuild(folder: Path | str, l2_bytes: float | None, meta: dict | None = None
     folder = Path(folder)
     tables = []
     for path in sorted((folder / "ncu").glob("*.csv")):
-        match = re.match(r"B(\d+)H(\d+)N(\d+)D(\d+)-(fp16|bf16|fp32)(-causal)?\.csv$", path.name)
+        match = CSV_NAME.match(path.name)
         if match is None:
             continue
-        b, h, n, d, dtype, causal = match.groups()
-        shape = cm.Shape.square(int(b), int(h), int(n), int(d), dtype=dtype, causal=causal is not None)
+        b, h, kvh, n, nk, d, dtype, causal = match.groups()
+        shape = cm.Shape(int(b), int(h), int(n), int(nk or n), int(d), dtype, causal is not None,
+                         kv_heads=int(kvh) if kvh else None)
         tables.append(with_shape(read_raw_csv(path), shape))
     if not tables:
         raise ValueError(f"'{folder / 'ncu'}' holds no ncu CSV named like B1H16N4096D64-fp16.csv")

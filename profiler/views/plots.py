@@ -25,28 +25,41 @@ def _families(data: pd.DataFrame) -> list[tuple]:
     return list(dict.fromkeys(tuple(r) for r in data[FAMILY_COLUMNS].itertuples(index=False)))
 
 
+def _lines(data: pd.DataFrame) -> pd.DataFrame:
+    """Rows with the x of the scaling charts: the key length (N for square shapes), and ``queries``:
+    0 for square shapes, else Nq, so decode rows (Nq fixed, Nkv growing) make lines of their own."""
+    data = data.copy()
+    data["queries"] = np.where(data.seq_q == data.seq_kv, 0, data.seq_q)
+    return data.sort_values("seq_kv")
+
+
+def _line_label(family: tuple, queries: int) -> str:
+    return family_label(*family) + (f" Nq={queries}" if queries else "")
+
+
 def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
     """Time, TFLOP/s, peak memory (measured against the model's O(N²) and O(N) predictions) and
-    speedup over naive against sequence length (log axes): one line per implementation and shape
-    family, so different shapes are never merged into one line (families differ by dash)."""
-    data = totals[(totals.step == "total") & (totals.status == "ok")].sort_values("seq_q")
+    speedup over naive against the key length N (log axes; N = Nq = Nkv for square shapes, Nkv for
+    decode): one line per implementation, shape family and query length, so different shapes are
+    never merged into one line (families differ by dash)."""
+    data = _lines(totals[(totals.step == "total") & (totals.status == "ok")])
     figs = {key: go.Figure() for key in ("time", "tflops", "memory", "speedup")}
     shape_key = [c for c in SHAPE_COLUMNS if c != "seq_kv"]
     naive = data[data.impl == "naive"].set_index(shape_key)["time_ms"]
     naive = naive[~naive.index.duplicated()]  # one baseline per shape, also in merged captures
     data = data.merge(naive.rename("naive_ms").reset_index(), on=shape_key, how="left")
-    families = _families(data)
-    for (impl, *family), group in data.groupby(["impl", *FAMILY_COLUMNS], sort=False):
-        k = families.index(tuple(family))
-        name = impl if len(families) == 1 else f"{impl} · {family_label(*family)}"
+    families = list(dict.fromkeys(tuple(r) for r in data[[*FAMILY_COLUMNS, "queries"]].itertuples(index=False)))
+    for (impl, *family, queries), group in data.groupby(["impl", *FAMILY_COLUMNS, "queries"], sort=False):
+        k = families.index((*family, queries))
+        name = impl if len(families) == 1 else f"{impl} · {_line_label(tuple(family), queries)}"
         style = {"color": impl_color(impl), "dash": DASHES[k % len(DASHES)]}
         for key, col in (("time", "time_ms"), ("tflops", "tflops"), ("memory", "peak_mem_bytes")):
             y = group[col] / 2**20 if key == "memory" else group[col]
-            figs[key].add_trace(go.Scatter(x=group.seq_q, y=y, mode="lines+markers", name=name, line=style))
-        figs["speedup"].add_trace(go.Scatter(x=group.seq_q, y=group.naive_ms / group.time_ms,
+            figs[key].add_trace(go.Scatter(x=group.seq_kv, y=y, mode="lines+markers", name=name, line=style))
+        figs["speedup"].add_trace(go.Scatter(x=group.seq_kv, y=group.naive_ms / group.time_ms,
                                              mode="lines+markers", name=name, line=style))
-    seqs = sorted(data.seq_q.unique())
-    for family in families:
+    seqs = sorted(data[data.queries == 0].seq_q.unique())  # the O(N²) model lines are for square shapes
+    for family in _families(data[data.queries == 0]):
         first = cm.Shape.from_row(dict(zip(FAMILY_COLUMNS, family)) | {"seq_q": 1, "seq_kv": 1})
         suffix = "" if len(families) == 1 else f" · {family_label(*family)}"
         for fused, label in ((False, "model O(N²): naive keeps S and P"), (True, "model O(N): fused keeps O, lse")):
@@ -57,7 +70,7 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
               "memory": ("peak memory above inputs (MiB)", "Peak memory: measured vs model"),
               "speedup": ("speedup over naive (x)", "Speedup over naive PyTorch")}
     for key, fig in figs.items():
-        fig.update_xaxes(type="log", title="sequence length N")
+        fig.update_xaxes(type="log", title="key length N (= query length for square shapes)")
         fig.update_yaxes(type="log", title=titles[key][0])
         fig.update_layout(title=titles[key][1], height=420)
     return figs
@@ -256,3 +269,36 @@ def validation_table_view(validation: pd.DataFrame) -> pd.DataFrame:
         "tensor GFLOP (model)": validation.model_tensor_flops / 1e9,
         "tensor ratio": validation.tensor_flops_ratio,
     })
+
+
+def bandwidth_figure(totals: pd.DataFrame, meta: dict) -> go.Figure:
+    """Decode's question: achieved GB/s (the model's compulsory bytes over the median time) against
+    the key length, one line per implementation, shape family and query length, under the HBM roofs:
+    the copy bandwidth the capture measured and the datasheet's. Rows with Nq < Nkv only (square
+    prefill is compute-bound: its GB/s says little); an empty chart says so."""
+    data = _lines(totals[(totals.step == "total") & (totals.status == "ok") & (totals.seq_q < totals.seq_kv)])
+    fig = go.Figure()
+    families = list(dict.fromkeys(tuple(r) for r in data[[*FAMILY_COLUMNS, "queries"]].itertuples(index=False)))
+    for (impl, *family, queries), group in data.groupby(["impl", *FAMILY_COLUMNS, "queries"], sort=False):
+        k = families.index((*family, queries))
+        name = impl if len(families) == 1 else f"{impl} · {_line_label(tuple(family), queries)}"
+        fig.add_trace(go.Scatter(x=group.seq_kv, y=group.gbps, mode="lines+markers", name=name,
+                                 line={"color": impl_color(impl), "dash": DASHES[k % len(DASHES)]},
+                                 customdata=group.time_ms * 1e3,
+                                 hovertemplate="Nkv %{x}: %{y:,.0f} GB/s in %{customdata:.1f} µs"))
+    measured = (meta.get("measured_ceilings") or {}).get("copy_gbps")
+    sheet = hardware.lookup(meta.get("datasheet_device") or meta.get("device", ""))
+    for value, label, dash in ((measured, "measured copy (read + write)", "dash"),
+                               (None if sheet is None else sheet.hbm_bytes_per_s / 1e9, f"{getattr(sheet, 'name', '')} "
+                                "datasheet HBM", "dot")):
+        if value:
+            fig.add_hline(y=value, line={"color": "black", "dash": dash},
+                          annotation_text=f"{label}: {value:,.0f} GB/s", annotation_position="bottom right")
+    if data.empty:
+        fig.add_annotation(text="No rows with fewer queries than keys in this selection: capture decode shapes with "
+                                "--seq-q 1 --seq-kv 4096,32768 (or pick such a capture)", showarrow=False,
+                           x=0.5, y=0.5, xref="paper", yref="paper", font={"size": 14})
+    fig.update_xaxes(type="log", title="key/value length Nkv")
+    fig.update_yaxes(title="GB/s at the compulsory bytes (Q, K, V read once; O written once)", rangemode="tozero")
+    fig.update_layout(title="Decode: achieved bandwidth against the HBM roof", height=460)
+    return fig

@@ -9,8 +9,8 @@ from profiler.model import cost_model as cm
 from profiler.model import hardware
 from profiler.model import roofs as roofline
 
-SUMMARY_SHAPE = ["mode", "dtype", "head_dim", "causal", "batch", "heads", "seq_q"]
-BENCH_SHAPE = ["mode", "dtype", "head_dim", "causal", "seq_q", "batch", "heads"]
+SUMMARY_SHAPE = ["mode", "dtype", "head_dim", "causal", "batch", "heads", "kv_heads", "seq_q", "seq_kv"]
+BENCH_SHAPE = ["mode", "dtype", "head_dim", "causal", "seq_q", "seq_kv", "batch", "heads", "kv_heads"]
 
 
 def summary_frame(rows: list[dict]) -> pd.DataFrame:
@@ -33,17 +33,23 @@ def summary_frame(rows: list[dict]) -> pd.DataFrame:
     return frame
 
 
-def bench_table(frame: pd.DataFrame, impls: list[str], baseline: str) -> pd.DataFrame:
-    """One row per shape: each implementation's TFLOP/s and, for each peer, baseline / peer
-    (above 1 means the baseline is faster). A peer that did not run has no ratio."""
+def bench_table(frame: pd.DataFrame, impls: list[str], baseline: str, copy_gbps: float | None = None
+                ) -> pd.DataFrame:
+    """One row per shape: each implementation's TFLOP/s, GB/s at the model's compulsory bytes and,
+    given the measured copy bandwidth, that as a fraction of it; the model's bound; and for each
+    peer baseline / peer (above 1 means the baseline is faster). A peer that did not run has no ratio."""
     totals = frame[(frame.step == "total") & frame.impl.isin(impls)]
     rows = []
     for key, group in totals.groupby(BENCH_SHAPE, sort=False):
         by_impl = {r.impl: r for r in group.itertuples()}
         row = dict(zip(BENCH_SHAPE, key))
+        row["bound"] = by_impl[baseline].bound if baseline in by_impl else None
         for name in impls:
             r = by_impl.get(name)
-            row[f"{name}_tflops"] = r.tflops if r is not None and r.status == "ok" else None
+            ok = r is not None and r.status == "ok"
+            row[f"{name}_tflops"] = r.tflops if ok else None
+            row[f"{name}_gbps"] = r.gbps if ok else None
+            row[f"{name}_copy_fraction"] = r.gbps / copy_gbps if ok and copy_gbps else None
             row[f"{name}_status"] = r.status if r is not None else "missing"
             row[f"{name}_max_rel_err"] = r.max_rel_err if r is not None else None
         base = row[f"{baseline}_tflops"]

@@ -1,0 +1,186 @@
+"""Split-KV forward for decode shapes (FlashDecoding), with grouped-query attention.
+
+When a K/V head has few query rows (its group's heads × Nq, at most profiler.model.split_kv.MAX_ROWS),
+the tiled forward would launch one program per batch·head and leave most SMs idle while each one
+streams the whole K/V cache. This path instead:
+
+1. ``_decode_split``: one program per (key chunk, batch·K/V head). It stacks the query rows of
+   every head in the K/V head's group into one block (row r is head r // Nq, query r % Nq), so each
+   K and V tile is loaded once for the whole group, runs the online softmax over its chunk, and
+   writes an fp32 partial output and logsumexp per row. With a single chunk it writes the final
+   output and logsumexp directly.
+2. ``_decode_combine``: one program per query row merges the chunks:
+   lse = log Σ_s exp(lse_s), o = Σ_s exp(lse_s − lse) · o_s (each o_s is normalised over its chunk).
+
+The split count and chunk come from profiler.model.split_kv.plan, which the cost model also calls.
+Causal masking is top-left aligned, as SDPA's ``is_causal`` and our tiled kernels: query i sees
+keys j <= i, so with Nq < Nkv a query sees only the start of the cache; a decode step that should
+see all of it is non-causal. Pointer arithmetic only (triton 3.6 and 3.9).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._autotune import LN2_C, LOG2E, dot_precision
+from kernels._checks import dtype_name
+from profiler.model import split_kv
+
+# (num_warps, num_stages) by head_dim: 128 from the H100 sweep in docs/perf-notes.md ("Decode"); the
+# others are untuned (a small block of rows needs few warps; head_dim 256 tiles need fewer stages).
+LAUNCH = {16: (4, 2), 32: (4, 2), 64: (4, 2), 128: (4, 2), 256: (4, 1)}
+
+
+@triton.jit
+def _decode_inner(
+    acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+    query, lo, hi, qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        k_ptrs = k_base + cols[:, None] * stride_kn + offs_d[None, :] * stride_kd
+        v_ptrs = v_base + cols[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        if MASKED:
+            k = tl.load(k_ptrs, mask=cols[:, None] < hi, other=0.0)  # (BLOCK_N, HEAD_DIM)
+            v = tl.load(v_ptrs, mask=cols[:, None] < hi, other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_N), fp32
+        if MASKED:
+            visible = cols[None, :] < hi
+            if CAUSAL:
+                visible = visible & (cols[None, :] <= query[:, None])
+            qk = tl.where(visible, qk, float("-inf"))
+        m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        # A row that sees no key of this tile yet (causal) keeps m = -inf: subtract 0 instead, so
+        # exp2(-inf) gives 0 rather than exp2(-inf + inf) = NaN.
+        m_safe = tl.where(m_ij == float("-inf"), 0.0, m_ij)
+        p = tl.math.exp2(qk * qk_scale - m_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
+        m_i = m_ij
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _decode_split(
+    Q, K, V, O, LSE, O_PART, LSE_PART,
+    qk_scale,  # sm_scale · log2(e)
+    stride_qz, stride_qh, stride_qm, stride_qd,
+    stride_kz, stride_kh, stride_kn, stride_kd,
+    stride_vz, stride_vh, stride_vn, stride_vd,
+    kv_heads, seq_q, seq_kv, chunk, splits,
+    GROUP: tl.constexpr,  # query heads per K/V head
+    HEAD_DIM: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DIRECT: tl.constexpr,  # one split: write O and LSE, no partials
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    split = tl.program_id(0)
+    off_zk = tl.program_id(1)
+    off_z = (off_zk // kv_heads).to(tl.int64)
+    off_hk = (off_zk % kv_heads).to(tl.int64)
+    rows = tl.arange(0, BLOCK_M)
+    row_ok = rows < GROUP * seq_q
+    head = off_hk * GROUP + rows // seq_q  # (BLOCK_M,) the query head of each stacked row
+    query = rows % seq_q  # its position in the query sequence
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(Q + off_z * stride_qz + head[:, None] * stride_qh + query[:, None] * stride_qm
+                + offs_d[None, :] * stride_qd, mask=row_ok[:, None], other=0.0)  # (BLOCK_M, HEAD_DIM)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    lo = split * chunk
+    hi = tl.minimum(lo + chunk, seq_kv)
+    if CAUSAL:
+        hi = tl.minimum(hi, seq_q)  # the last query row sees keys up to seq_q - 1 (top-left)
+        full_hi = lo  # every tile may hold a masked key: run them all masked
+    else:
+        full_hi = tl.maximum(lo, lo + ((hi - lo) // BLOCK_N) * BLOCK_N)  # whole tiles, then the tail
+    k_base = K + off_z * stride_kz + off_hk * stride_kh
+    v_base = V + off_z * stride_vz + off_hk * stride_vh
+    acc, l_i, m_i = _decode_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+                                  query, lo, full_hi, qk_scale, HEAD_DIM, BLOCK_N, False, CAUSAL, DOT_PRECISION)
+    acc, l_i, m_i = _decode_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+                                  query, full_hi, hi, qk_scale, HEAD_DIM, BLOCK_N, True, CAUSAL, DOT_PRECISION)
+
+    # Rows of (batch, head, query) in the contiguous O (B, H, Nq, D), LSE (B, H, Nq) and partials.
+    row = (off_z * (kv_heads * GROUP) + head) * seq_q + query
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # a row with no visible key in this chunk: o = 0, lse = -inf
+    lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.math.log2(l_safe)) * LN2_C)
+    o = acc / l_safe[:, None]
+    if DIRECT:
+        tl.store(O + row[:, None] * HEAD_DIM + offs_d[None, :], o.to(O.dtype.element_ty), mask=row_ok[:, None])
+        tl.store(LSE + row, lse, mask=row_ok)
+    else:
+        part = row * splits + split
+        tl.store(O_PART + part[:, None] * HEAD_DIM + offs_d[None, :], o, mask=row_ok[:, None])
+        tl.store(LSE_PART + part, lse, mask=row_ok)
+
+
+@triton.jit
+def _decode_combine(
+    O, LSE, O_PART, LSE_PART, splits,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_S: tl.constexpr,  # splits, padded to a power of two
+):
+    row = tl.program_id(0).to(tl.int64)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, HEAD_DIM)
+    lse_s = tl.load(LSE_PART + row * splits + offs_s, mask=offs_s < splits, other=float("-inf"))
+    m = tl.max(lse_s, 0)  # finite: split 0 holds key 0, which every query row sees
+    w = tl.exp(lse_s - m)  # (BLOCK_S,)
+    o_s = tl.load(O_PART + (row * splits + offs_s)[:, None] * HEAD_DIM + offs_d[None, :],
+                  mask=(offs_s < splits)[:, None], other=0.0)  # (BLOCK_S, HEAD_DIM)
+    total = tl.sum(w, 0)
+    o = tl.sum(w[:, None] * o_s, 0) / total
+    tl.store(O + row * HEAD_DIM + offs_d, o.to(O.dtype.element_ty))
+    tl.store(LSE + row, m + tl.log(total))
+
+
+def flash_decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+                         plan: split_kv.SplitPlan, launch: tuple[int, int] | None = None
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The split-KV forward on checked inputs (kernels.flash_fwd.flash_attention_forward calls it
+    when profiler.model.split_kv.plan gives a plan). q: (B, H, Nq, D); k, v: (B, Hkv, Nkv, D).
+    Returns o (B, H, Nq, D) contiguous in q's dtype and lse (B, H, Nq) fp32, natural log.
+    ``launch`` = (num_warps, num_stages) overrides :data:`LAUNCH` (for sweeps)."""
+    batch, heads, seq_q, head_dim = q.shape
+    kv_heads, seq_kv = k.shape[1], k.shape[2]
+    o = torch.empty((batch, heads, seq_q, head_dim), dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
+    direct = plan.splits == 1
+    if direct:
+        o_part, lse_part = o, lse  # unused
+    else:
+        o_part = torch.empty((batch, heads, seq_q, plan.splits, head_dim), dtype=torch.float32, device=q.device)
+        lse_part = torch.empty((batch, heads, seq_q, plan.splits), dtype=torch.float32, device=q.device)
+    num_warps, num_stages = launch or LAUNCH[head_dim]
+    _decode_split[(plan.splits, batch * kv_heads)](
+        q, k, v, o, lse, o_part, lse_part, scale * LOG2E,
+        *q.stride(), *k.stride(), *v.stride(),
+        kv_heads, seq_q, seq_kv, plan.chunk, plan.splits,
+        GROUP=heads // kv_heads, HEAD_DIM=head_dim, CAUSAL=bool(causal), DIRECT=direct,
+        DOT_PRECISION=dot_precision(dtype_name(q.dtype)), BLOCK_M=plan.block_m, BLOCK_N=split_kv.BLOCK_N,
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    if not direct:
+        _decode_combine[(batch * heads * seq_q,)](
+            o, lse, o_part, lse_part, plan.splits,
+            HEAD_DIM=head_dim, BLOCK_S=triton.next_power_of_2(plan.splits), num_warps=4,
+        )
+    return o, lse
