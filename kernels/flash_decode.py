@@ -36,17 +36,18 @@ LAUNCH = {16: (4, 2), 32: (4, 2), 64: (4, 2), 128: (4, 2), 256: (4, 1)}
 @triton.jit
 def _decode_inner(
     acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-    query, lo, hi, qk_scale,
+    query, first, last, step, hi, qk_scale,
     HEAD_DIM: tl.constexpr,
     BLOCK_N: tl.constexpr,
     MASKED: tl.constexpr,
     CAUSAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
+    """Online softmax over key tiles first, first + step, ... (< last); keys from ``hi`` on are masked."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    for start_n in range(lo, hi, BLOCK_N):
-        cols = start_n + offs_n
+    for tile in range(first, last, step):
+        cols = tile * BLOCK_N + offs_n
         k_ptrs = k_base + cols[:, None] * stride_kn + offs_d[None, :] * stride_kd
         v_ptrs = v_base + cols[:, None] * stride_vn + offs_d[None, :] * stride_vd
         if MASKED:
@@ -82,6 +83,7 @@ def _decode_split(
     stride_vz, stride_vh, stride_vn, stride_vd,
     kv_heads, seq_q, seq_kv, chunk, splits,
     GROUP: tl.constexpr,  # query heads per K/V head
+    STRIDED: tl.constexpr,  # split s takes key tiles s, s + splits, ... instead of one chunk
     HEAD_DIM: tl.constexpr,
     CAUSAL: tl.constexpr,
     DIRECT: tl.constexpr,  # one split: write O and LSE, no partials
@@ -104,19 +106,30 @@ def _decode_split(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    lo = split * chunk
-    hi = tl.minimum(lo + chunk, seq_kv)
+    hi = seq_kv
     if CAUSAL:
         hi = tl.minimum(hi, seq_q)  # the last query row sees keys up to seq_q - 1 (top-left)
-        full_hi = lo  # every tile may hold a masked key: run them all masked
-    else:
-        full_hi = tl.maximum(lo, lo + ((hi - lo) // BLOCK_N) * BLOCK_N)  # whole tiles, then the tail
+    # Whole tiles run unmasked, the ragged last one masked; causal: every tile masked.
+    full = 0 if CAUSAL else hi // BLOCK_N
+    tiles = tl.cdiv(hi, BLOCK_N)
+    if STRIDED:  # tiles split, split + splits, ...: at any moment the programs read neighbouring tiles
+        first, step = split, splits
+        last_full = full
+        first_masked = full + (split - full % splits + splits) % splits
+        last = tiles
+    else:  # one contiguous chunk of chunk // BLOCK_N tiles
+        first, step = split * (chunk // BLOCK_N), 1
+        last = tl.minimum(first + chunk // BLOCK_N, tiles)
+        last_full = tl.minimum(last, full)
+        first_masked = tl.maximum(first, full)
     k_base = K + off_z * stride_kz + off_hk * stride_kh
     v_base = V + off_z * stride_vz + off_hk * stride_vh
     acc, l_i, m_i = _decode_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-                                  query, lo, full_hi, qk_scale, HEAD_DIM, BLOCK_N, False, CAUSAL, DOT_PRECISION)
+                                  query, first, last_full, step, hi, qk_scale,
+                                  HEAD_DIM, BLOCK_N, False, CAUSAL, DOT_PRECISION)
     acc, l_i, m_i = _decode_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-                                  query, full_hi, hi, qk_scale, HEAD_DIM, BLOCK_N, True, CAUSAL, DOT_PRECISION)
+                                  query, first_masked, last, step, hi, qk_scale,
+                                  HEAD_DIM, BLOCK_N, True, CAUSAL, DOT_PRECISION)
 
     # Rows of (batch, head, query) in the contiguous O (B, H, Nq, D), LSE (B, H, Nq) and partials.
     row = (off_z * (kv_heads * GROUP) + head) * seq_q + query
@@ -153,12 +166,13 @@ def _decode_combine(
 
 
 def flash_decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                         plan: split_kv.SplitPlan, launch: tuple[int, int] | None = None
+                         plan: split_kv.SplitPlan, launch: tuple[int, int] | None = None, strided: bool | None = None
                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """The split-KV forward on checked inputs (kernels.flash_fwd.flash_attention_forward calls it
     when profiler.model.split_kv.plan gives a plan). q: (B, H, Nq, D); k, v: (B, Hkv, Nkv, D).
     Returns o (B, H, Nq, D) contiguous in q's dtype and lse (B, H, Nq) fp32, natural log.
-    ``launch`` = (num_warps, num_stages) overrides :data:`LAUNCH` (for sweeps)."""
+    ``launch`` = (num_warps, num_stages) overrides :data:`LAUNCH` and ``strided`` the plan's tile
+    assignment (for sweeps)."""
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     o = torch.empty((batch, heads, seq_q, head_dim), dtype=q.dtype, device=q.device)
@@ -174,7 +188,7 @@ def flash_decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
         q, k, v, o, lse, o_part, lse_part, scale * LOG2E,
         *q.stride(), *k.stride(), *v.stride(),
         kv_heads, seq_q, seq_kv, plan.chunk, plan.splits,
-        GROUP=heads // kv_heads, HEAD_DIM=head_dim, CAUSAL=bool(causal), DIRECT=direct,
+        GROUP=heads // kv_heads, STRIDED=plan.strided if strided is None else strided, HEAD_DIM=head_dim, CAUSAL=bool(causal), DIRECT=direct,
         DOT_PRECISION=dot_precision(dtype_name(q.dtype)), BLOCK_M=plan.block_m, BLOCK_N=split_kv.BLOCK_N,
         num_warps=num_warps, num_stages=num_stages,
     )

@@ -263,11 +263,15 @@ def executed_flops(shape: Shape, tiles: Tiles) -> float:
 
 def split_kv_executed_flops(shape: Shape, plan: split_kv.SplitPlan) -> float:
     """Tensor FLOPs the split-KV forward (kernels.flash_decode) issues: per (split, batch, K/V head)
-    a block of ``plan.block_m`` rows (the group's query rows, padded) times the key tiles of its
-    chunk, two matmuls of 2·rows·keys·D each. Causal (top-left) chunks stop at key seq_q − 1."""
+    a block of ``plan.block_m`` rows (the group's query rows, padded) times the key tiles it takes
+    (strided: every visible tile once over all splits; else the tiles of its chunk), two matmuls of
+    2·rows·keys·D each. Causal (top-left) attention stops at key seq_q − 1."""
     visible = min(shape.seq_kv, shape.seq_q) if shape.causal else shape.seq_kv
-    tiles = sum(math.ceil(max(0, min(lo + plan.chunk, visible) - lo) / split_kv.BLOCK_N)
-                for lo in range(0, plan.splits * plan.chunk, plan.chunk))
+    if plan.strided:
+        tiles = math.ceil(visible / split_kv.BLOCK_N)
+    else:
+        tiles = sum(math.ceil(max(0, min(lo + plan.chunk, visible) - lo) / split_kv.BLOCK_N)
+                    for lo in range(0, plan.splits * plan.chunk, plan.chunk))
     return shape.batch * shape.kv_heads * tiles * plan.block_m * split_kv.BLOCK_N * 2 * (2 * shape.head_dim)
 
 

@@ -28,13 +28,19 @@ TARGET_PROGRAMS = 512  # split until about this many programs run (a few per SM 
 MIN_CHUNK = 256  # keys per split at least: fewer and the partials cost more than they hide
 MAX_SPLITS = 256  # the combine kernel holds every split's logsumexp of a row at once
 PARTIAL_BYTES = 4  # partial outputs and logsumexps are fp32
+# How splits take their key tiles (SplitPlan.strided): strided (tiles s, s + splits, ...) measured
+# 0.3 to 1.6% faster than contiguous chunks on every shape of scripts/perf_experiments/decode_strided.py
+# (H100, three repeats each, reports/perf-h100/decode_strided.jsonl): the programs of a wave then
+# read neighbouring tiles, as a streaming copy does.
+STRIDED = True
 
 
 @dataclass(frozen=True)
 class SplitPlan:
     splits: int  # programs per (batch, K/V head) along the keys
-    chunk: int  # keys per split, a multiple of BLOCK_N
+    chunk: int  # keys per split, a multiple of BLOCK_N (the span of one split when not strided)
     block_m: int  # rows per block: group · Nq, padded to a power of two, at least MIN_BLOCK_M
+    strided: bool = STRIDED  # split s takes tiles s, s + splits, ... (else one chunk of chunk keys)
 
     @property
     def label(self) -> str:

@@ -1,0 +1,54 @@
+"""Split-KV tile assignment on a GPU: contiguous chunks against strided tiles (split s takes tiles
+s, s + splits, ...), each timed three times over (profiler.measure.timing: CUDA-graph replays, clean
+L2 flush), beside cuDNN. One JSON line per measurement; docs/perf-notes.md ("Decode") reads them.
+
+    python scripts/perf_experiments/decode_strided.py --out decode_strided.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+
+import torch
+
+from kernels import flash_decode
+from kernels.registry import REGISTRY
+from profiler.measure.timing import measure
+from profiler.model import cost_model as cm
+from profiler.model import split_kv
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    with open(args.out, "w") as out:
+        for (heads, b, nq, nk), repeat in itertools.product(
+                [(h, b, nq, nk) for h in (32, 64) for b in (1, 8) for nq in (1, 4) for nk in (32768, 131072)], range(3)):
+            shape = cm.Shape(b, heads, nq, nk, 128, "bf16", kv_heads=8)
+            q = torch.randn(b, heads, nq, 128, device="cuda", dtype=torch.bfloat16)
+            k = torch.randn(b, 8, nk, 128, device="cuda", dtype=torch.bfloat16)
+            v = torch.randn_like(k)
+            ref = REGISTRY["sdpa_cudnn"].fn(q, k, v)
+            plan = split_kv.plan(b, 8, heads // 8, nq, nk)
+            for name, fn in (("chunks", lambda: flash_decode.flash_decode_forward(q, k, v, False, 128 ** -0.5, plan,
+                                                                                  strided=False)),
+                             ("strided", lambda: flash_decode.flash_decode_forward(q, k, v, False, 128 ** -0.5, plan,
+                                                                                   strided=True)),
+                             ("sdpa_cudnn", lambda: REGISTRY["sdpa_cudnn"].fn(q, k, v))):
+                err = ((fn()[0] if name != "sdpa_cudnn" else fn()).float() - ref.float()).norm() / ref.float().norm()
+                ms = measure(fn, "cuda", rep_ms=100, graph=True).median_ms
+                rec = {"heads": heads, "batch": b, "seq_q": nq, "seq_kv": nk, "repeat": repeat, "variant": name,
+                       "splits": plan.splits, "us": ms * 1e3, "gbps": cm.compulsory_bytes(shape) / ms / 1e6,
+                       "err_vs_cudnn": err.item()}
+                out.write(json.dumps(rec) + "\n")
+                print(f"H{heads} B{b} Nq{nq} Nkv{nk} #{repeat} {name:10s} {rec['us']:8.1f} us {rec['gbps']:6.0f} GB/s "
+                      f"err {rec['err_vs_cudnn']:.1e}", flush=True)
+            del q, k, v, ref
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
