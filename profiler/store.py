@@ -41,10 +41,11 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "causal": ("bool", "top-left causal mask (key j visible to query i when j <= i, as SDPA's is_causal)"),
     "path": ("string", "which code path of the implementation ran, where it has several (triton_flash: 'tiled' or "
                        "'split-kv xS' for decode shapes); empty otherwise"),
-    "time_ms": ("float64", "median time (do_bench on a GPU, torch.utils.benchmark on a CPU)"),
+    "time_ms": ("float64", "median time (do_bench on a GPU, of CUDA-graph replays with --cuda-graph; "
+                           "torch.utils.benchmark on a CPU)"),
     "time_ms_p10": ("float64", "10th percentile time"),
     "time_ms_p90": ("float64", "90th percentile time"),
-    "flops": ("float64", "cost-model FLOPs: per naive step; for totals 4·B·H·N²·D (x0.5 causal, x2.5 bwd)"),
+    "flops": ("float64", "cost-model FLOPs: per naive step; for totals 4·B·H·Nq·Nkv·D (x0.5 causal, x2.5 bwd)"),
     "hbm_bytes": ("float64", "cost-model HBM bytes: per naive step; compulsory bytes for fused kernels"),
     "tile_bytes": ("float64", "bytes when each block re-reads what it shares (L2 traffic), by the implementation's "
                               "tiles; = hbm_bytes when unfused; empty where the tiles are not declared"),

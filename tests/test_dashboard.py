@@ -146,6 +146,34 @@ def test_step_breakdown_shows_oom_and_says_why_when_empty(reference_app):
     assert trips["HBM bytes (model)"].iloc[0].endswith("GB")
 
 
+def test_decode_and_prefill_on_one_roofline_with_the_bandwidth_view():
+    """The shipped H100 decode capture beside a GQA prefill capture: decode lands left of the
+    ridge (memory-bound), prefill right of it; the Bandwidth tab draws GB/s against Nkv under the
+    measured copy line; the preset picker selects Llama-3-8B's heads."""
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    _select(at, "Captures", ["decode-capture-h100", "gqa-prefill-h100"])
+    next(s for s in at.selectbox if s.label == "Model preset").set_value("llama3-8b").run()
+    assert not at.exception
+    assert [m.label for m in at.multiselect if m.label in ("Heads", "K/V heads")] == []  # the preset fixed them
+    roofline = _chart(at, "Roofline")
+    ridge = float(next(a["text"] for a in roofline["layout"]["annotations"] if "ridge" in a["text"])
+                  .split("ridge ")[1].split(" ")[0])
+    meta, frame = load_capture(ROOT / "reports" / "decode-capture-h100")
+    decode = frame[(frame.step == "total") & (frame.status == "ok")]
+    assert (decode.arithmetic_intensity < ridge).all() and set(decode.bound) == {"memory"}
+    _, prefill = load_capture(ROOT / "reports" / "gqa-prefill-h100")
+    assert (prefill[(prefill.kv_heads == 8) & (prefill["mode"] == "fwd")].arithmetic_intensity > ridge).all()
+    bandwidth = _chart(at, "Decode: achieved bandwidth")
+    ours = [t for t in bandwidth["data"] if t.get("name", "").startswith("triton_flash")]
+    assert len(ours) == 2  # Nq = 1 and Nq = 4
+    copy = meta["measured_ceilings"]["copy_gbps"]
+    assert any(f"{copy:,.0f} GB/s" in a["text"] for a in bandwidth["layout"]["annotations"])
+    table = next(d.value for d in at.dataframe if "of measured copy" in d.value.columns)
+    best = table[table.impl == "triton_flash"].sort_values("seq_kv")
+    assert best["of measured copy"].iloc[-1] == pytest.approx(best.gbps.iloc[-1] / copy * 100)
+    assert set(best.path) == {"split-kv x8"}
+
+
 def test_compare_and_validation_follow_the_sidebar():
     at = AppTest.from_file(APP, default_timeout=120).run()
     _select(at, "Captures", ["validate-h200", "reference-h200"])
