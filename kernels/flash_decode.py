@@ -188,7 +188,8 @@ def flash_decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
         q, k, v, o, lse, o_part, lse_part, scale * LOG2E,
         *q.stride(), *k.stride(), *v.stride(),
         kv_heads, seq_q, seq_kv, plan.chunk, plan.splits,
-        GROUP=heads // kv_heads, STRIDED=plan.strided if strided is None else strided, HEAD_DIM=head_dim, CAUSAL=bool(causal), DIRECT=direct,
+        GROUP=heads // kv_heads, STRIDED=plan.strided if strided is None else strided, HEAD_DIM=head_dim,
+        CAUSAL=bool(causal), DIRECT=direct,
         DOT_PRECISION=dot_precision(dtype_name(q.dtype)), BLOCK_M=plan.block_m, BLOCK_N=split_kv.BLOCK_N,
         num_warps=num_warps, num_stages=num_stages,
     )

@@ -205,7 +205,8 @@ def register(fn: Callable[..., torch.Tensor] | None = None, *, name: str | None 
     BHSD (batch, heads, seq, head_dim) or BSHD (batch, seq, heads, head_dim). ``costing`` defaults
     to a fused kernel of unknown tiles: FLOPs and compulsory bytes as for FlashAttention, no tile
     bytes. ``gqa`` says the function takes k and v with fewer heads than q (query head h reading
-    K/V head h // (heads // kv_heads)); without it, grouped-query cases are recorded as unsupported. Names are letters, digits and underscores; a built-in name is refused, and a name taken
+    K/V head h // (heads // kv_heads)); without it, grouped-query cases are recorded as unsupported.
+    Names are letters, digits and underscores; a built-in name is refused, and a name taken
     by another user implementation needs ``replace=True``.
     """
     if fn is None:

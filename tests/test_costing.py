@@ -126,7 +126,8 @@ def test_shape_from_a_row_in_every_form():
 @pytest.mark.parametrize("name,parsed", [
     (ranges.case_range("triton_flash", "fwd+bwd", 8192), ranges.RangeName("triton_flash", "total", "fwd+bwd", 8192)),
     (ranges.call_range(ranges.case_range("naive", "fwd", 1)), ranges.RangeName("naive", "total", "fwd", 1, call=True)),
-    (ranges.step_range(ranges.case_range("naive", "bwd", 7), "softmax"), ranges.RangeName("naive", "softmax", "bwd", 7)),
+    (ranges.step_range(ranges.case_range("naive", "bwd", 7), "softmax"),
+     ranges.RangeName("naive", "softmax", "bwd", 7)),
     (ranges.call_range(ranges.step_range(ranges.case_range("naive", "fwd", 7), "qk_matmul")),
      ranges.RangeName("naive", "qk_matmul", "fwd", 7, call=True)),
     (ranges.qualified(ranges.validate_range("my_attn2", "total")),

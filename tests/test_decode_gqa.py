@@ -9,6 +9,7 @@ import math
 import pandas as pd
 import pytest
 import torch
+from test_cli import run_cli
 
 from kernels import REGISTRY, flash_attention
 from kernels.flash_fwd import flash_attention_forward
@@ -17,7 +18,6 @@ from profiler.model import cost_model as cm
 from profiler.model import split_kv
 from profiler.model.costing import Costing
 from profiler.store import read_results, to_frame
-from test_cli import run_cli
 
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3}
 
@@ -53,7 +53,8 @@ def test_split_kv_fp16_and_noncontiguous(seq_q, seq_kv, kv_heads, causal):
     q = torch.randn(2, seq_q, 8, 80, generator=g).half()[..., :64].transpose(1, 2)
     k = torch.randn(2, seq_kv, kv_heads, 80, generator=g).half()[..., :64].transpose(1, 2)
     v = torch.randn(2, seq_kv, kv_heads, 80, generator=g).half()[..., :64].transpose(1, 2)
-    assert not any(t.is_contiguous() for t in (q, k, v)) and split_kv.plan(2, kv_heads, 8 // kv_heads, seq_q, seq_kv) is not None
+    assert not any(t.is_contiguous() for t in (q, k, v))
+    assert split_kv.plan(2, kv_heads, 8 // kv_heads, seq_q, seq_kv) is not None
     ref = attention_oracle(q, k, v, causal=causal)
     naive_err = relative_error(naive_attention(q, k, v, causal=causal), ref)
     assert relative_error(flash_attention(q, k, v, causal=causal), ref) <= 2 * naive_err + 1e-3
@@ -93,8 +94,12 @@ def test_user_implementations_without_gqa_are_unsupported_for_grouped_shapes():
     from kernels.registry import register
 
     register(lambda q, k, v, causal=False, sm_scale=None: q, name="plain_user_fn", replace=True)
-    reason = REGISTRY["plain_user_fn"].unsupported_reason("cpu", torch.float32, 64, grouped=True)
-    assert "fewer K/V heads" in reason and REGISTRY["plain_user_fn"].unsupported_reason("cpu", torch.float32, 64) is None
+    try:
+        reason = REGISTRY["plain_user_fn"].unsupported_reason("cpu", torch.float32, 64, grouped=True)
+        assert "fewer K/V heads" in reason
+        assert REGISTRY["plain_user_fn"].unsupported_reason("cpu", torch.float32, 64) is None
+    finally:
+        REGISTRY.pop("plain_user_fn")
 
 
 # ------------------------------------------------------------------------------------- cost model

@@ -45,7 +45,8 @@ def roofline_row(impl: str, costing: Costing, shape: cm.Shape, step: str, roofs:
     row = {
         "impl": impl, "step": step, "mode": shape.mode, "batch": shape.batch, "heads": shape.heads,
         "kv_heads": shape.kv_heads, "seq_q": shape.seq_q, "seq_kv": shape.seq_kv, "head_dim": shape.head_dim,
-        "dtype": shape.dtype, "causal": shape.causal, "path": cm.kernel_path(costing, shape), "flops": flops, "hbm_bytes": hbm_bytes, "tile_bytes": tile,
+        "dtype": shape.dtype, "causal": shape.causal, "path": cm.kernel_path(costing, shape), "flops": flops,
+        "hbm_bytes": hbm_bytes, "tile_bytes": tile,
         "arithmetic_intensity": ai, "status": status, "message": message,
         "peak_mem_bytes": peak_mem_bytes, "max_rel_err": max_rel_err,
     }

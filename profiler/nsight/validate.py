@@ -43,7 +43,8 @@ def csv_name(shape: cm.Shape) -> str:
     """ncu's CSV of one shape (parsed back by CSV_NAME): B1H16N4096D64-fp16.csv, B1H32KV8N1x32768D128-bf16.csv."""
     kv = f"KV{shape.kv_heads}" if shape.group > 1 else ""
     lengths = f"{shape.seq_q}" if shape.seq_q == shape.seq_kv else f"{shape.seq_q}x{shape.seq_kv}"
-    return f"B{shape.batch}H{shape.heads}{kv}N{lengths}D{shape.head_dim}-{shape.dtype}{'-causal' if shape.causal else ''}.csv"
+    causal = "-causal" if shape.causal else ""
+    return f"B{shape.batch}H{shape.heads}{kv}N{lengths}D{shape.head_dim}-{shape.dtype}{causal}.csv"
 
 
 def measure_counters(shapes: list[cm.Shape], impls: list[str], folder, progress=None, gpu: int | None = None

@@ -5,13 +5,15 @@
 For each decode shape of issue 15 (Llama-3 GQA heads, bf16, B in {1, 8, 64}, Nq in {1, 4}, Nkv in
 {4k, 32k, 128k}) it times our kernel under each variant (keys per tile, warps and stages, how many
 programs the split aims for) and each SDPA backend with enable_gqa, with do_bench (median, L2
-flushed, replaying a CUDA graph of each call so Python's launch cost stays out), and writes one JSON line per measurement: achieved GB/s at the model's compulsory bytes
+flushed, replaying a CUDA graph of each call so Python's launch cost stays out), and writes one
+JSON line per measurement: achieved GB/s at the model's compulsory bytes
 and that over the measured copy bandwidth. docs/perf-notes.md ("Decode") reads the file.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 
@@ -39,7 +41,8 @@ def main() -> None:
     copy_gbps = measure_ceilings("cuda", ("bf16",)).copy_gbps
     print(f"measured copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
     variants = [dict(block_n=bn, launch=launch, target=target)
-                for bn, launch, target in itertools.product((64, 128), ((4, 2), (4, 3), (8, 3)), (256, 512, 1024, 2048))]
+                for bn, launch, target in itertools.product((64, 128), ((4, 2), (4, 3), (8, 3)),
+                                                            (256, 512, 1024, 2048))]
     with open(args.out, "w") as out:
         for preset, b, nq, nk in itertools.product(args.presets.split(","), *(
                 [int(x) for x in v.split(",")] for v in (args.batch, args.seq_q, args.seq_kv))):
@@ -54,7 +57,8 @@ def main() -> None:
             for var in variants:
                 split_kv.BLOCK_N, split_kv.TARGET_PROGRAMS = var["block_n"], var["target"]
                 plan = split_kv.plan(b, kv_heads, heads // kv_heads, nq, nk)
-                fn = lambda: flash_decode.flash_decode_forward(q, k, v, False, 128 ** -0.5, plan, var["launch"])  # noqa: E731
+                fn = functools.partial(flash_decode.flash_decode_forward, q, k, v, False, 128 ** -0.5, plan,
+                                       var["launch"])
                 err = ((fn()[0].float() - ref.float()).norm() / ref.float().norm()).item()
                 ms = triton.testing.do_bench(graphed(fn), warmup=10, rep=50, return_mode="median")
                 gbps = nbytes / ms / 1e6
@@ -66,7 +70,7 @@ def main() -> None:
                     best = rec
             for name in ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient"):
                 try:
-                    fn = lambda name=name: REGISTRY[name].fn(q, k, v)  # noqa: E731
+                    fn = functools.partial(REGISTRY[name].fn, q, k, v)
                     ms = triton.testing.do_bench(graphed(fn), warmup=10, rep=50, return_mode="median")
                     rec = {"preset": preset, "batch": b, "seq_q": nq, "seq_kv": nk, "impl": name, "ms": ms,
                            "gbps": nbytes / ms / 1e6, "copy_fraction": nbytes / ms / 1e6 / copy_gbps}
@@ -78,7 +82,7 @@ def main() -> None:
             print(f"{preset} B{b} Nq{nq} Nkv{nk}: best {best['gbps']:.0f} GB/s ({best['copy_fraction']:.2f} of copy) "
                   f"bn{best['block_n']} {best['launch']} target {best['target']} splits {best['splits']} "
                   f"err {best['rel_err']:.1e}", flush=True)
-            del q, k, v, ref
+            q = k = v = ref = fn = None
             torch.cuda.empty_cache()
 
 

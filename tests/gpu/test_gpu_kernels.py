@@ -21,12 +21,27 @@ pytestmark = [
 FLOOR = {torch.float16: 1e-3, torch.bfloat16: 8e-3, torch.float32: 1e-5}
 
 
-def _inputs(batch, heads, seq_q, seq_kv, head_dim, dtype, requires_grad=False, seed=0):
+def _inputs(batch, heads, seq_q, seq_kv, head_dim, dtype, requires_grad=False, seed=0, kv_heads=None):
     g = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(batch, heads, seq_q, head_dim, device="cuda", dtype=dtype, generator=g)
-    k = torch.randn(batch, heads, seq_kv, head_dim, device="cuda", dtype=dtype, generator=g)
-    v = torch.randn(batch, heads, seq_kv, head_dim, device="cuda", dtype=dtype, generator=g)
+    k = torch.randn(batch, kv_heads or heads, seq_kv, head_dim, device="cuda", dtype=dtype, generator=g)
+    v = torch.randn(batch, kv_heads or heads, seq_kv, head_dim, device="cuda", dtype=dtype, generator=g)
     return [t.requires_grad_(requires_grad) for t in (q, k, v)]
+
+
+def _assert_backward_like_naive(q, k, v, causal, dtype):
+    """o, dq, dk, dv of our kernels against the fp64 oracle, each within twice naive's error."""
+    do = torch.randn_like(q)
+    ref = oracle_with_grads(q, k, v, do, causal=causal)
+    o = naive_attention(q, k, v, causal=causal)
+    o.backward(do)
+    naive_errs = [relative_error(a, b) for a, b in zip((o, q.grad, k.grad, v.grad), ref)]
+    q.grad = k.grad = v.grad = None
+    o = flash_attention(q, k, v, causal=causal)
+    o.backward(do)
+    for name, got, want, naive_err in zip(("o", "dq", "dk", "dv"), (o, q.grad, k.grad, v.grad), ref, naive_errs):
+        err = relative_error(got, want)
+        assert err <= 2 * naive_err + FLOOR[dtype], f"{name}: {err:.2e} vs naive {naive_err:.2e}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=["fp16", "bf16", "fp32"])
@@ -59,18 +74,7 @@ def test_forward_matches_oracle(impl, seq, head_dim, causal, dtype):
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_backward_matches_oracle(seq, head_dim, causal, dtype):
     q, k, v = _inputs(1, 2, seq, seq, head_dim, dtype, requires_grad=True, seed=seq + head_dim)
-    do = torch.randn_like(q)
-    ref = oracle_with_grads(q, k, v, do, causal=causal)
-    o = naive_attention(q, k, v, causal=causal)
-    o.backward(do)
-    naive = (o, q.grad, k.grad, v.grad)
-    naive_errs = [relative_error(a, b) for a, b in zip(naive, ref)]
-    q.grad = k.grad = v.grad = None
-    o = flash_attention(q, k, v, causal=causal)
-    o.backward(do)
-    for name, got, want, naive_err in zip(("o", "dq", "dk", "dv"), (o, q.grad, k.grad, v.grad), ref, naive_errs):
-        err = relative_error(got, want)
-        assert err <= 2 * naive_err + FLOOR[dtype], f"{name}: {err:.2e} vs naive {naive_err:.2e}"
+    _assert_backward_like_naive(q, k, v, causal, dtype)
 
 
 def test_forward_noncontiguous_and_long_causal_bf16():
@@ -116,14 +120,6 @@ def test_timing_line_per_implementation(capsys):
     assert any(line.startswith("triton_flash") and "TFLOP/s" in line for line in lines)
 
 
-def _gqa_inputs(batch, heads, kv_heads, seq_q, seq_kv, head_dim, dtype, requires_grad=False, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    q = torch.randn(batch, heads, seq_q, head_dim, device="cuda", dtype=dtype, generator=g)
-    k = torch.randn(batch, kv_heads, seq_kv, head_dim, device="cuda", dtype=dtype, generator=g)
-    v = torch.randn(batch, kv_heads, seq_kv, head_dim, device="cuda", dtype=dtype, generator=g)
-    return [t.requires_grad_(requires_grad) for t in (q, k, v)]
-
-
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("seq_q,seq_kv", [(1, 1), (1, 77), (3, 1000), (4, 32768), (16, 5000), (1, 131072)])
@@ -131,7 +127,7 @@ def _gqa_inputs(batch, heads, kv_heads, seq_q, seq_kv, head_dim, dtype, requires
 @pytest.mark.parametrize("impl", ["triton_flash", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_repeat_kv"])
 def test_decode_and_gqa_forward_match_oracle(impl, heads, kv_heads, seq_q, seq_kv, causal, dtype):
     """Decode shapes (our split-KV path) and grouped-query attention, against the fp64 oracle."""
-    q, k, v = _gqa_inputs(1 if seq_kv > 32768 else 2, heads, kv_heads, seq_q, seq_kv, 128, dtype)
+    q, k, v = _inputs(1 if seq_kv > 32768 else 2, heads, seq_q, seq_kv, 128, dtype, kv_heads=kv_heads)
     ref = attention_oracle(q, k, v, causal=causal)
     naive_err = relative_error(naive_attention(q, k, v, causal=causal), ref)
     try:
@@ -146,15 +142,5 @@ def test_decode_and_gqa_forward_match_oracle(impl, heads, kv_heads, seq_q, seq_k
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("heads,kv_heads,seq_q,seq_kv", [(32, 8, 1000, 1000), (8, 1, 3, 4096), (16, 4, 777, 2000)])
 def test_gqa_backward_matches_oracle(heads, kv_heads, seq_q, seq_kv, causal, dtype):
-    q, k, v = _gqa_inputs(1, heads, kv_heads, seq_q, seq_kv, 128, dtype, requires_grad=True, seed=seq_q)
-    do = torch.randn_like(q)
-    ref = oracle_with_grads(q, k, v, do, causal=causal)
-    o = naive_attention(q, k, v, causal=causal)
-    o.backward(do)
-    naive_errs = [relative_error(a, b) for a, b in zip((o, q.grad, k.grad, v.grad), ref)]
-    q.grad = k.grad = v.grad = None
-    o = flash_attention(q, k, v, causal=causal)
-    o.backward(do)
-    for name, got, want, naive_err in zip(("o", "dq", "dk", "dv"), (o, q.grad, k.grad, v.grad), ref, naive_errs):
-        err = relative_error(got, want)
-        assert err <= 2 * naive_err + FLOOR[dtype], f"{name}: {err:.2e} vs naive {naive_err:.2e}"
+    q, k, v = _inputs(1, heads, seq_q, seq_kv, 128, dtype, requires_grad=True, seed=seq_q, kv_heads=kv_heads)
+    _assert_backward_like_naive(q, k, v, causal, dtype)
