@@ -4,15 +4,16 @@ When a K/V head has few query rows (its group's heads × Nq, at most profiler.mo
 the tiled forward would launch one program per batch·head and leave most SMs idle while each one
 streams the whole K/V cache. This path instead:
 
-1. ``_decode_split``: one program per (key chunk, batch·K/V head). It stacks the query rows of
+1. ``_decode_split``: one program per (key split, batch·K/V head). It stacks the query rows of
    every head in the K/V head's group into one block (row r is head r // Nq, query r % Nq), so each
-   K and V tile is loaded once for the whole group, runs the online softmax over its chunk, and
-   writes an fp32 partial output and logsumexp per row. With a single chunk it writes the final
-   output and logsumexp directly.
-2. ``_decode_combine``: one program per query row merges the chunks:
-   lse = log Σ_s exp(lse_s), o = Σ_s exp(lse_s − lse) · o_s (each o_s is normalised over its chunk).
+   K and V tile is loaded once for the whole group, runs the online softmax over its key tiles
+   (split s takes tiles s, s + splits, ...; or, not strided, one contiguous chunk), and writes an
+   fp32 partial output and logsumexp per row. With a single split it writes the final output and
+   logsumexp directly.
+2. ``_decode_combine``: one program per query row merges the splits:
+   lse = log Σ_s exp(lse_s), o = Σ_s exp(lse_s − lse) · o_s (each o_s is normalised over its split).
 
-The split count and chunk come from profiler.model.split_kv.plan, which the cost model also calls.
+The split count comes from profiler.model.split_kv.plan, which the cost model also calls.
 Causal masking is top-left aligned, as SDPA's ``is_causal`` and our tiled kernels: query i sees
 keys j <= i, so with Nq < Nkv a query sees only the start of the cache; a decode step that should
 see all of it is non-causal. Pointer arithmetic only (triton 3.6 and 3.9).

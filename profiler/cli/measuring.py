@@ -64,7 +64,7 @@ def bench(args) -> int:
     _print_bench(table, names, baseline, f"{label}: median {clock}, FLOPs = 4·B·H·Nq·Nkv·D (x0.5 causal, x2.5 bwd)")
     for r in store.rows:
         if r["status"] != "ok" and r["impl"] in names:
-            console.print(f"[yellow]{r['impl']} {r['mode']} N={r['seq_q']} D={r['head_dim']}: {r['status']}: "
+            console.print(f"[yellow]{r['impl']} {r['mode']} {cm.Shape.from_row(r).label}: {r['status']}: "
                           f"{r['message']}")
     if args.json:
         from profiler.store import write_json_atomic
