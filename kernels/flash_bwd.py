@@ -137,10 +137,8 @@ def _attn_bwd_dkdv(
     BLOCK_N: tl.constexpr,
 ):
     tl.static_assert(BLOCK_N % BLOCK_M == 0, "BLOCK_N % BLOCK_M != 0: a diagonal query tile would straddle")
-    # Key blocks along the grid's slow axis: the GPU starts every (batch, K/V head)'s first block,
-    # which sees the most queries when causal, before any second one (longest first overall).
-    start_n = tl.program_id(1) * BLOCK_N
-    off_zk = tl.program_id(0)  # batch · K/V head
+    start_n = tl.program_id(0) * BLOCK_N
+    off_zk = tl.program_id(1)  # batch · K/V head
     off_z = (off_zk // (H // GROUP)).to(tl.int64)
     off_hk = (off_zk % (H // GROUP)).to(tl.int64)
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -316,7 +314,7 @@ def flash_attention_backward(
     kv_heads = k.shape[1]
     dk = torch.empty((batch, kv_heads, seq_kv, head_dim), dtype=k.dtype, device=k.device)
     dv = torch.empty_like(dk)
-    _attn_bwd_dkdv[lambda meta: (batch * kv_heads, triton.cdiv(seq_kv, meta["BLOCK_N"]))](
+    _attn_bwd_dkdv[lambda meta: (triton.cdiv(seq_kv, meta["BLOCK_N"]), batch * kv_heads)](
         q, k, v, do, dk, dv, lse, delta, qk_scale, sm_scale,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(),
         heads, seq_q, seq_kv, bucket,
