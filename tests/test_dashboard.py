@@ -361,6 +361,13 @@ def test_large_inputs_are_sampled_and_say_so():
     assert f"of {len(plots.roofline_points(many, [plots.Roof('x', 1e15, 4e12)])):,} points" in fig.layout.title.text
 
 
+def test_html_report_of_a_decode_capture_has_the_bandwidth_view(tmp_path):
+    out = tmp_path / "decode.html"
+    assert main(["report", str(ROOT / "reports" / "decode-capture-h100"), "--out", str(out)]) == 0
+    page = out.read_text()
+    assert "Decode: achieved bandwidth against the HBM roof" in page and "split-kv x8" in page
+
+
 def test_html_report_is_self_contained(tmp_path):
     out = tmp_path / "report.html"
     assert main(["report", str(REFERENCE), "--out", str(out)]) == 0

@@ -32,6 +32,8 @@ def build_report(folder: Path | str) -> str:
     figures = [rooflines.roofline_figure(family, rooflines.roofs_from_meta(meta, dtype, kind), kind, exp2_per_s=exp2)
                for kind in ("compulsory", "tile")]
     figures += list(plots.scaling_figures(family).values())
+    if (family.seq_q < family.seq_kv).any():  # decode rows: achieved bandwidth against the HBM roof
+        figures.append(plots.bandwidth_figure(family, meta))
     figures.append(plots.step_breakdown_figure(family))
     kernels_path = folder / "kernels.parquet"
     if kernels_path.exists():
@@ -44,13 +46,13 @@ def build_report(folder: Path | str) -> str:
         figures.append(plots.hierarchical_roofline_figure(validation, meta, dtype))
     charts = [fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)
               for i, fig in enumerate(figures)]
-    totals = family[family.step == "total"][["impl", "seq_q", "time_ms", "tflops", "arithmetic_intensity", "bound",
-                                             "roof_fraction", "peak_mem_bytes", "max_rel_err", "status"]]
+    totals = family[family.step == "total"][["impl", "path", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "time_ms",
+                                             "tflops", "gbps", "arithmetic_intensity", "bound", "roof_fraction",
+                                             "peak_mem_bytes", "max_rel_err", "status"]]
     longest = int(family.seq_q.max())
     trips = plots.hbm_trips_table(replace(cm.Shape.from_row(first), seq_q=longest, seq_kv=longest, mode="fwd"))
     title = f"Attention roofline: {folder.name}"
-    shape = (f"B={first.batch} H={first.heads} D={first.head_dim} {dtype} "
-             f"{'causal' if first.causal else 'full'} {first['mode']}")
+    shape = f"D={first.head_dim} {dtype} {'causal' if first.causal else 'full'} {first['mode']}"
     return "\n".join([
         "<!doctype html><html><head><meta charset='utf-8'>", f"<title>{html.escape(title)}</title>",
         "<style>body{font-family:sans-serif;margin:2em;max-width:1300px}table{border-collapse:collapse;"
