@@ -21,6 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import flash_fwd_hopper
 from kernels._autotune import LN2_C, LOG2E, autotune, configs_from, default_tile, dot_precision, pruner, seq_bucket
 from kernels._checks import check_qkv, check_triton_device, dtype_name, resolve_scale
 from kernels.flash_decode import flash_decode_forward
@@ -167,6 +168,7 @@ def flash_attention_forward(
     sm_scale: float | None = None,
     config: dict | None = None,
     split: bool | None = None,
+    gluon: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """FlashAttention-2 forward, no autograd.
 
@@ -181,6 +183,12 @@ def flash_attention_forward(
     Decode shapes (few query rows per K/V head) take the split-KV path of kernels.flash_decode when
     profiler.model.split_kv.plan gives a plan; ``split`` False forces the tiled kernel, True the
     split-KV path where it applies (tests run both).
+
+    On an H100/H200, fp16/bf16 inputs with head_dim 64 or 128 and contiguous q, k, v take the
+    warp-specialized Gluon kernel of kernels.flash_fwd_hopper, except the shapes where the portable
+    kernel measured faster (flash_fwd_hopper.PORTABLE_UP_TO); ``gluon`` False forces the portable
+    kernel, True the Gluon one, refusing (ValueError) inputs it does not cover. :func:`forward_path`
+    names the path a call takes.
     """
     batch, heads, seq_q, seq_kv, head_dim = check_qkv(q, k, v, head_dims=HEAD_DIMS)
     check_triton_device(q)
@@ -188,6 +196,14 @@ def flash_attention_forward(
     decode = split_kv.plan(batch, k.shape[1], heads // k.shape[1], seq_q, seq_kv)
     if decode is not None and split is not False and config is None:
         return flash_decode_forward(q, k, v, causal, scale, decode)
+    if config is None and gluon is not False:
+        reason = flash_fwd_hopper.unsupported_reason(q, k, v)
+        if reason is None and gluon is None:
+            reason = flash_fwd_hopper.slower_reason(q, causal)
+        if reason is None:
+            return flash_fwd_hopper.hopper_forward(q, k, v, causal, scale)
+        if gluon:
+            raise ValueError(reason)
     o = torch.empty((batch, heads, seq_q, head_dim), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
 
@@ -205,3 +221,14 @@ def flash_attention_forward(
         **(config or {}),
     )
     return o, lse
+
+
+def forward_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> str:
+    """The path :func:`flash_attention_forward` takes for these inputs with its defaults:
+    'split-kv xS' (kernels.flash_decode), 'gluon-ws' (kernels.flash_fwd_hopper) or 'tiled'."""
+    batch, heads, seq_q, seq_kv, _ = check_qkv(q, k, v, head_dims=HEAD_DIMS)
+    decode = split_kv.plan(batch, k.shape[1], heads // k.shape[1], seq_q, seq_kv)
+    if decode is not None:
+        return decode.label
+    gluon = flash_fwd_hopper.unsupported_reason(q, k, v) is None and flash_fwd_hopper.slower_reason(q, causal) is None
+    return "gluon-ws" if gluon else "tiled"

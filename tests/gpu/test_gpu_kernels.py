@@ -144,3 +144,88 @@ def test_decode_and_gqa_forward_match_oracle(impl, heads, kv_heads, seq_q, seq_k
 def test_gqa_backward_matches_oracle(heads, kv_heads, seq_q, seq_kv, causal, dtype):
     q, k, v = _inputs(1, heads, seq_q, seq_kv, 128, dtype, requires_grad=True, seed=seq_q, kv_heads=kv_heads)
     _assert_backward_like_naive(q, k, v, causal, dtype)
+
+
+def _needs_sm90():
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon forward runs on sm_90 (H100/H200) only")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("seq_q,seq_kv", [(1, 1), (77, 77), (128, 128), (1000, 1000), (300, 1000), (1000, 300),
+                                          (4099, 4099)])
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (8, 2)], ids=["mha", "gqa"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gluon_forward_matches_oracle(head_dim, heads, kv_heads, seq_q, seq_kv, causal, dtype):
+    """The sm_90 Gluon forward (the path triton_flash takes there, decode shapes apart) against the
+    fp64 oracle: o within twice naive's error, the logsumexp to 1e-3. Called directly: at Nq = 1
+    and 77 triton_flash takes the split-KV path instead."""
+    from kernels.flash_fwd import forward_path
+    from kernels.flash_fwd_hopper import hopper_forward
+
+    _needs_sm90()
+    q, k, v = _inputs(2, heads, seq_q, seq_kv, head_dim, dtype, kv_heads=kv_heads)
+    assert seq_q < 1000 or forward_path(q, k, v) == "gluon-ws"
+    o, lse = hopper_forward(q, k, v, causal, head_dim ** -0.5)
+    group = heads // kv_heads
+    k_full, v_full = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    ref, ref_lse = attention_oracle(q, k_full, v_full, causal=causal, return_lse=True)
+    naive_err = relative_error(naive_attention(q, k_full, v_full, causal=causal), ref)
+    assert relative_error(o, ref) <= 2 * naive_err + FLOOR[dtype]
+    assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-3
+
+
+@pytest.mark.parametrize("config", [(128, 2, True, False, 2, False), (128, 2, True, True, 2, True),
+                                    (128, 3, True, True, 2, False), (128, 2, False, False, 2, True),
+                                    (64, 2, True, True, 3, True), (128, 2, False, True, 3, False),
+                                    (128, 2, False, False, 3, True)])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gluon_variants_match_oracle(head_dim, config):
+    """The variants docs/perf-notes.md measured (BLOCK_N, STAGES, OVERLAP, PINGPONG, consumers,
+    persistent), causal at odd lengths with grouped heads, bf16."""
+    from kernels.flash_fwd_hopper import hopper_forward
+
+    _needs_sm90()
+    if head_dim == 128 and config[4] == 3:
+        pytest.skip("three consumer warpgroups at head_dim 128 spill registers: not a variant we run")
+    q, k, v = _inputs(2, 4, 1000, 1000, head_dim, torch.bfloat16, kv_heads=2)
+    o, _ = hopper_forward(q, k, v, True, head_dim ** -0.5, config)
+    k_full, v_full = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    ref = attention_oracle(q, k_full, v_full, causal=True)
+    naive_err = relative_error(naive_attention(q, k_full, v_full, causal=True), ref)
+    assert relative_error(o, ref) <= 2 * naive_err + FLOOR[torch.bfloat16]
+
+
+def test_gluon_path_falls_back_to_the_portable_kernel(monkeypatch):
+    """What the Gluon forward does not take runs the portable kernel, and forward_path says so."""
+    from kernels.flash_fwd import flash_attention_forward, forward_path
+
+    _needs_sm90()
+    q, k, v = _inputs(1, 2, 300, 300, 64, torch.float16)
+    assert forward_path(q, k, v) == "gluon-ws"
+    strided = q.transpose(1, 2).contiguous().transpose(1, 2)  # BSHD memory, BHSD view
+    assert forward_path(strided, k, v) == "tiled"
+    assert forward_path(*_inputs(1, 2, 300, 300, 32, torch.float16)) == "tiled"
+    assert forward_path(*_inputs(1, 2, 300, 300, 64, torch.float32)) == "tiled"
+    with pytest.raises(ValueError, match="contiguous"):
+        flash_attention_forward(strided, k, v, gluon=True)
+    o, _ = flash_attention_forward(strided, k, v)
+    assert relative_error(o, attention_oracle(strided, k, v)) < 5e-3
+    assert forward_path(q, k, v, causal=True) == "tiled"  # measured faster there (PORTABLE_UP_TO)
+    assert forward_path(*_inputs(1, 2, 300, 300, 128, torch.float16), causal=True) == "gluon-ws"
+    monkeypatch.setenv("ATTN_GLUON", "0")
+    assert forward_path(q, k, v) == "tiled"
+
+
+def test_capture_row_names_the_gluon_path():
+    """A case run on sm_90 records the path it took, and its tile bytes follow the Gluon tile."""
+    from profiler.measure.runner import run_case
+    from profiler.model import cost_model as cm
+
+    _needs_sm90()
+    shape = cm.Shape.square(2, 4, 1024, 64, dtype="fp16", mode="fwd+bwd")
+    result = run_case(REGISTRY["triton_flash"], shape, "cuda", rep_ms=5)
+    assert result.status == "ok" and result.path == "gluon-ws fwd, tiled bwd"
+    costing = REGISTRY["triton_flash"].costing
+    assert cm.cost_of(costing, shape, path=result.path).tile_bytes != cm.cost_of(costing, shape).tile_bytes
