@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from kernels import flash_bwd, flash_fwd, reference, sdpa, triton_naive
+from kernels import flash_bwd, flash_fwd, flash_fwd_hopper, reference, sdpa, triton_naive
 from kernels._checks import dtype_name
 from kernels.flash_attention import flash_attention
 from profiler.model.costing import Costing, Tiles
@@ -51,6 +51,9 @@ class Impl:
     backward_head_dims: tuple[int, ...] | None = None
     gqa: bool = True  # takes k, v with fewer heads than q (grouped-query attention)
     spec: str = ""  # "module:attr" a user implementation is imported from ("" for ours)
+    # (q, k, v, causal) -> the forward path a call takes ('gluon-ws', 'tiled', 'split-kv x8'), for the row's
+    # ``path`` column; None for implementations with one path.
+    path_of: Callable[..., str] | None = None
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -134,10 +137,11 @@ REGISTRY: dict[str, Impl] = {
             "Triton FlashAttention-2 (ours): tiled, online softmax, recomputing backward",
             Costing("fused", _flash_tiles, source="the first autotune candidate of kernels/flash_fwd.py and "
                     "flash_bwd.py; an autotuned run may pick another (ATTN_AUTOTUNE=0 runs this one); decode "
-                    "shapes take the split-KV path of kernels/flash_decode.py (profiler.model.split_kv.plan)",
-                    split_kv=True),
+                    "shapes take the split-KV path of kernels/flash_decode.py (profiler.model.split_kv.plan); "
+                    "on sm_90 the forward runs the Gluon kernel of kernels/flash_fwd_hopper.py (path gluon-ws)",
+                    split_kv=True, fast_path="gluon-ws", fast_fwd_tile=flash_fwd_hopper.forward_tile),
             supports_backward=True, needs_cuda=False, is_triton=True,
-            head_dims=flash_fwd.HEAD_DIMS, backward_head_dims=flash_bwd.HEAD_DIMS,
+            head_dims=flash_fwd.HEAD_DIMS, backward_head_dims=flash_bwd.HEAD_DIMS, path_of=flash_fwd.forward_path,
         ),
         Impl(
             "sdpa_flash", sdpa.sdpa_flash, "PyTorch SDPA, FlashAttention-2 backend",

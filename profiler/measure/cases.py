@@ -47,7 +47,7 @@ def cuda_profiler_range(enabled: bool):
 def case_rows(result: CaseResult, impl: Impl, roofs: Roofs) -> list[dict]:
     return [roofline_row(impl.name, impl.costing, result.shape, "total", roofs, timing=result.timing,
                          status=result.status, message=result.message, peak_mem_bytes=result.peak_mem_bytes,
-                         max_rel_err=result.max_rel_err)]
+                         max_rel_err=result.max_rel_err, path=result.path)]
 
 
 def trace_case(impl: Impl, shape: cm.Shape, device, folder: Path) -> bool:

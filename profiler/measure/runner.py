@@ -17,7 +17,7 @@ from kernels.sdpa import Unsupported
 from profiler.measure.ceilings import TORCH_DTYPES
 from profiler.measure.ranges import call_range, shape_range
 from profiler.measure.timing import GraphCaptureError, Timing, measure
-from profiler.model.cost_model import Shape, cost_of
+from profiler.model.cost_model import Shape, cost_of, kernel_path
 
 CHECK_HEADS = 2  # the correctness check runs on batch 0 and the first heads only, to bound its cost
 
@@ -32,6 +32,7 @@ class CaseResult:
     flops: float = 0.0  # the cost model's FLOPs of the whole case (profiler.model.cost_model.cost_of)
     peak_mem_bytes: int | None = None
     max_rel_err: float | None = None
+    path: str | None = None  # the kernel path it ran (Impl.path_of); None: the shape's (cost_model.kernel_path)
 
     @property
     def tflops(self) -> float | None:
@@ -108,6 +109,8 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
     q = k = v = do = call = None
     try:
         q, k, v, do = make_inputs(shape, device, requires_grad=shape.mode != "fwd")
+        if impl.path_of is not None:
+            result.path = kernel_path(impl.costing, shape, forward=impl.path_of(q, k, v, shape.causal))
         if check:
             result.max_rel_err = _slice_error(impl, q, k, v, do, shape)
         range_name = shape_range(impl.name, shape)

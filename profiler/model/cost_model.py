@@ -344,7 +344,7 @@ class Cost(NamedTuple):
     tile_bytes: float
 
 
-def cost_of(costing: Costing, shape: Shape, step: str = "total") -> Cost:
+def cost_of(costing: Costing, shape: Shape, step: str = "total", path: str = "") -> Cost:
     """FLOPs and bytes of one row (an implementation's ``total``, or one of the naive steps), by
     the implementation's declared costing (``Impl.costing``). Every command and view calls this.
 
@@ -355,7 +355,8 @@ def cost_of(costing: Costing, shape: Shape, step: str = "total") -> Cost:
     tiles are not declared) or, on the split-KV path, K and V once per K/V head plus the partials;
     a per-row kernel re-reads K and V for every query row. An implementation that expands GQA
     inputs with repeat_interleave (``repeats_kv``) moves the copy too, and then attends as if every
-    query head had its own K and V."""
+    query head had its own K and V. ``path`` is the row's recorded kernel path: where it names the
+    costing's ``fast_path``, the forward tiles are that kernel's."""
     if step != "total":
         if costing.kind != "stepwise":
             raise ValueError(f"step '{step}' exists only for stepwise implementations; this one is {costing.kind}")
@@ -376,13 +377,13 @@ def cost_of(costing: Costing, shape: Shape, step: str = "total") -> Cost:
     if decode is not None:
         fwd = compulsory_bytes(shape.with_mode("fwd"), costing.writes_lse) + split_kv.partial_bytes(
             shape.batch, shape.heads, shape.seq_q, shape.head_dim, decode.splits)
-        bwd = 0.0 if shape.mode == "fwd" else _fused_tile_bytes(costing, shape.with_mode("bwd"))
+        bwd = 0.0 if shape.mode == "fwd" else _fused_tile_bytes(costing, shape.with_mode("bwd"), path)
         return Cost(flops, compulsory, (fwd if shape.mode != "bwd" else 0.0) + bwd + copy)
-    return Cost(flops, compulsory, _fused_tile_bytes(costing, shape) + copy)
+    return Cost(flops, compulsory, _fused_tile_bytes(costing, shape, path) + copy)
 
 
-def _fused_tile_bytes(costing: Costing, shape: Shape) -> float:
-    tiles = costing.tiles_for(shape.head_dim, shape.dtype)
+def _fused_tile_bytes(costing: Costing, shape: Shape, path: str = "") -> float:
+    tiles = costing.tiles_for(shape.head_dim, shape.dtype, path)
     return math.nan if tiles is None else tile_bytes(shape, tiles)
 
 
@@ -393,14 +394,17 @@ def kernel_plan(costing: Costing, shape: Shape) -> split_kv.SplitPlan | None:
     return split_kv.plan(shape.batch, shape.kv_heads, shape.group, shape.seq_q, shape.seq_kv)
 
 
-def kernel_path(costing: Costing, shape: Shape) -> str:
-    """Which code path of a multi-path implementation runs this shape ('split-kv x16', 'tiled'),
-    for the store's ``path`` column; '' for implementations with one path."""
+def kernel_path(costing: Costing, shape: Shape, forward: str | None = None) -> str:
+    """Which code path of a multi-path implementation runs this shape ('split-kv x16', 'tiled',
+    'gluon-ws fwd, tiled bwd'), for the store's ``path`` column; '' for implementations with one
+    path. ``forward`` is the forward path the implementation reported when the case ran (it can
+    depend on the device, e.g. 'gluon-ws' on sm_90); without it, the shape decides."""
     if not costing.split_kv:
         return ""
-    decode = kernel_plan(costing, shape)
-    fwd = "tiled" if decode is None else decode.label
-    return {"fwd": fwd, "bwd": "tiled", "fwd+bwd": f"{fwd} fwd, tiled bwd"}[shape.mode]
+    if forward is None:
+        decode = kernel_plan(costing, shape)
+        forward = "tiled" if decode is None else decode.label
+    return {"fwd": forward, "bwd": "tiled", "fwd+bwd": f"{forward} fwd, tiled bwd"}[shape.mode]
 
 
 def repeat_kv_bytes(shape: Shape) -> int:

@@ -16,13 +16,15 @@ Kinds:
 Two flags refine a kind: ``split_kv`` (the forward takes FlashDecoding's split-KV path when
 profiler.model.split_kv.plan says so: partials are written and read back) and ``repeats_kv`` (with
 grouped-query attention, K and V are first expanded to every query head with repeat_interleave,
-a copy the bytes include).
+a copy the bytes include). ``fast_path`` names a second forward kernel that runs on some devices
+(our Gluon kernel on sm_90); the row's ``path`` column, recorded when the case ran, says whether it
+did, and its forward tile then comes from ``fast_fwd_tile``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 KINDS = ("stepwise", "unfused", "fused", "per_row")
 Tile = tuple[int, int]  # (BLOCK_M query rows, BLOCK_N key columns)
@@ -47,6 +49,10 @@ class Costing:
     source: str = ""  # where the tiles come from (kernel source, kernel name, counters)
     split_kv: bool = False  # the forward splits the keys when split_kv.plan gives a plan
     repeats_kv: bool = False  # GQA inputs are expanded with repeat_interleave before attention
+    # A second forward kernel some devices run instead (the row's ``path`` names it, e.g. 'gluon-ws'),
+    # and its forward tile as a function of (head_dim, dtype name).
+    fast_path: str = ""
+    fast_fwd_tile: Callable[[int, str], Tile | None] | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -56,8 +62,13 @@ class Costing:
     def fused(self) -> bool:
         return self.kind in ("fused", "per_row")
 
-    def tiles_for(self, head_dim: int, dtype: str) -> Tiles | None:
-        return self.tiles(head_dim, dtype) if callable(self.tiles) else self.tiles
+    def tiles_for(self, head_dim: int, dtype: str, path: str = "") -> Tiles | None:
+        """The tiles of this problem; on a row whose ``path`` names :attr:`fast_path`, the forward
+        tile is that kernel's."""
+        tiles = self.tiles(head_dim, dtype) if callable(self.tiles) else self.tiles
+        if self.fast_path and self.fast_path in path and self.fast_fwd_tile is not None:
+            return replace(tiles or Tiles(None), fwd=self.fast_fwd_tile(head_dim, dtype))
+        return tiles
 
     def as_meta(self, extra_head_dims=(), dtypes=("fp16", "bf16", "fp32")) -> dict:
         """A JSON form for a capture's meta.json (user implementations: their costing travels with

@@ -37,15 +37,18 @@ MODEL = ("flops", "hbm_bytes", "tile_bytes")
 
 def roofline_row(impl: str, costing: Costing, shape: cm.Shape, step: str, roofs: Roofs, *,
                  timing: Timing | None, status: str, message: str = "", peak_mem_bytes=None,
-                 max_rel_err=None) -> dict:
+                 max_rel_err=None, path: str | None = None) -> dict:
     """One row: the model's FLOPs and bytes, the achieved rates, the bound and the roof fractions
-    (the bound is the model's class even where nothing ran)."""
-    flops, hbm_bytes, tile = cm.cost_of(costing, shape, step)
+    (the bound is the model's class even where nothing ran). ``path``: the kernel path the case
+    ran (cost_model.kernel_path with the forward path the implementation reported); None: the
+    path the shape gives."""
+    path = cm.kernel_path(costing, shape) if path is None else path
+    flops, hbm_bytes, tile = cm.cost_of(costing, shape, step, path)
     ai = cm.arithmetic_intensity(flops, hbm_bytes)
     row = {
         "impl": impl, "step": step, "mode": shape.mode, "batch": shape.batch, "heads": shape.heads,
         "kv_heads": shape.kv_heads, "seq_q": shape.seq_q, "seq_kv": shape.seq_kv, "head_dim": shape.head_dim,
-        "dtype": shape.dtype, "causal": shape.causal, "path": cm.kernel_path(costing, shape), "flops": flops,
+        "dtype": shape.dtype, "causal": shape.causal, "path": path, "flops": flops,
         "hbm_bytes": hbm_bytes, "tile_bytes": tile,
         "arithmetic_intensity": ai, "status": status, "message": message,
         "peak_mem_bytes": peak_mem_bytes, "max_rel_err": max_rel_err,
@@ -86,8 +89,12 @@ def remodel(frame: pd.DataFrame, roofs: Roofs, meta: dict | None = None) -> tupl
     rows, changed = [], []
     for record in frame.to_dict("records"):
         costing = cm.costing_for(record["impl"], meta)
-        new = cm.cost_of(costing, cm.Shape.from_row(record), record["step"])._asdict()
-        path = cm.kernel_path(costing, cm.Shape.from_row(record))
+        stored_path = _text(record.get("path"))
+        # A path the device chose when the case ran (costing.fast_path) is a measured fact, kept;
+        # any other path follows from the shape and the current model.
+        path = stored_path if costing.fast_path and costing.fast_path in stored_path else cm.kernel_path(
+            costing, cm.Shape.from_row(record))
+        new = cm.cost_of(costing, cm.Shape.from_row(record), record["step"], path)._asdict()
         if all(same_number(new[k], record[k]) for k in MODEL) and _text(record.get("path")) == path:
             rows.append(record)
             changed.append(False)
@@ -98,7 +105,7 @@ def remodel(frame: pd.DataFrame, roofs: Roofs, meta: dict | None = None) -> tupl
                            timing=Timing(record["time_ms"], record["time_ms_p10"], record["time_ms_p90"]) if ok
                            else None, status=measured["status"],
                            message=measured["message"] or "", peak_mem_bytes=measured["peak_mem_bytes"],
-                           max_rel_err=measured["max_rel_err"])
+                           max_rel_err=measured["max_rel_err"], path=path)
         rows.append(row | {k: v for k, v in record.items() if k not in COLUMNS})  # e.g. nsys_gpu_ms
         changed.append(True)
     return to_frame(rows), pd.Series(changed, index=frame.index)
