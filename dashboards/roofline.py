@@ -184,7 +184,7 @@ with tabs["Roofline"]:
     if exp2 is not None:
         notes.append(f"exp ceiling: softmax's exponentials at {exp2 / 1e12:.2f}·10¹² exp2/s on the SFUs (CUDA "
                      "throughput table; FlashAttention-3 §3.1) cap a fused kernel that does not overlap them with "
-                     "its matmuls")
+                     "its matmuls at the measured matmul rate; a point above it overlaps them")
     st.caption(" · ".join(notes))
     table = points[["capture", "impl", "step", "mode", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim",
                     "dtype", "causal",

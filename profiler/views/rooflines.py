@@ -79,7 +79,9 @@ def is_fused(rows: pd.DataFrame) -> pd.Series:
 def roofline_points(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "compulsory",
                     exp2_per_s: float | None = None) -> pd.DataFrame:
     """One row per measured point: intensity ``x``, the roof there (``roofs[0]``), for fused
-    fp16/bf16 kernels the exp ceiling (softmax not overlapped with the matmuls), the ceiling that
+    fp16/bf16 kernels the exp ceiling (softmax not overlapped with matmuls that run at the lowest
+    compute peak among ``roofs``: the measured matmul where the capture has one, as
+    docs/perf-notes.md derives the cap), the ceiling that
     binds, ``bound`` (memory left of the ridge, compute right of it, judged against the bandwidth
     of ``bytes_kind``), and the fractions of the roof and of the binding ceiling."""
     bytes_col = "tile_bytes" if bytes_kind == "tile" else "hbm_bytes"
@@ -96,7 +98,8 @@ def roofline_points(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "co
     exp = pd.Series(np.nan, index=data.index)
     if exp2_per_s is not None:
         applies = is_fused(data) & data.dtype.isin(["fp16", "bf16"])
-        exp[applies] = [roofline.exp_ceiling(roof.peak_flops, exp2_per_s, int(d), m) / 1e12
+        matmul = min(r.peak_flops for r in roofs)  # a real matmul's rate, not the datasheet's
+        exp[applies] = [roofline.exp_ceiling(matmul, exp2_per_s, int(d), m) / 1e12
                         for d, m in zip(data.head_dim[applies], data["mode"][applies])]
     data["exp_ceiling_tflops"] = exp
     memory_binds = data.x * roof.bandwidth < roof.peak_flops
