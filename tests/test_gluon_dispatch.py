@@ -1,0 +1,113 @@
+"""The Gluon Hopper forward as the rest of the toolkit sees it, on the CPU: when triton_flash takes
+it, the path a capture row records, the tile the cost model charges for it, and the shipped H100
+captures. The kernel itself runs only on sm_90 (tests/gpu); the interpreter cannot run Gluon."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels import REGISTRY
+from kernels import flash_fwd_hopper as hopper
+from kernels.flash_fwd import flash_attention_forward, forward_path
+from profiler.model import cost_model as cm
+from profiler.model.costing import Tiles
+from profiler.model.roofs import Roofs
+from profiler.model.rows import remodel
+from profiler.store import load_capture
+
+ROOT = Path(__file__).resolve().parents[1]
+OURS = REGISTRY["triton_flash"].costing
+
+
+def test_configs_cover_every_head_dim_and_share_the_tile_the_model_charges():
+    for head_dim in hopper.HEAD_DIMS:
+        tiles = set()
+        for causal in (False, True):
+            block_n, stages, overlap, pingpong, consumers, persistent = hopper.CONFIGS[head_dim, causal]
+            assert consumers in hopper.WORKER_REGS and stages >= 2 and block_n in (64, 128)
+            tiles.add((consumers * hopper.SPLIT_M, block_n))
+        assert tiles == {hopper.forward_tile(head_dim)}
+    assert hopper.forward_tile(64) == (192, 128) and hopper.forward_tile(128) == (128, 128)
+    assert hopper.forward_tile(32) is None and hopper.forward_tile(64, "fp32") is None
+
+
+def test_off_sm90_everything_takes_the_portable_kernel():
+    q = torch.randn(1, 2, 300, 64)
+    reason = hopper.unsupported_reason(q, q, q)
+    assert reason is not None
+    assert forward_path(q, q, q) == "tiled"
+    with pytest.raises(ValueError, match=reason.split(" (")[0][:20]):
+        flash_attention_forward(q, q, q, gluon=True)
+
+
+def test_the_portable_kernel_keeps_the_shapes_where_it_measured_faster():
+    def q(seq, dim):
+        return torch.empty(1, 1, seq, dim)
+
+    assert "faster" in hopper.slower_reason(q(2048, 64), causal=True)
+    assert "faster" in hopper.slower_reason(q(4096, 64), causal=True)
+    assert hopper.slower_reason(q(8192, 64), causal=True) is None
+    assert hopper.slower_reason(q(2048, 64), causal=False) is None
+    assert hopper.slower_reason(q(2048, 128), causal=True) is None
+
+
+def test_kernel_path_names_the_forward_the_run_reported():
+    shape = cm.Shape.square(4, 32, 8192, 64, dtype="bf16")
+    assert cm.kernel_path(OURS, shape) == "tiled"
+    assert cm.kernel_path(OURS, shape, forward="gluon-ws") == "gluon-ws"
+    assert cm.kernel_path(OURS, shape.with_mode("fwd+bwd"), forward="gluon-ws") == "gluon-ws fwd, tiled bwd"
+    assert cm.kernel_path(OURS, shape.with_mode("bwd"), forward="gluon-ws") == "tiled"
+    assert cm.kernel_path(REGISTRY["sdpa_cudnn"].costing, shape, forward="gluon-ws") == ""
+
+
+@pytest.mark.parametrize("mode", ["fwd", "fwd+bwd"])
+def test_gluon_rows_are_charged_the_gluon_tile_forward_only(mode):
+    shape = cm.Shape.square(4, 32, 8192, 64, dtype="bf16", mode=mode)
+    portable = OURS.tiles_for(64, "bf16")
+    gluon = cm.cost_of(OURS, shape, path=cm.kernel_path(OURS, shape, forward="gluon-ws"))
+    tiled = cm.cost_of(OURS, shape)
+    assert (gluon.flops, gluon.hbm_bytes) == (tiled.flops, tiled.hbm_bytes)  # only the L2 traffic differs
+    want = cm.tile_bytes(shape, Tiles((192, 128), portable.dkdv, portable.dq))
+    assert gluon.tile_bytes == pytest.approx(want)
+    # A 192-row query tile re-reads K and V 8192 / 192 times instead of 8192 / 128.
+    assert gluon.tile_bytes < tiled.tile_bytes
+
+
+def test_remodel_keeps_a_recorded_gluon_path_and_its_tile():
+    meta, frame = load_capture(ROOT / "reports" / "bench-h100-gluon")
+    ours = frame[frame.impl == "triton_flash"]
+    assert set(ours.path) == {"gluon-ws", "tiled"}
+    # The portable kernel kept the short causal head_dim-64 shapes (hopper.PORTABLE_UP_TO).
+    tiled = ours[ours.path == "tiled"]
+    assert set(zip(tiled.head_dim, tiled.causal)) == {(64, True)} and tiled.seq_q.max() <= 4096
+    stale = frame.copy()
+    gluon_row = stale.index[(stale.impl == "triton_flash") & (stale.path == "gluon-ws")][0]
+    stale.loc[gluon_row, "tile_bytes"] = 1.0
+    new, changed = remodel(stale, Roofs.from_meta(meta), meta)
+    assert list(changed[changed].index) == [gluon_row]
+    assert new.loc[gluon_row, "path"] == "gluon-ws"
+    assert new.loc[gluon_row, "tile_bytes"] == frame.loc[gluon_row, "tile_bytes"]
+
+
+def test_shipped_h100_forward_grid_against_cudnn_and_the_portable_kernel():
+    """The numbers docs/perf-notes.md ("Gluon forward") quotes, from the committed captures."""
+    _, gluon = load_capture(ROOT / "reports" / "bench-h100-gluon")
+    _, portable = load_capture(ROOT / "reports" / "bench-h100-portable")
+    key = ["head_dim", "dtype", "causal", "seq_q"]
+    assert (gluon.status == "ok").all() and len(gluon) == 96  # 32 shapes × 3 implementations
+    ours = gluon[gluon.impl == "triton_flash"].set_index(key).tflops
+    cudnn = gluon[gluon.impl == "sdpa_cudnn"].set_index(key).tflops
+    before = portable[portable.impl == "triton_flash"].set_index(key).tflops
+    assert set(portable[portable.impl == "triton_flash"].path) == {"tiled"}
+    vs_cudnn, vs_before = (ours / cudnn).dropna(), (ours / before).dropna()
+    assert len(vs_cudnn) == len(vs_before) == 32
+    assert vs_cudnn[vs_cudnn >= 1.0].size == 18  # of 32: 12 of the 14 misses at N <= 4096
+    assert vs_cudnn.min() == pytest.approx(0.90, abs=0.01)
+    long = vs_cudnn[vs_cudnn.index.get_level_values("seq_q") >= 8192]
+    assert long.min() == pytest.approx(0.97, abs=0.01) and (long >= 1.0).sum() == 14  # of 16
+    # Gluon rows against the portable kernel measured in its own run: never slower.
+    gluon_rows = gluon[(gluon.impl == "triton_flash") & (gluon.path == "gluon-ws")].set_index(key).tflops
+    assert (gluon_rows / before).dropna().min() >= 1.0
