@@ -9,18 +9,20 @@ that cap takes overlap, as FlashAttention-3 does (Shah, Bikshandi, Zhang, Thakka
 because Triton's own pipeliner could not be asked for it (``tl.range(warp_specialize=True)``
 did not get there on triton 3.6):
 
-- One program per (block of ``BLOCK_M`` = 128 query rows, batch·head), launched longest-first
-  when causal, in three partitions (``gl.warp_specialize``):
-  a loader warp that issues TMA copies of Q once and of K and V tile by tile into a ring of
-  ``STAGES`` shared-memory buffers (``mbarrier`` handshakes: ``k_ready``/``v_ready`` when a copy
-  lands, ``k_empty``/``v_empty`` when both consumers are done with a slot's K or V, so the next K
-  can land while the current V is still in use), and two consumer warpgroups of 64
-  query rows each, which run the wgmma instructions and the online softmax.
+- Each program runs query tiles of ``BLOCK_M`` = 64 · consumers rows (one per program, or, with
+  ``persistent``, one program per SM looping over tiles), in partitions (``gl.warp_specialize``):
+  a loader warp that issues TMA copies of each consumer's Q rows and of K and V tile by tile into
+  a ring of ``STAGES`` shared-memory buffers (``mbarrier`` handshakes: ``k_ready``/``v_ready`` when
+  a copy lands, ``k_empty``/``v_empty`` when every consumer is done with a slot's K or V, so the
+  next K can land while the current V is still in use; ``q_empty`` when a consumer is done with
+  its Q), and two or three consumer warpgroups of 64 query rows each, which run the wgmma
+  instructions and the online softmax. Tiles go head by head; causal ones longest block first.
 - ``OVERLAP``: a consumer issues the next tile's QKᵀ and the current PV as asynchronous wgmma
   before it runs the softmax of the tile it just waited for, so its exponentials run while its own
   matmuls are in flight (FA3's intra-warpgroup pipelining, their Algorithm 2).
-- ``PINGPONG``: the two consumers take turns issuing their matmuls (a pair of mbarriers passes the
-  turn), so one's softmax lines up with the other's matmuls (FA3's inter-warpgroup overlap).
+- ``PINGPONG``: the consumers take turns issuing their matmuls (an mbarrier per consumer passes
+  the turn round robin), so one's softmax lines up with the others' matmuls (FA3's
+  inter-warpgroup overlap).
 - P goes from the S accumulator's registers straight into the PV wgmma as its A operand; it never
   touches shared memory.
 
