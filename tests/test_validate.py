@@ -73,6 +73,8 @@ def test_causal_diagonal_tiles_are_counted_by_the_kernels_query_tile(table):
 def test_kernel_tile_and_split_sources():
     assert validate.kernel_tile("triton_flash", "_attn_fwd", "(64, 16, 1)", 4096) == (64, 64)
     assert validate.kernel_tile("triton_flash", "_attn_fwd", "(8, 16, 1)", 1000) == (125, 125)
+    # The sm_90 Gluon forward runs a 1-D grid (here one program per SM): its tile comes from its costing.
+    assert validate.kernel_tile("triton_flash", "_attn_fwd_hopper", "(132, 1, 1)", 8192, (192, 128)) == (192, 128)
     fa2 = "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, 0, 0, cutlass::half_t>>"
     assert validate.kernel_tile("sdpa_flash", fa2, "(32, 1, 16)", 4096) == (128, 64)
     cudnn = "cudnn_generated_fort_native_sdpa_sm90"

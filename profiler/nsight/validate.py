@@ -69,12 +69,17 @@ def with_shape(kernels: pd.DataFrame, shape: cm.Shape) -> pd.DataFrame:
     return kernels
 
 
-def kernel_tile(impl: str, kernel: str, grid: str, seq_q: int) -> tuple[int, int]:
+def kernel_tile(impl: str, kernel: str, grid: str, seq_q: int,
+                gluon_tile: tuple[int, int] | None = None) -> tuple[int, int]:
     """(query rows, key columns) per tile of the kernel that ran, which sets how much of the causal
     diagonal it computes in vain: ours from its grid (cdiv(N, BLOCK_M) programs along x; its
-    BLOCK_N divides BLOCK_M, so the query tile alone decides), FlashAttention-2 from the kBlockM and
-    kBlockN in its kernel traits (<head_dim, kBlockM, kBlockN, ...>), cuDNN's sm90 fprop kernel
-    128 × 128 (two 64-row consumer warpgroups per tile, the 64 in its name; the H200 counters agree)."""
+    BLOCK_N divides BLOCK_M, so the query tile alone decides), or, for our sm_90 Gluon forward
+    (``_attn_fwd_hopper``, a 1-D grid of tiles or of SMs), ``gluon_tile`` from its costing;
+    FlashAttention-2 from the kBlockM and kBlockN in its kernel traits (<head_dim, kBlockM,
+    kBlockN, ...>); cuDNN's sm90 fprop kernel 128 × 128 (two 64-row consumer warpgroups per tile,
+    the 64 in its name; the H200 counters agree)."""
+    if "_attn_fwd_hopper" in kernel and gluon_tile is not None:
+        return gluon_tile
     if impl == "triton_flash":
         programs = int(str(grid).strip("()").split(",")[0])
         rows = -(-seq_q // programs)
@@ -146,8 +151,10 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict |
         fused = r.step == "total"
         splits = kv_splits(r.kernel_names, r.grid) if fused else 1
         model_dram = cm.dram_bytes(shape, r.impl, r.step, l2_bytes, kv_splits=splits)
-        cost = cm.cost_of(cm.costing_for(r.impl, meta), shape, r.step)
-        tile = kernel_tile(r.impl, r.kernel_names, r.grid, int(r.seq_q)) if fused else (0, 0)
+        costing = cm.costing_for(r.impl, meta)
+        cost = cm.cost_of(costing, shape, r.step)
+        gluon = costing.tiles_for(shape.head_dim, shape.dtype, costing.fast_path).fwd if costing.fast_path else None
+        tile = kernel_tile(r.impl, r.kernel_names, r.grid, int(r.seq_q), gluon) if fused else (0, 0)
         model_flops = model_tensor_flops(shape, r.impl, r.step, tile, kernel=r.kernel_names)
         decode = split_kv.plan(shape.batch, shape.kv_heads, shape.group, shape.seq_q, shape.seq_kv)
         if "_decode_split" in r.kernel_names and decode is not None:  # our split-KV path: stacked rows
