@@ -197,9 +197,7 @@ def flash_attention_forward(
     if decode is not None and split is not False and config is None:
         return flash_decode_forward(q, k, v, causal, scale, decode)
     if config is None and gluon is not False:
-        reason = flash_fwd_hopper.unsupported_reason(q, k, v)
-        if reason is None and gluon is None:
-            reason = flash_fwd_hopper.slower_reason(q, causal)
+        reason = flash_fwd_hopper.unsupported_reason(q, k, v) if gluon else _not_gluon(q, k, v, causal)
         if reason is None:
             return flash_fwd_hopper.hopper_forward(q, k, v, causal, scale)
         if gluon:
@@ -230,5 +228,10 @@ def forward_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
     decode = split_kv.plan(batch, k.shape[1], heads // k.shape[1], seq_q, seq_kv)
     if decode is not None:
         return decode.label
-    gluon = flash_fwd_hopper.unsupported_reason(q, k, v) is None and flash_fwd_hopper.slower_reason(q, causal) is None
-    return "gluon-ws" if gluon else "tiled"
+    return "tiled" if _not_gluon(q, k, v, causal) else "gluon-ws"
+
+
+def _not_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> str | None:
+    """Why the default forward does not take the Gluon kernel here (it cannot, or the portable
+    kernel measured faster), or None when it does."""
+    return flash_fwd_hopper.unsupported_reason(q, k, v) or flash_fwd_hopper.slower_reason(q, causal)

@@ -95,7 +95,7 @@ def remodel(frame: pd.DataFrame, roofs: Roofs, meta: dict | None = None) -> tupl
         path = stored_path if costing.fast_path and costing.fast_path in stored_path else cm.kernel_path(
             costing, cm.Shape.from_row(record))
         new = cm.cost_of(costing, cm.Shape.from_row(record), record["step"], path)._asdict()
-        if all(same_number(new[k], record[k]) for k in MODEL) and _text(record.get("path")) == path:
+        if all(same_number(new[k], record[k]) for k in MODEL) and stored_path == path:
             rows.append(record)
             changed.append(False)
             continue
