@@ -17,7 +17,7 @@ from contextlib import contextmanager, nullcontext
 import nvtx
 import torch
 
-from kernels._checks import check_qkv, resolve_scale
+from kernels._checks import check_qkv, dtype_name, resolve_scale
 
 NVTX_DOMAIN = "attn"
 # ATTN_NVTX=0 turns every range of ours into a no-op: how the capture's overhead is measured.
@@ -151,3 +151,34 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     denom = torch.linalg.vector_norm(ref64).item()
     num = torch.linalg.vector_norm(out64 - ref64).item()
     return num / denom if denom > 0 else num
+
+
+# Largest relative error (``relative_error`` against fp32 naive attention) a correct kernel may
+# have, by input dtype: 4 units of roundoff of the format its matmuls read. Unit roundoff u = 2^-11
+# for fp16 (10 stored mantissa bits) and 2^-8 for bf16 (7 bits) (IEEE 754-2008 binary16; Google's
+# bfloat16 format). fp32 inputs get fp16's u: Triton's tl.dot and cuDNN multiply fp32 in TF32 on
+# tensor cores, whose mantissa is fp16's (NVIDIA A100 whitepaper, "TF32"). The shipped H100/H200
+# captures of every implementation stay below 0.44 of these (largest: 8.5e-4 fp16 and
+# 6.8e-3 bf16, naive fwd+bwd gradients). A consequence to know: in bf16 an output scaled by
+# (1 + 1%) still passes, since 1% is within 4u = 1.6%.
+TOLERANCE = {"fp16": 4 * 2.0**-11, "bf16": 4 * 2.0**-8, "fp32": 4 * 2.0**-11}
+
+
+class WrongOutput(ValueError):
+    """An implementation's output (or gradient) is not attention's: wrong shape, dtype, not finite,
+    or further from the reference than the tolerance. The message says which, in one line."""
+
+
+def check_output(name: str, out, ref: torch.Tensor, dtype: torch.dtype) -> None:
+    """Raise :class:`WrongOutput` unless ``out`` is a tensor of ``ref``'s shape and of ``dtype``,
+    with every element finite. Done before any arithmetic with ``ref``: a (B, H, 1, D) output
+    would otherwise broadcast against the (B, H, N, D) reference and look close to it."""
+    if not isinstance(out, torch.Tensor):
+        raise WrongOutput(f"{name} is a {type(out).__name__}, not a tensor")
+    if tuple(out.shape) != tuple(ref.shape):
+        raise WrongOutput(f"{name} has shape {tuple(out.shape)}; attention's is {tuple(ref.shape)}")
+    if out.dtype != dtype:
+        raise WrongOutput(f"{name} has dtype {dtype_name(out.dtype)}; the inputs are {dtype_name(dtype)}")
+    bad = (~torch.isfinite(out.detach())).sum().item()
+    if bad:
+        raise WrongOutput(f"{name} has {bad} non-finite element(s) (NaN or inf) of {out.numel()}")

@@ -54,6 +54,9 @@ class Impl:
     # (q, k, v, causal) -> the forward path a call takes ('gluon-ws', 'tiled', 'split-kv x8'), for the row's
     # ``path`` column; None for implementations with one path.
     path_of: Callable[..., str] | None = None
+    # The largest relative error against fp32 naive attention a correct run may have; None: the
+    # dtype's (kernels.reference.TOLERANCE). Above it the case is recorded as 'wrong'.
+    tolerance: float | None = None
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -201,7 +204,8 @@ def _origin(target) -> tuple[str, str | None, int]:
 def register(fn: Callable[..., torch.Tensor] | None = None, *, name: str | None = None, layout: str = "bhsd",
              description: str = "", costing: Costing | None = None, supports_backward: bool = True,
              needs_cuda: bool = False, is_triton: bool = False, dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES,
-             head_dims: tuple[int, ...] | None = None, gqa: bool = False, spec: str = "", replace: bool = False):
+             head_dims: tuple[int, ...] | None = None, gqa: bool = False, spec: str = "", replace: bool = False,
+             tolerance: float | None = None):
     """Add an attention function to REGISTRY; usable as ``register(fn, ...)`` or as a decorator
     ``@register(...)`` (the function is returned unchanged, with ``__attn_impl__`` set).
 
@@ -210,13 +214,17 @@ def register(fn: Callable[..., torch.Tensor] | None = None, *, name: str | None 
     to a fused kernel of unknown tiles: FLOPs and compulsory bytes as for FlashAttention, no tile
     bytes. ``gqa`` says the function takes k and v with fewer heads than q (query head h reading
     K/V head h // (heads // kv_heads)); without it, grouped-query cases are recorded as unsupported.
+    ``tolerance`` is the largest relative error against fp32 naive attention that a correct run
+    may have (default: the dtype's, kernels.reference.TOLERANCE); state one for an approximate
+    kernel (e.g. fp8 or sparse), or its cases are recorded as 'wrong' and left off every chart.
     Names are letters, digits and underscores; a built-in name is refused, and a name taken
     by another user implementation needs ``replace=True``.
     """
     if fn is None:
         return lambda f: register(f, name=name, layout=layout, description=description, costing=costing,
                                   supports_backward=supports_backward, needs_cuda=needs_cuda, is_triton=is_triton,
-                                  dtypes=dtypes, head_dims=head_dims, gqa=gqa, spec=spec, replace=replace)
+                                  dtypes=dtypes, head_dims=head_dims, gqa=gqa, spec=spec, replace=replace,
+                                  tolerance=tolerance)
     if not callable(fn):
         raise TypeError(f"register needs a callable, got {type(fn).__name__}")
     name = name or getattr(fn, "__name__", "")
@@ -226,13 +234,15 @@ def register(fn: Callable[..., torch.Tensor] | None = None, *, name: str | None 
     if name in BUILTIN or (name in REGISTRY and not replace and _origin(REGISTRY[name]) != _origin(fn)):
         raise ValueError(f"implementation name '{name}' is taken; choose another"
                          + ("" if name in BUILTIN else " or pass replace=True"))
+    if tolerance is not None and not (isinstance(tolerance, (int, float)) and 0 < tolerance < float("inf")):
+        raise ValueError(f"tolerance {tolerance!r} must be a positive finite number (a relative error) or None")
     if layout not in LAYOUTS:
         raise ValueError(f"layout '{layout}' is not one of {', '.join(LAYOUTS)}")
     impl = Impl(name, _bshd_adapter(fn) if layout == "bshd" else fn,
                 description or (fn.__doc__ or "").strip().split("\n")[0] or f"user implementation {name}",
                 costing or Costing("fused", source="user implementation: tiles not declared"),
                 supports_backward=supports_backward, needs_cuda=needs_cuda, is_triton=is_triton, dtypes=dtypes,
-                head_dims=head_dims, gqa=gqa, spec=spec, extra={"layout": layout})
+                head_dims=head_dims, gqa=gqa, spec=spec, extra={"layout": layout}, tolerance=tolerance)
     REGISTRY[name] = impl
     try:
         fn.__attn_impl__ = impl

@@ -53,13 +53,16 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "arithmetic_intensity": ("float64", "flops / hbm_bytes"),
     "tflops": ("float64", "flops / time_ms, in TFLOP/s"),
     "gbps": ("float64", "hbm_bytes / time_ms, in GB/s"),
-    "bound": ("string", "memory or compute, against the datasheet roof (the measured roof when the device is unknown)"),
+    "bound": ("string", "memory or compute, against the datasheet roof (the measured roof when the device is unknown); "
+                        "empty unless status is ok"),
     "roof_fraction": ("float64", "achieved over the datasheet roof at this intensity"),
     "roof_fraction_measured": ("float64", "achieved over the measured roof (ceilings) at this intensity"),
     "peak_mem_bytes": ("float64", "peak allocated above the inputs during one run (GPU only)"),
-    "max_rel_err": ("float64", "max relative error against naive fp32 attention (output, and grads when bwd)"),
-    "status": ("string", "ok, oom, unsupported or error"),
-    "message": ("string", "why, when status is not ok"),
+    "max_rel_err": ("float64", "max relative error against naive fp32 attention (output, and grads when bwd); above "
+                               "the dtype's tolerance (kernels.reference.TOLERANCE) the status is wrong"),
+    "status": ("string", "ok; wrong (the output failed the correctness check: its times are kept for the record, "
+                         "it has no rates, bound or roof fractions and is on no chart); oom, unsupported or error"),
+    "message": ("string", "why, when status is not ok (for wrong: the error and the tolerance it exceeded)"),
 }
 COLUMNS = list(SCHEMA)
 # Meta keys that describe one run; a resumed capture keeps the earlier runs' values in earlier_runs.
@@ -86,11 +89,15 @@ def write_json_atomic(path: Path, payload) -> None:
 
 def read_results(path: Path) -> pd.DataFrame:
     """A results parquet file, with the columns added since it was written filled in
-    (:data:`ADDED_COLUMNS`: a capture from before grouped-query attention has kv_heads = heads)."""
+    (:data:`ADDED_COLUMNS`: a capture from before grouped-query attention has kv_heads = heads).
+    A bound is a judgement of a measured point: files written before that rule gave rows that did
+    not run the model's bound, which reads as empty here."""
     frame = pd.read_parquet(path)
     for column, fill in ADDED_COLUMNS.items():
         if column not in frame.columns and "heads" in frame.columns:
             frame[column] = fill(frame)
+    if {"status", "bound"} <= set(frame.columns):
+        frame.loc[frame["status"] != "ok", "bound"] = None
     return frame
 
 
@@ -151,7 +158,8 @@ class ResultStore:
         write_json_atomic(self.folder / META, meta)
 
     def has(self, key: dict) -> bool:
-        """Whether a row with these key values (and status ok, oom or unsupported) is stored."""
+        """Whether a row with these key values (and status ok, wrong, oom or unsupported) is stored:
+        a resumed capture measures again only the cases that raised an error."""
         for row in itertools.chain(self.rows, self.known):
             if all(row.get(k) == v for k, v in key.items()) and row.get("status") != "error":
                 return True

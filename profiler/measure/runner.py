@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.reference import naive_attention, nvtx_range, relative_error
+from kernels.reference import TOLERANCE, WrongOutput, check_output, naive_attention, nvtx_range, relative_error
 from kernels.registry import Impl
 from kernels.sdpa import Unsupported
 from profiler.measure.ceilings import TORCH_DTYPES
@@ -26,7 +26,7 @@ CHECK_HEADS = 2  # the correctness check runs on batch 0 and the first heads onl
 class CaseResult:
     impl: str
     shape: Shape
-    status: str  # ok, oom, unsupported, error
+    status: str  # ok, wrong, oom, unsupported, error
     message: str = ""
     timing: Timing | None = None
     flops: float = 0.0  # the cost model's FLOPs of the whole case (profiler.model.cost_model.cost_of)
@@ -36,7 +36,8 @@ class CaseResult:
 
     @property
     def tflops(self) -> float | None:
-        if self.timing is None:
+        """Achieved TFLOP/s; None unless the case ran and passed the correctness check."""
+        if self.timing is None or self.status != "ok":
             return None
         return self.flops / (self.timing.median_ms * 1e-3) / 1e12
 
@@ -57,7 +58,9 @@ def make_inputs(shape: Shape, device, seed: int = 0, requires_grad: bool = False
 def _slice_error(impl: Impl, q, k, v, do, shape: Shape) -> float:
     """Max relative error of o (and dq, dk, dv when timing backward) on batch 0, first heads,
     against naive attention in fp32 on the same device. With grouped-query attention: the first
-    K/V head and the first query heads of its group."""
+    K/V head and the first query heads of its group. Raises :class:`WrongOutput` when an output
+    or gradient has the wrong shape or dtype or is not finite (before comparing: a broadcastable
+    shape would otherwise compare)."""
     kv_heads = 1 if shape.group > 1 else min(CHECK_HEADS, shape.heads)
     heads = min(CHECK_HEADS, shape.group) if shape.group > 1 else kv_heads
     parts = [t[:1, :n].detach().clone().requires_grad_(shape.mode != "fwd")
@@ -66,13 +69,24 @@ def _slice_error(impl: Impl, q, k, v, do, shape: Shape) -> float:
     with torch.no_grad() if shape.mode == "fwd" else torch.enable_grad():
         out = impl.fn(*parts, causal=shape.causal)
         ref = naive_attention(*ref_parts, causal=shape.causal)
+    check_output("the output", out, ref, q.dtype)
     errors = [relative_error(out, ref)]
     if shape.mode != "fwd":
         grad = do[:1, :heads]
         out.backward(grad)
         ref.backward(grad.float())
-        errors += [relative_error(a.grad, b.grad) for a, b in zip(parts, ref_parts)]
+        for name, a, b in zip(("dq", "dk", "dv"), parts, ref_parts):
+            if a.grad is None:
+                raise WrongOutput(f"{name} is None: the backward did not reach {name[1]}")
+            check_output(name, a.grad, b.grad, q.dtype)
+            errors.append(relative_error(a.grad, b.grad))
     return max(errors)
+
+
+def tolerance_of(impl: Impl, shape: Shape) -> float:
+    """The largest error a correct run may have: the implementation's own where its registry entry
+    documents one, else its dtype's (kernels.reference.TOLERANCE)."""
+    return impl.tolerance if impl.tolerance is not None else TOLERANCE[shape.dtype]
 
 
 def mode_call(impl: Impl, shape: Shape, q, k, v, do) -> Callable[[], None]:
@@ -98,7 +112,8 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
     """Time ``impl`` on ``shape`` in its mode, inside the NVTX range ``<impl>/<mode>/seq=<N>``
     unless ``annotate`` is False (the caller opened it); with ``graph``, replays of a CUDA graph
     of the call (profiler.measure.timing). Never raises for a failing case: the result's status
-    says ok, oom, unsupported or error."""
+    says ok, wrong (the output failed the correctness check: still timed, for the record), oom,
+    unsupported or error."""
     device = torch.device(device)
     result = CaseResult(impl.name, shape, "ok", flops=cost_of(impl.costing, shape).flops)
     reason = impl.unsupported_reason(device, TORCH_DTYPES[shape.dtype], shape.head_dim,
@@ -112,7 +127,16 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
         if impl.path_of is not None:
             result.path = kernel_path(impl.costing, shape, forward=impl.path_of(q, k, v, shape.causal))
         if check:
-            result.max_rel_err = _slice_error(impl, q, k, v, do, shape)
+            try:
+                result.max_rel_err = _slice_error(impl, q, k, v, do, shape)
+            except WrongOutput as err:
+                result.status, result.message = "wrong", str(err)
+            else:
+                limit = tolerance_of(impl, shape)
+                if not result.max_rel_err <= limit:  # NaN fails too
+                    result.status = "wrong"
+                    result.message = (f"max relative error {result.max_rel_err:.2g} against fp32 naive attention is "
+                                      f"above the {shape.dtype} tolerance {limit:.2g}")
         range_name = shape_range(impl.name, shape)
         call = mode_call(impl, shape, q, k, v, do)
 

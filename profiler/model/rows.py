@@ -38,10 +38,12 @@ MODEL = ("flops", "hbm_bytes", "tile_bytes")
 def roofline_row(impl: str, costing: Costing, shape: cm.Shape, step: str, roofs: Roofs, *,
                  timing: Timing | None, status: str, message: str = "", peak_mem_bytes=None,
                  max_rel_err=None, path: str | None = None) -> dict:
-    """One row: the model's FLOPs and bytes, the achieved rates, the bound and the roof fractions
-    (the bound is the model's class even where nothing ran). ``path``: the kernel path the case
-    ran (cost_model.kernel_path with the forward path the implementation reported); None: the
-    path the shape gives."""
+    """One row: the model's FLOPs and bytes, the achieved rates, the bound and the roof fractions.
+    Rates, bound and roof fractions belong to a point on the roofline, so only a row with status
+    ok has them; a 'wrong' row (its output failed the correctness check) keeps its times for the
+    record, and rows that did not run (oom, unsupported, error) have the model's numbers only.
+    ``path``: the kernel path the case ran (cost_model.kernel_path with the forward path the
+    implementation reported); None: the path the shape gives."""
     path = cm.kernel_path(costing, shape) if path is None else path
     flops, hbm_bytes, tile = cm.cost_of(costing, shape, step, path)
     ai = cm.arithmetic_intensity(flops, hbm_bytes)
@@ -53,19 +55,21 @@ def roofline_row(impl: str, costing: Costing, shape: cm.Shape, step: str, roofs:
         "arithmetic_intensity": ai, "status": status, "message": message,
         "peak_mem_bytes": peak_mem_bytes, "max_rel_err": max_rel_err,
     }
+    if timing is not None:
+        row.update(time_ms=timing.median_ms, time_ms_p10=timing.p10_ms, time_ms_p90=timing.p90_ms)
+    if timing is None or status != "ok":
+        return row
     sheet, measured = roofs.datasheet_peak(shape.dtype), roofs.measured_peak(shape.dtype)
     judge = sheet or measured
     if judge:
         row["bound"] = roofline.bound(ai, *judge)
-    if timing is not None:
-        seconds = timing.median_ms * 1e-3
-        achieved = flops / seconds
-        row.update(time_ms=timing.median_ms, time_ms_p10=timing.p10_ms, time_ms_p90=timing.p90_ms,
-                   tflops=achieved / 1e12, gbps=hbm_bytes / seconds / 1e9)
-        if sheet:
-            row["roof_fraction"] = roofline.roof_fraction(achieved, ai, *sheet)
-        if measured:
-            row["roof_fraction_measured"] = roofline.roof_fraction(achieved, ai, *measured)
+    seconds = timing.median_ms * 1e-3
+    achieved = flops / seconds
+    row.update(tflops=achieved / 1e12, gbps=hbm_bytes / seconds / 1e9)
+    if sheet:
+        row["roof_fraction"] = roofline.roof_fraction(achieved, ai, *sheet)
+    if measured:
+        row["roof_fraction_measured"] = roofline.roof_fraction(achieved, ai, *measured)
     return row
 
 
@@ -99,10 +103,10 @@ def remodel(frame: pd.DataFrame, roofs: Roofs, meta: dict | None = None) -> tupl
             rows.append(record)
             changed.append(False)
             continue
-        ok = record["status"] == "ok" and not pd.isna(record["time_ms"])
+        timed = not pd.isna(record["time_ms"])  # ok rows, and 'wrong' rows, which keep their times
         measured = {k: (None if pd.isna(record[k]) else record[k]) for k in MEASURED}
         row = roofline_row(record["impl"], costing, cm.Shape.from_row(record), record["step"], roofs,
-                           timing=Timing(record["time_ms"], record["time_ms_p10"], record["time_ms_p90"]) if ok
+                           timing=Timing(record["time_ms"], record["time_ms_p10"], record["time_ms_p90"]) if timed
                            else None, status=measured["status"],
                            message=measured["message"] or "", peak_mem_bytes=measured["peak_mem_bytes"],
                            max_rel_err=measured["max_rel_err"], path=path)
