@@ -13,6 +13,7 @@ exit with status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from importlib import import_module
 
@@ -117,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="batch = tokens // seq_q for each query length (overrides --batch), e.g. 32768")
     bench.add_argument("--out", default=None, help="capture folder (default reports/bench-<device>-<time>)")
     bench.add_argument("--resume", action="store_true", help="keep the rows already in --out, measure the rest")
-    bench.add_argument("--rep-ms", type=int, default=100, help="do_bench repetition time per case, ms")
+    _add_rep_ms(bench)
     _add_cuda_graph(bench)
     bench.add_argument("--json", metavar="FILE", help="also write the ratio table as JSON to FILE")
     bench.add_argument("--device", type=_device, default="auto")
@@ -202,10 +203,15 @@ def _add_capture_args(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument("--trace", choices=("torch", "none"), default=None,
                    help="torch-profiler trace per implementation (default: torch on a GPU, none on a CPU)")
     p.add_argument("--resume", action="store_true", help="keep the rows already in --out, measure the rest")
-    p.add_argument("--rep-ms", type=int, default=100, help="do_bench repetition time per case, ms")
+    _add_rep_ms(p)
     _add_cuda_graph(p)
     p.add_argument("--device", type=_device, default="auto")
     _add_allow_mixed(p)
+
+
+def _add_rep_ms(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rep-ms", type=_positive_int, default=100,
+                   help="repetition time per case, ms (a positive integer; do_bench on a GPU)")
 
 
 def _add_cuda_graph(p: argparse.ArgumentParser) -> None:
@@ -294,7 +300,27 @@ COMMANDS = {"capture": "capturing", "sweep": "capturing", "report": "capturing",
 DISTRIBUTED = ("capture", "sweep", "bench", "validate")
 
 
+# Exit status when stdout closed before the output ended (`... --json | head -1`): what a shell
+# reports for a tool that SIGPIPE ended (128 + 13), so a script can tell a cut output from a whole one.
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # a closed pipe shows up here, not in the interpreter's flush at exit
+        return code
+    except BrokenPipeError:
+        # Python ignores SIGPIPE, so a write to a closed pipe raises; stop quietly, and point stdout at
+        # devnull so the interpreter's last flush does not raise again.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):  # a stdout without a file descriptor (tests)
+            pass
+        return EXIT_BROKEN_PIPE
+
+
+def _run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     command = getattr(import_module(f"profiler.cli.{COMMANDS[args.command]}"), args.command)
     args.ranks = None

@@ -11,8 +11,21 @@ from rich.progress import Progress
 
 from profiler.cli import UsageError
 
+
+class _Console(Console):
+    """rich's console, but a closed stdout raises BrokenPipeError for profiler.cli.main to end
+    quietly with one exit status (rich's own handler exits with status 1)."""
+
+    def on_broken_pipe(self) -> None:  # noqa: D102
+        self.quiet = True
+        raise BrokenPipeError
+
+
 # Wide enough for the tables when output goes to a file or a CI log (rich assumes 80 there).
-console = Console(width=max(shutil.get_terminal_size((160, 40)).columns, 100))
+# Markup and emoji codes are off: what is printed holds paths, implementation names and exception
+# messages ("needs [cuda]", "mod:fn:"), which rich would otherwise read as tags and drop; colour is
+# given with style= where it is wanted.
+console = _Console(width=max(shutil.get_terminal_size((160, 40)).columns, 100), markup=False, emoji=False)
 
 
 def fmt(x, spec=".3g", missing="-"):
