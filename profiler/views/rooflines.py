@@ -18,11 +18,29 @@ import plotly.graph_objects as go
 
 from profiler.model import hardware
 from profiler.model import roofs as roofline
-from profiler.views.style import STEP_SYMBOL, families_title, impl_color
+from profiler.views.style import (
+    ABOVE_ROOF_NOTE,
+    ABOVE_ROOF_REASON,
+    CACHE_BELOW,
+    PLOTLY_TEMPLATE,
+    STEP_SYMBOL,
+    families_title,
+    impl_color,
+    log_ticks,
+    memory_name,
+)
 
 MAX_MARKERS = 400  # beyond this many points the chart shows an even sample per implementation and step
 MAX_LABELS = 40  # beyond this many points sequence lengths move from labels to the hover text
 JITTER = 1.07  # fused kernels at one intensity are spread by this factor per implementation (x only)
+RIDGE_FONT = 10  # px, the ridge labels' font size
+# The ridge labels sit in a band above the highest roof, where no measured point can be (a point
+# above every compute peak would be above its roof): the y axis runs to TOP_BAND times that peak,
+# and the labels' centres sit LABEL_LIFT decades above it.
+TOP_BAND = 4.0
+LABEL_LIFT = 0.3  # decades from the highest roof to the first label's centre
+LABEL_STEP = 0.3  # decades between stacked labels, at least (more where the y axis is long)
+PLOT_PX = (700, 480)  # a narrow plot area (width, height): labels placed to fit it fit any wider one
 
 
 @dataclass(frozen=True)
@@ -42,11 +60,13 @@ def roofs_from_meta(meta: dict, dtype: str, bytes_kind: str = "compulsory") -> l
     """The roofs a capture is judged against for ``bytes_kind``: compulsory bytes against HBM
     (datasheet, when the device is known, then the measured matmul and copy); tile bytes against
     the L2 bandwidth ``ceilings`` measured (no datasheet gives one), under the same compute peaks.
-    Empty for tile bytes when the capture holds no L2 measurement."""
+    Empty for tile bytes when the capture holds no L2 measurement. On a CPU capture (meta.json's
+    ``device_type``) the memory roof is the DRAM copy it measured, and is named so."""
     sheet = hardware.lookup(meta.get("datasheet_device") or meta.get("device", ""))
     sheet_peak = None if sheet is None else sheet.peak_flops_or_none(dtype)
     measured = meta.get("measured_ceilings") or {}
     matmul = measured.get("matmul_tflops", {}).get(dtype)
+    memory = memory_name(meta.get("device_type"))  # a CPU's roof is the DRAM copy it measured
     roofs = []
     if bytes_kind == "tile":
         l2 = measured.get("l2_copy_gbps")
@@ -60,7 +80,8 @@ def roofs_from_meta(meta: dict, dtype: str, bytes_kind: str = "compulsory") -> l
     if sheet_peak is not None:
         roofs.append(Roof(f"{sheet.name} datasheet", sheet_peak, sheet.hbm_bytes_per_s))
     if matmul is not None:
-        roofs.append(Roof("measured", matmul * 1e12, measured["copy_gbps"] * 1e9, "dash"))
+        label = "measured" if memory == "HBM" else f"measured matmul, {memory} copy"
+        roofs.append(Roof(label, matmul * 1e12, measured["copy_gbps"] * 1e9, "dash", memory=memory))
     return roofs
 
 
@@ -125,7 +146,20 @@ def _sample(points: pd.DataFrame, limit: int) -> pd.DataFrame:
     return pd.concat(parts)
 
 
-def _hover(group: pd.DataFrame) -> list[str]:
+def above_roof_reason(impl: str, memory: str) -> str:
+    """Why a point of ``impl`` sits above its ``memory`` roof: the implementation's own reason where
+    it is known (style.ABOVE_ROOF_REASON), else the general one for that level."""
+    below = CACHE_BELOW.get(memory, "a cache below it")
+    known = ABOVE_ROOF_REASON.get(impl)
+    if known is not None and memory == "L2":
+        return known
+    if memory == "L2":
+        return (f"{below} served some of the re-reads the tile bytes charge to L2; the L2 roof is a measured "
+                "copy, a lower bound on what L2 delivers")
+    return f"{below} served some of the bytes the model charges to {memory}"
+
+
+def _hover(group: pd.DataFrame, memory: str = "HBM") -> list[str]:
     texts = []
     for r in group.itertuples():
         text = (f"<b>{r.impl}</b> {r.step} ({r.mode})<br>B={r.batch} H={r.heads} N={r.seq_q} D={r.head_dim} "
@@ -135,20 +169,84 @@ def _hover(group: pd.DataFrame) -> list[str]:
             text += f" · {r.of_roof:.1%} of the roof"
         if r.binds:
             text += f"<br>binding ceiling: {r.binds} ({r.ceiling_tflops:.4g} TFLOP/s, reached {r.of_ceiling:.1%})"
+        if r.of_roof > 1:
+            text += f"<br><b>{ABOVE_ROOF_NOTE}</b>:<br>{_wrap(above_roof_reason(r.impl, memory))}"
         texts.append(text)
     return texts
 
 
+def _wrap(text: str, width: int = 80) -> str:
+    """Hover text broken into lines of about ``width`` characters (plotly does not wrap)."""
+    lines, line = [], ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    return "<br>".join([*lines, line])
+
+
+def ridge_label_boxes(fig: go.Figure, plot_px: tuple[float, float] = PLOT_PX) -> list[tuple[str, tuple]]:
+    """Each ridge label's text and its box (x0, x1, y0, y1) in log10 data coordinates, approximated
+    from its text length and font size (:func:`_label_px`) for a plot area of ``plot_px`` (width,
+    height) pixels: the narrower the plot, the wider a box in decades."""
+    (x_lo, x_hi), (y_lo, y_hi) = fig.layout.xaxis.range, fig.layout.yaxis.range
+    per_x, per_y = plot_px[0] / (x_hi - x_lo), plot_px[1] / (y_hi - y_lo)  # px per decade
+    boxes = []
+    for note in fig.layout.annotations:
+        if not (note.text or "").startswith("ridge "):
+            continue
+        width, height = _label_px(note.text, note.font.size or RIDGE_FONT)
+        width, height = width / per_x, height / per_y
+        x0 = {"right": note.ax - width, "left": note.ax}.get(note.xanchor, note.ax - width / 2)
+        boxes.append((note.text, (x0, x0 + width, note.ay - height / 2, note.ay + height / 2)))
+    return boxes
+
+
+def _label_px(text: str, size: float) -> tuple[float, float]:
+    """An annotation's box in pixels: at most 0.6 of the font size per character, 1.4 of it per
+    line, plus 4 px of padding on each side (plotly's default borderpad is 1, its text margin 3)."""
+    return 0.6 * size * len(text) + 8, 1.4 * size + 8
+
+
+def _ridge_text(roof: Roof) -> str:
+    return f"ridge {roof.ridge:.0f} FLOP/B ({roof.label})"
+
+
+def _ridge_placements(roofs: list[Roof], x_lo: float, x_hi: float, highest: float,
+                      bottom: float) -> dict[int, tuple[bool, float]]:
+    """For each roof's index: (the label reaches left of its ridge, its centre's height in decades
+    above the highest roof)."""
+    span_y = np.log10(highest / bottom) + LABEL_LIFT + 2 * LABEL_STEP  # about the y axis's length
+    per_x, per_y = PLOT_PX[0] / np.log10(x_hi / x_lo), PLOT_PX[1] / span_y  # px per decade
+    step = max(LABEL_STEP, 1.2 * _label_px("x", RIDGE_FONT)[1] / per_y)
+    placements, level = {}, 0
+    for order, i in enumerate(sorted(range(len(roofs)), key=lambda k: roofs[k].ridge)):
+        width = _label_px(_ridge_text(roofs[i]), RIDGE_FONT)[0] / per_x
+        fits_right = np.log10(roofs[i].ridge) + 0.04 + width <= np.log10(x_hi)
+        left = order == 0 and len(roofs) > 1 or not fits_right
+        if order > 0 and left:
+            level += 1
+        placements[i] = (left, LABEL_LIFT + level * step)
+    return placements
+
+
 def roofline_figure(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "compulsory",
-                    title: str | None = None, exp2_per_s: float | None = None) -> go.Figure:
+                    title: str | None = None, exp2_per_s: float | None = None,
+                    device_type: str | None = None) -> go.Figure:
     """Log-log roofline: x = arithmetic intensity, y = achieved TFLOP/s. Roofs with each ridge
-    labelled beside its own marker; the memory- and compute-bound regions shaded and named inside
-    the plot; for fused kernels the exp ceiling of each head_dim and mode; one trace per
-    implementation and step (coloured by implementation, shaped by step, filled when compute-bound
-    and open when memory-bound). Fused kernels sharing an intensity are spread a little along x
-    (the hover gives the true value); past MAX_MARKERS points an even sample is drawn, and the
-    chart says so."""
+    labelled in the band above the highest roof, an arrow to its own marker (no measured point is
+    up there); the memory- and compute-bound regions shaded and named inside the plot; for fused
+    kernels the exp ceiling of each head_dim and mode; one trace per implementation and step
+    (coloured by implementation, shaped by step, filled when compute-bound and open when
+    memory-bound). A point above its roof is ringed, says why in its hover, and the legend carries
+    the note (style.ABOVE_ROOF_NOTE). Fused kernels sharing an intensity are spread a little along
+    x (the hover gives the true value); past MAX_MARKERS points an even sample is drawn, and the
+    chart says so. ``device_type`` (meta.json's; default: the roofs' memory, else a GPU's) names
+    the memory of compulsory bytes: HBM on a GPU, DRAM on a CPU."""
     points = roofline_points(rows, roofs, bytes_kind, exp2_per_s)
+    memory = roofs[0].memory if roofs else ("L2" if bytes_kind == "tile" else memory_name(device_type))
     total = len(points)
     notes = []
     if total > MAX_MARKERS:
@@ -161,11 +259,18 @@ def roofline_figure(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "co
     x_lo = 10 ** np.floor(np.log10(max(min([*xs, *ridges]) / 3, 1e-3)))
     x_hi = 10 ** np.ceil(np.log10(max([*xs, *ridges]) * 3))
     grid = np.logspace(np.log10(x_lo), np.log10(x_hi), 200)
+    highest = max(r.peak_flops for r in roofs) / 1e12 if roofs else None
+    top = highest * TOP_BAND if roofs else (points.tflops.max() * 3 if not points.empty else 1e3)
+    lowest = points.tflops.min() if not points.empty else top / 1e3
+    bottom = max(min(lowest, roofs[0].bandwidth * x_lo / 1e12 if roofs else lowest) / 3, 1e-6)
+    # Ridge labels, left to right by ridge: the leftmost reaches left from above its ridge; each other
+    # reaches right where it fits before the axis ends (judged on a narrow plot), else left from a
+    # level higher. So no label meets another, a roof, or a point (all lie below the highest roof).
+    placements = _ridge_placements(roofs, x_lo, x_hi, highest, bottom) if roofs else {}
+    if placements:
+        top = max(top, highest * 10 ** (max(lift for _, lift in placements.values()) + LABEL_STEP))
     if roofs:
         main = roofs[0]
-        top = max(r.peak_flops for r in roofs) / 1e12 * 2
-        lowest = points.tflops.min() if not points.empty else top
-        bottom = max(min(lowest, main.bandwidth * x_lo / 1e12) / 3, 1e-6)
         for x0, x1, name, color in ((x_lo, main.ridge, "memory-bound", "rgba(214,39,40,0.12)"),
                                     (main.ridge, x_hi, "compute-bound", "rgba(31,119,180,0.12)")):
             fig.add_trace(go.Scatter(x=[x0, x1, x1, x0, x0], y=[bottom, bottom, top, top, bottom], fill="toself",
@@ -187,12 +292,12 @@ def roofline_figure(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "co
             marker={"symbol": "x", "size": 11, "color": "black"}, showlegend=False,
             hovertemplate=f"ridge point ({roof.label}): {roof.ridge:.1f} FLOP/B<extra></extra>",
         ))
-        # Each label beside its own marker: the first roof's to the upper left, the others' to the lower
-        # right, so ridges that lie close together never trade labels.
-        fig.add_annotation(x=np.log10(roof.ridge), y=np.log10(roof.peak_flops / 1e12), showarrow=False,
-                           text=f"ridge {roof.ridge:.0f} FLOP/B ({roof.label})", font={"size": 10},
-                           xanchor="right" if i == 0 else "left", yanchor="bottom" if i == 0 else "top",
-                           xshift=-6 if i == 0 else 6, yshift=4 if i == 0 else -4, bgcolor="rgba(255,255,255,0.7)")
+        left, lift = placements[i]
+        fig.add_annotation(x=np.log10(roof.ridge), y=np.log10(roof.peak_flops / 1e12), axref="x", ayref="y",
+                           ax=np.log10(roof.ridge) + (-0.04 if left else 0.04), ay=np.log10(highest) + lift,
+                           showarrow=True, arrowhead=0, arrowwidth=1, arrowcolor="rgba(0,0,0,0.45)", standoff=7,
+                           text=_ridge_text(roof), font={"size": RIDGE_FONT},
+                           xanchor="right" if left else "left", yanchor="middle", bgcolor="rgba(255,255,255,0.85)")
     if roofs and not points.empty:
         caps = points.dropna(subset=["exp_ceiling_tflops"]).groupby(["head_dim", "mode"]).exp_ceiling_tflops.first()
         for (head_dim, mode), cap in caps.items():
@@ -207,25 +312,41 @@ def roofline_figure(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "co
     if not show_labels:
         notes.append("sequence lengths are in the hover text")
     fused_names = list(dict.fromkeys(points[is_fused(points)].impl)) if not points.empty else []
+    above = []
     for (impl, step), group in points.groupby(["impl", "step"], sort=False):
         group = group.sort_values("seq_q")
         shift = JITTER ** (fused_names.index(impl) - (len(fused_names) - 1) / 2) if (
             step == "total" and impl in fused_names) else 1.0
         symbol = STEP_SYMBOL.get(step, "circle")
+        hover = _hover(group, memory)
         fig.add_trace(go.Scatter(
             x=group.x * shift, y=group.tflops, mode="markers+text" if show_labels else "markers",
             name=impl if step == "total" else f"{impl}: {step}", legendgroup=impl,
             marker={"color": impl_color(impl), "size": 10, "line": {"width": 1.5, "color": impl_color(impl)},
                     "symbol": [symbol if b == "compute" else f"{symbol}-open" for b in group.view_bound]},
             text=[f"{n}" for n in group.seq_q] if show_labels else None, textposition="top center",
-            textfont={"size": 9}, hovertext=_hover(group), hoverinfo="text",
+            textfont={"size": 9}, hovertext=hover, hoverinfo="text",
         ))
-    per = "L2 tile" if bytes_kind == "tile" else "HBM"
-    fig.update_xaxes(type="log", title=f"arithmetic intensity (FLOP per {per} byte)")
-    fig.update_yaxes(type="log", title="achieved TFLOP/s")
+        over = (group.of_roof > 1).to_numpy()
+        if over.any():
+            above.append((group.x[over] * shift, group.tflops[over], [h for h, o in zip(hover, over) if o]))
+    if above:
+        fig.add_trace(go.Scatter(
+            x=np.concatenate([a[0] for a in above]), y=np.concatenate([a[1] for a in above]), mode="markers",
+            name=ABOVE_ROOF_NOTE.replace(" bytes", "<br>bytes") + f"<br>({CACHE_BELOW.get(memory, 'a cache')} "
+                 f"under {memory}; hover for why)",
+            marker={"symbol": "circle-open", "size": 20, "color": "#444", "line": {"width": 1.5}},
+            hovertext=sum((a[2] for a in above), []), hoverinfo="text", legendgroup="above"))
+        notes.append("ringed: above the roof (hover for why)")
+    per = "L2 tile" if bytes_kind == "tile" else memory
+    x_ticks, y_ticks = log_ticks(x_lo, x_hi), log_ticks(bottom, top)
+    fig.update_xaxes(type="log", title=f"arithmetic intensity (FLOP per {per} byte)",
+                     range=[np.log10(x_lo), np.log10(x_hi)], tickvals=x_ticks[0], ticktext=x_ticks[1])
+    fig.update_yaxes(type="log", title="achieved TFLOP/s", range=[np.log10(bottom), np.log10(top)],
+                     tickvals=y_ticks[0], ticktext=y_ticks[1])
     if title is None and not rows.empty:
         title = f"Roofline, {bytes_kind} bytes: {families_title(rows)}"
     subtitle = "filled: compute-bound · open: memory-bound" + ("" if not notes else " · " + " · ".join(notes))
-    fig.update_layout(title={"text": f"{title or 'Roofline'}<br><sup>{subtitle}</sup>"}, height=640,
-                      legend={"groupclick": "toggleitem"}, margin={"t": 80})
+    fig.update_layout(template=PLOTLY_TEMPLATE, title={"text": f"{title or 'Roofline'}<br><sup>{subtitle}</sup>"},
+                      height=640, legend={"groupclick": "toggleitem"}, margin={"t": 80})
     return fig
