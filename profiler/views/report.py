@@ -1,76 +1,526 @@
-"""A self-contained HTML report of one capture: the dashboard's charts and the summary table in a
-single file that opens offline (plotly.js is embedded once)."""
+"""A self-contained HTML report of one capture, to read offline or attach to an issue: every shape
+family of the capture (or a chosen set) with a formatted summary table and the dashboard's charts.
+
+A family is the rows that share batch, heads, K/V heads, head_dim, dtype, causal and mode
+(:data:`profiler.views.style.FAMILY_COLUMNS`); its sequence lengths vary. The report always says which
+families it shows and which it leaves out. The charts come from the dashboard's own builders
+(profiler.views.plots and rooflines), so they only ever draw rows with status ``ok``; the tables show
+every row, with the status and its message where a case did not run or failed the correctness check.
+
+plotly.js and the figures' template are embedded once and shared by every chart, and charts are drawn as
+they scroll into view: a capture of 16 families stays a few MB and opens at once.
+"""
 
 from __future__ import annotations
 
 import html
+import math
+import re
 from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
 
 from profiler.model import cost_model as cm
-from profiler.store import load_capture, write_bytes_atomic
-from profiler.views import plots, rooflines
+from profiler.store import CaptureError, load_capture, write_bytes_atomic
+from profiler.views import plots, rooflines, style
+from profiler.views.style import FAMILY_COLUMNS, IMPL_ORDER, family_label
+
+DTYPE_ORDER = {"fp16": 0, "bf16": 1, "fp32": 2}
+MODE_ORDER = {"fwd": 0, "bwd": 1, "fwd+bwd": 2}
+FONT = '"Source Sans Pro", "Source Sans 3", -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif'
+TEXT_COLOR = "#31333F"  # Streamlit's light theme: text, secondary background, borders, links
+SECONDARY_BG = "#f0f2f6"
+BORDER = "#e6eaf1"
+LINK = "#0068c9"
+MAX_LISTED = 8  # an error message lists at most this many family labels, then the tokens they are made of
 
 
-def _first_family(frame: pd.DataFrame) -> pd.DataFrame:
-    """The rows of one dtype, head_dim, causal setting and mode (fp16, 64, full, fwd when present)."""
-    for column, prefer in (("dtype", "fp16"), ("head_dim", 64), ("causal", False), ("mode", "fwd")):
-        values = frame[column].unique().tolist()
-        frame = frame[frame[column] == (prefer if prefer in values else values[0])]
-    return frame
+class FamilyNotFound(CaptureError):
+    """A ``family`` selection that matches no family of the capture. A CaptureError (so a ValueError),
+    so that the CLI reports it as it reports any other bad capture argument: one line, exit status 2."""
 
 
-def build_report(folder: Path | str) -> str:
+# ------------------------------------------------------------------------------------------ families
+
+
+def family_key(row) -> tuple:
+    return tuple(row[c] for c in FAMILY_COLUMNS)
+
+
+def families_of(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """label -> rows of each family in ``frame``, in reading order: batch, heads, K/V heads, head_dim,
+    then fp16, bf16, fp32, full before causal, fwd, bwd, fwd+bwd."""
+    groups = {tuple(key): rows for key, rows in frame.groupby(FAMILY_COLUMNS, sort=False, dropna=False)}
+
+    def order(key):
+        values = dict(zip(FAMILY_COLUMNS, key))
+        return (values["batch"], values["heads"], -values["kv_heads"], values["head_dim"],
+                DTYPE_ORDER.get(values["dtype"], 9), str(values["dtype"]), bool(values["causal"]),
+                MODE_ORDER.get(values["mode"], 9), str(values["mode"]))
+
+    return {family_label(*key): groups[key] for key in sorted(groups, key=order)}
+
+
+def _available(labels: list[str]) -> str:
+    """The families a user may choose from, in one line: every label, or when there are many the first
+    few and the tokens the labels are made of."""
+    if not labels:
+        return "the capture has no rows"
+    if len(labels) <= MAX_LISTED:
+        return "available: " + ", ".join(labels)
+    columns = zip(*(label.split() for label in labels)) if len({len(x.split()) for x in labels}) == 1 else []
+    tokens = " · ".join(" ".join(dict.fromkeys(column)) for column in columns)
+    return (f"available ({len(labels)}): {', '.join(labels[:MAX_LISTED - 2])}, ... and {len(labels) - MAX_LISTED + 2} "
+            f"more" + (f"; tokens: {tokens}" if tokens else ""))
+
+
+def select_families(labels: list[str], family: list[str] | str | None, capture: str = "the capture") -> list[str]:
+    """The labels chosen by ``family``: every label when it is None or empty, else those that hold all
+    space-separated tokens of at least one item ("fp16 causal" picks every fp16 causal family), case
+    aside, in the order of ``labels``. An item that matches nothing raises :class:`FamilyNotFound`
+    naming it and the available families: a typo must not quietly shrink a report."""
+    if family is None:
+        return list(labels)
+    items = [family] if isinstance(family, str) else list(family)
+    chosen: set[str] = set()
+    for item in items:
+        tokens = set(str(item).lower().split())
+        if not tokens:
+            raise FamilyNotFound(f"family {item!r} names no token; {_available(labels)}")
+        hits = [label for label in labels if tokens <= set(label.lower().split())]
+        if not hits:
+            raise FamilyNotFound(f"family {item!r} matches none of the {len(labels)} families of {capture}; "
+                                 f"{_available(labels)}")
+        chosen.update(hits)
+    return [label for label in labels if label in chosen]
+
+
+def anchor(label: str) -> str:
+    return "family-" + re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
+
+
+# ------------------------------------------------------------------------------------- number format
+
+
+def _missing(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x)) or x is pd.NA or x is pd.NaT
+
+
+def sig3(x, unit: str = "") -> str:
+    """Three significant digits in plain notation, thousands separated (1,235 not 1.23e+03): '-' when missing."""
+    if _missing(x):
+        return "-"
+    x = float(x)
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}{unit}"
+    decimals = max(0, 2 - math.floor(math.log10(abs(x))))
+    return f"{x:,.{decimals}f}{unit}"
+
+
+def thousands(x) -> str:
+    """Whole numbers with separators (GB/s: 4,240), three significant digits below 100."""
+    if _missing(x):
+        return "-"
+    return sig3(x) if abs(float(x)) < 100 else f"{float(x):,.0f}"
+
+
+def percent(x) -> str:
+    """A fraction as a percentage with one decimal (0.874 -> 87.4%)."""
+    return "-" if _missing(x) else f"{float(x) * 100:.1f}%"
+
+
+def mib(x) -> str:
+    return "-" if _missing(x) else f"{float(x) / 2**20:,.1f}"
+
+
+def scientific(x) -> str:
+    """An error in scientific notation (1.95e-03): it spans many decades."""
+    return "-" if _missing(x) else f"{float(x):.2e}"
+
+
+# ------------------------------------------------------------------------------------------- tables
+
+SUMMARY_NUMERIC = {"time (ms)", "TFLOP/s", "GB/s", "intensity (FLOP/B)", "of datasheet roof", "of measured roof",
+                   "of binding ceiling", "speedup over naive", "of measured copy", "peak memory (MiB)",
+                   "max rel. error", "query length", "key length", "N"}
+LENGTH_COLUMNS = ["N", "query length", "key length"]
+
+
+def _impl_rank(name: str) -> tuple:
+    return (IMPL_ORDER.index(name) if name in IMPL_ORDER else len(IMPL_ORDER), name)
+
+
+def summary_table(rows: pd.DataFrame, points: pd.DataFrame, copy_gbps: float | None = None) -> pd.DataFrame:
+    """The whole-attention rows of one family as a reader sees them: strings in human units, headers in
+    words, one row per implementation and shape (by query and key length, then registry order).
+    ``points`` is :func:`rooflines.roofline_points` of the rows (compulsory bytes), for the ceiling that
+    binds. A row whose status is not ok has no rates (a ``wrong`` one keeps its time and error, as
+    measured); its status column says why. ``copy_gbps`` adds GB/s against the measured copy for decode."""
+    totals = rows[rows.step == "total"].copy()
+    totals["rank"] = [_impl_rank(i) for i in totals.impl]
+    totals = totals.sort_values(["seq_q", "seq_kv", "rank"])
+    naive = totals[(totals.impl == "naive") & (totals.status == "ok")].set_index(["seq_q", "seq_kv"]).time_ms
+    naive = naive[~naive.index.duplicated()]
+    decode = bool((totals.seq_q < totals.seq_kv).any())
+    square = bool((totals.seq_q == totals.seq_kv).all())
+    show_path = "path" in totals and bool(totals.path.fillna("").astype(str).str.len().gt(0).any())
+    out = []
+    for index, r in totals.iterrows():
+        ok = r.status == "ok"
+
+        def rated(value, fmt, ok=ok):  # rates exist only for ok rows
+            return fmt(value) if ok else "-"
+
+        point = points.loc[index] if ok and index in points.index else None
+        base = naive.get((r.seq_q, r.seq_kv))
+        row = {"implementation": r.impl}
+        if show_path:
+            row["path"] = r.path or "-"
+        row |= {
+            **({"query length": f"{int(r.seq_q):,}", "key length": f"{int(r.seq_kv):,}"} if not square
+               else {"N": f"{int(r.seq_q):,}"}),
+            "time (ms)": sig3(r.time_ms), "TFLOP/s": rated(r.tflops, sig3), "GB/s": rated(r.gbps, thousands),
+            "intensity (FLOP/B)": rated(r.arithmetic_intensity, sig3), "bound": rated(r.bound, str),
+            "of datasheet roof": rated(r.roof_fraction, percent),
+            "of measured roof": rated(r.roof_fraction_measured, percent),
+            "binding ceiling": point.binds if point is not None and point.binds else "-",
+            "of binding ceiling": percent(point.of_ceiling) if point is not None else "-",
+            "speedup over naive": sig3(base / r.time_ms, "x") if ok and base is not None and not _missing(base)
+            else "-",
+        }
+        if decode:
+            row["of measured copy"] = rated(r.gbps / copy_gbps if copy_gbps else None, percent)
+        row |= {"peak memory (MiB)": mib(r.peak_mem_bytes), "max rel. error": scientific(r.max_rel_err),
+                "status": str(r.status), "message": "" if ok or _missing(r.message) else str(r.message)}
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def validation_table(validation: pd.DataFrame) -> pd.DataFrame:
+    """:func:`plots.validation_table_view` in human units: MB with separators, ratios with two decimals."""
+    view = plots.validation_table_view(validation).reset_index(drop=True)
+    view["causal"] = ["causal" if c else "full" for c in view.causal]
+    for column in view.columns:
+        if "MB" in column:
+            view[column] = [thousands(x) for x in view[column]]
+        elif "GFLOP" in column:
+            view[column] = [sig3(x) for x in view[column]]
+        elif "ratio" in column:
+            view[column] = ["-" if _missing(x) else f"{x:.2f}" for x in view[column]]
+    return view
+
+
+def html_table(frame: pd.DataFrame, numeric=(), row_classes: list[str] | None = None, note: str | None = None) -> str:
+    """A table of strings: headers in words, numbers right-aligned, every cell escaped. The ``note``
+    column, where a row has one, is drawn as a full-width line under that row (a status message is
+    too long for a cell)."""
+    columns = [c for c in frame.columns if c != note]
+    head = "".join(f"<th class='{'num' if c in numeric else 'text'}'>{html.escape(str(c))}</th>" for c in columns)
+    body = []
+    for i, row in enumerate(frame.to_dict("records")):
+        classes = row_classes[i].split() if row_classes else []
+        cells = "".join(f"<td class='{'num' if c in numeric else 'text'}'>{html.escape(str(row[c]))}</td>"
+                        for c in columns)
+        body.append(f"<tr class='{' '.join(classes)}'>{cells}</tr>")
+        if note and row[note]:
+            status = " ".join(c for c in classes if c.startswith("status-"))
+            text = html.escape(str(row[note]))
+            body.append(f"<tr class='note {status}'><td colspan='{len(columns)}'>{text}</td></tr>")
+    return f"<div class='table-wrap'><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+
+
+def _summary_html(table: pd.DataFrame) -> str:
+    """The summary table with a rule above each new shape, failed rows coloured by status and their
+    messages on a line of their own."""
+    classes, previous = [], None
+    for r in table.to_dict("records"):
+        shape = tuple(r[c] for c in LENGTH_COLUMNS if c in r)
+        classes.append(" ".join(filter(None, ["shape-start" if previous is not None and shape != previous else "",
+                                              "" if r["status"] == "ok" else f"status-{r['status']}"])))
+        previous = shape
+    return html_table(table, SUMMARY_NUMERIC, classes, note="message")
+
+
+# ------------------------------------------------------------------------------------------- figures
+
+
+def template() -> dict:
+    """The plotly template every chart shares: profiler.views.style.PLOTLY_TEMPLATE where it exists (the
+    dashboard's), else plotly_white in Streamlit's light-theme font and colours."""
+    shared = getattr(style, "PLOTLY_TEMPLATE", None)
+    if isinstance(shared, str):
+        shared = pio.templates[shared]
+    if shared is None:
+        shared = go.layout.Template(pio.templates["plotly_white"])
+        shared.layout.update(font={"family": FONT, "color": TEXT_COLOR, "size": 13}, title={"font": {"size": 17}},
+                             paper_bgcolor="white", plot_bgcolor="white",
+                             xaxis={"gridcolor": BORDER, "linecolor": "#d5dae5", "zerolinecolor": BORDER},
+                             yaxis={"gridcolor": BORDER, "linecolor": "#d5dae5", "zerolinecolor": BORDER})
+    return go.layout.Template(shared).to_plotly_json()
+
+
+def _trace_rows(kernels: pd.DataFrame, key: tuple) -> tuple[pd.DataFrame, str]:
+    """The kernels of one family at one shape (the one most implementations were traced at, the longest
+    on a tie), each trace shifted to start at 0 so the implementations line up; and a caption."""
+    mask = pd.Series(True, index=kernels.index)
+    for column, value in zip(FAMILY_COLUMNS, key):
+        if column in kernels:
+            mask &= kernels[column] == value
+    rows = kernels[mask]
+    if rows.empty or not {"seq_q", "seq_kv", "impl"} <= set(rows.columns):
+        return rows, ""
+    counts = rows.groupby(["seq_q", "seq_kv"]).impl.nunique().reset_index()
+    seq_q, seq_kv = counts.sort_values(["impl", "seq_kv", "seq_q"]).iloc[-1][["seq_q", "seq_kv"]]
+    rows = rows[(rows.seq_q == seq_q) & (rows.seq_kv == seq_kv)].copy()
+    run = "trace" if "trace" in rows else "impl"
+    start = "start_ns" if "start_ns" in rows else "start_us"
+    rows[start] = rows[start] - rows.groupby(run)[start].transform("min")
+    shape = f"N={seq_q:,}" if seq_q == seq_kv else f"Nq={seq_q:,}, Nkv={seq_kv:,}"
+    return rows, (f"One profiled iteration of each implementation at {shape} ({len(rows):,} kernels, torch "
+                  "profiler), each aligned at its own first kernel; traces/ holds the Chrome traces (Perfetto).")
+
+
+def family_figures(meta: dict, rows: pd.DataFrame, kernels: pd.DataFrame | None = None,
+                   validation: pd.DataFrame | None = None) -> list[tuple[str, str, go.Figure | None]]:
+    """(section, caption, figure) of one family, as the dashboard's tabs draw them: the roofline for
+    compulsory and for tile bytes, the four scaling charts, decode bandwidth when the family has rows with
+    fewer queries than keys, naive's step breakdown when it has naive step rows, the kernel timeline
+    when ``kernels`` has rows of the family, and Nsight Compute's hierarchical roofline when
+    ``validation`` does. Only rows with status ok are drawn (the builders filter so)."""
+    first = rows.iloc[0]
+    dtype, exp2 = first["dtype"], rooflines.exp_rate(meta)
+    out: list[tuple[str, str, go.Figure | None]] = []
+    for kind in ("compulsory", "tile"):
+        roofs = rooflines.roofs_from_meta(meta, dtype, kind)
+        missing = ("No L2 bandwidth measurement in this capture (`python -m profiler ceilings` measures one): tile "
+                   "intensities are drawn without a roof." if kind == "tile" else f"No {dtype} roof in the metadata.")
+        notes = [f"{roofs[0].label}: ridge {roofs[0].ridge:.0f} FLOP/B"] if roofs else [missing]
+        if exp2 is not None and kind == "compulsory":
+            notes.append(f"exp ceiling: softmax's exponentials at {exp2 / 1e12:.2f}·10¹² exp2/s cap a fused kernel "
+                         "that does not overlap them with its matmuls; a point above it overlaps them")
+        out.append(("Roofline", " · ".join(notes), rooflines.roofline_figure(rows, roofs, kind, exp2_per_s=exp2)))
+    for fig in plots.scaling_figures(rows).values():
+        out.append(("Scaling", "", fig))
+    if (rows.seq_q < rows.seq_kv).any():
+        out.append(("Bandwidth", "GB/s counts the model's compulsory bytes (Q, K, V read once, O and the logsumexp "
+                                 "written once). Above the copy line is possible: a read-mostly stream outruns a copy.",
+                    plots.bandwidth_figure(rows, meta)))
+    if ((rows.impl == "naive") & (rows.step != "total")).any():
+        out.append(("Step breakdown", "", plots.step_breakdown_figure(rows)))
+    if kernels is not None and not kernels.empty:
+        traced, caption = _trace_rows(kernels, family_key(first))
+        if not traced.empty:
+            out.append(("Trace", caption, plots.trace_figure(traced)))
+    if validation is not None and not validation.empty:
+        out.append(("Validation", "Each kernel twice: at its DRAM intensity (filled) and its L2 intensity (open), "
+                                  "both measured by Nsight Compute.",
+                    plots.hierarchical_roofline_figure(validation, meta, dtype)))
+    return out
+
+
+def _family_validation(validation: pd.DataFrame | None, key: tuple) -> pd.DataFrame | None:
+    """Validation rows of one family; a table without a mode column holds forward runs (profiler.nsight)."""
+    if validation is None:
+        return None
+    mask = pd.Series(True, index=validation.index)
+    for column, value in zip(FAMILY_COLUMNS, key):
+        if column in validation:
+            mask &= validation[column] == value
+        elif column == "mode" and value != "fwd":
+            return None
+    return validation[mask]
+
+
+def script_json(value) -> str:
+    """JSON (numpy arrays as plotly encodes them) that is safe inside a <script> element."""
+    return pio.json.to_json_plotly(value).replace("</", "<\\/")
+
+
+class _Charts:
+    """Figures as JSON blocks beside empty divs; one script at the end draws them with the shared template."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def div(self, fig: go.Figure, wide: bool = True) -> str:
+        self.count += 1
+        spec = fig.to_plotly_json()
+        spec["layout"].pop("template", None)  # sent once for all charts: see template()
+        height = spec["layout"].get("height") or 450
+        data = script_json({"data": spec["data"], "layout": spec["layout"]})
+        name = f"chart-{self.count}"
+        return (f"<div class='chart{' wide' if wide else ''}' id='{name}' style='min-height:{height}px'></div>"
+                f"<script type='application/json' id='{name}-data'>{data}</script>")
+
+
+SCRIPT = """
+const TEMPLATE = %s;
+const CONFIG = {responsive: true, displaylogo: false};
+function draw(el) {
+  if (el.dataset.drawn) return;
+  el.dataset.drawn = "1";
+  const spec = JSON.parse(document.getElementById(el.id + "-data").textContent);
+  spec.layout.template = TEMPLATE;
+  Plotly.newPlot(el, spec.data, spec.layout, CONFIG);
+}
+const charts = Array.from(document.querySelectorAll("div.chart"));
+if ("IntersectionObserver" in window) {
+  const seen = new IntersectionObserver((entries) => entries.forEach((entry) => {
+    if (entry.isIntersecting) { seen.unobserve(entry.target); draw(entry.target); }
+  }), {rootMargin: "1200px 0px"});
+  charts.forEach((el) => seen.observe(el));
+} else {
+  charts.forEach(draw);
+}
+window.addEventListener("beforeprint", () => charts.forEach(draw));
+"""
+
+CSS = f"""
+:root {{ color-scheme: light; }}
+body {{ font-family: {FONT}; color: {TEXT_COLOR}; background: #fff; margin: 0; line-height: 1.5; font-size: 15px; }}
+main {{ max-width: 1400px; margin: 0 auto; padding: 2.5rem 2rem 4rem; }}
+h1 {{ font-size: 2.2rem; font-weight: 700; margin: 0 0 .3rem; }}
+h2 {{ font-size: 1.6rem; font-weight: 600; margin: 3rem 0 .4rem; padding-top: 1rem; border-top: 1px solid {BORDER}; }}
+h3 {{ font-size: 1.15rem; font-weight: 600; margin: 1.6rem 0 .4rem; }}
+a {{ color: {LINK}; text-decoration: none; }} a:hover {{ text-decoration: underline; }}
+.caption, .meta {{ color: rgba(49,51,63,.6); font-size: .875rem; }}
+.shows {{ background: {SECONDARY_BG}; border-radius: .5rem; padding: .75rem 1rem; margin: 1rem 0; }}
+.toc {{ columns: 2; column-gap: 2.5rem; padding-left: 1.2rem; }} .toc li {{ margin: .1rem 0; }}
+.table-wrap {{ overflow-x: auto; margin: .5rem 0 1rem; border: 1px solid {BORDER}; border-radius: .5rem; }}
+table {{ border-collapse: collapse; font-size: .82rem; width: 100%; font-variant-numeric: tabular-nums; }}
+th {{ background: {SECONDARY_BG}; color: rgba(49,51,63,.8); font-weight: 600; position: sticky; top: 0; }}
+th, td {{ padding: .3rem .5rem; border-bottom: 1px solid {BORDER}; white-space: nowrap; }}
+th {{ white-space: normal; vertical-align: bottom; line-height: 1.2; }}
+th.num, td.num {{ text-align: right; }} th.text, td.text {{ text-align: left; }}
+tbody tr:hover {{ background: #f8f9fb; }}
+tr.shape-start td {{ border-top: 2px solid #d5dae5; }}
+tr.note td {{ white-space: normal; border-top: 0; padding: 0 .5rem .45rem 1.5rem; font-size: .78rem; }}
+tr:has(+ tr.note) td {{ border-bottom: 0; }}
+tr.status-wrong td, tr.status-error td {{ color: #c81e1e; }}
+tr.status-oom td {{ color: #b45309; }}
+tr.status-unsupported td {{ color: rgba(49,51,63,.6); }}
+.grid {{ display: grid; grid-template-columns: 1fr 1fr; gap: .5rem 1rem; }}
+.chart {{ width: 100%; }}
+details {{ margin: .5rem 0; }} summary {{ cursor: pointer; color: rgba(49,51,63,.75); }}
+code, pre {{ font-size: .8rem; background: {SECONDARY_BG}; border-radius: .25rem; padding: .1rem .3rem; }}
+pre {{ white-space: pre-wrap; padding: .5rem .75rem; }}
+"""
+
+
+# -------------------------------------------------------------------------------------------- report
+
+
+def _rows_note(rows: pd.DataFrame) -> str:
+    totals = rows[rows.step == "total"]
+    statuses = totals.status.value_counts()
+    failed = ", ".join(f"{n} {s}" for s, n in statuses.items() if s != "ok")
+    steps = len(rows) - len(totals)
+    lengths = sorted(set(totals.seq_kv))
+    span = f"{lengths[0]:,}" if len(lengths) == 1 else f"{lengths[0]:,} to {lengths[-1]:,}"
+    queries = sorted(set(totals.seq_q))
+    decode = (totals.seq_q < totals.seq_kv).any()
+    return (f"{len(rows):,} rows: {len(totals):,} whole-attention" + (f" ({failed})" if failed else "")
+            + (f", {steps:,} naive step rows" if steps else "") + f" · key length {span}"
+            + (f" · query length {', '.join(f'{q:,}' for q in queries)}" if decode else "")
+            + f" · {totals.impl.nunique()} implementations")
+
+
+def _shows_sentence(shown: list[str], families: dict[str, pd.DataFrame], family) -> str:
+    total_rows = sum(len(r) for r in families.values())
+    shown_rows = sum(len(families[label]) for label in shown)
+    left = [label for label in families if label not in shown]
+    chosen = "" if family is None else " chosen by family " + ", ".join(
+        repr(f) for f in ([family] if isinstance(family, str) else family))
+    listed = "every family of the capture" if not left else ", ".join(shown)
+    return (f"Shows {len(shown)} of {len(families)} families ({shown_rows:,} of {total_rows:,} rows){chosen}: "
+            f"{listed}; left out: {', '.join(left) if left else 'none'}.")
+
+
+def _read_optional(path: Path) -> pd.DataFrame | None:
+    if not path.exists():
+        return None
+    frame = pd.read_parquet(path)
+    return frame[frame.kind == "kernel"] if "kind" in frame else frame
+
+
+def build_report(folder: Path | str, family: list[str] | None = None) -> str:
+    """The report of the capture in ``folder`` as one HTML page: every family, or those ``family``
+    selects (see :func:`select_families`; FamilyNotFound, a CaptureError, when an item matches none)."""
     folder = Path(folder)
     meta, frame = load_capture(folder)
-    family = _first_family(frame)
-    first = family.iloc[0]
-    dtype = first["dtype"]
-    exp2 = rooflines.exp_rate(meta)
-    figures = [rooflines.roofline_figure(family, rooflines.roofs_from_meta(meta, dtype, kind), kind, exp2_per_s=exp2)
-               for kind in ("compulsory", "tile")]
-    figures += list(plots.scaling_figures(family).values())
-    if (family.seq_q < family.seq_kv).any():  # decode rows: achieved bandwidth against the HBM roof
-        figures.append(plots.bandwidth_figure(family, meta))
-    figures.append(plots.step_breakdown_figure(family))
-    kernels_path = folder / "kernels.parquet"
-    if kernels_path.exists():
-        kernels = pd.read_parquet(kernels_path)
-        if not kernels.empty:
-            figures.append(plots.trace_figure(kernels[kernels.impl == kernels.impl.iloc[0]]))
-    validation_path = folder / "validation.parquet"
-    validation = pd.read_parquet(validation_path) if validation_path.exists() else None
-    if validation is not None:
-        figures.append(plots.hierarchical_roofline_figure(validation, meta, dtype))
-    charts = [fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)
-              for i, fig in enumerate(figures)]
-    totals = family[family.step == "total"][["impl", "path", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "time_ms",
-                                             "tflops", "gbps", "arithmetic_intensity", "bound", "roof_fraction",
-                                             "peak_mem_bytes", "max_rel_err", "status"]]
-    longest = int(family.seq_q.max())
-    trips = plots.hbm_trips_table(replace(cm.Shape.from_row(first), seq_q=longest, seq_kv=longest, mode="fwd"))
+    families = families_of(frame)
+    shown = select_families(list(families), family, f"'{folder.name}'")
+    kernels = _read_optional(folder / "kernels.parquet")
+    validation = _read_optional(folder / "validation.parquet")
+    copy_gbps = (meta.get("measured_ceilings") or {}).get("copy_gbps")
+    charts = _Charts()
+    e = html.escape
     title = f"Attention roofline: {folder.name}"
-    shape = f"D={first.head_dim} {dtype} {'causal' if first.causal else 'full'} {first['mode']}"
+    facts = [meta.get("device"), meta.get("torch") and f"torch {meta['torch']}",
+             meta.get("triton") and f"triton {meta['triton']}", meta.get("time") and f"measured {meta['time']}",
+             meta.get("git_revision") and f"git {str(meta['git_revision'])[:12]}"]
+    commands = meta.get("commands") or ([meta["command"]] if meta.get("command") else [])
+    parts = [f"<h1>{e(title)}</h1>", f"<p class='meta'>{e(' · '.join(str(f) for f in facts if f))}</p>",
+             f"<p class='shows'>{e(_shows_sentence(shown, families, family))}</p>"]
+    if commands or meta.get("corrections"):
+        parts.append("<details><summary>How this capture was made</summary>"
+                     + "".join(f"<pre>{e(str(c))}</pre>" for c in commands)
+                     + "".join(f"<p class='caption'>{e(str(c))}</p>" for c in meta.get("corrections") or [])
+                     + "</details>")
+    parts.append("<h3>Contents</h3><ol class='toc'>" + "".join(
+        f"<li><a href='#{anchor(label)}'>{e(label)}</a> <span class='caption'>{len(families[label]):,} rows</span></li>"
+        for label in shown) + "</ol>")
+    for label in shown:
+        rows = families[label]
+        key = family_key(rows.iloc[0])
+        parts += [f"<h2 id='{anchor(label)}'>{e(label)}</h2>", f"<p class='caption'>{e(_rows_note(rows))}</p>"]
+        points = rooflines.roofline_points(rows, rooflines.roofs_from_meta(meta, key[4]), "compulsory",
+                                           rooflines.exp_rate(meta))
+        parts += ["<h3>Summary</h3>", _summary_html(summary_table(rows, points, copy_gbps))]
+        fam_validation = _family_validation(validation, key)
+        figures = family_figures(meta, rows, kernels, fam_validation)
+        section = None
+        for name, caption, fig in figures:
+            if name != section:
+                if section == "Scaling":
+                    parts.append("</div>")
+                parts.append(f"<h3>{e(name)}</h3>")
+                if name == "Scaling":
+                    parts.append("<div class='grid'>")
+                section = name
+            parts.append(charts.div(fig, wide=name != "Scaling"))
+            if caption:
+                parts.append(f"<p class='caption'>{e(caption)}</p>")
+            if name == "Step breakdown":
+                longest = int(rows.seq_kv.max())
+                shape = replace(cm.Shape.from_row(rows.iloc[0]), seq_q=longest, seq_kv=longest, mode="fwd")
+                trips = plots.hbm_trips_table(shape)
+                parts += [f"<p><b>HBM trips of the N×N matrix, naive vs fused</b> <span class='caption'>(model, "
+                          f"N={longest:,})</span></p>", html_table(trips, set(trips.columns) - {"step"})]
+        if section == "Scaling":
+            parts.append("</div>")
+        if fam_validation is not None and not fam_validation.empty:
+            parts += [f"<p><b>Nsight Compute counters vs the cost model</b> <span class='caption'>"
+                      f"({len(fam_validation)} profiled rows)</span></p>",
+                      html_table(validation_table(fam_validation), {c for c in plots.validation_table_view(
+                          fam_validation.head(0)).columns if c not in ("impl", "step", "dtype", "causal")})]
     return "\n".join([
-        "<!doctype html><html><head><meta charset='utf-8'>", f"<title>{html.escape(title)}</title>",
-        "<style>body{font-family:sans-serif;margin:2em;max-width:1300px}table{border-collapse:collapse;"
-        "font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}</style></head><body>",
-        f"<h1>{html.escape(title)}</h1>",
-        f"<p>{html.escape(str(meta.get('device')))} · torch {html.escape(str(meta.get('torch')))} · triton "
-        f"{html.escape(str(meta.get('triton')))} · {html.escape(str(meta.get('time')))} · {html.escape(shape)}</p>",
-        "<h2>Summary</h2>", totals.to_html(index=False, float_format=lambda x: f"{x:.4g}"),
-        *charts,
-        "<h2>HBM trips of the N×N matrix (model)</h2>", trips.to_html(index=False),
-        *([] if validation is None else [
-            "<h2>Nsight Compute counters vs the cost model</h2>",
-            plots.validation_table_view(validation).to_html(index=False, float_format=lambda x: f"{x:.4g}")]),
-        "</body></html>",
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>{e(title)}</title><style>{CSS}</style>",
+        f"<script>{get_plotlyjs()}</script></head><body><main>",
+        *parts,
+        f"</main><script>{SCRIPT % script_json(template())}</script></body></html>",
     ])
 
 
-def write_report(folder: Path | str, out: Path | str | None = None) -> Path:
+def write_report(folder: Path | str, out: Path | str | None = None, family: list[str] | None = None) -> Path:
+    """Write :func:`build_report` of ``folder`` to ``out`` (default ``<folder>/report.html``, which git
+    ignores) atomically, and return the path."""
     out = Path(out) if out else Path(folder) / "report.html"
-    write_bytes_atomic(out, build_report(folder).encode("utf-8"))
+    write_bytes_atomic(out, build_report(folder, family).encode("utf-8"))
     return out
