@@ -15,10 +15,48 @@ import plotly.graph_objects as go
 from profiler.model import cost_model as cm
 from profiler.model import hardware
 from profiler.model import roofs as roofline
-from profiler.views.rooflines import Roof, roofline_figure, roofline_points, roofs_from_meta  # noqa: F401
-from profiler.views.style import FAMILY_COLUMNS, SHAPE_COLUMNS, STEP_COLOR, STEP_SYMBOL, family_label, impl_color  # noqa: F401
+from profiler.views.rooflines import Roof, label_box_px, roofline_figure, roofline_points, roofs_from_meta  # noqa: F401
+from profiler.views.style import (  # noqa: F401
+    FAMILY_COLUMNS,
+    PLOTLY_TEMPLATE,
+    SHAPE_COLUMNS,
+    STEP_COLOR,
+    STEP_SYMBOL,
+    family_label,
+    impl_color,
+    length_ticks,
+    log_ticks,
+    memory_name,
+    timer_name,
+)
 
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
+ROW_KEY = ["impl", "step", *SHAPE_COLUMNS]  # one measured row of a capture (profiler.store.KEY)
+LEVEL_SYMBOL = {"DRAM": "circle", "L2": "square"}  # the hierarchical roofline's memory levels
+STEP_SHORT = {"qk_matmul": "QKᵀ", "scale_mask": "mask", "softmax": "softmax", "pv_matmul": "PV"}
+
+
+def _ok(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows a chart may plot: measured and correct (status 'ok'); 'wrong' rows keep a time but
+    failed the correctness check, and oom, unsupported and error rows have no time."""
+    return rows[rows.status == "ok"]
+
+
+def _length_axis(fig: go.Figure, lengths, title: str) -> None:
+    """A log x axis of sequence lengths, ticked at the lengths measured (style.length_ticks)."""
+    values, labels = length_ticks(lengths)
+    fig.update_xaxes(type="log", title=title, tickvals=values or None, ticktext=labels or None)
+
+
+def _log_value_axis(fig: go.Figure, title: str, axis: str = "y") -> None:
+    """A log axis (``axis`` "y" or "x") ticked 1, 2, 5 or per decade (style.log_ticks), written out
+    in full, over what the figure's traces draw."""
+    vs = [np.asarray(getattr(t, axis), dtype=float) for t in fig.data if getattr(t, axis) is not None]
+    vs = np.concatenate(vs) if vs else np.array([])
+    vs = vs[np.isfinite(vs) & (vs > 0)]
+    values, labels = log_ticks(vs.min(), vs.max()) if vs.size else ([], [])
+    update = fig.update_yaxes if axis == "y" else fig.update_xaxes
+    update(type="log", title=title, tickvals=values or None, ticktext=labels or None)
 
 
 def _families(data: pd.DataFrame) -> list[tuple]:
@@ -41,8 +79,10 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
     """Time, TFLOP/s, peak memory (measured against the model's O(N²) and O(N) predictions) and
     speedup over naive against the key length N (log axes; N = Nq = Nkv for square shapes, Nkv for
     decode): one line per implementation, shape family and query length, so different shapes are
-    never merged into one line (families differ by dash)."""
-    data = _lines(totals[(totals.step == "total") & (totals.status == "ok")])
+    never merged into one line (families differ by dash). Only rows with status 'ok'; x ticks at
+    the lengths measured."""
+    ok = _ok(totals)
+    data = _lines(ok[ok.step == "total"])
     figs = {key: go.Figure() for key in ("time", "tflops", "memory", "speedup")}
     shape_key = [c for c in SHAPE_COLUMNS if c != "seq_kv"]
     naive = data[data.impl == "naive"].set_index(shape_key)["time_ms"]
@@ -70,20 +110,22 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
               "memory": ("peak memory above inputs (MiB)", "Peak memory: measured vs model"),
               "speedup": ("speedup over naive (x)", "Speedup over naive PyTorch")}
     for key, fig in figs.items():
-        fig.update_xaxes(type="log", title="key length N (= query length for square shapes)")
-        fig.update_yaxes(type="log", title=titles[key][0])
-        fig.update_layout(title=titles[key][1], height=420)
+        _length_axis(fig, data.seq_kv, "key length N (= query length for square shapes)")
+        _log_value_axis(fig, titles[key][0])
+        fig.update_layout(template=PLOTLY_TEMPLATE, title=titles[key][1], height=420)
     return figs
 
 
-def step_breakdown_figure(rows: pd.DataFrame, scale: str = "share") -> go.Figure:
+def step_breakdown_figure(rows: pd.DataFrame, scale: str = "share", device_type: str | None = None) -> go.Figure:
     """Naive attention's time per step: one bar group per shape (sequence length, and the shape
-    family when several are shown), stacked by step; CUDA events and, beside them, Nsight Systems
-    where the capture has it. ``scale`` "share" stacks each group to 100% (every N readable),
-    "ms" shows milliseconds. Shapes where naive ran out of memory are shown as OOM, and an empty
-    chart says why it is empty."""
+    family when several are shown), stacked by step in STEP_COLOR; the capture's timer (CUDA
+    events on a GPU, torch.utils.benchmark when ``device_type`` is meta.json's "cpu") and, beside
+    it, Nsight Systems where the capture has it. ``scale`` "share" stacks each group to 100% (every
+    N readable), "ms" shows milliseconds. Only rows with status 'ok' are drawn; shapes where naive
+    ran out of memory are shown as OOM, and an empty chart says why it is empty."""
     naive = rows[(rows.impl == "naive") & (rows.step != "total")]
-    steps = naive[naive.status == "ok"].copy()
+    steps = _ok(naive).copy()
+    timer = timer_name(device_type)
     fig = go.Figure()
     families = _families(naive)
     many = len(families) > 1
@@ -106,7 +148,7 @@ def step_breakdown_figure(rows: pd.DataFrame, scale: str = "share") -> go.Figure
     order = [*FAMILY_COLUMNS, "seq_q"]
     for step in cm.NAIVE_STEPS:
         group = steps[steps.step == step].sort_values(order)
-        fig.add_trace(go.Bar(x=category(group), y=group.shown, name=f"{step} (CUDA events)", offsetgroup="events",
+        fig.add_trace(go.Bar(x=category(group), y=group.shown, name=f"{step} ({timer})", offsetgroup="events",
                              legendgroup=step, customdata=group.time_ms, marker={"color": STEP_COLOR[step]},
                              hovertemplate=f"{step}: %{{customdata:.4g}} ms<extra></extra>"))
         if has_nsys:
@@ -124,7 +166,8 @@ def step_breakdown_figure(rows: pd.DataFrame, scale: str = "share") -> go.Figure
                                 "(only it is timed step by step)", showarrow=False, x=0.5, y=0.5,
                            xref="paper", yref="paper", font={"size": 14})
     share = scale == "share"
-    fig.update_layout(barmode="stack", height=460, xaxis_title="shape" if many else "sequence length N",
+    fig.update_layout(template=PLOTLY_TEMPLATE, barmode="stack", height=460,
+                      xaxis_title="shape" if many else "sequence length N",
                       yaxis_title="share of naive attention's time" if share else "ms",
                       title="Naive attention: time per step" + (" (share of the four steps)" if share else ""))
     if share:
@@ -140,9 +183,11 @@ def human_bytes(n: float) -> str:
     return f"{n:,.0f} B"
 
 
-def hbm_trips_table(shape: cm.Shape) -> pd.DataFrame:
-    """How often each naive step moves the N×N matrix through HBM (reads and writes, in units of
-    one N×N matrix of the input dtype), from the cost model, against a fused kernel's zero."""
+def hbm_trips_table(shape: cm.Shape, device_type: str | None = None) -> pd.DataFrame:
+    """How often each naive step moves the N×N matrix through HBM (DRAM when ``device_type`` is
+    meta.json's "cpu"; reads and writes, in units of one N×N matrix of the input dtype), from the
+    cost model, against a fused kernel's zero."""
+    memory = memory_name(device_type)
     s_bytes = shape.score_elems * shape.elem_bytes
     fwd = shape.with_mode("fwd")
     rows = []
@@ -150,29 +195,34 @@ def hbm_trips_table(shape: cm.Shape) -> pd.DataFrame:
              "pv_matmul": (1, 0)}
     for step, (reads, writes) in trips.items():
         rows.append({"step": step, "N×N reads": reads, "N×N writes": writes,
-                     "HBM bytes (model)": human_bytes(cm.naive_step_bytes(fwd, step)),
+                     f"{memory} bytes (model)": human_bytes(cm.naive_step_bytes(fwd, step)),
                      "of which N×N": human_bytes((reads + writes) * s_bytes)})
     rows.append({"step": "fused (FlashAttention)", "N×N reads": 0, "N×N writes": 0,
-                 "HBM bytes (model)": human_bytes(cm.compulsory_bytes(fwd)), "of which N×N": human_bytes(0)})
+                 f"{memory} bytes (model)": human_bytes(cm.compulsory_bytes(fwd)), "of which N×N": human_bytes(0)})
     return pd.DataFrame(rows)
 
 
 def compare_figure(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> tuple[go.Figure, pd.DataFrame]:
-    """Two captures side by side: TFLOP/s of each implementation and shape, and B / A ratios."""
-    keys = ["impl", "step", "mode", "batch", "heads", "seq_q", "head_dim", "dtype", "causal"]
-    ok_a = a[(a.status == "ok")][keys + ["time_ms", "tflops"]]
-    ok_b = b[(b.status == "ok")][keys + ["time_ms", "tflops"]]
-    joined = ok_a.merge(ok_b, on=keys, suffixes=(f" {label_a}", f" {label_b}"))
+    """Two captures side by side: the rows with status 'ok' in both, joined on the full row key
+    (implementation, step and every shape column, so decode rows of one Nq but several Nkv stay
+    apart), their times and TFLOP/s, and B / A ratios against the key length, one line per
+    implementation, shape family and query length."""
+    ok_a = _ok(a)[ROW_KEY + ["time_ms", "tflops"]].drop_duplicates(ROW_KEY)
+    ok_b = _ok(b)[ROW_KEY + ["time_ms", "tflops"]].drop_duplicates(ROW_KEY)
+    joined = ok_a.merge(ok_b, on=ROW_KEY, suffixes=(f" {label_a}", f" {label_b}"))
     joined["speedup B/A"] = joined[f"time_ms {label_a}"] / joined[f"time_ms {label_b}"]
-    totals = joined[joined.step == "total"].sort_values(["impl", "seq_q"])
+    totals = _lines(joined[joined.step == "total"])
+    families = list(dict.fromkeys(tuple(r) for r in totals[[*FAMILY_COLUMNS, "queries"]].itertuples(index=False)))
     fig = go.Figure()
-    for impl, group in totals.groupby("impl", sort=False):
-        fig.add_trace(go.Scatter(x=group.seq_q, y=group["speedup B/A"], mode="lines+markers", name=impl,
-                                 line={"color": impl_color(impl)}))
+    for (impl, *family, queries), group in totals.groupby(["impl", *FAMILY_COLUMNS, "queries"], sort=False):
+        k = families.index((*family, queries))
+        name = impl if len(families) == 1 else f"{impl} · {_line_label(tuple(family), queries)}"
+        fig.add_trace(go.Scatter(x=group.seq_kv, y=group["speedup B/A"], mode="lines+markers", name=name,
+                                 line={"color": impl_color(impl), "dash": DASHES[k % len(DASHES)]}))
     fig.add_hline(y=1.0, line_dash="dot")
-    fig.update_xaxes(type="log", title="sequence length N")
+    _length_axis(fig, totals.seq_kv, "key length N (= query length for square shapes)")
     fig.update_yaxes(title=f"speedup of {label_b} over {label_a} (x)")
-    fig.update_layout(title=f"{label_b} vs {label_a}", height=420)
+    fig.update_layout(template=PLOTLY_TEMPLATE, title=f"{label_b} vs {label_a}", height=420)
     return fig, joined
 
 
@@ -192,7 +242,8 @@ def trace_figure(kernels: pd.DataFrame) -> go.Figure:
             x=group.gpu_us, base=group.t0, y=[rng or "(no range)"] * len(group), orientation="h", name=rng or "-",
             hovertext=[f"{k[:90]}<br>{d:.1f} µs" for k, d in zip(group.kernel, group.gpu_us)], hoverinfo="text",
         ))
-    fig.update_layout(title="Kernels per range (GPU timeline)", barmode="overlay", showlegend=False,
+    fig.update_layout(template=PLOTLY_TEMPLATE, title="Kernels per range (GPU timeline)", barmode="overlay",
+                      showlegend=False,
                       height=max(300, 40 * data["range"].nunique() + 120), xaxis_title="µs from first kernel")
     return fig
 
@@ -200,15 +251,20 @@ def trace_figure(kernels: pd.DataFrame) -> go.Figure:
 def whatif_figure(rows: pd.DataFrame, device: hardware.Device, dtype: str) -> go.Figure:
     """Where each step would land on another GPU's roofline: the model's intensity (compulsory
     bytes: no GPU's datasheet gives an L2 bandwidth) and that GPU's attainable FLOP/s, with its
-    exp ceiling for fused kernels (a projection from the cost model and datasheet, not a measurement)."""
+    exp ceiling for fused kernels (a projection from the cost model and datasheet, not a
+    measurement, and the y axis says so). One point per row key (implementation, step and the full
+    shape), from rows with status 'ok' only."""
     roof = Roof(f"{device.name} datasheet", device.peak_flops(dtype), device.hbm_bytes_per_s)
-    data = rows[rows.hbm_bytes > 0].drop_duplicates(subset=["impl", "step", "seq_q", "head_dim", "dtype", "causal",
-                                                            "mode"]).copy()
+    ok = _ok(rows)
+    data = ok[ok.hbm_bytes > 0].drop_duplicates(subset=ROW_KEY).copy()
     x = data.flops / data.hbm_bytes
+    # Attainable = min(peak, intensity × bandwidth) (Williams, Waterman, Patterson, CACM 2009).
     data["tflops"] = np.minimum(roof.peak_flops, x * roof.bandwidth) / 1e12
     data["status"], data["time_ms"] = "ok", data.flops / (data.tflops * 1e12) * 1e3
-    return roofline_figure(data, [roof], "compulsory", exp2_per_s=device.exp2_per_s,
-                           title=f"Projection onto {device.name} (model only: points sit on the roof by construction)")
+    fig = roofline_figure(data, [roof], "compulsory", exp2_per_s=device.exp2_per_s,
+                          title=f"Projection onto {device.name} (model only: points sit on the roof by construction)")
+    fig.update_yaxes(title=f"projected attainable TFLOP/s on {device.name} (model)")
+    return fig
 
 
 def validation_rows(validation: pd.DataFrame) -> pd.DataFrame:
@@ -223,15 +279,23 @@ def validation_rows(validation: pd.DataFrame) -> pd.DataFrame:
 
 
 def hierarchical_roofline_figure(validation: pd.DataFrame, meta: dict, dtype: str) -> go.Figure:
-    """Each kernel (or naive step) twice: at its DRAM intensity (filled) and its L2 intensity
-    (open), both measured by Nsight Compute, at the FLOP/s it achieved. Roofs: DRAM (datasheet and
-    measured copy) and L2, for which no datasheet figure exists: the highest L2 throughput observed
-    in this capture stands in, a lower bound on the real L2 roof."""
+    """Each kernel (or naive step) twice, at the FLOP/s it achieved: at its DRAM intensity (a
+    circle) and at its L2 intensity (a square), both measured by Nsight Compute, the level told by
+    the symbol as in hierarchical rooflines (Yang et al., "Hierarchical Roofline Analysis", 2020).
+    Filled and open mean what they mean on the Roofline: filled when compute-bound, open when
+    memory-bound, each point judged against its own level's roof. Naive steps are named beside
+    their DRAM points. Roofs: DRAM (datasheet and measured copy) and L2, for which no datasheet figure
+    exists: the highest L2 throughput observed in this capture stands in, a lower bound on the real
+    L2 roof."""
     rows = validation_rows(validation[validation.dtype == dtype])
     roofs = roofs_from_meta(meta, dtype)
+    l2_roof = None
     if not rows.empty and roofs:
         l2_bw = rows.l2_tbps.max() * 1e12
-        roofs.append(Roof(f"L2 (highest observed, {l2_bw / 1e12:.1f} TB/s)", roofs[0].peak_flops, l2_bw, "dot"))
+        l2_roof = Roof(f"L2 (highest observed, {l2_bw / 1e12:.1f} TB/s)", roofs[0].peak_flops, l2_bw, "dot",
+                       memory="L2")
+        roofs.append(l2_roof)
+    judged_by = {"DRAM": roofs[0] if roofs else None, "L2": l2_roof}
     fig = go.Figure()
     xs = np.concatenate([rows.dram_intensity.to_numpy(), rows.l2_intensity.to_numpy()]) if not rows.empty \
         else np.array([1.0])
@@ -242,17 +306,28 @@ def hierarchical_roofline_figure(validation: pd.DataFrame, meta: dict, dtype: st
             mode="lines", name=f"roof: {roof.label}", line={"color": "black", "dash": roof.dash, "width": 2}))
     for (impl, step), group in rows.groupby(["impl", "step"], sort=False):
         name = impl if step == "total" else f"{impl}: {step}"
-        for level, column, fill in (("DRAM", "dram_intensity", True), ("L2", "l2_intensity", False)):
+        for level, column in (("DRAM", "dram_intensity"), ("L2", "l2_intensity")):
+            roof = judged_by[level]
+            # Memory-bound left of the level's ridge (Williams et al. 2009), as rooflines.roofline_points.
+            memory_bound = group[column] < roof.ridge if roof is not None else pd.Series(False, index=group.index)
+            symbol = LEVEL_SYMBOL[level]
+            named = step != "total" and level == "DRAM"  # a naive step is named once, beside its DRAM point
             fig.add_trace(go.Scatter(
-                x=group[column], y=group.tflops, mode="markers", name=f"{name} ({level})", legendgroup=name,
-                marker={"color": impl_color(impl), "size": 9,
-                        "symbol": STEP_SYMBOL.get(step, "circle") + ("" if fill else "-open")},
-                hovertext=[f"{name} {level}<br>N={r.seq_q} D={r.head_dim} {r.dtype}{' causal' if r.causal else ''}"
-                           f"<br>{getattr(r, column):.3g} FLOP/B · {r.tflops:.3g} TFLOP/s" for r in group.itertuples()],
+                x=group[column], y=group.tflops, mode="markers+text" if named else "markers",
+                name=f"{name} ({level})", legendgroup=name,
+                marker={"color": impl_color(impl), "size": 9, "line": {"width": 1.5, "color": impl_color(impl)},
+                        "symbol": [f"{symbol}-open" if m else symbol for m in memory_bound]},
+                text=[STEP_SHORT.get(step, step)] * len(group) if named else None,
+                textposition="middle right", textfont={"size": 9, "color": impl_color(impl)},
+                hovertext=[f"{name}, {level} ({'memory' if m else 'compute'}-bound at {level})<br>N={r.seq_q} "
+                           f"D={r.head_dim} {r.dtype}{' causal' if r.causal else ''}<br>{getattr(r, column):.3g} "
+                           f"FLOP/B · {r.tflops:.3g} TFLOP/s" for r, m in zip(group.itertuples(), memory_bound)],
                 hoverinfo="text"))
-    fig.update_xaxes(type="log", title="arithmetic intensity (FLOP per byte measured at DRAM or L2)")
-    fig.update_yaxes(type="log", title="achieved TFLOP/s (ncu kernel time)")
-    fig.update_layout(title=f"Hierarchical roofline from Nsight Compute counters ({dtype})", height=620)
+    _log_value_axis(fig, "arithmetic intensity (FLOP per byte measured at DRAM or L2)", "x")
+    _log_value_axis(fig, "achieved TFLOP/s (ncu kernel time)")
+    fig.update_layout(template=PLOTLY_TEMPLATE, height=620, title={
+        "text": f"Hierarchical roofline from Nsight Compute counters ({dtype})<br><sup>circle: DRAM intensity · "
+                "square: L2 intensity · filled: compute-bound · open: memory-bound (at that level's roof)</sup>"})
     return fig
 
 
@@ -271,12 +346,41 @@ def validation_table_view(validation: pd.DataFrame) -> pd.DataFrame:
     })
 
 
+# The Bandwidth figure's roof labels sit at the right end of their lines, in a strip of the x axis
+# beyond the longest Nkv measured (no data line reaches it), each above its line. Placed for a plot
+# area this small (px); a wider one only has more room.
+BANDWIDTH_PLOT_PX = (700, 330)
+BANDWIDTH_LABEL_FONT = 11
+
+
+def bandwidth_roof_labels(fig: go.Figure, plot_px: tuple[float, float] = BANDWIDTH_PLOT_PX) -> list[dict]:
+    """Each roof label of a Bandwidth figure: its text, the value of its line, and its box in data
+    coordinates (x0, x1 in log10 of Nkv; y0, y1 in GB/s) for a plot area of ``plot_px``."""
+    (x_lo, x_hi), (y_lo, y_hi) = fig.layout.xaxis.range, fig.layout.yaxis.range
+    labels = []
+    for note in fig.layout.annotations:
+        if note.name is None or not note.name.startswith("roof label"):
+            continue
+        w, h = label_box_px(note.text, note.font.size)
+        w, h = w * (x_hi - x_lo) / plot_px[0], h * (y_hi - y_lo) / plot_px[1]
+        shift = (note.yshift or 0) * (y_hi - y_lo) / plot_px[1]
+        y0 = note.y + shift if note.yanchor == "bottom" else note.y + shift - h
+        x1 = note.x + (note.xshift or 0) * (x_hi - x_lo) / plot_px[0]
+        labels.append({"text": note.text, "line": note.y, "box": (x1 - w, x1, y0, y0 + h)})
+    return labels
+
+
 def bandwidth_figure(totals: pd.DataFrame, meta: dict) -> go.Figure:
     """Decode's question: achieved GB/s (the model's compulsory bytes over the median time) against
-    the key length, one line per implementation, shape family and query length, under the HBM roofs:
-    the copy bandwidth the capture measured and the datasheet's. Rows with Nq < Nkv only (square
-    prefill is compute-bound: its GB/s says little); an empty chart says so."""
-    data = _lines(totals[(totals.step == "total") & (totals.status == "ok") & (totals.seq_q < totals.seq_kv)])
+    the key length, one line per implementation, shape family and query length, under the memory
+    roofs: the copy bandwidth the capture measured and the datasheet's HBM (on a CPU capture,
+    meta.json's ``device_type`` "cpu", the measured DRAM copy alone). Each roof is labelled at the
+    right end, above its line, in a strip past the longest Nkv (below it only where the line above
+    leaves no room). Rows with status 'ok' and Nq < Nkv only (square prefill is compute-bound: its
+    GB/s says little); an empty chart says so. x ticks at the lengths measured."""
+    ok = _ok(totals)
+    data = _lines(ok[(ok.step == "total") & (ok.seq_q < ok.seq_kv)])
+    memory = memory_name(meta.get("device_type"))
     fig = go.Figure()
     families = list(dict.fromkeys(tuple(r) for r in data[[*FAMILY_COLUMNS, "queries"]].itertuples(index=False)))
     for (impl, *family, queries), group in data.groupby(["impl", *FAMILY_COLUMNS, "queries"], sort=False):
@@ -285,20 +389,46 @@ def bandwidth_figure(totals: pd.DataFrame, meta: dict) -> go.Figure:
         fig.add_trace(go.Scatter(x=group.seq_kv, y=group.gbps, mode="lines+markers", name=name,
                                  line={"color": impl_color(impl), "dash": DASHES[k % len(DASHES)]},
                                  customdata=group.time_ms * 1e3,
-                                 hovertemplate="Nkv %{x}: %{y:,.0f} GB/s in %{customdata:.1f} µs"))
+                                 hovertemplate="Nkv %{x}: %{y:,.0f} GB/s in %{customdata:.1f} µs<br>(the model's "
+                                               "compulsory bytes: Q, K, V read once, O written once)"))
     measured = (meta.get("measured_ceilings") or {}).get("copy_gbps")
-    sheet = hardware.lookup(meta.get("datasheet_device") or meta.get("device", ""))
-    for value, label, dash in ((measured, "measured copy (read + write)", "dash"),
-                               (None if sheet is None else sheet.hbm_bytes_per_s / 1e9, f"{getattr(sheet, 'name', '')} "
-                                "datasheet HBM", "dot")):
-        if value:
-            fig.add_hline(y=value, line={"color": "black", "dash": dash},
-                          annotation_text=f"{label}: {value:,.0f} GB/s", annotation_position="bottom right")
+    sheet = hardware.lookup(meta.get("datasheet_device") or meta.get("device", "")) if memory == "HBM" else None
+    lines = [(v, text, dash) for v, text, dash in (
+        (measured, "measured copy" if memory == "HBM" else f"measured {memory} copy", "dash"),
+        (None if sheet is None else sheet.hbm_bytes_per_s / 1e9, f"{getattr(sheet, 'name', '')} datasheet HBM", "dot"),
+    ) if v]
+    texts = [f"{text} {v:,.0f} GB/s" for v, text, _ in lines]
+    # x: the data's lengths, then a strip wide enough for the longest label (on the narrow plot).
+    lengths = data.seq_kv if not data.empty else pd.Series([1024, 131072])
+    lo, hi = np.log10(lengths.min()) - 0.05, np.log10(lengths.max()) + 0.05
+    widest = max([label_box_px(t, BANDWIDTH_LABEL_FONT)[0] for t in texts], default=0) + 12
+    share = min(widest / BANDWIDTH_PLOT_PX[0], 0.6)
+    x_hi = hi + (hi - lo) * share / (1 - share)
+    # y: from zero to room above the highest line for its label, and above the data.
+    label_h = label_box_px("x", BANDWIDTH_LABEL_FONT)[1] + 3
+    highest = max([v for v, _, _ in lines], default=0)
+    y_top = max(highest / (1 - 1.3 * label_h / BANDWIDTH_PLOT_PX[1]), (data.gbps.max() if not data.empty else 0) * 1.08,
+                1.0)
+    px_per_unit = BANDWIDTH_PLOT_PX[1] / y_top
+    order = sorted(range(len(lines)), key=lambda i: lines[i][0])
+    for rank, i in enumerate(order):
+        value, _, dash = lines[i]
+        above = [lines[j][0] for j in order[rank + 1:]]
+        # Above its line, unless the next line up leaves less than a label's height between them.
+        room = (min(above) - value) * px_per_unit if above else np.inf
+        fits = room >= label_h + 2
+        fig.add_hline(y=value, line={"color": "black", "dash": dash, "width": 1.5})
+        fig.add_annotation(name=f"roof label {rank}", text=texts[i], x=x_hi, xref="x", y=value, yref="y",
+                           xanchor="right", yanchor="bottom" if fits else "top", xshift=-4,
+                           yshift=1 if fits else -1, showarrow=False, font={"size": BANDWIDTH_LABEL_FONT},
+                           bgcolor="rgba(255,255,255,0.85)")
     if data.empty:
         fig.add_annotation(text="No rows with fewer queries than keys in this selection: capture decode shapes with "
                                 "--seq-q 1 --seq-kv 4096,32768 (or pick such a capture)", showarrow=False,
                            x=0.5, y=0.5, xref="paper", yref="paper", font={"size": 14})
-    fig.update_xaxes(type="log", title="key/value length Nkv")
-    fig.update_yaxes(title="GB/s at the compulsory bytes (Q, K, V read once; O written once)", rangemode="tozero")
-    fig.update_layout(title="Decode: achieved bandwidth against the HBM roof", height=460)
+    _length_axis(fig, data.seq_kv, "key/value length Nkv")
+    fig.update_xaxes(range=[lo, x_hi])
+    fig.update_yaxes(title="GB/s (compulsory bytes / time)", range=[0, y_top])
+    fig.update_layout(template=PLOTLY_TEMPLATE, title=f"Decode: achieved bandwidth against the {memory} roof",
+                      height=460, margin={"t": 70, "b": 60})
     return fig

@@ -189,7 +189,7 @@ def _wrap(text: str, width: int = 80) -> str:
 
 def ridge_label_boxes(fig: go.Figure, plot_px: tuple[float, float] = PLOT_PX) -> list[tuple[str, tuple]]:
     """Each ridge label's text and its box (x0, x1, y0, y1) in log10 data coordinates, approximated
-    from its text length and font size (:func:`_label_px`) for a plot area of ``plot_px`` (width,
+    from its text length and font size (:func:`label_box_px`) for a plot area of ``plot_px`` (width,
     height) pixels: the narrower the plot, the wider a box in decades."""
     (x_lo, x_hi), (y_lo, y_hi) = fig.layout.xaxis.range, fig.layout.yaxis.range
     per_x, per_y = plot_px[0] / (x_hi - x_lo), plot_px[1] / (y_hi - y_lo)  # px per decade
@@ -197,17 +197,17 @@ def ridge_label_boxes(fig: go.Figure, plot_px: tuple[float, float] = PLOT_PX) ->
     for note in fig.layout.annotations:
         if not (note.text or "").startswith("ridge "):
             continue
-        width, height = _label_px(note.text, note.font.size or RIDGE_FONT)
+        width, height = label_box_px(note.text, note.font.size or RIDGE_FONT)
         width, height = width / per_x, height / per_y
         x0 = {"right": note.ax - width, "left": note.ax}.get(note.xanchor, note.ax - width / 2)
         boxes.append((note.text, (x0, x0 + width, note.ay - height / 2, note.ay + height / 2)))
     return boxes
 
 
-def _label_px(text: str, size: float) -> tuple[float, float]:
+def label_box_px(text: str, size: float) -> tuple[float, float]:
     """An annotation's box in pixels: at most 0.6 of the font size per character, 1.4 of it per
-    line, plus 4 px of padding on each side (plotly's default borderpad is 1, its text margin 3)."""
-    return 0.6 * size * len(text) + 8, 1.4 * size + 8
+    line, plus the padding: 4 px each side across, 3 px up and down (borderpad 1, a margin of 2 to 3)."""
+    return 0.6 * size * len(text) + 8, 1.3 * size + 6
 
 
 def _ridge_text(roof: Roof) -> str:
@@ -220,10 +220,10 @@ def _ridge_placements(roofs: list[Roof], x_lo: float, x_hi: float, highest: floa
     above the highest roof)."""
     span_y = np.log10(highest / bottom) + LABEL_LIFT + 2 * LABEL_STEP  # about the y axis's length
     per_x, per_y = PLOT_PX[0] / np.log10(x_hi / x_lo), PLOT_PX[1] / span_y  # px per decade
-    step = max(LABEL_STEP, 1.2 * _label_px("x", RIDGE_FONT)[1] / per_y)
+    step = max(LABEL_STEP, 1.2 * label_box_px("x", RIDGE_FONT)[1] / per_y)
     placements, level = {}, 0
     for order, i in enumerate(sorted(range(len(roofs)), key=lambda k: roofs[k].ridge)):
-        width = _label_px(_ridge_text(roofs[i]), RIDGE_FONT)[0] / per_x
+        width = label_box_px(_ridge_text(roofs[i]), RIDGE_FONT)[0] / per_x
         fits_right = np.log10(roofs[i].ridge) + 0.04 + width <= np.log10(x_hi)
         left = order == 0 and len(roofs) > 1 or not fits_right
         if order > 0 and left:
