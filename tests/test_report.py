@@ -1,0 +1,308 @@
+"""The HTML report (profiler.views.report): every shape family of a capture, a chosen set of them, the
+sentence saying what is shown and left out, formatted tables, statuses, and the figures it embeds.
+Against the captures shipped in reports/."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from profiler.cli import main
+from profiler.store import CaptureError, load_capture
+from profiler.views import report, rooflines
+from profiler.views.style import FAMILY_COLUMNS
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "reports" / "reference-h200"
+DECODE = ROOT / "reports" / "decode-capture-h100"
+VALIDATE = ROOT / "reports" / "validate-h200"
+RATES = ["TFLOP/s", "GB/s", "intensity (FLOP/B)", "of datasheet roof", "of measured roof", "of binding ceiling",
+         "speedup over naive"]
+PERCENTS = ["of datasheet roof", "of measured roof", "of binding ceiling", "of measured copy"]
+
+
+def _n_families(folder: Path) -> int:
+    return load_capture(folder)[1].groupby(FAMILY_COLUMNS).ngroups
+
+
+def _sections(page: str) -> list[str]:
+    """The family labels of the page's sections, in order."""
+    return [m for m in re.findall(r"<h2 id='family-[^']*'>([^<]*)</h2>", page)]
+
+
+def _shows(page: str) -> str:
+    return re.search(r"<p class='shows'>(.*?)</p>", page).group(1)
+
+
+def _cells(page: str) -> list[str]:
+    return re.findall(r"<td class='[^']*'>(.*?)</td>", page)
+
+
+def _figures(page: str) -> list[dict]:
+    blocks = re.findall(r"<script type='application/json' id='chart-\d+-data'>(.*?)</script>", page, re.S)
+    return [json.loads(b.replace("<\\/", "</")) for b in blocks]
+
+
+def _title(fig: dict) -> str:
+    title = fig["layout"].get("title", "")
+    return title.get("text", "") if isinstance(title, dict) else str(title)
+
+
+@pytest.fixture(scope="module")
+def reference_file(tmp_path_factory) -> Path:
+    """The reference capture's report as `python -m profiler report` writes it (built once: it takes seconds)."""
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    assert main(["report", str(REFERENCE), "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference_page(reference_file) -> str:
+    return reference_file.read_text()
+
+
+@pytest.fixture(scope="module")
+def decode_page() -> str:
+    return report.build_report(DECODE)
+
+
+@pytest.fixture(scope="module")
+def reference_families() -> dict[str, pd.DataFrame]:
+    return report.families_of(load_capture(REFERENCE)[1])
+
+
+# ------------------------------------------------------------------------------------- families
+
+
+def test_every_family_of_the_reference_capture_has_a_section(reference_page, reference_families):
+    labels = list(reference_families)
+    assert len(labels) == _n_families(REFERENCE) == 16
+    assert _sections(reference_page) == labels
+    # the contents list links every section
+    assert re.findall(r"<li><a href='#(family-[^']*)'>", reference_page) == [report.anchor(x) for x in labels]
+    assert _shows(reference_page) == ("Shows 16 of 16 families (1,056 of 1,056 rows): every family of the capture; "
+                                      "left out: none.")
+    # reading order: fp16 before bf16, full before causal, fwd before fwd+bwd
+    assert labels[:4] == ["B4 H32 D64 fp16 full fwd", "B4 H32 D64 fp16 full fwd+bwd", "B4 H32 D64 fp16 causal fwd",
+                          "B4 H32 D64 fp16 causal fwd+bwd"]
+
+
+def test_every_family_of_the_decode_and_validate_captures_has_a_section(decode_page):
+    decode = decode_page
+    assert _sections(decode) == ["B8 H32/8 D128 bf16 full fwd"] and _n_families(DECODE) == 1
+    assert _shows(decode) == "Shows 1 of 1 families (110 of 110 rows): every family of the capture; left out: none."
+    validate = report.build_report(VALIDATE)
+    assert len(_sections(validate)) == _n_families(VALIDATE) == 8
+    # each family has its Nsight Compute validation: the hierarchical roofline and the table
+    assert validate.count("Nsight Compute counters vs the cost model") == 8
+    titles = [_title(f) for f in _figures(validate)]
+    assert sum("Hierarchical roofline" in t for t in titles) == 8
+
+
+def test_a_family_selection_picks_exactly_the_matching_families(reference_families):
+    labels = list(reference_families)
+    fp16_causal = report.select_families(labels, ["fp16 causal"])
+    assert fp16_causal == ["B4 H32 D64 fp16 causal fwd", "B4 H32 D64 fp16 causal fwd+bwd",
+                           "B4 H32 D128 fp16 causal fwd", "B4 H32 D128 fp16 causal fwd+bwd"]
+    assert report.select_families(labels, ["B4 H32 D64 fp16 full fwd"]) == ["B4 H32 D64 fp16 full fwd"]
+    # items are a union, tokens an intersection; case does not matter; None is everything
+    assert report.select_families(labels, ["d128 BF16 causal fwd", "D64 bf16 full fwd+bwd"]) == [
+        "B4 H32 D64 bf16 full fwd+bwd", "B4 H32 D128 bf16 causal fwd"]
+    assert report.select_families(labels, None) == labels
+    assert report.select_families(["B8 H32/8 D128 bf16 full fwd"], ["H32/8"]) == ["B8 H32/8 D128 bf16 full fwd"]
+
+
+def test_a_selected_report_shows_those_families_and_names_what_it_left_out(reference_families):
+    page = report.build_report(REFERENCE, family=["fp16 causal"])
+    shown = [x for x in reference_families if "fp16" in x.split() and "causal" in x.split()]
+    left = [x for x in reference_families if x not in shown]
+    assert _sections(page) == shown
+    rows = sum(len(reference_families[x]) for x in shown)
+    assert _shows(page) == (f"Shows 4 of 16 families ({rows:,} of 1,056 rows) chosen by family &#x27;fp16 causal&#x27;"
+                            f": {', '.join(shown)}; left out: {', '.join(left)}.")
+    assert rows == 4 * 66
+
+
+def test_write_report_takes_the_family_argument(tmp_path):
+    out = report.write_report(DECODE, tmp_path / "decode.html", family=["bf16 fwd"])
+    assert out == tmp_path / "decode.html" and _sections(out.read_text()) == ["B8 H32/8 D128 bf16 full fwd"]
+
+
+def test_a_selection_matching_nothing_raises_with_the_available_labels(reference_families):
+    with pytest.raises(CaptureError) as err:
+        report.build_report(REFERENCE, family=["fp32"])
+    message = str(err.value)
+    assert isinstance(err.value, ValueError) and "\n" not in message
+    assert message.startswith("family 'fp32' matches none of the 16 families of 'reference-h200'; available (16): "
+                              "B4 H32 D64 fp16 full fwd, ")
+    # 16 labels are shortened: the first few, then the tokens every label is made of
+    assert message.endswith("and 10 more; tokens: B4 · H32 · D64 D128 · fp16 bf16 · full causal · fwd fwd+bwd")
+    # one item of several matching nothing is enough: a typo must not shrink the report quietly
+    with pytest.raises(report.FamilyNotFound, match="family 'casual'"):
+        report.select_families(list(reference_families), ["fp16", "casual"])
+    with pytest.raises(report.FamilyNotFound) as err:
+        report.build_report(DECODE, family=["D64"])
+    assert str(err.value) == ("family 'D64' matches none of the 1 families of 'decode-capture-h100'; available: "
+                              "B8 H32/8 D128 bf16 full fwd")
+
+
+# --------------------------------------------------------------------------------------- tables
+
+
+def test_number_formats():
+    assert report.sig3(1.426e8) == "142,600,000" and report.sig3(0.0412) == "0.0412" and report.sig3(59.27) == "59.3"
+    assert report.sig3(float("nan")) == "-" and report.sig3(None) == "-" and report.sig3(3.0, "x") == "3.00x"
+    assert report.thousands(3012.4) == "3,012" and report.thousands(34.56) == "34.6"
+    assert report.percent(0.6271) == "62.7%" and report.percent(1.101) == "110.1%" and report.percent(np.nan) == "-"
+    assert report.mib(136 * 2**20) == "136.0" and report.mib(74753 * 2**20) == "74,753.0"
+    assert report.scientific(0.000552) == "5.52e-04" and report.scientific(686.0) == "6.86e+02"
+
+
+def test_summary_cells_are_formatted_from_the_rows(reference_families):
+    rows = reference_families["B4 H32 D64 fp16 full fwd"]
+    points = rooflines.roofline_points(rows, rooflines.roofs_from_meta(load_capture(REFERENCE)[0], "fp16"))
+    table = report.summary_table(rows, points)
+    totals = rows[rows.step == "total"]
+    assert len(table) == len(totals) == 42
+    assert list(table.columns) == ["implementation", "path", "N", "time (ms)", *RATES[:3], "bound", *RATES[3:5],
+                                   "binding ceiling", *RATES[5:], "peak memory (MiB)", "max rel. error", "status",
+                                   "message"]
+    for r in table.to_dict("records"):
+        src = totals[(totals.impl == r["implementation"]) & (totals.seq_q == int(r["N"].replace(",", "")))].iloc[0]
+        for cell in r.values():
+            assert "nan" not in cell.lower() and "e+0" not in cell or cell == r["max rel. error"]
+        if src.status != "ok":
+            continue
+        assert float(r["time (ms)"].replace(",", "")) == pytest.approx(src.time_ms, rel=5e-3)
+        assert float(r["TFLOP/s"].replace(",", "")) == pytest.approx(src.tflops, rel=5e-3)
+        assert float(r["GB/s"].replace(",", "")) == pytest.approx(src.gbps, rel=5e-3, abs=0.5)
+        assert float(r["of datasheet roof"][:-1]) / 100 == pytest.approx(src.roof_fraction, abs=5e-4)
+        assert float(r["of measured roof"][:-1]) / 100 == pytest.approx(src.roof_fraction_measured, abs=5e-4)
+        assert float(r["max rel. error"]) == pytest.approx(src.max_rel_err, rel=5e-3)
+        assert r["status"] == "ok" and r["message"] == ""
+    naive = table[(table.implementation == "naive") & (table.N == "4,096")].iloc[0]
+    assert naive["speedup over naive"] == "1.00x" and naive["bound"] == "memory"
+
+
+def test_report_table_cells_have_no_raw_floats(reference_page):
+    cells = _cells(reference_page)
+    assert len(cells) > 16 * 42 * 10
+    assert not [c for c in cells if c.lower() in ("nan", "none", "<na>")]
+    # plain numbers only, except the error column's scientific notation (its values span many decades)
+    raw = [c for c in cells if re.fullmatch(r"-?[\d.]+e[+-]\d+", c)]
+    assert all(re.fullmatch(r"\d\.\d\de-\d\d", c) for c in raw)
+    percents = [c for c in cells if c.endswith("%")]
+    assert percents and all(re.fullmatch(r"\d[\d,]*\.\d%", c) for c in percents)
+
+
+def test_decode_summary_has_the_measured_copy_and_the_path(decode_page):
+    meta, frame = load_capture(DECODE)
+    page = decode_page
+    assert "Decode: achieved bandwidth against the HBM roof" in page and "split-kv x8" in page
+    assert "<th class='num'>of measured copy</th>" in page
+    table = report.summary_table(frame, frame.iloc[0:0], meta["measured_ceilings"]["copy_gbps"])
+    ok = table[table.status == "ok"]
+    assert list(table.columns[2:4]) == ["query length", "key length"]
+    assert all(c.endswith("%") for c in ok["of measured copy"])
+    first = frame[(frame.step == "total") & (frame.status == "ok")].iloc[0]
+    shown = table[(table.implementation == first.impl) & (table["key length"] == f"{first.seq_kv:,}")
+                  & (table["query length"] == f"{first.seq_q:,}")].iloc[0]
+    copy = first.gbps / meta["measured_ceilings"]["copy_gbps"]
+    assert float(shown["of measured copy"][:-1]) / 100 == pytest.approx(copy, abs=5e-4)
+
+
+def _capture_with_a_wrong_row(tmp_path: Path) -> tuple[Path, pd.Series]:
+    """reports/reference-h200's first family, with triton_flash at N=4096 failing the correctness check
+    (its stored rates left in place, as an older writer might leave them: the report must not show them)."""
+    meta, frame = load_capture(REFERENCE)
+    rows = report.families_of(frame)["B4 H32 D64 fp16 full fwd+bwd"].copy()
+    wrong = (rows.impl == "triton_flash") & (rows.seq_q == 4096) & (rows.step == "total")
+    rows.loc[wrong, ["status", "message", "max_rel_err", "tflops"]] = [
+        "wrong", "max_rel_err 686 above the fp16 tolerance 2e-2 [output]", 686.0, 12345.678]
+    folder = tmp_path / "wrong-capture"
+    folder.mkdir()
+    shutil.copy(REFERENCE / "meta.json", folder / "meta.json")
+    rows.to_parquet(folder / "results.parquet")
+    return folder, rows[wrong].iloc[0]
+
+
+def _summary_rows(page: str) -> list[tuple[set[str], dict[str, str]]]:
+    """(row classes, header -> cell) of every row of the page's summary tables (status notes aside)."""
+    out = []
+    for table in re.findall(r"<table>(.*?)</table>", page, re.S):
+        header = re.findall(r"<th class='[^']*'>(.*?)</th>", table)
+        if "status" not in header:
+            continue
+        for classes, body in re.findall(r"<tr class='([^']*)'>(.*?)</tr>", table):
+            if "note" not in classes.split():
+                out.append((set(classes.split()), dict(zip(header, re.findall(r">(.*?)</td>", body)))))
+    return out
+
+
+def test_wrong_and_unsupported_rows_show_their_status_and_no_rates(tmp_path):
+    folder, wrong = _capture_with_a_wrong_row(tmp_path)
+    page = report.build_report(folder)
+    rows = _summary_rows(page)
+    [shown] = [cells for classes, cells in rows if "status-wrong" in classes]
+    assert shown["implementation"] == "triton_flash" and shown["status"] == "wrong" and shown["N"] == "4,096"
+    assert shown["time (ms)"] == report.sig3(wrong.time_ms) != "-"  # it keeps its time, for the record
+    assert shown["max rel. error"] == "6.86e+02"
+    assert all(shown[c] == "-" for c in RATES + ["bound", "binding ceiling"])
+    # the message on its own line, brackets and all
+    assert (f"<tr class='note status-wrong'><td colspan='{len(shown)}'>max_rel_err 686 above the fp16 tolerance "
+            "2e-2 [output]</td></tr>") in page
+    unsupported = [cells for classes, cells in rows if "status-unsupported" in classes]
+    assert len(unsupported) == 6
+    for r in unsupported:
+        assert r["implementation"] == "triton_naive" and r["status"] == "unsupported"
+        assert all(r[c] == "-" for c in ["time (ms)", *RATES, "bound"])
+    assert page.count("triton_naive has no backward pass") == 6
+    assert all(cells["status"] == "ok" for classes, cells in rows if not any(c.startswith("status-") for c in classes))
+
+
+def test_only_ok_rows_are_drawn(tmp_path):
+    """The builders the report calls filter to status ok: the wrong row's sentinel TFLOP/s is on no chart."""
+    folder, wrong = _capture_with_a_wrong_row(tmp_path)
+    meta, rows = load_capture(folder)
+    figures = report.family_figures(meta, rows)
+    assert [name for name, _, _ in figures] == ["Roofline", "Roofline", *["Scaling"] * 4, "Step breakdown"]
+    for _, _, fig in figures:
+        for trace in fig.data:
+            for axis in (trace.x, trace.y):
+                values = pd.to_numeric(pd.Series(np.asarray(axis if axis is not None else [], dtype=object)),
+                                       errors="coerce").to_numpy(dtype=float)
+                assert not np.isclose(values, 12345.678).any(), trace.name
+            assert "12,345" not in str(trace.hovertext) and "1.235e+04" not in str(trace.hovertext)
+    ok = rows[(rows.status == "ok") & (rows.step == "total") & (rows.impl == "triton_flash")]
+    roofline = figures[0][2]
+    drawn = next(t for t in roofline.data if t.name == "triton_flash")
+    assert len(drawn.y) == len(ok) == 5
+
+
+# -------------------------------------------------------------------------------------- the file
+
+
+def test_report_is_self_contained_and_small(tmp_path, reference_file, reference_families):
+    text = reference_file.read_text()
+    # plotly.js is inline once (several MB), never fetched: the file opens offline
+    assert "<script src=" not in text and text.count("Plotly.newPlot") == 1
+    assert 3_000_000 < reference_file.stat().st_size < 10_000_000  # 6.6 MB for 16 families
+    figures = _figures(text)
+    assert text.count("<div class='chart") == len(figures)
+    # per family: 2 rooflines, 4 scaling charts, the step breakdown; the trace where kernels.parquet has the family
+    kernels = pd.read_parquet(REFERENCE / "kernels.parquet")
+    traced = kernels.groupby(FAMILY_COLUMNS).ngroups
+    assert len(figures) == 7 * len(reference_families) + traced == 113
+    titles = [_title(f) for f in figures]
+    assert "Roofline, compulsory bytes: B4 H32 D64 fp16 full fwd" in titles[0]
+    assert sum(t.startswith("Kernels per range") for t in titles) == traced
+    # the template is sent once, not with every figure
+    assert all("template" not in f["layout"] for f in figures)
+    assert "HBM trips of the N×N matrix" in text
+    assert main(["report", str(tmp_path)]) == 2  # not a capture: one line, exit status 2
