@@ -1,4 +1,4 @@
-"""The dashboard (Streamlit AppTest), its pure plot builders, and the HTML report."""
+"""The dashboard (Streamlit AppTest) and its pure plot builders (the HTML report: tests/test_report.py)."""
 
 from __future__ import annotations
 
@@ -363,24 +363,6 @@ def test_large_inputs_are_sampled_and_say_so():
     drawn = sum(len(t.hovertext) for t in fig.data if t.hovertext)
     assert 300 <= drawn <= rooflines.MAX_MARKERS
     assert f"of {len(plots.roofline_points(many, [plots.Roof('x', 1e15, 4e12)])):,} points" in fig.layout.title.text
-
-
-def test_html_report_of_a_decode_capture_has_the_bandwidth_view(tmp_path):
-    out = tmp_path / "decode.html"
-    assert main(["report", str(ROOT / "reports" / "decode-capture-h100"), "--out", str(out)]) == 0
-    page = out.read_text()
-    assert "Decode: achieved bandwidth against the HBM roof" in page and "split-kv x8" in page
-
-
-def test_html_report_is_self_contained(tmp_path):
-    out = tmp_path / "report.html"
-    assert main(["report", str(REFERENCE), "--out", str(out)]) == 0
-    text = out.read_text()
-    # plotly.js itself is inline (several MB), not fetched from a CDN: the file works offline.
-    assert len(text) > 3_000_000 and "<script src=" not in text and "Plotly.newPlot" in text
-    assert "Roofline, compulsory bytes: B4 H32 D64 fp16 full fwd" in text and "HBM trips of the N×N matrix" in text
-    assert text.count('class="plotly-graph-div"') == 8  # 2 rooflines, 4 scaling, steps, trace
-    assert main(["report", str(tmp_path)]) == 2
 
 
 def test_trace_tab_names_the_run_it_shows(reference_app):
