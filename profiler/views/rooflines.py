@@ -329,14 +329,14 @@ def roofline_figure(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "co
         ))
         over = (group.of_roof > 1).to_numpy()
         if over.any():
-            above.append((group.x[over] * shift, group.tflops[over], [h for h, o in zip(hover, over) if o]))
+            above.append((group.x[over] * shift, group.tflops[over]))
     if above:
         fig.add_trace(go.Scatter(
             x=np.concatenate([a[0] for a in above]), y=np.concatenate([a[1] for a in above]), mode="markers",
             name=ABOVE_ROOF_NOTE.replace(" bytes", "<br>bytes") + f"<br>({CACHE_BELOW.get(memory, 'a cache')} "
                  f"under {memory}; hover for why)",
             marker={"symbol": "circle-open", "size": 20, "color": "#444", "line": {"width": 1.5}},
-            hovertext=sum((a[2] for a in above), []), hoverinfo="text", legendgroup="above"))
+            hoverinfo="skip", legendgroup="above"))  # the point beneath carries the hover, reason included
         notes.append("ringed: above the roof (hover for why)")
     per = "L2 tile" if bytes_kind == "tile" else memory
     x_ticks, y_ticks = log_ticks(x_lo, x_hi), log_ticks(bottom, top)

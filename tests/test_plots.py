@@ -1,0 +1,340 @@
+"""The plot builders (profiler.views.plots, rooflines, style) on the shipped captures: values of the
+figure objects (trace names, annotation boxes, marker symbols, ticks, titles), no Streamlit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from profiler.model import cost_model as cm
+from profiler.model import hardware
+from profiler.store import load_capture
+from profiler.views import plots, rooflines, style
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "reports" / "reference-h200"
+DECODE = ROOT / "reports" / "decode-capture-h100"
+VALIDATE = ROOT / "reports" / "validate-h200"
+
+
+def _default_view(frame: pd.DataFrame) -> pd.DataFrame:
+    """The dashboard's default family: fp16, head_dim 64, non-causal, forward."""
+    return frame[(frame.dtype == "fp16") & (frame.head_dim == 64) & ~frame.causal & (frame["mode"] == "fwd")]
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return load_capture(REFERENCE)
+
+
+@pytest.fixture(scope="module")
+def decode():
+    return load_capture(DECODE)
+
+
+@pytest.fixture(scope="module")
+def validation():
+    return load_capture(VALIDATE)[0], pd.read_parquet(VALIDATE / "validation.parquet")
+
+
+@pytest.fixture(scope="module")
+def cpu_capture(tmp_path_factory):
+    """A CPU capture made the way a user makes one (no CPU capture is checked in)."""
+    out = tmp_path_factory.mktemp("cpu") / "cpu"
+    subprocess.run([sys.executable, "-m", "profiler", "capture", "--device", "cpu", "--seq", "64", "--batch", "1",
+                    "--heads", "1", "--rep-ms", "5", "--impl", "naive,sdpa_math", "--out", str(out)],
+                   cwd=ROOT, check=True, capture_output=True, timeout=300)
+    return load_capture(out)
+
+
+def _roofline(meta, rows, kind="compulsory"):
+    return rooflines.roofline_figure(rows, rooflines.roofs_from_meta(meta, "fp16", kind), kind,
+                                     exp2_per_s=rooflines.exp_rate(meta))
+
+
+def _measured_points(fig) -> np.ndarray:
+    """(log10 x, log10 y) of every measured point (the traces with hover texts per point)."""
+    xy = [(x, y) for t in fig.data if t.hovertext is not None and t.mode and "markers" in t.mode
+          for x, y in zip(t.x, t.y)]
+    return np.log10(np.array(xy, dtype=float))
+
+
+# ------------------------------------------------------------------------------ 1. ridge labels
+
+
+@pytest.mark.parametrize("kind", ["compulsory", "tile"])
+def test_ridge_labels_cover_no_point_and_no_roof(reference, kind):
+    meta, frame = reference
+    fig = _roofline(meta, _default_view(frame), kind)
+    boxes = rooflines.ridge_label_boxes(fig)  # for a narrow 700 x 480 px plot: the widest boxes in decades
+    roofs = rooflines.roofs_from_meta(meta, "fp16", kind)
+    assert len(boxes) == len(roofs) == 2
+    points = _measured_points(fig)
+    assert len(points) == 61  # every ok row of the default view
+    highest = np.log10(max(r.peak_flops for r in roofs) / 1e12)
+    (x_lo, x_hi), y_hi = fig.layout.xaxis.range, fig.layout.yaxis.range[1]
+    for text, (x0, x1, y0, y1) in boxes:
+        inside = (points[:, 0] >= x0) & (points[:, 0] <= x1) & (points[:, 1] >= y0) & (points[:, 1] <= y1)
+        assert not inside.any(), f"{text} covers {points[inside]}"
+        assert y0 > highest  # above every roof, so it crosses no roof line
+        assert x_lo <= x0 and x1 <= x_hi and y1 <= y_hi  # inside the plot
+    (_, a), (_, b) = boxes
+    assert a[1] <= b[0] or b[1] <= a[0] or a[3] <= b[2] or b[3] <= a[2]  # the two labels do not meet
+    # Each label's arrow points at its own ridge marker (log10 coordinates on log axes).
+    notes = {a.text: a for a in fig.layout.annotations if a.text.startswith("ridge ")}
+    for roof in roofs:
+        note = notes[f"ridge {roof.ridge:.0f} FLOP/B ({roof.label})"]
+        assert note.showarrow and note.x == pytest.approx(np.log10(roof.ridge))
+        assert note.y == pytest.approx(np.log10(roof.peak_flops / 1e12))
+
+
+# ------------------------------------------------------------------------- 2. bandwidth labels
+
+
+def test_bandwidth_roof_labels_sit_above_their_lines_past_the_data(decode):
+    meta, frame = decode
+    fig = plots.bandwidth_figure(frame, meta)
+    labels = plots.bandwidth_roof_labels(fig)
+    copy = meta["measured_ceilings"]["copy_gbps"]
+    sheet = hardware.DEVICES["H100-SXM"].hbm_bytes_per_s / 1e9
+    assert {round(label["line"]) for label in labels} == {round(copy), round(sheet)}
+    assert {label["text"] for label in labels} == {f"measured copy {copy:,.0f} GB/s",
+                                                   f"H100-SXM datasheet HBM {sheet:,.0f} GB/s"}
+    lines = {label["line"] for label in labels}
+    longest = np.log10(frame.seq_kv.max())
+    x_hi, y_hi = fig.layout.xaxis.range[1], fig.layout.yaxis.range[1]
+    for label in labels:
+        x0, x1, y0, y1 = label["box"]
+        assert y0 >= label["line"]  # above its own line
+        assert not any(y0 <= other <= y1 for other in lines - {label["line"]})  # over no other roof line
+        assert x0 > longest  # right of every data point, so no data line reaches it
+        assert x1 <= x_hi and y1 <= y_hi  # at the right end, inside the plot
+    (a, b) = (label["box"] for label in labels)
+    assert a[3] <= b[2] or b[3] <= a[2]  # one above the other
+    # Both are hlines at the values they name.
+    assert sorted(s.y0 for s in fig.layout.shapes) == pytest.approx(sorted(lines))
+
+
+# -------------------------------------------------------------------- 3. filled/open everywhere
+
+
+def test_validation_symbols_mean_what_the_roofline_means(validation):
+    meta, rows = validation
+    fig = plots.hierarchical_roofline_figure(rows, meta, "fp16")
+    traces = {t.name: t for t in fig.data if t.name.endswith(("(DRAM)", "(L2)"))}
+    roofs = rooflines.roofs_from_meta(meta, "fp16")
+    # The L2 roof: the highest L2 throughput observed stands in for a datasheet figure.
+    l2_ridge = roofs[0].peak_flops / (plots.validation_rows(rows[rows.dtype == "fp16"]).l2_tbps.max() * 1e12)
+    for name, trace in traces.items():
+        level = "DRAM" if name.endswith("(DRAM)") else "L2"
+        shape = {"DRAM": "circle", "L2": "square"}[level]
+        ridge = roofs[0].ridge if level == "DRAM" else l2_ridge
+        for x, symbol in zip(trace.x, trace.marker.symbol):
+            # filled: compute-bound (right of its level's ridge); open: memory-bound, as on the Roofline
+            assert symbol == (shape if x >= ridge else f"{shape}-open"), (name, x, symbol)
+    assert set(traces["triton_flash (DRAM)"].marker.symbol) == {"circle"}
+    assert set(traces["naive: softmax (DRAM)"].marker.symbol) == {"circle-open"}
+    assert set(traces["naive: softmax (L2)"].marker.symbol) == {"square-open"}
+    subtitle = fig.layout.title.text
+    assert "circle: DRAM" in subtitle and "square: L2" in subtitle and "filled: compute-bound" in subtitle
+
+
+# ------------------------------------------------------------------------------------ 4. ticks
+
+
+def test_sequence_length_axes_tick_at_the_measured_lengths(reference, decode):
+    _, frame = reference
+    rows = _default_view(frame)
+    measured = sorted(rows[(rows.step == "total") & (rows.status == "ok")].seq_kv.unique())
+    assert measured == [512, 1024, 2048, 4096, 8192, 16384]
+    for fig in plots.scaling_figures(rows).values():
+        assert list(fig.layout.xaxis.tickvals) == measured
+        assert list(fig.layout.xaxis.ticktext) == ["512", "1k", "2k", "4k", "8k", "16k"]
+        assert fig.layout.yaxis.type == "log"
+        mantissas = {round(v / 10 ** np.floor(np.log10(v)), 6) for v in fig.layout.yaxis.tickvals}
+        assert mantissas <= {1.0, 2.0, 5.0}  # readable log ticks, written out in full
+        assert all(t.replace(",", "").replace(".", "").isdigit() for t in fig.layout.yaxis.ticktext)
+    fig, _ = plots.compare_figure(rows, rows, "A", "B")
+    assert list(fig.layout.xaxis.tickvals) == measured
+    meta, dframe = decode
+    bandwidth = plots.bandwidth_figure(dframe, meta)
+    assert list(bandwidth.layout.xaxis.tickvals) == [4096, 16384, 32768, 65536, 131072]
+    assert list(bandwidth.layout.xaxis.ticktext) == ["4k", "16k", "32k", "64k", "128k"]
+    # The step breakdown's x is categorical: one group per length measured, named as such.
+    steps = plots.step_breakdown_figure(rows)
+    assert list(steps.data[0].x) == [f"N={n}" for n in measured[:-1]]  # naive ran out of memory at 16384
+    assert style.log_ticks(0.013, 940)[1] == ["0.001", "0.01", "0.1", "1", "10", "100", "1,000"]
+
+
+# ---------------------------------------------------------------------------- 5. above the roof
+
+
+def test_a_point_above_its_roof_is_ringed_and_says_why(reference):
+    meta, frame = reference
+    rows = _default_view(frame)
+    points = rooflines.roofline_points(rows, rooflines.roofs_from_meta(meta, "fp16", "tile"), "tile")
+    above = points[points.of_roof > 1]
+    # triton_naive, costed per row (K and V once per query row), sits at 1.44-1.53x the measured L2 roof.
+    assert set(above.impl) == {"triton_naive"} and above.of_roof.min() > 1.4
+    fig = _roofline(meta, rows, "tile")
+    note = next(t for t in fig.data if t.name.replace("<br>", " ").startswith(style.ABOVE_ROOF_NOTE))
+    assert "L1 and registers under L2" in note.name.replace("<br>", " ")
+    ours = next(t for t in fig.data if t.name == "triton_naive")
+    assert sorted(note.x) == pytest.approx(sorted(ours.x)) and sorted(note.y) == pytest.approx(sorted(ours.y))
+    for text in ours.hovertext:
+        assert style.ABOVE_ROOF_NOTE in text and "per-row costing" in text.replace("<br>", " ")
+    assert "ringed: above the roof" in fig.layout.title.text
+    # Against HBM no point is above its roof, and no note is drawn.
+    compulsory = _roofline(meta, rows)
+    assert not any(style.ABOVE_ROOF_NOTE in (t.hovertext or [""])[0] for t in compulsory.data if t.hovertext)
+    assert not any((t.name or "").startswith("above the roof") for t in compulsory.data)
+
+
+def test_the_generic_reason_names_the_cache_below():
+    assert "L2 served" in rooflines.above_roof_reason("sdpa_flash", "HBM")
+    assert "L1 and registers" in rooflines.above_roof_reason("sdpa_flash", "L2")
+    assert "per-row costing" in rooflines.above_roof_reason("triton_naive", "L2")
+
+
+# ------------------------------------------------------------------------------- 6. What-if axis
+
+
+def test_whatif_axis_says_projection_not_measurement(reference):
+    _, frame = reference
+    fig = plots.whatif_figure(_default_view(frame), hardware.DEVICES["B200"], "fp16")
+    assert fig.layout.yaxis.title.text == "projected attainable TFLOP/s on B200 (model)"
+    assert "achieved" not in fig.layout.yaxis.title.text
+
+
+# ----------------------------------------------------------------------------------- 7. the CPU
+
+
+def test_cpu_capture_figures_name_its_timer_and_memory(cpu_capture):
+    meta, frame = cpu_capture
+    assert meta["device_type"] == "cpu"
+    roofs = rooflines.roofs_from_meta(meta, "fp32")
+    assert [r.memory for r in roofs] == ["DRAM"] and roofs[0].label == "measured matmul, DRAM copy"
+    roofline = rooflines.roofline_figure(frame, roofs)
+    assert roofline.layout.xaxis.title.text == "arithmetic intensity (FLOP per DRAM byte)"
+    assert "roof: measured matmul, DRAM copy" in {t.name for t in roofline.data}
+    steps = plots.step_breakdown_figure(frame, device_type=meta["device_type"])
+    assert [t.name for t in steps.data] == [f"{s} (torch.utils.benchmark)" for s in cm.NAIVE_STEPS]
+    bandwidth = plots.bandwidth_figure(frame, meta)
+    copy = meta["measured_ceilings"]["copy_gbps"]
+    assert bandwidth.layout.title.text == "Decode: achieved bandwidth against the DRAM roof"
+    assert [a.text for a in bandwidth.layout.annotations if a.name] == [f"measured DRAM copy {copy:,.0f} GB/s"]
+    trips = plots.hbm_trips_table(cm.Shape.square(1, 1, 64, 64, dtype="fp32"), device_type="cpu")
+    assert "DRAM bytes (model)" in trips.columns
+    for fig in (roofline, steps, bandwidth):
+        text = fig.to_json()
+        assert "HBM" not in text and "CUDA events" not in text
+    # Without the keyword, today's GPU names stay.
+    assert plots.step_breakdown_figure(frame).data[0].name == "qk_matmul (CUDA events)"
+
+
+# ------------------------------------------------------------------------------ 8. one template
+
+
+def _every_figure(reference, decode, validation):
+    meta, frame = reference
+    rows = _default_view(frame)
+    kernels = pd.read_parquet(REFERENCE / "kernels.parquet")
+    figs = {"roofline": _roofline(meta, rows), "roofline tile": _roofline(meta, rows, "tile"),
+            **{f"scaling {k}": f for k, f in plots.scaling_figures(rows).items()},
+            "bandwidth": plots.bandwidth_figure(decode[1], decode[0]),
+            "steps": plots.step_breakdown_figure(rows), "steps ms": plots.step_breakdown_figure(rows, "ms"),
+            "compare": plots.compare_figure(rows, rows, "A", "B")[0],
+            "trace": plots.trace_figure(kernels[kernels.impl == "naive"]),
+            "whatif": plots.whatif_figure(rows, hardware.DEVICES["B200"], "fp16"),
+            "validation": plots.hierarchical_roofline_figure(validation[1], validation[0], "fp16")}
+    return figs
+
+
+def test_every_builder_uses_the_shared_template_and_colours(reference, decode, validation):
+    for name, fig in _every_figure(reference, decode, validation).items():
+        layout = fig.layout.template.layout
+        assert layout.font.family == style.FONT_FAMILY == "Source Sans Pro, sans-serif", name
+        assert layout.plot_bgcolor == "white" and layout.paper_bgcolor == "white", name
+        assert layout.xaxis.gridcolor == style.PLOTLY_TEMPLATE["layout"]["xaxis"]["gridcolor"], name
+    steps = plots.step_breakdown_figure(_default_view(reference[1]))
+    for trace in steps.data:
+        step = trace.name.split(" ")[0]
+        if step in style.STEP_COLOR:
+            assert trace.marker.color == style.STEP_COLOR[step]
+    time = plots.scaling_figures(_default_view(reference[1]))["time"]
+    assert {t.name: t.line.color for t in time.data} == {t.name: style.impl_color(t.name) for t in time.data}
+
+
+# ------------------------------------------------------------------------------ 9. status wrong
+
+
+UNMEASURED = 3000  # a length no shipped capture has
+
+
+def _inject_wrong(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame plus rows that failed the correctness check (status 'wrong': time kept, no rates):
+    naive at a length never measured (every step), and a made-up implementation at every shape of
+    triton_flash; the latter keep their TFLOP/s, so only the status can keep them off."""
+    naive = frame[(frame.impl == "naive") & (frame.status == "ok")]
+    steps = naive[naive.step != "total"]
+    longest = naive[naive.seq_kv == (steps if len(steps) else naive).seq_kv.max()].copy()  # total and steps
+    longest["seq_q"] = np.where(longest.seq_q == longest.seq_kv, UNMEASURED, longest.seq_q)
+    longest["seq_kv"] = UNMEASURED
+    for column in ("tflops", "gbps", "roof_fraction", "roof_fraction_measured"):
+        longest[column] = np.nan
+    clone = frame[(frame.impl == "triton_flash") & (frame.status == "ok")].copy()
+    clone["impl"] = "miscomputed"
+    wrong = pd.concat([longest, clone]).assign(status="wrong", message="max_rel_err 686 > 2e-2")
+    return pd.concat([frame, wrong], ignore_index=True)
+
+
+def _shows_wrong(fig) -> bool:
+    """Whether a figure draws any injected row: by name, hover text, or the unmeasured length."""
+    texts = fig.to_json()
+    xs = [v for t in fig.data if t.x is not None for v in np.ravel(np.asarray(t.x, dtype=object))]
+    return "miscomputed" in texts or f"N={UNMEASURED}" in texts or UNMEASURED in xs or f"N={UNMEASURED} " in str(xs)
+
+
+def test_wrong_rows_are_in_no_figure(reference, decode):
+    meta, frame = reference
+    rows = _inject_wrong(_default_view(frame))
+    assert (rows.status == "wrong").sum() > 10
+    for kind in ("compulsory", "tile"):
+        points = rooflines.roofline_points(rows, rooflines.roofs_from_meta(meta, "fp16", kind), kind)
+        assert set(points.status) == {"ok"} and UNMEASURED not in set(points.seq_kv)
+        assert not _shows_wrong(_roofline(meta, rows, kind))
+    for fig in plots.scaling_figures(rows).values():
+        assert not _shows_wrong(fig) and UNMEASURED not in fig.layout.xaxis.tickvals
+    assert not _shows_wrong(plots.step_breakdown_figure(rows))
+    fig, joined = plots.compare_figure(rows, rows, "A", "B")
+    assert not _shows_wrong(fig) and "miscomputed" not in set(joined.impl) and UNMEASURED not in set(joined.seq_kv)
+    assert not _shows_wrong(plots.whatif_figure(rows, hardware.DEVICES["B200"], "fp16"))
+    dmeta, dframe = decode
+    drows = _inject_wrong(dframe)
+    assert (drows.status == "wrong").sum() > 10
+    assert not _shows_wrong(plots.bandwidth_figure(drows, dmeta))
+    assert not _shows_wrong(plots.scaling_figures(drows)["time"])
+    # The check itself sees such rows where a builder draws them.
+    assert _shows_wrong(plots.scaling_figures(rows.assign(status="ok"))["time"])
+
+
+# ----------------------------------------------------------------- 10. the full key for decode
+
+
+def test_compare_and_whatif_key_decode_rows_on_the_full_shape(decode):
+    meta, frame = decode
+    ok = frame[frame.status == "ok"]
+    fig, joined = plots.compare_figure(frame, frame, "A", "B")
+    key = ["impl", "step", *style.SHAPE_COLUMNS]
+    assert not joined.duplicated(key).any() and len(joined) == len(ok)  # no cross join over Nkv
+    assert (joined["speedup B/A"] == 1.0).all()
+    ours = [t for t in fig.data if t.name.startswith("triton_flash")]
+    assert len(ours) == 2 and all(list(t.x) == [4096, 16384, 32768, 65536, 131072] for t in ours)  # Nq 1 and 4
+    whatif = plots.whatif_figure(frame, hardware.DEVICES["H200"], "bf16")
+    drawn = sum(len(t.hovertext) for t in whatif.data if t.hovertext is not None and t.name[:5] != "above")
+    assert drawn == len(ok[ok.hbm_bytes > 0])  # one projected point per row key, decode rows kept apart
