@@ -108,12 +108,21 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--device", type=_device, default="auto")
 
     bench = sub.add_parser("bench", help="our kernels beside PyTorch's SDPA backends, TFLOP/s and ratios")
-    _add_shape_args(bench, seq_default="8192")
+    # Defaults left as None are filled by the command: the seed benchmark on a GPU, a smaller
+    # shape and implementations that run there on a CPU (profiler.cli.measuring.BENCH_DEFAULTS).
+    bench.add_argument("--seq", type=_int_list, default=None, help="sequence lengths (default 8192; CPU 1024)")
+    bench.add_argument("--batch", type=_int_list, default=None, help="default 4 (CPU: 1)")
+    bench.add_argument("--heads", type=_int_list, default=None, help="query heads (default 32; CPU: 2)")
+    bench.add_argument("--dim", type=_int_list, default=None, help="head_dim (default 64)")
+    bench.add_argument("--dtype", type=_choice_list(tuple(DTYPE_BYTES)), default=None, help="default fp16 (CPU: fp32)")
+    bench.add_argument("--causal", type=_causal_list, default=[False], help="true, false or both")
     _add_lengths_and_heads(bench, lists=True)
     bench.add_argument("--mode", type=_choice_list(MODES), default=["fwd"], help="fwd, bwd, fwd+bwd (list)")
-    bench.add_argument("--impl", type=_impl_list, default=["triton_flash", "sdpa_flash", "sdpa_cudnn"],
-                       help="implementations, comma-separated, or 'all'")
-    bench.add_argument("--baseline", default="triton_flash", help="ratios are this one / each peer")
+    bench.add_argument("--impl", type=_impl_list, default=None,
+                       help="implementations, comma-separated, or 'all' (default triton_flash,sdpa_flash,sdpa_cudnn; "
+                            "CPU: sdpa_flash,naive,sdpa_math)")
+    bench.add_argument("--baseline", default=None,
+                       help="ratios are this one / each peer (default triton_flash; CPU: sdpa_flash)")
     bench.add_argument("--tokens", type=_positive_int, default=None,
                        help="batch = tokens // seq_q for each query length (overrides --batch), e.g. 32768")
     bench.add_argument("--out", default=None, help="capture folder (default reports/bench-<device>-<time>)")
@@ -140,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="write a self-contained report.html for a capture (works offline)")
     report.add_argument("capture", help="a capture folder")
     report.add_argument("--out", default=None, help="output file (default <capture>/report.html)")
+    report.add_argument("--family", action="append", default=None, metavar="TOKENS",
+                        help="only the families whose label holds every space-separated token, e.g. "
+                             "'D64 fp16 causal fwd' (repeatable; default: every family)")
 
     validate = sub.add_parser("validate", help="DRAM/L2 bytes and tensor FLOPs from Nsight Compute vs the model")
     validate.add_argument("--seq", type=_int_list, default=[1024, 4096])
@@ -163,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     remodel.add_argument("--reason", default=None, help="why the model changed, recorded in meta.json")
 
     model = sub.add_parser("model", help="FLOPs, bytes and intensity per step from the cost model (no GPU)")
-    _add_shape_args(model, seq_default="4096", lists=False)
+    _add_shape_args(model, seq_default=4096)
     _add_lengths_and_heads(model, lists=False)
     model.add_argument("--mode", choices=MODES, default="fwd")
     model.add_argument("--device-name", dest="device_name", default="H100-SXM",
@@ -276,18 +288,14 @@ def lengths(args, seqs):
             as_list(args.seq_kv) if args.seq_kv is not None else seqs)
 
 
-def _add_shape_args(p: argparse.ArgumentParser, seq_default: str, lists: bool = True) -> None:
-    kind = _int_list if lists else int
-    p.add_argument("--seq", type=kind, default=kind(seq_default), help="sequence length(s)")
-    p.add_argument("--batch", type=kind, default=kind("4"))
-    p.add_argument("--heads", type=kind, default=None, help="query heads (default 32)")
-    p.add_argument("--dim", type=kind, default=None, help="head_dim (default 64)")
-    if lists:
-        p.add_argument("--dtype", type=_choice_list(tuple(DTYPE_BYTES)), default=["fp16"])
-        p.add_argument("--causal", type=_causal_list, default=[False], help="true, false or both")
-    else:
-        p.add_argument("--dtype", choices=tuple(DTYPE_BYTES), default="fp16")
-        p.add_argument("--causal", action="store_true")
+def _add_shape_args(p: argparse.ArgumentParser, seq_default: int) -> None:
+    """model's shape: one value each."""
+    p.add_argument("--seq", type=int, default=seq_default, help="sequence length")
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--heads", type=int, default=None, help="query heads (default 32)")
+    p.add_argument("--dim", type=int, default=None, help="head_dim (default 64)")
+    p.add_argument("--dtype", choices=tuple(DTYPE_BYTES), default="fp16")
+    p.add_argument("--causal", action="store_true")
 
 
 # Subcommand -> the module of profiler.cli that holds its body (a function named as the subcommand).

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rich.table import Table
 
 from profiler.cli import UsageError, check_cuda_graph, lengths
-from profiler.cli.console import console, fmt, measure_with_progress, start_capture
+from profiler.cli.console import (
+    console,
+    dashboard_hint,
+    fmt,
+    measure_with_progress,
+    pick_default,
+    say_shrunk,
+    start_capture,
+)
 
 # ------------------------------------------------------------------------------------ capture, sweep
 
@@ -16,14 +22,10 @@ def _resolve_capture_args(args, lists: bool) -> tuple[dict, list[str]]:
     """Fill defaults: the seed benchmark (B4 H32 D64 fp16) on a GPU; on a CPU, sizes that fit and
     finish in minutes (B1 H2 fp32). Returns the values and notes on what was shrunk."""
     on_gpu = args.device.startswith("cuda")
-    notes = []
+    notes: list[str] = []
 
     def pick(value, gpu_default: list, cpu_default: list, name: str) -> list:
-        if value is not None:
-            return value if isinstance(value, list) else [value]  # sweep gives lists, capture one value
-        if not on_gpu and cpu_default != gpu_default:
-            notes.append(f"{name}={','.join(map(str, cpu_default))} (GPU default {','.join(map(str, gpu_default))})")
-        return gpu_default if on_gpu else cpu_default
+        return pick_default(value, gpu_default, cpu_default, name, on_gpu, notes)
 
     values = {
         "seqs": pick(args.seq, [512, 1024, 2048, 4096, 8192, 16384] if lists else [8192],
@@ -69,8 +71,7 @@ def _run_capture_command(args, lists: bool) -> int:
         "trace": trace, "defaults_shrunk": notes, "rep_ms": args.rep_ms,
         "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd; naive steps: profiler.model.cost_model",
         **timer}, impls=impls, head_dims=values["dims"])
-    if notes:
-        console.print(f"No GPU: defaults shrunk to fit this machine: {', '.join(notes)}.")
+    say_shrunk(notes)
     if roofs.datasheet is None:
         console.print(f"'{label}' is not in the datasheet table: rows are judged against measured ceilings only.")
     rows = measure_with_progress(store, shapes, impls, args.device, roofs, args.rep_ms,
@@ -83,12 +84,15 @@ def _run_capture_command(args, lists: bool) -> int:
     _print_summary(summary_frame(store.rows if args.resume or args.ranks is not None else rows))
     console.print(f"Capture written to {folder}/ (results.parquet, meta.json"
                   f"{', kernels.parquet, traces/' if traced else ''}).")
-    if Path("dashboards/roofline.py").exists():
-        console.print(f"Explore it: streamlit run dashboards/roofline.py -- --reports {folder.parent}")
+    dashboard_hint(folder)
     return 0
 
 
 def _print_summary(frame) -> None:
+    """One table per shape. Rows whose status is not ok print '-' for times, rates and bound (a
+    'wrong' row's time is in results.parquet, but it is no point on the roofline); the error
+    against naive fp32 attention is shown for every row that has one. Each message is printed
+    whole below its table, where it has the console's width."""
     from profiler.views.tables import SUMMARY_SHAPE
 
     if frame.empty:
@@ -98,19 +102,30 @@ def _print_summary(frame) -> None:
     for key, group in frame.groupby(SUMMARY_SHAPE, sort=False):
         mode, dtype, d, causal, b, h, kvh, n, nk = key
         shape = Shape(int(b), int(h), int(n), int(nk), int(d), dtype, bool(causal), mode, int(kvh))
-        table = Table("impl", "ms", "TFLOP/s", "GB/s", "speedup vs naive", "peak MiB", "bound", "status",
-                      title=f"{shape.label} {'' if causal else 'full '}{mode}")
+        table = Table(title=f"{shape.label} {'' if causal else 'full '}{mode}")
+        table.add_column("impl", overflow="fold")
+        # two-line headers keep the table within 100 columns, where rich would otherwise cut cells
+        for header in ("ms", "TFLOP/s", "GB/s", "speedup\nvs naive", "peak\nMiB", "max rel\nerr", "bound"):
+            table.add_column(header)
+        table.add_column("status", overflow="fold")
+        messages = []
         for _, r in group.iterrows():
             ok = r["status"] == "ok"
+            peak = r["peak_mem_bytes"]
+            if not ok and isinstance(r["message"], str) and r["message"]:
+                messages.append(f"{r['impl']}: {r['status']}: {r['message']}")
             table.add_row(
                 r["impl"], fmt(r["time_ms"] if ok else None, ".3f"), fmt(r["tflops"] if ok else None, ".4g"),
-                fmt(r["gbps"] if ok else None, ",.0f"),
-                fmt(r["speedup_vs_naive"], ".1f"),
-                fmt(r["peak_mem_bytes"] / 2**20 if ok and r["peak_mem_bytes"] is not None else None, ",.0f"),
-                r["bound"] if isinstance(r["bound"], str) else "-",
-                r["status"] if ok else f"{r['status']}: {str(r['message'])[:60]}",
+                fmt(r["gbps"] if ok else None, ",.4g"),
+                fmt(r["speedup_vs_naive"] if ok else None, ".1f"),
+                fmt(peak / 2**20 if ok and peak is not None else None, ",.0f"),
+                fmt(r["max_rel_err"], ".1e"),
+                r["bound"] if ok and isinstance(r["bound"], str) else "-",
+                r["status"],
             )
         console.print(table)
+        for message in messages:
+            console.print(f"  {message}", overflow="fold")
 
 
 def capture(args) -> int:
@@ -129,7 +144,7 @@ def report(args) -> int:
     from profiler.views.report import write_report
 
     try:
-        out = write_report(args.capture, args.out)
+        out = write_report(args.capture, args.out, family=args.family)
     except CaptureError as err:
         raise UsageError(str(err)) from None
     except OSError as err:

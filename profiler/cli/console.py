@@ -3,10 +3,12 @@ loop of a capture folder with their progress display."""
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 
 from profiler.cli import UsageError
@@ -33,6 +35,22 @@ def fmt(x, spec=".3g", missing="-"):
     return missing if x is None or x != x else format(x, spec)  # x != x: NaN
 
 
+def pick_default(value, gpu_default: list, cpu_default: list, name: str, on_gpu: bool, notes: list[str]) -> list:
+    """An option's value as a list: the value given, else the GPU or the CPU default. A CPU default
+    that differs from the GPU's is noted in ``notes`` ("seq=1024 (GPU default 8192)"), which the
+    command prints in one line and records in meta.json as ``defaults_shrunk``."""
+    if value is not None:
+        return value if isinstance(value, list) else [value]  # sweep and bench give lists, capture one value
+    if not on_gpu and cpu_default != gpu_default:
+        notes.append(f"{name}={','.join(map(str, cpu_default))} (GPU default {','.join(map(str, gpu_default))})")
+    return gpu_default if on_gpu else cpu_default
+
+
+def say_shrunk(notes: list[str]) -> None:
+    if notes:
+        console.print(f"No GPU: defaults shrunk to fit this machine: {', '.join(notes)}.")
+
+
 def start_capture(args, device_label: str, dtypes, meta: dict, impls=(), head_dims=(), resumable: bool = True,
                   prefix: str = ""):
     """The capture folder of a measuring command (--out, or reports/<prefix><device>-<time>) with
@@ -44,7 +62,7 @@ def start_capture(args, device_label: str, dtypes, meta: dict, impls=(), head_di
     ranks = getattr(args, "ranks", None)
     folder = Path(args.out) if args.out else default_folder(prefix + device_label)
     common = {"impls": list(impls), "head_dims": head_dims, "resume": getattr(args, "resume", False),
-              "resumable": resumable, "status": console.status}
+              "resumable": resumable, "status": lambda text: console.status(escape(text))}
     try:
         if ranks is None:
             return open_capture(args.device, folder, device_label, dtypes, meta, **common)
@@ -52,6 +70,77 @@ def start_capture(args, device_label: str, dtypes, meta: dict, impls=(), head_di
                                                allow_mixed=args.allow_mixed, **common)
     except FolderError as err:
         raise UsageError(str(err)) from None
+
+
+def dashboard_hint(folder: Path) -> None:
+    """The command that opens the dashboard on this capture: its parent folder as the reports root
+    and the capture preselected by name (a root alone would preselect whatever sorts first)."""
+    if not Path("dashboards/roofline.py").exists():
+        return
+    folder = Path(folder) if Path(folder).name else Path(folder).resolve()
+    console.print(f"Explore it: streamlit run dashboards/roofline.py -- --reports {shlex.quote(str(folder.parent))} "
+                  f"--select {shlex.quote(folder.name)}", soft_wrap=True)
+
+
+def case_line(done: int, total: int, description: str, row: dict | None) -> str:
+    """One finished case as a plain progress line: ``[12/96] triton_flash fwd B4 H32 N=4096 D64 fp16:
+    ok 1.23 ms``; ``row`` is its total row, None when --resume found it already measured."""
+    head = f"[{done}/{total}] {description}: "
+    if row is None:
+        return head + "already in the capture"
+    if row["status"] == "ok":
+        return head + f"ok {fmt(row.get('time_ms'), '.3g')} ms"
+    message = row.get("message")
+    return head + row["status"] + (f": {message}" if isinstance(message, str) and message else "")
+
+
+class PlainProgress:
+    """Progress for a log or a pipe, where rich's bar is not drawn until the end: one line per
+    finished case, printed (and flushed) as it finishes. ``start(description)`` announces a case
+    (it reports the one before if that one wrote no rows: --resume skipped it); ``finished(rows)``
+    reports the current one with its total row."""
+
+    def __init__(self, total: int, label: str = "", enabled: bool = True):
+        self.total, self.label, self.enabled = total, label, enabled
+        self.started = 0
+        self.reported = 0
+        self.description = ""
+
+    def start(self, description: str) -> None:
+        self._report_skipped()
+        self.started += 1
+        self.description = description
+
+    def finished(self, rows: list[dict]) -> None:
+        total = next((r for r in rows if r.get("step") == "total"), rows[0] if rows else None)
+        self._print(total)
+
+    def close(self) -> None:
+        self._report_skipped()
+
+    def _report_skipped(self) -> None:
+        if self.started > self.reported:
+            self._print(None)
+
+    def _print(self, row: dict | None) -> None:
+        self.reported = self.started
+        if self.enabled:
+            console.print(self.label + case_line(self.started, self.total, self.description, row), soft_wrap=True)
+            console.file.flush()
+
+
+class _ReportingStore:
+    """A capture's store that tells a PlainProgress each time a case's rows are appended."""
+
+    def __init__(self, store, progress: PlainProgress):
+        self._store, self._progress = store, progress
+
+    def append(self, rows: list[dict]) -> None:
+        self._store.append(rows)
+        self._progress.finished(rows)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
 
 
 def measure_with_progress(store, shapes, impls, device: str, roofs, rep_ms: int, trace_filter=None,
@@ -68,16 +157,22 @@ def measure_with_progress(store, shapes, impls, device: str, roofs, rep_ms: int,
         plan = distributed.share(ranks, [(shape, impl.name) for shape, impl in cases],
                                  [distributed.predicted_seconds(impl, shape, roofs, rep_ms) for shape, impl in cases])
         mine = [cases[i] for i in plan.mine]
-    with Progress(console=console, transient=True, disable=ranks is not None and not ranks.main) as progress:
-        label = "" if ranks is None else f"rank 0 of {ranks.world}: "
-        task = progress.add_task("measuring", total=len(mine))
+    label = "" if ranks is None else f"rank 0 of {ranks.world}: "
+    shown = ranks is None or ranks.main
+    common = {"rep_ms": rep_ms, "trace_filter": trace_filter, "write_kernels": ranks is None, "graph": graph}
+    if console.is_terminal:
+        with Progress(console=console, transient=True, disable=not shown) as progress:
+            task = progress.add_task("measuring", total=len(mine))
 
-        def advance(description):
-            progress.update(task, description=label + description)
-            progress.advance(task)
+            def advance(description):
+                progress.update(task, description=escape(label + description))
+                progress.advance(task)
 
-        rows = measure_cases(store, mine, device, roofs, rep_ms=rep_ms, progress=advance, trace_filter=trace_filter,
-                             write_kernels=ranks is None, graph=graph)
+            rows = measure_cases(store, mine, device, roofs, progress=advance, **common)
+    else:  # a log or a pipe: a line per finished case, as it finishes
+        plain = PlainProgress(len(mine), label, enabled=shown)
+        rows = measure_cases(_ReportingStore(store, plain), mine, device, roofs, progress=plain.start, **common)
+        plain.close()
     if ranks is not None:
         return distributed.finish_capture(ranks, store, plan.as_meta())
     store.update_meta(finished=True)

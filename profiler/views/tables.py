@@ -15,19 +15,20 @@ BENCH_SHAPE = ["mode", "dtype", "head_dim", "causal", "seq_q", "seq_kv", "batch"
 
 def summary_frame(rows: list[dict]) -> pd.DataFrame:
     """The seed posts' benchmark table: per shape, each implementation's ms, TFLOP/s, speedup over
-    naive, peak memory and bound."""
+    naive, peak memory and bound. Only rows with status ok have a speedup, and only against a naive
+    row that is ok: a 'wrong' row keeps its time for the record, but it is no point of comparison."""
     from profiler.store import to_frame
 
     totals = [r for r in rows if r["step"] == "total"]
     if not totals:
         return pd.DataFrame()
     frame = to_frame(totals)  # every column of the schema, also where no case ran
-    naive = frame[frame.impl == "naive"].set_index(SUMMARY_SHAPE)["time_ms"]
+    naive = frame[(frame.impl == "naive") & (frame.status == "ok")].set_index(SUMMARY_SHAPE)["time_ms"]
     speedups = []
     for _, r in frame.iterrows():
         key = tuple(r[c] for c in SUMMARY_SHAPE)
         base = naive.get(key) if key in naive.index else None
-        ok = r.get("time_ms") is not None and not pd.isna(r.get("time_ms")) and base is not None and not pd.isna(base)
+        ok = (r["status"] == "ok" and not pd.isna(r.get("time_ms")) and base is not None and not pd.isna(base))
         speedups.append(base / r["time_ms"] if ok else None)
     frame["speedup_vs_naive"] = speedups
     return frame
@@ -37,7 +38,8 @@ def bench_table(frame: pd.DataFrame, impls: list[str], baseline: str, copy_gbps:
                 ) -> pd.DataFrame:
     """One row per shape: each implementation's TFLOP/s, GB/s at the model's compulsory bytes and,
     given the measured copy bandwidth, that as a fraction of it; the model's bound; and for each
-    peer baseline / peer (above 1 means the baseline is faster). A peer that did not run has no ratio."""
+    peer baseline / peer (above 1 means the baseline is faster). Rates come from rows with status ok
+    only: a peer or baseline that did not run, or whose output was 'wrong', has no ratio."""
     totals = frame[(frame.step == "total") & frame.impl.isin(impls)]
     rows = []
     for key, group in totals.groupby(BENCH_SHAPE, sort=False):
