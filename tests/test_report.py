@@ -84,10 +84,11 @@ def test_every_family_of_the_reference_capture_has_a_section(reference_page, ref
     labels = list(reference_families)
     assert len(labels) == _n_families(REFERENCE) == 16
     assert _sections(reference_page) == labels
+    n_rows = len(load_capture(REFERENCE)[1])
     # the contents list links every section
     assert re.findall(r"<li><a href='#(family-[^']*)'>", reference_page) == [report.anchor(x) for x in labels]
-    assert _shows(reference_page) == ("Shows 16 of 16 families (1,056 of 1,056 rows): every family of the capture; "
-                                      "left out: none.")
+    assert _shows(reference_page) == (f"Shows 16 of 16 families ({n_rows:,} of {n_rows:,} rows): every family of "
+                                      "the capture; left out: none.")
     # reading order: fp16 before bf16, full before causal, fwd before fwd+bwd
     assert labels[:4] == ["B4 H32 D64 fp16 full fwd", "B4 H32 D64 fp16 full fwd+bwd", "B4 H32 D64 fp16 causal fwd",
                           "B4 H32 D64 fp16 causal fwd+bwd"]
@@ -124,9 +125,9 @@ def test_a_selected_report_shows_those_families_and_names_what_it_left_out(refer
     left = [x for x in reference_families if x not in shown]
     assert _sections(page) == shown
     rows = sum(len(reference_families[x]) for x in shown)
-    assert _shows(page) == (f"Shows 4 of 16 families ({rows:,} of 1,056 rows) chosen by family &#x27;fp16 causal&#x27;"
-                            f": {', '.join(shown)}; left out: {', '.join(left)}.")
-    assert rows == 4 * 66
+    total = sum(len(x) for x in reference_families.values())
+    assert _shows(page) == (f"Shows 4 of 16 families ({rows:,} of {total:,} rows) chosen by family "
+                            f"&#x27;fp16 causal&#x27;: {', '.join(shown)}; left out: {', '.join(left)}.")
 
 
 def test_write_report_takes_the_family_argument(tmp_path):
@@ -166,10 +167,12 @@ def test_number_formats():
 
 def test_summary_cells_are_formatted_from_the_rows(reference_families):
     rows = reference_families["B4 H32 D64 fp16 full fwd"]
-    points = rooflines.roofline_points(rows, rooflines.roofs_from_meta(load_capture(REFERENCE)[0], "fp16"))
+    meta = load_capture(REFERENCE)[0]
+    points = rooflines.roofline_points(rows, rooflines.roofs_from_meta(meta, "fp16"), "compulsory",
+                                       rooflines.exp_rate(meta))
     table = report.summary_table(rows, points)
     totals = rows[rows.step == "total"]
-    assert len(table) == len(totals) == 42
+    assert len(table) == len(totals) > 30
     assert list(table.columns) == ["implementation", "path", "N", "time (ms)", *RATES[:3], "bound", *RATES[3:5],
                                    "binding ceiling", *RATES[5:], "peak memory (MiB)", "max rel. error", "status",
                                    "message"]
@@ -192,7 +195,7 @@ def test_summary_cells_are_formatted_from_the_rows(reference_families):
 
 def test_report_table_cells_have_no_raw_floats(reference_page):
     cells = _cells(reference_page)
-    assert len(cells) > 16 * 42 * 10
+    assert len(cells) > 16 * 30 * 10
     assert not [c for c in cells if c.lower() in ("nan", "none", "<na>")]
     # plain numbers only, except the error column's scientific notation (its values span many decades)
     raw = [c for c in cells if re.fullmatch(r"-?[\d.]+e[+-]\d+", c)]
@@ -206,9 +209,14 @@ def test_decode_summary_has_the_measured_copy_and_the_path(decode_page):
     page = decode_page
     assert "Decode: achieved bandwidth against the HBM roof" in page and "split-kv x8" in page
     assert "<th class='num'>of measured copy</th>" in page
-    table = report.summary_table(frame, frame.iloc[0:0], meta["measured_ceilings"]["copy_gbps"])
+    points = rooflines.roofline_points(frame, rooflines.roofs_from_meta(meta, "bf16"), "compulsory",
+                                       rooflines.exp_rate(meta))
+    table = report.summary_table(frame, points, meta["measured_ceilings"]["copy_gbps"])
     ok = table[table.status == "ok"]
     assert list(table.columns[2:4]) == ["query length", "key length"]
+    # decode is memory-bound throughout: the HBM roof binds every row, so no binding-ceiling columns repeat it
+    assert "binding ceiling" not in table and "of binding ceiling" not in table
+    assert set(table.bound[table.status == "ok"]) == {"memory"}
     assert all(c.endswith("%") for c in ok["of measured copy"])
     first = frame[(frame.step == "total") & (frame.status == "ok")].iloc[0]
     shown = table[(table.implementation == first.impl) & (table["key length"] == f"{first.seq_kv:,}")
@@ -249,7 +257,8 @@ def test_wrong_and_unsupported_rows_show_their_status_and_no_rates(tmp_path):
     folder, wrong = _capture_with_a_wrong_row(tmp_path)
     page = report.build_report(folder)
     rows = _summary_rows(page)
-    [shown] = [cells for classes, cells in rows if "status-wrong" in classes]
+    [shown] = [cells for classes, cells in rows if "status-wrong" in classes and cells["implementation"] ==
+               "triton_flash" and cells["N"] == "4,096"]
     assert shown["implementation"] == "triton_flash" and shown["status"] == "wrong" and shown["N"] == "4,096"
     assert shown["time (ms)"] == report.sig3(wrong.time_ms) != "-"  # it keeps its time, for the record
     assert shown["max rel. error"] == "6.86e+02"
@@ -258,7 +267,9 @@ def test_wrong_and_unsupported_rows_show_their_status_and_no_rates(tmp_path):
     assert (f"<tr class='note status-wrong'><td colspan='{len(shown)}'>max_rel_err 686 above the fp16 tolerance "
             "2e-2 [output]</td></tr>") in page
     unsupported = [cells for classes, cells in rows if "status-unsupported" in classes]
-    assert len(unsupported) == 6
+    stored = load_capture(folder)[1]
+    no_backward = stored[(stored.step == "total") & (stored.impl == "triton_naive")]
+    assert len(unsupported) == len(no_backward) == 6  # one per sequence length
     for r in unsupported:
         assert r["implementation"] == "triton_naive" and r["status"] == "unsupported"
         assert all(r[c] == "-" for c in ["time (ms)", *RATES, "bound"])
@@ -282,7 +293,7 @@ def test_only_ok_rows_are_drawn(tmp_path):
     ok = rows[(rows.status == "ok") & (rows.step == "total") & (rows.impl == "triton_flash")]
     roofline = figures[0][2]
     drawn = next(t for t in roofline.data if t.name == "triton_flash")
-    assert len(drawn.y) == len(ok) == 5
+    assert len(drawn.y) == len(ok) > 0
 
 
 # -------------------------------------------------------------------------------------- the file
@@ -292,13 +303,13 @@ def test_report_is_self_contained_and_small(tmp_path, reference_file, reference_
     text = reference_file.read_text()
     # plotly.js is inline once (several MB), never fetched: the file opens offline
     assert "<script src=" not in text and text.count("Plotly.newPlot") == 1
-    assert 3_000_000 < reference_file.stat().st_size < 10_000_000  # 6.6 MB for 16 families
+    assert 3_000_000 < reference_file.stat().st_size < 10_000_000  # 6.6 MB for 16 families (plotly.js: 4.8)
     figures = _figures(text)
     assert text.count("<div class='chart") == len(figures)
     # per family: 2 rooflines, 4 scaling charts, the step breakdown; the trace where kernels.parquet has the family
     kernels = pd.read_parquet(REFERENCE / "kernels.parquet")
     traced = kernels.groupby(FAMILY_COLUMNS).ngroups
-    assert len(figures) == 7 * len(reference_families) + traced == 113
+    assert len(figures) == 7 * len(reference_families) + traced
     titles = [_title(f) for f in figures]
     assert "Roofline, compulsory bytes: B4 H32 D64 fp16 full fwd" in titles[0]
     assert sum(t.startswith("Kernels per range") for t in titles) == traced

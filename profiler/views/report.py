@@ -158,8 +158,9 @@ def summary_table(rows: pd.DataFrame, points: pd.DataFrame, copy_gbps: float | N
     """The whole-attention rows of one family as a reader sees them: strings in human units, headers in
     words, one row per implementation and shape (by query and key length, then registry order).
     ``points`` is :func:`rooflines.roofline_points` of the rows (compulsory bytes), for the ceiling that
-    binds. A row whose status is not ok has no rates (a ``wrong`` one keeps its time and error, as
-    measured); its status column says why. ``copy_gbps`` adds GB/s against the measured copy for decode."""
+    binds (two columns, where a ceiling other than the roof binds somewhere: the exp ceiling). A row whose
+    status is not ok has no rates (a ``wrong`` one keeps its time and error, as measured); its status
+    says what happened and ``message`` why. ``copy_gbps`` adds GB/s against the measured copy for decode."""
     totals = rows[rows.step == "total"].copy()
     totals["rank"] = [_impl_rank(i) for i in totals.impl]
     totals = totals.sort_values(["seq_q", "seq_kv", "rank"])
@@ -197,13 +198,20 @@ def summary_table(rows: pd.DataFrame, points: pd.DataFrame, copy_gbps: float | N
         row |= {"peak memory (MiB)": mib(r.peak_mem_bytes), "max rel. error": scientific(r.max_rel_err),
                 "status": str(r.status), "message": "" if ok or _missing(r.message) else str(r.message)}
         out.append(row)
-    return pd.DataFrame(out)
+    table = pd.DataFrame(out)
+    differs = "ceiling_tflops" in points and (points.ceiling_tflops.notna()
+                                              & (points.ceiling_tflops != points.roof_tflops)).any()
+    if not differs:  # the roof binds everywhere: the two columns would repeat bound and roof
+        table = table.drop(columns=["binding ceiling", "of binding ceiling"], errors="ignore")
+    return table
 
 
 def validation_table(validation: pd.DataFrame) -> pd.DataFrame:
     """:func:`plots.validation_table_view` in human units: MB with separators, ratios with two decimals."""
     view = plots.validation_table_view(validation).reset_index(drop=True)
     view["causal"] = ["causal" if c else "full" for c in view.causal]
+    view["N"] = [f"{int(n):,}" for n in view.N]
+    view = view.rename(columns={"impl": "implementation"})
     for column in view.columns:
         if "MB" in column:
             view[column] = [thousands(x) for x in view[column]]
@@ -403,7 +411,8 @@ tr:has(+ tr.note) td {{ border-bottom: 0; }}
 tr.status-wrong td, tr.status-error td {{ color: #c81e1e; }}
 tr.status-oom td {{ color: #b45309; }}
 tr.status-unsupported td {{ color: rgba(49,51,63,.6); }}
-.grid {{ display: grid; grid-template-columns: 1fr 1fr; gap: .5rem 1rem; }}
+.grid {{ display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: .5rem 1rem; }}
+.grid .wide {{ grid-column: 1 / -1; }}
 .chart {{ width: 100%; }}
 details {{ margin: .5rem 0; }} summary {{ cursor: pointer; color: rgba(49,51,63,.75); }}
 code, pre {{ font-size: .8rem; background: {SECONDARY_BG}; border-radius: .25rem; padding: .1rem .3rem; }}
@@ -492,7 +501,9 @@ def build_report(folder: Path | str, family: list[str] | None = None) -> str:
                 if name == "Scaling":
                     parts.append("<div class='grid'>")
                 section = name
-            parts.append(charts.div(fig, wide=name != "Scaling"))
+            # long legend entries (decode's per-query-length lines) leave a half-width plot no room
+            wide = name != "Scaling" or max((len(t.name or "") for t in fig.data), default=0) > 28
+            parts.append(charts.div(fig, wide=wide))
             if caption:
                 parts.append(f"<p class='caption'>{e(caption)}</p>")
             if name == "Step breakdown":
@@ -504,10 +515,10 @@ def build_report(folder: Path | str, family: list[str] | None = None) -> str:
         if section == "Scaling":
             parts.append("</div>")
         if fam_validation is not None and not fam_validation.empty:
+            checked = validation_table(fam_validation)
             parts += [f"<p><b>Nsight Compute counters vs the cost model</b> <span class='caption'>"
                       f"({len(fam_validation)} profiled rows)</span></p>",
-                      html_table(validation_table(fam_validation), {c for c in plots.validation_table_view(
-                          fam_validation.head(0)).columns if c not in ("impl", "step", "dtype", "causal")})]
+                      html_table(checked, set(checked.columns) - {"implementation", "step", "dtype", "causal"})]
     return "\n".join([
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
