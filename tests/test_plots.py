@@ -75,7 +75,7 @@ def test_ridge_labels_cover_no_point_and_no_roof(reference, kind):
     roofs = rooflines.roofs_from_meta(meta, "fp16", kind)
     assert len(boxes) == len(roofs) == 2
     points = _measured_points(fig)
-    assert len(points) == 61  # every ok row of the default view
+    assert len(points) == len(rooflines.roofline_points(_default_view(frame), roofs, kind))  # every point
     highest = np.log10(max(r.peak_flops for r in roofs) / 1e12)
     (x_lo, x_hi), y_hi = fig.layout.xaxis.range, fig.layout.yaxis.range[1]
     for text, (x0, x1, y0, y1) in boxes:
@@ -165,9 +165,10 @@ def test_sequence_length_axes_tick_at_the_measured_lengths(reference, decode):
     bandwidth = plots.bandwidth_figure(dframe, meta)
     assert list(bandwidth.layout.xaxis.tickvals) == [4096, 16384, 32768, 65536, 131072]
     assert list(bandwidth.layout.xaxis.ticktext) == ["4k", "16k", "32k", "64k", "128k"]
-    # The step breakdown's x is categorical: one group per length measured, named as such.
+    # The step breakdown's x is categorical: one group per length its steps ran at, named as such.
     steps = plots.step_breakdown_figure(rows)
-    assert list(steps.data[0].x) == [f"N={n}" for n in measured[:-1]]  # naive ran out of memory at 16384
+    ran = rows[(rows.impl == "naive") & (rows.step == "qk_matmul") & (rows.status == "ok")].seq_q
+    assert list(steps.data[0].x) == [f"N={n}" for n in sorted(ran)]
     assert style.log_ticks(0.013, 940)[1] == ["0.001", "0.01", "0.1", "1", "10", "100", "1,000"]
 
 
@@ -179,13 +180,15 @@ def test_a_point_above_its_roof_is_ringed_and_says_why(reference):
     rows = _default_view(frame)
     points = rooflines.roofline_points(rows, rooflines.roofs_from_meta(meta, "fp16", "tile"), "tile")
     above = points[points.of_roof > 1]
-    # triton_naive, costed per row (K and V once per query row), sits at 1.44-1.53x the measured L2 roof.
-    assert set(above.impl) == {"triton_naive"} and above.of_roof.min() > 1.4
+    # triton_naive, costed per row (K and V once per query row), sits at about 1.5x the measured L2 roof
+    # (1.44x to 1.53x in the capture of 2026-11-22).
+    assert "triton_naive" in set(above.impl) and (above[above.impl == "triton_naive"].of_roof > 1.2).all()
     fig = _roofline(meta, rows, "tile")
     note = next(t for t in fig.data if t.name.replace("<br>", " ").startswith(style.ABOVE_ROOF_NOTE))
     assert "L1 and registers under L2" in note.name.replace("<br>", " ")
+    assert sorted(note.y) == pytest.approx(sorted(above.tflops))  # every point above its roof is ringed
     ours = next(t for t in fig.data if t.name == "triton_naive")
-    assert sorted(note.x) == pytest.approx(sorted(ours.x)) and sorted(note.y) == pytest.approx(sorted(ours.y))
+    assert set(np.round(ours.y, 9)) <= set(np.round(note.y, 9))
     for text in ours.hovertext:
         assert style.ABOVE_ROOF_NOTE in text and "per-row costing" in text.replace("<br>", " ")
     assert "ringed: above the roof" in fig.layout.title.text
