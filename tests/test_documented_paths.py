@@ -143,6 +143,16 @@ def test_documented_commands_leave_the_checkout_clean(tmp_path):
     kept = subprocess.run(["git", "check-ignore", "reports/reference-h200/results.parquet"], cwd=ROOT,
                           capture_output=True, text=True)
     assert kept.returncode == 1  # shipped captures are tracked
+    # The README's `sweep ... --out reports/my-sweep` (any capture a user names under reports/) is theirs too.
+    for path in ("reports/my-sweep/results.parquet", "reports/my-sweep/parts/rank-0.parquet"):
+        assert subprocess.run(["git", "check-ignore", path], cwd=ROOT, capture_output=True).returncode == 0, path
+    # Every shipped folder stays visible to git (a new one is named in .gitignore).
+    tracked = subprocess.run(["git", "ls-files", "reports"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    folders = sorted({p.split("/")[1] for p in tracked})
+    assert len(folders) >= 10
+    for name in folders:
+        probe = f"reports/{name}/results.parquet"
+        assert subprocess.run(["git", "check-ignore", probe], cwd=ROOT, capture_output=True).returncode == 1, name
     from profiler.measure.folder import default_folder
 
     assert subprocess.run(["git", "check-ignore", str(default_folder("NVIDIA H200") / "meta.json")], cwd=ROOT,
