@@ -263,7 +263,7 @@ def test_every_builder_uses_the_shared_template_and_colours(reference, decode, v
         layout = fig.layout.template.layout
         assert layout.font.family == style.FONT_FAMILY == "Source Sans Pro, sans-serif", name
         assert layout.plot_bgcolor == "white" and layout.paper_bgcolor == "white", name
-        assert layout.xaxis.gridcolor == style.PLOTLY_TEMPLATE["layout"]["xaxis"]["gridcolor"], name
+        assert layout.xaxis.gridcolor == style.PLOTLY_TEMPLATE.layout.xaxis.gridcolor, name
     steps = plots.step_breakdown_figure(_default_view(reference[1]))
     for trace in steps.data:
         step = trace.name.split(" ")[0]

@@ -1,7 +1,7 @@
 """Plot builders: pure functions from capture DataFrames to plotly figures.
 
 Shared by the Streamlit dashboard (dashboards/roofline.py) and ``python -m profiler report``; no
-Streamlit here, and plotly is imported only by this module (the capture path never loads it).
+Streamlit here, and plotly is imported only by the views (the capture path never loads it).
 """
 
 from __future__ import annotations

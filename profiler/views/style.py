@@ -1,9 +1,12 @@
-"""Colours, symbols and names shared by every chart of the dashboard and the report."""
+"""Colours, symbols, names, ticks and the plotly template shared by every chart of the dashboard and the
+report."""
 
 from __future__ import annotations
 
 import math
 import zlib
+
+import plotly.graph_objects as go
 
 # Colours by implementation: the registry's built-ins in registry order (kernels.registry.BUILTIN;
 # listed here so the dashboard need not load torch), then any other name by a CRC-32 of it.
@@ -52,18 +55,19 @@ def families_title(rows) -> str:
 # One template for every figure, so the dashboard (which draws with theme=None) and the HTML report
 # look alike: Streamlit's light theme as its docs show it (Source Sans Pro, text #31333F on white,
 # light grid; https://docs.streamlit.io/develop/concepts/configuration/theming), with this module's
-# palette as the colorway. A plain dict, so importing this module does not load plotly.
+# palette as the colorway. Built once as a plotly Template: plotly validates a template given as a
+# dict on every figure (0.25 s each), a Template object in about 10 ms.
 FONT_FAMILY = "Source Sans Pro, sans-serif"
 _AXIS = {"gridcolor": "#e6e9ef", "linecolor": "#c7cad1", "zerolinecolor": "#d5d8de", "showline": True,
          "ticks": "outside", "tickcolor": "#c7cad1", "automargin": True, "title": {"standoff": 10}}
-PLOTLY_TEMPLATE = {"layout": {
+PLOTLY_TEMPLATE = go.layout.Template(layout={
     "font": {"family": FONT_FAMILY, "size": 13, "color": "#31333F"},
     "title": {"font": {"size": 17}, "x": 0.0, "xanchor": "left"},
     "paper_bgcolor": "white", "plot_bgcolor": "white", "colorway": PALETTE,
     "xaxis": _AXIS, "yaxis": _AXIS,
     "legend": {"bgcolor": "rgba(255,255,255,0.85)", "font": {"size": 12}},
     "hoverlabel": {"font": {"family": FONT_FAMILY}},
-}}
+})
 
 
 # --------------------------------------------------------------------------------------- the device
