@@ -6,6 +6,7 @@ import json
 import time
 from pathlib import Path
 
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -103,12 +104,19 @@ def validate(args) -> int:
         costs = [sum(distributed.predicted_seconds(i, s, roofs, 0) for i in impls) for s in shapes]
         shapes = [shapes[i] for i in distributed.share(ranks, shapes, costs).mine]
         gpu = torch.cuda.current_device()
-    with Progress(console=console, transient=True, disable=ranks is not None and not ranks.main) as progress:
+    shown = ranks is None or ranks.main
+    started = 0
+    with Progress(console=console, transient=True, disable=not shown or not console.is_terminal) as progress:
         task = progress.add_task("ncu", total=len(shapes))
 
         def advance(description):
-            progress.update(task, description=description)
+            nonlocal started
+            started += 1
+            progress.update(task, description=escape(description))
             progress.advance(task)
+            if shown and not console.is_terminal:  # a log: each Nsight Compute run (minutes) as it starts
+                console.print(f"[{started}/{len(shapes)}] {description} ...", soft_wrap=True)
+                console.file.flush()
 
         try:
             # the driver runs in another process: a user's implementation travels as its module:function
