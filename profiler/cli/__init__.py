@@ -122,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="implementations, comma-separated, or 'all' (default triton_flash,sdpa_flash,sdpa_cudnn; "
                             "CPU: sdpa_flash,naive,sdpa_math)")
     bench.add_argument("--baseline", default=None,
-                       help="ratios are this one / each peer (default triton_flash; CPU: sdpa_flash)")
+                       help="ratios are this one / each peer (default triton_flash; CPU: sdpa_flash; with an "
+                            "--impl list that lacks it, the list's first)")
     bench.add_argument("--tokens", type=_positive_int, default=None,
                        help="batch = tokens // seq_q for each query length (overrides --batch), e.g. 32768")
     bench.add_argument("--out", default=None, help="capture folder (default reports/bench-<device>-<time>)")
