@@ -293,7 +293,7 @@ def _trace_rows(kernels: pd.DataFrame, key: tuple) -> tuple[pd.DataFrame, str]:
 
 
 def family_figures(meta: dict, rows: pd.DataFrame, kernels: pd.DataFrame | None = None,
-                   validation: pd.DataFrame | None = None) -> list[tuple[str, str, go.Figure | None]]:
+                   validation: pd.DataFrame | None = None) -> list[tuple[str, str, go.Figure]]:
     """(section, caption, figure) of one family, as the dashboard's tabs draw them: the roofline for
     compulsory and for tile bytes, the four scaling charts, decode bandwidth when the family has rows with
     fewer queries than keys, naive's step breakdown when it has naive step rows, the kernel timeline
@@ -301,7 +301,7 @@ def family_figures(meta: dict, rows: pd.DataFrame, kernels: pd.DataFrame | None 
     ``validation`` does. Only rows with status ok are drawn (the builders filter so)."""
     first = rows.iloc[0]
     dtype, exp2 = first["dtype"], rooflines.exp_rate(meta)
-    out: list[tuple[str, str, go.Figure | None]] = []
+    out: list[tuple[str, str, go.Figure]] = []
     for kind in ("compulsory", "tile"):
         roofs = rooflines.roofs_from_meta(meta, dtype, kind)
         missing = ("No L2 bandwidth measurement in this capture (`python -m profiler ceilings` measures one): tile "
@@ -324,8 +324,8 @@ def family_figures(meta: dict, rows: pd.DataFrame, kernels: pd.DataFrame | None 
         if not traced.empty:
             out.append(("Trace", caption, plots.trace_figure(traced)))
     if validation is not None and not validation.empty:
-        out.append(("Validation", "Each kernel twice: at its DRAM intensity (filled) and its L2 intensity (open), "
-                                  "both measured by Nsight Compute.",
+        out.append(("Validation", "Each kernel twice, at its DRAM and at its L2 intensity, both measured by Nsight "
+                                  "Compute (the legend says which marker is which).",
                     plots.hierarchical_roofline_figure(validation, meta, dtype)))
     return out
 
@@ -456,6 +456,45 @@ def _read_optional(path: Path) -> pd.DataFrame | None:
     return frame[frame.kind == "kernel"] if "kind" in frame else frame
 
 
+def _family_section(label: str, rows: pd.DataFrame, meta: dict, kernels: pd.DataFrame | None,
+                    validation: pd.DataFrame | None, charts: _Charts) -> list[str]:
+    """The HTML of one family: its heading, what its rows hold, the summary table, then each figure of
+    :func:`family_figures` under the dashboard tab's name (the scaling charts two a row), the model's HBM
+    trips beside the step breakdown and the Nsight Compute table after the validation roofline."""
+    e = html.escape
+    first = rows.iloc[0]
+    copy_gbps = (meta.get("measured_ceilings") or {}).get("copy_gbps")
+    points = rooflines.roofline_points(rows, rooflines.roofs_from_meta(meta, first["dtype"]), "compulsory",
+                                       rooflines.exp_rate(meta))
+    parts = [f"<h2 id='{anchor(label)}'>{e(label)}</h2>", f"<p class='caption'>{e(_rows_note(rows))}</p>",
+             "<h3>Summary</h3>", _summary_html(summary_table(rows, points, copy_gbps))]
+    checked = _family_validation(validation, family_key(first))
+    section = None
+    for name, caption, fig in family_figures(meta, rows, kernels, checked):
+        if name != section:
+            parts += ["</div>"] if section == "Scaling" else []
+            parts.append(f"<h3>{e(name)}</h3>")
+            parts += ["<div class='grid'>"] if name == "Scaling" else []
+            section = name
+        # long legend entries (decode's per-query-length lines) leave a half-width plot no room
+        wide = name != "Scaling" or max((len(t.name or "") for t in fig.data), default=0) > 28
+        parts.append(charts.div(fig, wide=wide))
+        if caption:
+            parts.append(f"<p class='caption'>{e(caption)}</p>")
+        if name == "Step breakdown":
+            longest = int(rows.seq_kv.max())
+            trips = plots.hbm_trips_table(replace(cm.Shape.from_row(first), seq_q=longest, seq_kv=longest, mode="fwd"))
+            parts += [f"<p><b>HBM trips of the N×N matrix, naive vs fused</b> <span class='caption'>(model, "
+                      f"N={longest:,})</span></p>", html_table(trips, set(trips.columns) - {"step"})]
+        if name == "Validation":
+            table = validation_table(checked)
+            parts += [f"<p><b>Nsight Compute counters vs the cost model</b> <span class='caption'>({len(checked)} "
+                      "profiled rows)</span></p>",
+                      html_table(table, set(table.columns) - {"implementation", "step", "dtype", "causal"})]
+    parts += ["</div>"] if section == "Scaling" else []
+    return parts
+
+
 def build_report(folder: Path | str, family: list[str] | None = None) -> str:
     """The report of the capture in ``folder`` as one HTML page: every family, or those ``family``
     selects (see :func:`select_families`; FamilyNotFound, a CaptureError, when an item matches none)."""
@@ -465,7 +504,6 @@ def build_report(folder: Path | str, family: list[str] | None = None) -> str:
     shown = select_families(list(families), family, f"'{folder.name}'")
     kernels = _read_optional(folder / "kernels.parquet")
     validation = _read_optional(folder / "validation.parquet")
-    copy_gbps = (meta.get("measured_ceilings") or {}).get("copy_gbps")
     charts = _Charts()
     e = html.escape
     title = f"Attention roofline: {folder.name}"
@@ -484,41 +522,7 @@ def build_report(folder: Path | str, family: list[str] | None = None) -> str:
         f"<li><a href='#{anchor(label)}'>{e(label)}</a> <span class='caption'>{len(families[label]):,} rows</span></li>"
         for label in shown) + "</ol>")
     for label in shown:
-        rows = families[label]
-        key = family_key(rows.iloc[0])
-        parts += [f"<h2 id='{anchor(label)}'>{e(label)}</h2>", f"<p class='caption'>{e(_rows_note(rows))}</p>"]
-        points = rooflines.roofline_points(rows, rooflines.roofs_from_meta(meta, key[4]), "compulsory",
-                                           rooflines.exp_rate(meta))
-        parts += ["<h3>Summary</h3>", _summary_html(summary_table(rows, points, copy_gbps))]
-        fam_validation = _family_validation(validation, key)
-        figures = family_figures(meta, rows, kernels, fam_validation)
-        section = None
-        for name, caption, fig in figures:
-            if name != section:
-                if section == "Scaling":
-                    parts.append("</div>")
-                parts.append(f"<h3>{e(name)}</h3>")
-                if name == "Scaling":
-                    parts.append("<div class='grid'>")
-                section = name
-            # long legend entries (decode's per-query-length lines) leave a half-width plot no room
-            wide = name != "Scaling" or max((len(t.name or "") for t in fig.data), default=0) > 28
-            parts.append(charts.div(fig, wide=wide))
-            if caption:
-                parts.append(f"<p class='caption'>{e(caption)}</p>")
-            if name == "Step breakdown":
-                longest = int(rows.seq_kv.max())
-                shape = replace(cm.Shape.from_row(rows.iloc[0]), seq_q=longest, seq_kv=longest, mode="fwd")
-                trips = plots.hbm_trips_table(shape)
-                parts += [f"<p><b>HBM trips of the N×N matrix, naive vs fused</b> <span class='caption'>(model, "
-                          f"N={longest:,})</span></p>", html_table(trips, set(trips.columns) - {"step"})]
-        if section == "Scaling":
-            parts.append("</div>")
-        if fam_validation is not None and not fam_validation.empty:
-            checked = validation_table(fam_validation)
-            parts += [f"<p><b>Nsight Compute counters vs the cost model</b> <span class='caption'>"
-                      f"({len(fam_validation)} profiled rows)</span></p>",
-                      html_table(checked, set(checked.columns) - {"implementation", "step", "dtype", "causal"})]
+        parts += _family_section(label, families[label], meta, kernels, validation, charts)
     return "\n".join([
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
