@@ -1,12 +1,21 @@
 """Explore attention captures: roofline, scaling, decode bandwidth, per-step breakdown, comparisons,
-traces, what-if.
+traces, what-if, hardware-counter validation.
 
-    streamlit run dashboards/roofline.py                      # captures under reports/
-    streamlit run dashboards/roofline.py -- --reports DIR     # or another folder of captures
+    streamlit run dashboards/roofline.py                                      # newest capture under reports/
+    streamlit run dashboards/roofline.py -- --reports reports --select NAME   # that capture (NAME,NAME: several)
+    streamlit run dashboards/roofline.py -- --reports reports/NAME            # a capture folder: the same
+    streamlit run dashboards/roofline.py -- --reports DIR                     # another folder of captures
 
-Needs no GPU: the H200 reference capture in reports/ opens by default. Loading and maths live in
-profiler/ (store, model, views); this file is layout and widgets only. Every tab follows the
-sidebar: the selected captures and every filter. ``?tab=Step+breakdown`` opens a tab by its name.
+``--reports`` is a folder of captures (default reports/, or $ATTN_REPORTS) or one capture folder (meta.json +
+results.parquet: its parent is scanned and it is selected). With no capture named, the newest opens: by
+meta.json's "time", else the folder's modification time, so the capture just made is what you see. A name
+that is not there gets an error naming the captures that are.
+
+Needs no GPU. Loading and maths live in profiler/ (store, model, views); this file is layout and widgets only.
+Every tab follows the sidebar: the selected captures and every filter. Only rows with status ok are drawn;
+the others (oom, unsupported, error, and wrong: the output failed the correctness check) are listed under the
+roofline. Figures keep their own colours (``theme=None``), as in the HTML report. ``?tab=Step+breakdown``
+opens a tab by its name.
 """
 
 from __future__ import annotations
@@ -27,29 +36,120 @@ if str(ROOT) not in sys.path:  # `streamlit run` from a checkout without `pip in
 from profiler.model import cost_model as cm  # noqa: E402
 from profiler.model import hardware  # noqa: E402
 from profiler.model.presets import PRESETS, preset_of  # noqa: E402
-from profiler.store import CaptureError, discover_captures, load_capture  # noqa: E402
-from profiler.views import plots, rooflines  # noqa: E402
+from profiler.store import KEY, META, RESULTS, CaptureError, discover_captures, load_capture  # noqa: E402
+from profiler.views import plots, rooflines, style  # noqa: E402
 
-DEFAULT_CAPTURE = "reference-h200"
 TABS = ["Roofline", "Scaling", "Bandwidth", "Step breakdown", "Compare", "Trace", "What-if", "Validation"]
 # Filters that pick one value at first (so the first view is one shape family), and which.
 PREFERRED = {"dtype": "fp16", "head_dim": 64, "causal": False, "mode": "fwd"}
+# The columns a row's shape is made of, in the order its compact label names them.
+SHAPE_COLUMNS = ["capture", "mode", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal"]
+NOT_OK = {"wrong": "failed the correctness check", "oom": "out of memory", "unsupported": "not supported",
+          "error": "failed"}
 
 
-def reports_dir() -> Path:
+def parse_args(argv: list[str]) -> tuple[Path, list[str]]:
+    """(the folder of captures to scan, the captures to preselect) from the arguments after `--`."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--reports", default=os.environ.get("ATTN_REPORTS", str(ROOT / "reports")))
-    args, _ = parser.parse_known_args(sys.argv[1:])
-    return Path(args.reports)
+    parser.add_argument("--select", default="", help="NAME[,NAME]: captures of --reports to preselect")
+    args, _ = parser.parse_known_args(argv)
+    reports = Path(args.reports)
+    named = [name.strip() for name in args.select.split(",") if name.strip()]
+    if (reports / META).is_file() and (reports / RESULTS).is_file():  # one capture: scan beside it, select it
+        reports = reports.resolve()
+        return reports.parent, list(dict.fromkeys([reports.name, *named]))
+    return reports, named
 
 
-@st.cache_data(show_spinner="Loading captures ...")
-def load_all(root: str) -> tuple[dict[str, tuple[dict, pd.DataFrame]], list[str]]:
+def measured_at(meta: dict, folder: Path) -> float:
+    """When a capture was made, in seconds since the epoch: meta.json's "time", else the folder's mtime."""
+    try:
+        return pd.Timestamp(meta["time"]).timestamp()
+    except (KeyError, TypeError, ValueError):
+        return folder.stat().st_mtime if folder.exists() else 0.0
+
+
+def sorted_values(values) -> list:
+    """Filter chips in order: numbers by value (512 before 1024 before 16384), anything else as text."""
+    try:
+        return sorted(values)
+    except TypeError:
+        return sorted(values, key=str)
+
+
+def decode_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Measured decode-like totals: fewer queries than keys (what the Bandwidth tab draws)."""
+    return frame[(frame.step == "total") & (frame.status == "ok") & (frame.seq_q < frame.seq_kv)]
+
+
+def why_empty(frame: pd.DataFrame, chosen: dict) -> str:
+    """Why no row of ``frame`` passes the filters ``chosen``: the filters that no row passes (each with what
+    the frame has instead), else the first filter, in sidebar order, that empties what the earlier ones keep."""
+    def have(rows: pd.DataFrame, column: str) -> str:
+        values = sorted_values(rows[column].dropna().unique().tolist())
+        return ", ".join(map(str, values[:8])) + (" ..." if len(values) > 8 else "")
+
+    def wanted(column: str) -> str:
+        return "/".join(map(str, chosen[column])) or "(none chosen)"
+
+    chosen = {c: v for c, v in chosen.items() if c in frame}
+    alone = [f"{c} {wanted(c)} (it has {have(frame, c)})" for c in chosen if not frame[c].isin(chosen[c]).any()]
+    if alone:
+        return "no rows with " + "; ".join(alone)
+    rows, before = frame, []
+    for column in chosen:
+        kept = rows[rows[column].isin(chosen[column])]
+        if kept.empty:
+            kept_by = ", ".join(f"{c} {wanted(c)}" for c in before)
+            return f"its rows with {kept_by} have {column} {have(rows, column)}, not {wanted(column)}"
+        rows, before = kept, [*before, column]
+    return "it has rows under every filter"
+
+
+def shape_labels(rows: pd.DataFrame) -> tuple[pd.Series, list[str]]:
+    """A compact label of each row's shape naming only what varies among ``rows`` (the rest is one value,
+    shown by the filters), and the columns that vary. Square shapes read N=4096, others Nq=1 Nkv=4096."""
+    varying = [c for c in SHAPE_COLUMNS if c in rows and rows[c].nunique() > 1]
+    square = "seq_kv" not in rows or bool((rows.seq_q == rows.seq_kv).all())
+    show_n = square and ("seq_q" in varying or "seq_kv" in varying or len(varying) == 0)
+    parts = []
+    for column in varying:
+        if column in ("seq_q", "seq_kv") and square:
+            continue
+        values = rows[column]
+        prefix = {"batch": "B", "heads": "H", "kv_heads": "KV", "seq_q": "Nq=", "seq_kv": "Nkv=", "head_dim": "D"}
+        if column == "causal":
+            parts.append(values.map({True: "causal", False: "full"}))
+        elif column in prefix:
+            parts.append(prefix[column] + values.astype(str))
+        else:
+            parts.append(values.astype(str))
+    if show_n:
+        parts.append("N=" + rows.seq_q.astype(str))
+    label = pd.Series("", index=rows.index)
+    for part in parts:
+        label = label.str.cat(part, sep=" ").str.strip()
+    return label, varying
+
+
+def stamp(folder: Path) -> tuple[int, int]:
+    """When a capture's meta.json and results were last written (0 where missing): part of every cache key,
+    so a capture made or resumed while the dashboard runs shows on the next reload."""
+    return tuple(f.stat().st_mtime_ns if f.exists() else 0 for f in (folder / META, folder / RESULTS))
+
+
+def folder_stamp(root: Path) -> tuple:
+    return tuple(sorted((p.name, *stamp(p)) for p in root.iterdir() if p.is_dir())) if root.is_dir() else ()
+
+
+@st.cache_data(show_spinner="Loading captures ...", max_entries=4)
+def load_all(root: str, written: tuple) -> tuple[dict[str, tuple[dict, pd.DataFrame]], list[str]]:
     return discover_captures(root)
 
 
-@st.cache_data
-def load_one(path: str) -> tuple[dict, pd.DataFrame]:
+@st.cache_data(max_entries=64)
+def load_one(path: str, written: tuple = ()) -> tuple[dict, pd.DataFrame]:
     return load_capture(path)
 
 
@@ -69,6 +169,15 @@ def load_kernels(path: str) -> tuple[str, pd.DataFrame] | None:
     return None
 
 
+@st.cache_data(show_spinner=False)
+def measured_keys(folder: str, written: tuple, chosen: tuple[tuple[str, tuple], ...]) -> frozenset[tuple]:
+    """The row keys (profiler.store.KEY) of a capture's measured rows under the filters ``chosen``: what
+    Compare can pair. Cached per capture and filters, so ranking every capture as B costs a set intersection."""
+    _, frame = load_one(folder, written)
+    rows = apply_filters(frame[frame.status == "ok"], dict(chosen))
+    return frozenset(rows[KEY].itertuples(index=False, name=None))
+
+
 def with_capture(name: str, meta: dict, frame: pd.DataFrame) -> pd.DataFrame:
     frame = frame.copy()
     frame["capture"], frame["device"] = name, meta.get("device", "?")
@@ -85,11 +194,18 @@ def apply_filters(frame: pd.DataFrame, chosen: dict) -> pd.DataFrame:
     return frame[mask]
 
 
+def chart(where, fig) -> None:
+    """A figure as the HTML report draws it: its own colours and template (profiler.views.style), not
+    Streamlit's theme, which would recolour the traces."""
+    where.plotly_chart(fig, width="stretch", theme=None)
+
+
 st.set_page_config(page_title="Attention roofline", layout="wide")
 st.title("Attention roofline")
 
-root = reports_dir()
-captures, problems = load_all(str(root))
+root, named = parse_args(sys.argv[1:])
+shown_root = os.path.relpath(root) if root.resolve().is_relative_to(Path.cwd()) else str(root)
+captures, problems = load_all(str(root), folder_stamp(root))
 folders = {name: root / name for name in captures}
 for problem in problems:
     st.warning(problem)
@@ -101,7 +217,7 @@ with st.sidebar:
     if extra:
         try:
             added = Path(extra).name
-            captures[added] = load_one(extra)
+            captures[added] = load_one(extra, stamp(Path(extra)))
             folders[added] = Path(extra)
         except CaptureError as err:
             st.error(f"Not a capture: {err}")
@@ -115,13 +231,25 @@ if not captures:
     st.stop()
 
 names = list(captures)
-default = [added] if added else ([DEFAULT_CAPTURE] if DEFAULT_CAPTURE in captures else names[:1])
+newest = max(names, key=lambda n: measured_at(captures[n][0], folders[n]))
+missing = [n for n in named if n not in captures]
+present = [n for n in named if n in captures]
+if missing:
+    st.error(f"No capture named {', '.join(f'`{n}`' for n in missing)} in `{shown_root}`. The captures there: "
+             f"{', '.join(names)}. Showing {', '.join(present) if present else f'the newest, {newest},'} instead.")
+default = [added] if added else (present or [newest])
 with st.sidebar:
-    chosen_captures = st.multiselect("Captures", names, default=default, key=f"captures-{added or ''}")
+    chosen_captures = st.multiselect("Captures", names, default=default, key=f"captures-{added or ''}",
+                                     help=f"the capture folders in `{shown_root}`; with none named, the newest "
+                                          "opens")
     if not chosen_captures:
         st.info("Pick at least one capture.")
         st.stop()
     data = pd.concat([with_capture(n, *captures[n]) for n in chosen_captures], ignore_index=True)
+    meta = captures[chosen_captures[0]][0]
+    device_type = meta.get("device_type")
+    memory = style.memory_name(device_type)
+    timer = meta.get("timer") or style.timer_name(device_type)
     st.header("Filters")
     filters: dict[str, list] = {}
     # A model preset picks heads, K/V heads and head_dim at once (those of the models the data has).
@@ -132,7 +260,7 @@ with st.sidebar:
     fixed = {} if preset == "any" else dict(zip(("heads", "kv_heads", "head_dim"), PRESETS[preset][:3]))
 
     def choose(label: str, column: str):
-        options = sorted(data[column].dropna().unique().tolist(), key=str)
+        options = sorted_values(data[column].dropna().unique().tolist())
         if column in fixed:
             filters[column] = [fixed[column]]
             return
@@ -151,11 +279,10 @@ with st.sidebar:
     bound_filter = st.multiselect("Bound", ["memory", "compute"], default=["memory", "compute"],
                                   help="as the roofline judges it for the bytes chosen below")
     bytes_kind = st.radio("Bytes for intensity", ["compulsory", "tile"], horizontal=True,
-                          help="compulsory: Q, K, V read once, against the HBM roof; tile: each block's re-reads, "
-                               "against the L2 bandwidth `ceilings` measured")
+                          help=f"compulsory: Q, K, V read once, against the {memory} roof; tile: each block's "
+                               "re-reads, against the L2 bandwidth `ceilings` measured")
 
 view = apply_filters(data, filters)
-meta = captures[chosen_captures[0]][0]
 dtype = view.dtype.iloc[0] if not view.empty else "fp16"
 roofs = rooflines.roofs_from_meta(meta, dtype, bytes_kind)
 exp2 = rooflines.exp_rate(meta)
@@ -165,12 +292,14 @@ if roofs and set(bound_filter) != {"memory", "compute"}:
     view = view[(view.status != "ok") | view.index.isin(keep)]
     points = points.loc[points.index.isin(keep)]
 st.caption(f"{len(view):,} of {len(data):,} rows · {', '.join(chosen_captures)} · device {meta.get('device')} · "
-           f"torch {meta.get('torch')} · triton {meta.get('triton')} · measured {meta.get('time', '?')}")
+           f"timed by {timer} · torch {meta.get('torch')} · triton {meta.get('triton')} · "
+           f"measured {meta.get('time', '?')}")
 if view.empty:
     st.warning("No rows match the filters.")
     st.stop()
 if view.dtype.nunique() > 1:
     st.info(f"Several dtypes are selected: the roofs drawn are those of {dtype}.")
+drawn = view[view.status != "wrong"]  # a wrong output's time is kept for the record, never drawn
 
 tabs = dict(zip(TABS, st.tabs(TABS, key="tab", bind="query-params")))
 
@@ -179,49 +308,80 @@ with tabs["Roofline"]:
         st.warning("This capture holds no L2 bandwidth measurement (`python -m profiler ceilings` measures one): "
                    "tile intensities are drawn without a roof, and no bound is judged." if bytes_kind == "tile"
                    else "No roof for this dtype in the capture's metadata.")
-    st.plotly_chart(rooflines.roofline_figure(view, roofs, bytes_kind, exp2_per_s=exp2), width="stretch")
+    chart(st, rooflines.roofline_figure(drawn, roofs, bytes_kind, exp2_per_s=exp2))
     notes = [f"{roofs[0].label}: ridge {roofs[0].ridge:.0f} FLOP/B"] if roofs else []
+    if device_type == "cpu" and bytes_kind == "compulsory":
+        notes.append(f"memory roof: the {memory} copy bandwidth this capture measured (a CPU has no datasheet here); "
+                     f"times by {timer}")
     if exp2 is not None:
         notes.append(f"exp ceiling: softmax's exponentials at {exp2 / 1e12:.2f}·10¹² exp2/s on the SFUs (CUDA "
                      "throughput table; FlashAttention-3 §3.1) cap a fused kernel that does not overlap them with "
                      "its matmuls at the measured matmul rate; a point above it overlaps them")
     st.caption(" · ".join(notes))
-    table = points[["capture", "impl", "step", "mode", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim",
-                    "dtype", "causal",
-                    "time_ms", "tflops", "x", "view_bound", "of_roof", "binds", "of_ceiling"]].rename(columns={
-                        "x": "FLOP/B", "view_bound": "bound", "of_roof": "% of roof", "binds": "binding ceiling",
-                        "of_ceiling": "% of binding ceiling"})
+    # What tells the points apart first (the binding ceiling within 1600 px); one-valued columns are the filters.
+    shape, varying = shape_labels(points)
+    extra_columns = [c for c in varying if c != "capture"]
+    order = [c for c in ("seq_kv", "seq_q") if c in extra_columns] + [c for c in extra_columns if c[:3] != "seq"]
+    table = points.assign(shape=shape, steps_last=points.step != "total")  # whole kernels first, then naive steps
+    table = table.sort_values(["steps_last", "impl", "step", *order])
+    table = table[["capture"] * ("capture" in varying) + ["impl", "step", "shape", "time_ms", "tflops", "x",
+                                                          "view_bound", "of_roof", "binds", "of_ceiling",
+                                                          *extra_columns]]
+    table = table.rename(columns={"time_ms": "time (ms)", "tflops": "TFLOP/s", "x": "FLOP/B", "view_bound": "bound",
+                                  "of_roof": "% of roof", "binds": "binding ceiling",
+                                  "of_ceiling": "% of binding ceiling"})
     for column in ("% of roof", "% of binding ceiling"):
         table[column] = table[column] * 100
     st.dataframe(table, hide_index=True, width="stretch", column_config={
         "% of roof": st.column_config.NumberColumn(format="%.1f%%"),
         "% of binding ceiling": st.column_config.NumberColumn(format="%.1f%%"),
-        "FLOP/B": st.column_config.NumberColumn(format="%.3g"), "tflops": st.column_config.NumberColumn(format="%.4g")})
-    not_ok = view[(view.status != "ok") & (view.step == "total")]
+        "time (ms)": st.column_config.NumberColumn(format="%.4g"),
+        "FLOP/B": st.column_config.NumberColumn(format="%.3g"),
+        "TFLOP/s": st.column_config.NumberColumn(format="%.4g")})
+    not_ok = view[(view.status != "ok") & ((view.step == "total") | (view.status == "wrong"))]
     if not not_ok.empty:
-        st.caption(f"Not on the chart: {len(not_ok)} case(s) that did not run (oom, unsupported, error):")
-        st.dataframe(not_ok[["capture", "impl", "mode", "kv_heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal",
-                             "status", "message"]],
-                     hide_index=True, width="stretch")
+        counts = not_ok.status.value_counts()
+        st.caption(f"Not on the chart: {len(not_ok)} case(s): " + ", ".join(
+            f"{n} {status} ({NOT_OK.get(status, status)})" for status, n in counts.items()))
+        label, _ = shape_labels(not_ok)
+        listed = not_ok.assign(shape=label)
+        st.dataframe(listed[["capture", "impl", "step", "shape", "status", "max_rel_err", "time_ms", "message"]],
+                     hide_index=True, width="stretch",
+                     column_config={"max_rel_err": st.column_config.NumberColumn(format="%.3g")})
 
 with tabs["Scaling"]:
-    figs = plots.scaling_figures(view)
+    figs = plots.scaling_figures(drawn)
     left, right = st.columns(2)
-    left.plotly_chart(figs["time"], width="stretch")
-    right.plotly_chart(figs["tflops"], width="stretch")
-    left.plotly_chart(figs["memory"], width="stretch")
-    right.plotly_chart(figs["speedup"], width="stretch")
+    chart(left, figs["time"])
+    chart(right, figs["tflops"])
+    chart(left, figs["memory"])
+    chart(right, figs["speedup"])
 
 with tabs["Bandwidth"]:
-    st.plotly_chart(plots.bandwidth_figure(view, meta), width="stretch")
-    decode = view[(view.step == "total") & (view.status == "ok") & (view.seq_q < view.seq_kv)]
+    decode = decode_rows(drawn)
     copy = (meta.get("measured_ceilings") or {}).get("copy_gbps")
-    if not decode.empty:
+    if decode.empty:
+        here = decode_rows(data)
+        if not here.empty:
+            st.info("The selected captures have decode rows (fewer queries than keys), but the filters leave none: "
+                    + why_empty(here, filters) + ".")
+        else:
+            found = [n for n in names if not decode_rows(captures[n][1]).empty]
+            where = (f"The captures under `{shown_root}` that have them: {', '.join(found)}. Select one in the "
+                     f"sidebar's Captures, or open it with `streamlit run dashboards/roofline.py -- --reports "
+                     f"{shown_root} --select {found[0]}`." if found else
+                     "No capture here has any: capture decode shapes with `python -m profiler capture --seq-q 1 "
+                     "--seq-kv 4096,32768`.")
+            st.info(f"No decode rows (fewer queries than keys, seq_q < seq_kv) in {', '.join(chosen_captures)}: "
+                    f"this tab draws achieved GB/s for those. {where}")
+    else:
+        chart(st, plots.bandwidth_figure(drawn, meta))
         shown = decode[["capture", "impl", "path", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim",
                         "dtype", "time_ms", "gbps"]].copy()
         shown["of measured copy"] = shown.gbps / copy * 100 if copy else None
         st.caption("GB/s counts the model's compulsory bytes (Q, K, V read once, O and the logsumexp written once): "
-                   "what any kernel must move. Above the copy line is possible: a read-mostly stream outruns a copy.")
+                   f"what any kernel must move through {memory}. Above the copy line is possible: a read-mostly "
+                   "stream outruns a copy.")
         st.dataframe(shown.sort_values(["batch", "seq_q", "seq_kv", "impl"]), hide_index=True, width="stretch",
                      column_config={"of measured copy": st.column_config.NumberColumn(format="%.0f%%"),
                                     "gbps": st.column_config.NumberColumn(format="%,.0f")})
@@ -229,32 +389,63 @@ with tabs["Bandwidth"]:
 with tabs["Step breakdown"]:
     scale = st.radio("Show", ["share", "ms"], horizontal=True, key="step-scale",
                      help="share: each step's part of the four steps' time (every N readable); ms: milliseconds")
-    st.plotly_chart(plots.step_breakdown_figure(view, scale), width="stretch")
+    chart(st, plots.step_breakdown_figure(drawn, scale))
+    st.caption(f"Times by {timer}.")
     first = view.iloc[0]
     shape = replace(cm.Shape.from_row(first), seq_q=int(hi), seq_kv=int(hi), mode="fwd")
     family = plots.family_label(shape.batch, shape.heads, shape.kv_heads, shape.head_dim, shape.dtype, shape.causal,
                                 "fwd")
-    st.markdown(f"**HBM trips of the N×N matrix, naive vs fused** (model, {family}, N={hi})")
+    st.markdown(f"**{memory} trips of the N×N matrix, naive vs fused** (model, {family}, N={hi})")
     st.dataframe(plots.hbm_trips_table(shape), hide_index=True)
 
 with tabs["Compare"]:
     if len(names) < 2:
         st.info("Compare needs two captures.")
     else:
+        drop = {k: v for k, v in filters.items() if k != "device"}  # the devices of A and B may differ
         col_a, col_b = st.columns(2)
         a = col_a.selectbox("A", names, index=names.index(chosen_captures[0]))
+        rows_a = apply_filters(captures[a][1], drop)
         others = [n for n in names if n != a]
-        b = col_b.selectbox("B", others, index=others.index(chosen_captures[1]) if len(chosen_captures) > 1
-                            and chosen_captures[1] in others else 0)
-        drop = {k: v for k, v in filters.items() if k != "device"}  # the devices of A and B may differ
-        fig, joined = plots.compare_figure(apply_filters(captures[a][1], drop), apply_filters(captures[b][1], drop),
-                                           a, b)
+        frozen = tuple((k, tuple(v)) for k, v in drop.items())
+        keys_a = measured_keys(str(folders[a]), stamp(folders[a]), frozen)
+        sharing = {n: len(keys_a & measured_keys(str(folders[n]), stamp(folders[n]), frozen)) for n in others}
+        # Nothing shared under the filters: rank by what is shared without them (a capture of the same kind).
+        keys_all = measured_keys(str(folders[a]), stamp(folders[a]), ())
+        unfiltered = {n: len(keys_all & measured_keys(str(folders[n]), stamp(folders[n]), ())) for n in others}
+        best = max(others, key=lambda n: (sharing[n], unfiltered[n]))  # the first of the most sharing, in folder order
+        pick = chosen_captures[1] if len(chosen_captures) > 1 and chosen_captures[1] in others else best
+        b = col_b.selectbox("B", others, index=others.index(pick),
+                            help="defaults to the second selected capture, else the one sharing the most "
+                                 "(implementation, shape) rows with A under the filters")
+        rows_b = apply_filters(captures[b][1], drop)
+        fig, joined = plots.compare_figure(rows_a, rows_b, a, b)
         if joined.empty:
-            st.info("These captures share no implementation and shape under the current filters.")
+            if rows_a.empty:
+                why = f"under the filters A ({a}) has no rows: {why_empty(captures[a][1], drop)}"
+            elif rows_b.empty:
+                why = f"under the filters B ({b}) has no rows: {why_empty(captures[b][1], drop)}"
+            else:
+                why = (f"under the filters A has {', '.join(sorted(rows_a.impl.unique()))} at N "
+                       f"{', '.join(map(str, sorted_values(rows_a.seq_kv.unique().tolist())))}; B has "
+                       f"{', '.join(sorted(rows_b.impl.unique()))} at N "
+                       f"{', '.join(map(str, sorted_values(rows_b.seq_kv.unique().tolist())))}")
+            if sharing[best]:
+                instead = f" {best} shares {sharing[best]} rows with A under these filters: pick it as B."
+            elif unfiltered[best]:
+                instead = (f" No capture here shares a row with A under these filters; without them {best} shares "
+                           f"{unfiltered[best]} (select it beside {a} in the sidebar to filter both).")
+            else:
+                instead = " No capture here shares an implementation and shape with A, filtered or not."
+            st.info(f"{a} and {b} share no implementation and shape: {why}.{instead}")
         else:
             st.caption(f"{len(joined)} shared rows under the sidebar's filters.")
-            st.plotly_chart(fig, width="stretch")
-            st.dataframe(joined, hide_index=True, width="stretch")
+            chart(st, fig)
+            label, varying = shape_labels(joined)
+            values = [c for c in joined if c.startswith(("time_ms ", "tflops ", "speedup"))]
+            st.dataframe(joined.assign(shape=label)[["impl", "step", "shape", *values, *varying]], hide_index=True,
+                         width="stretch", column_config={c: st.column_config.NumberColumn(format="%.4g")
+                                                         for c in values})
 
 with tabs["Trace"]:
     found = False
@@ -277,7 +468,7 @@ with tabs["Trace"]:
         elif {"seq_q", "head_dim"} <= set(subset.columns):
             run = f" · N={subset.seq_q.iloc[0]} D={subset.head_dim.iloc[0]}"
         st.caption(f"{name}: {source}, {len(subset):,} kernels{run}")
-        st.plotly_chart(plots.trace_figure(subset), width="stretch")
+        chart(st, plots.trace_figure(subset))
     if not found:
         st.info("No trace data for this selection: capture on a GPU with `--trace torch`, or run "
                 "scripts/nsys_profile.sh.")
@@ -290,7 +481,7 @@ with tabs["What-if"]:
     else:
         st.caption("A projection from the cost model and the datasheet: each step's intensity (compulsory bytes), "
                    f"and the roof of {target} at that intensity. Nothing here was measured on {target}.")
-        st.plotly_chart(plots.whatif_figure(view, device, dtype), width="stretch")
+        chart(st, plots.whatif_figure(drawn[drawn.status == "ok"], device, dtype))
 
 with tabs["Validation"]:
     shown = False
@@ -305,8 +496,11 @@ with tabs["Validation"]:
         if kept.empty:
             st.info("No profiled row matches the filters.")
             continue
-        st.plotly_chart(plots.hierarchical_roofline_figure(kept, captures[name][0], dtype), width="stretch")
+        chart(st, plots.hierarchical_roofline_figure(kept, captures[name][0], dtype))
         st.dataframe(plots.validation_table_view(kept), hide_index=True, width="stretch")
     if not shown:
-        st.info("No hardware-counter validation in these captures: run `python -m profiler validate` on a GPU "
-                "(the shipped example is reports/validate-h200).")
+        validated = [n for n in names if (folders[n] / "validation.parquet").exists()]
+        st.info(f"No hardware-counter validation in {', '.join(chosen_captures)}: "
+                + (f"the captures under `{shown_root}` that have one: {', '.join(validated)}; select one in the "
+                   "sidebar's Captures. " if validated else "")
+                + "`python -m profiler validate` on a GPU makes one.")

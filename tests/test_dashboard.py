@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,17 +18,35 @@ from profiler.cli import main
 from profiler.model import cost_model as cm
 from profiler.model import hardware
 from profiler.store import load_capture
-from profiler.views import plots, rooflines
+from profiler.views import plots, rooflines, style
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "dashboards" / "roofline.py")
 REFERENCE = ROOT / "reports" / "reference-h200"
 
 
-def _app(reports: Path | None = None, monkeypatch=None) -> AppTest:
-    if reports is not None:
-        monkeypatch.setenv("ATTN_REPORTS", str(reports))
+@pytest.fixture(scope="module", autouse=True)
+def _reference_selected():
+    """The app opens on the newest capture; these tests name the reference, as `--select` does."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", [APP, "--select", "reference-h200"])
+        yield
+
+
+def _app(reports: Path, monkeypatch, *args: str) -> AppTest:
+    """The app as `streamlit run dashboards/roofline.py -- --reports REPORTS ARGS` runs it (AppTest runs the
+    script in this process: it reads this process's argv at every run)."""
+    monkeypatch.setattr(sys, "argv", [APP, "--reports", str(reports), *args])
     return AppTest.from_file(APP, default_timeout=120).run()
+
+
+def _small_capture(folder: Path, source: str = "gqa-prefill-h100", **meta) -> Path:
+    """A copy of a shipped capture's meta.json and results (no traces), with ``meta`` fields replaced."""
+    folder.mkdir(parents=True)
+    shutil.copy(ROOT / "reports" / source / "results.parquet", folder)
+    fields = {**json.loads((ROOT / "reports" / source / "meta.json").read_text()), **meta}
+    (folder / "meta.json").write_text(json.dumps({k: v for k, v in fields.items() if v is not None}))
+    return folder
 
 
 def _spec(chart) -> dict:
@@ -86,21 +107,22 @@ def test_bound_at_a_glance(reference_app):
         note = next(a for text, a in texts.items() if text.endswith(f"({label})"))
         assert note["x"] == pytest.approx(np.log10(trace["x"][0]))
         assert note["y"] == pytest.approx(np.log10(trace["y"][0]))
-    assert texts["ridge 206 FLOP/B (H200 datasheet)"]["xanchor"] != texts["ridge 159 FLOP/B (measured)"]["xanchor"]
+    measured = next(a for text, a in texts.items() if text.startswith("ridge ") and text.endswith(" (measured)"))
+    assert texts["ridge 206 FLOP/B (H200 datasheet)"]["xanchor"] != measured["xanchor"]
     # Markers: filled when compute-bound, open when memory-bound.
     by_name = {t["name"]: t for t in spec["data"]}
     assert set(by_name["triton_flash"]["marker"]["symbol"]) == {"circle"}
     assert set(by_name["naive: softmax"]["marker"]["symbol"]) == {"diamond-open"}
-    # The exp ceiling of D64 forward: the capture's measured fp16 matmul (677 TFLOP/s) with the
-    # H200's 16 exp2 per clock per SM: 256 / (256 / 677e12 + 1 / 3.865e12) = 402 TFLOP/s, below
+    # The exp ceiling of D64 forward: the capture's measured fp16 matmul with the H200's 16 exp2 per
+    # clock per SM: 256 / (256 / matmul + 1 / 3.865e12) (402 TFLOP/s at a 677 TFLOP/s matmul), below
     # the datasheet's 989.5 / 2.
     exp = by_name["exp ceiling D64 fwd (no overlap)"]
     matmul = json.loads((REFERENCE / "meta.json").read_text())["measured_ceilings"]["matmul_tflops"]["fp16"]
     assert exp["y"][0] == pytest.approx(256 / (256 / (matmul * 1e12) + 1 / (16 * 132 * 1.83e9)) / 1e12, rel=1e-3)
-    assert exp["y"][0] == pytest.approx(402.1, abs=0.1)
     # The table lists every plotted point, naive steps included, with bound and % of roof.
     table = at.dataframe[0].value
     assert len(table) == sum(_point_traces(spec).values())
+    assert not (set(_point_traces(spec)) - {*table.impl, *("naive: " + table.step)})
     assert {"qk_matmul", "softmax", "total"} <= set(table.step)
     softmax = table[(table.step == "softmax") & (table.seq_q == 4096)].iloc[0]
     assert softmax["bound"] == "memory" and 0 < softmax["% of roof"] <= 100
@@ -220,11 +242,9 @@ def test_ten_thousand_rows_render_the_default_page_in_under_two_seconds(tmp_path
     folder.mkdir()
     many.to_parquet(folder / "results.parquet", index=False)
     (folder / "meta.json").write_text(json.dumps(meta))
-    monkeypatch.setenv("ATTN_REPORTS", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", [APP, "--reports", str(tmp_path)])
     at = AppTest.from_file(APP, default_timeout=120)
     at.run()  # the first run loads the capture into Streamlit's cache
-    import time
-
     start = time.perf_counter()
     at.run()
     elapsed = time.perf_counter() - start
@@ -259,6 +279,156 @@ def test_a_path_that_is_not_a_capture_is_refused(reference_app):
     assert any("Not a capture" in e.value and "README.md" in e.value for e in at.error)
 
 
+# ------------------------------------------------------------ issue 23: what you captured is what you see
+
+
+def test_opens_on_the_newest_capture_by_meta_time_else_folder_mtime(tmp_path, monkeypatch):
+    _small_capture(tmp_path / "a-old", time="2026-01-01T00:00:00+0000")
+    _small_capture(tmp_path / "b-new", time="2026-06-01T00:00:00+0000")
+    _small_capture(tmp_path / "c-older", time="2025-01-01T00:00:00+0000")
+    at = _app(tmp_path, monkeypatch)  # nothing named
+    assert not at.exception and not at.error
+    assert next(m for m in at.multiselect if m.label == "Captures").value == ["b-new"]
+    # A capture whose meta.json has no time is dated by its folder.
+    untimed = _small_capture(tmp_path / "d-untimed", time=None)
+    os.utime(untimed, (time.time(), time.time()))
+    at = _app(tmp_path, monkeypatch)
+    assert next(m for m in at.multiselect if m.label == "Captures").value == ["d-untimed"]
+
+
+def test_select_names_the_captures_to_open(monkeypatch):
+    at = _app(ROOT / "reports", monkeypatch, "--select", "decode-h100,gqa-prefill-h100")
+    assert not at.exception and not at.error
+    assert next(m for m in at.multiselect if m.label == "Captures").value == ["decode-h100", "gqa-prefill-h100"]
+
+
+def test_a_capture_folder_as_reports_scans_its_parent_and_selects_it(monkeypatch):
+    at = _app(ROOT / "reports" / "decode-h100", monkeypatch)
+    assert not at.exception and not at.error
+    captures = next(m for m in at.multiselect if m.label == "Captures")
+    assert captures.value == ["decode-h100"]
+    assert {"reference-h200", "decode-capture-h100"} <= set(captures.options)  # its siblings are there to pick
+
+
+def test_a_missing_capture_gets_one_error_naming_it_and_the_others(tmp_path, monkeypatch):
+    _small_capture(tmp_path / "mine", time="2026-01-01T00:00:00+0000")
+    _small_capture(tmp_path / "theirs", time="2025-01-01T00:00:00+0000")
+    at = _app(tmp_path, monkeypatch, "--select", "my-capture")
+    assert not at.exception
+    assert len(at.error) == 1
+    error = at.error[0].value
+    assert "`my-capture`" in error and "mine, theirs" in error and "the newest, mine" in error
+    assert next(m for m in at.multiselect if m.label == "Captures").value == ["mine"]
+
+
+def test_numeric_filter_chips_are_sorted_by_value(reference_app):
+    chips = {m.label: m.options for m in reference_app.multiselect}
+    assert chips["Query length"] == ["512", "1024", "2048", "4096", "8192", "16384"]  # not 1024, 16384, 2048
+    assert chips["head_dim"] == ["64", "128"]
+
+
+def test_roofline_table_leads_with_the_binding_ceiling_and_drops_the_filters(reference_app):
+    table = reference_app.dataframe[0].value
+    assert list(table.columns[:10]) == ["impl", "step", "shape", "time (ms)", "TFLOP/s", "FLOP/B", "bound",
+                                        "% of roof", "binding ceiling", "% of binding ceiling"]
+    # One family: only the sequence length varies, so the label is N=..., and the one-valued columns are gone.
+    assert not {"capture", "dtype", "head_dim", "heads", "kv_heads", "batch", "causal", "mode"} & set(table.columns)
+    assert list(table.columns[10:]) == ["seq_q", "seq_kv"]  # what varies, as numbers, at the end
+    flash = table[table.impl == "triton_flash"]
+    assert list(flash["shape"]) == ["N=512", "N=1024", "N=2048", "N=4096", "N=8192", "N=16384"]
+    assert table.step.iloc[0] == "total" and table.step.iloc[-1] != "total"  # whole kernels, then naive steps
+
+
+def test_wrong_rows_are_listed_with_their_error_and_never_drawn(tmp_path, monkeypatch):
+    """A row whose output failed the correctness check keeps its time for the record but is on no chart."""
+    meta, frame = load_capture(REFERENCE)
+    wrong = ((frame.impl == "triton_flash") & (frame.seq_q == 4096) & (frame.dtype == "fp16") & (frame.head_dim == 64)
+             & ~frame.causal & (frame["mode"] == "fwd"))
+    assert wrong.sum() == 1
+    frame.loc[wrong, ["status", "max_rel_err", "message"]] = ["wrong", 686.0, "max_rel_err 686 > 0.02 (fp16)"]
+    frame.loc[wrong, ["tflops", "gbps", "roof_fraction", "roof_fraction_measured"]] = np.nan
+    frame.loc[wrong, "bound"] = ""
+    folder = tmp_path / "with-wrong"
+    folder.mkdir()
+    frame.to_parquet(folder / "results.parquet", index=False)
+    (folder / "meta.json").write_text(json.dumps(meta))
+    at = _app(tmp_path, monkeypatch)
+    assert not at.exception
+    assert _point_traces(_spec(at.get("plotly_chart")[0]))["triton_flash"] == 5
+    assert 4096 not in set(at.dataframe[0].value.query("impl == 'triton_flash'").seq_q)
+    for title in ("Time", "Throughput"):
+        line = next(t for t in _chart(at, title)["data"] if t["name"] == "triton_flash")
+        assert 4096 not in line["x"]
+    caption = next(c.value for c in at.caption if c.value.startswith("Not on the chart"))
+    assert "1 wrong (failed the correctness check)" in caption and "1 oom" in caption
+    listed = next(d.value for d in at.dataframe if "max_rel_err" in d.value.columns)
+    row = listed[listed.status == "wrong"].iloc[0]
+    assert row.impl == "triton_flash" and row["shape"] == "N=4096" and row.max_rel_err == 686.0
+
+
+def test_a_cpu_capture_names_its_timer_and_memory(tmp_path, monkeypatch):
+    meta = {**json.loads((REFERENCE / "meta.json").read_text()), "device": "cpu", "device_type": "cpu"}
+    meta.pop("datasheet_device", None)
+    _small_capture(tmp_path / "cpu", source="reference-h200", **meta)
+    at = _app(tmp_path, monkeypatch)
+    assert not at.exception
+    texts = [e.value for kind in ("caption", "markdown", "info", "warning") for e in at.get(kind)]
+    texts += [r.help or "" for r in at.radio]
+    assert not [t for t in texts if "CUDA events" in t or "HBM" in t]
+    assert any("timed by torch.utils.benchmark" in t for t in texts)
+    assert any(t.startswith("**DRAM trips of the N×N matrix") for t in texts)
+    gpu = [e.value for e in _app(ROOT / "reports", monkeypatch, "--select", "reference-h200").caption]
+    assert any("timed by CUDA events" in t for t in gpu)
+
+
+def test_compare_defaults_b_to_the_capture_sharing_the_most_rows(reference_app):
+    at = reference_app
+    b = next(s for s in at.selectbox if s.label == "B")
+    # What each capture shares with the reference under the sidebar's defaults (fp16, D64, full, fwd).
+    def keys(name):
+        _, frame = load_capture(ROOT / "reports" / name)
+        rows = frame[(frame.status == "ok") & (frame.dtype == "fp16") & (frame.head_dim == 64) & ~frame.causal
+                     & (frame["mode"] == "fwd")]
+        return set(rows[["impl", "step", "batch", "heads", "kv_heads", "seq_q", "seq_kv"]].itertuples(index=False))
+    ours = keys("reference-h200")
+    shared = {n: len(ours & keys(n)) for n in b.options}
+    assert shared[b.value] == max(shared.values()) > 0
+    assert any(c.value == f"{shared[b.value]} shared rows under the sidebar's filters." for c in at.caption)
+
+
+def test_compare_says_why_nothing_is_shared(monkeypatch):
+    at = _app(ROOT / "reports", monkeypatch, "--select", "gqa-prefill-h100")
+    next(s for s in at.selectbox if s.label == "B").set_value("decode-h100").run()
+    note = next(i.value for i in at.info if "share no implementation and shape" in i.value)
+    # decode-h100 holds batch 1, 8, 64 and Nq 1, 4: none of the prefill's batch 2, Nq 4096/8192.
+    assert "B (decode-h100) has no rows: no rows with batch 2 (it has 1, 8, 64)" in note
+    assert "seq_q 4096/8192 (it has 1, 4)" in note
+    assert "No capture here shares" in note
+
+
+def test_bandwidth_names_the_decode_captures_when_the_selection_has_none(reference_app):
+    note = next(i.value for i in reference_app.info if "No decode rows" in i.value)
+    assert "decode-capture-h100, decode-h100" in note and "Select one in the sidebar's Captures" in note
+    assert "-- --reports reports --select decode-capture-h100" in note
+    assert not any("Decode: achieved bandwidth" in str(_spec(c)["layout"].get("title")) for c in
+                   reference_app.get("plotly_chart"))  # no empty chart beside it
+
+
+def test_bandwidth_says_when_the_filters_hide_the_decode_rows(monkeypatch):
+    at = _app(ROOT / "reports", monkeypatch, "--select", "decode-h100,gqa-prefill-h100")
+    assert _chart(at, "Decode: achieved bandwidth")
+    _select(at, "Query length", [4096, 8192])  # the prefill rows only
+    note = next(i.value for i in at.info if "the filters leave none" in i.value)
+    assert "no rows with seq_q 4096/8192 (it has 1, 4)" in note
+
+
+def test_charts_keep_their_own_colours(reference_app):
+    charts = reference_app.get("plotly_chart")
+    assert len(charts) >= 7 and all(c.proto.theme == "" for c in charts)  # theme=None: no Streamlit recolouring
+    flash = next(t for t in _spec(charts[0])["data"] if t["name"] == "triton_flash")
+    assert flash["marker"]["color"] == style.impl_color("triton_flash")
+
+
 # ---------------------------------------------------------------------------------- plot builders
 
 
@@ -282,7 +452,8 @@ def test_roofline_builder_roofs_and_ridge(reference):
     ridge = next(t for t in fig.data if t.name == "ridge: H200 datasheet")
     assert ridge.x[0] == pytest.approx(206.1, abs=0.1)
     measured = [t for t in fig.data if t.hovertext]
-    assert len(measured) == 11  # 7 implementations + 4 naive steps
+    ok = rows[rows.status == "ok"]
+    assert len(measured) == ok.impl.nunique() + 4  # each implementation + naive's 4 steps
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
 
 
