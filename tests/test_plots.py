@@ -341,3 +341,27 @@ def test_compare_and_whatif_key_decode_rows_on_the_full_shape(decode):
     whatif = plots.whatif_figure(frame, hardware.DEVICES["H200"], "bf16")
     drawn = sum(len(t.hovertext) for t in whatif.data if t.hovertext is not None and t.name[:5] != "above")
     assert drawn == len(ok[ok.hbm_bytes > 0])  # one projected point per row key, decode rows kept apart
+
+
+def test_decode_speedup_divides_by_naive_at_the_same_key_length(decode):
+    """Each decode point's speedup is naive's time at its own Nq and Nkv over its time (it was
+    divided by naive at the first Nkv of the line)."""
+    _, frame = decode
+    totals = frame[(frame.step == "total") & (frame.status == "ok") & (frame.seq_q < frame.seq_kv)]
+    first = totals[totals.impl == "triton_flash"].iloc[0]
+    line = totals[(totals[style.FAMILY_COLUMNS + ["seq_q"]] == first[style.FAMILY_COLUMNS + ["seq_q"]]).all(axis=1)]
+    naive = line[line.impl == "naive"].set_index("seq_kv").time_ms
+    ours = line[line.impl == "triton_flash"].set_index("seq_kv").time_ms
+    expected = (naive / ours).dropna()
+    assert len(expected) >= 3
+    (trace,) = [t for t in plots.scaling_figures(line)["speedup"].data if t.name.startswith("triton_flash")]
+    assert dict(zip(trace.x, trace.y)) == pytest.approx(expected.to_dict(), rel=1e-12)
+
+
+def test_family_spellings_agree():
+    rows = pd.DataFrame({"batch": [8, 8], "heads": [32, 32], "kv_heads": [8, 8], "head_dim": [128, 128],
+                         "dtype": ["bf16", "bf16"], "causal": [False, False], "mode": ["fwd", "fwd"]})
+    assert style.families_title(rows) == style.family_label(8, 32, 8, 128, "bf16", False, "fwd") == \
+        "B8 H32/8 D128 bf16 full fwd"
+    mixed = pd.concat([rows, rows.assign(heads=64)])
+    assert style.families_title(mixed).startswith("B8 {H32/8,H64/8} D128")

@@ -84,7 +84,7 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
     ok = _ok(totals)
     data = _lines(ok[ok.step == "total"])
     figs = {key: go.Figure() for key in ("time", "tflops", "memory", "speedup")}
-    shape_key = [c for c in SHAPE_COLUMNS if c != "seq_kv"]
+    shape_key = SHAPE_COLUMNS  # both lengths: a decode point is compared with naive at its own Nkv
     naive = data[data.impl == "naive"].set_index(shape_key)["time_ms"]
     naive = naive[~naive.index.duplicated()]  # one baseline per shape, also in merged captures
     data = data.merge(naive.rename("naive_ms").reset_index(), on=shape_key, how="left")

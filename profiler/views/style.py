@@ -33,20 +33,30 @@ def impl_color(name: str) -> str:
 def family_label(batch, heads, kv_heads, head_dim, dtype, causal, mode) -> str:
     """'B4 H32 D64 fp16 causal fwd' ('H32/8' with grouped-query attention): a shape family, as titles
     and legends name it."""
-    grouped = "" if kv_heads is None or kv_heads != kv_heads or int(kv_heads) == int(heads) else f"/{int(kv_heads)}"
-    return f"B{batch} H{heads}{grouped} D{head_dim} {dtype} {'causal' if causal else 'full'} {mode}"
+    return f"B{batch} {heads_label(heads, kv_heads)} D{head_dim} {dtype} {'causal' if causal else 'full'} {mode}"
+
+
+def heads_label(heads, kv_heads) -> str:
+    """'H32', or 'H32/8' with fewer K/V heads (grouped-query attention), as family_label writes it."""
+    grouped = kv_heads is not None and kv_heads == kv_heads and int(kv_heads) != int(heads)
+    return f"H{int(heads)}" + (f"/{int(kv_heads)}" if grouped else "")
 
 
 def families_title(rows) -> str:
-    """The shape families in ``rows``: one label, or each column's values where they differ."""
+    """The shape families in ``rows``: one label, or each column's values where they differ (heads
+    and K/V heads as one 'H32/8', the spelling of family_label)."""
     parts = []
-    grouped = "kv_heads" in rows and bool((rows["kv_heads"] != rows["heads"]).any())
-    for column, fmt in (("batch", "B{}"), ("heads", "H{}"), *((("kv_heads", "KV{}"),) if grouped else ()),
-                        ("head_dim", "D{}"), ("dtype", "{}"),
+    kv = rows["kv_heads"] if "kv_heads" in rows else rows["heads"]
+    pairs = sorted({(int(h), int(k)) for h, k in zip(rows["heads"], kv) if h == h and k == k})
+    for column, fmt in (("batch", "B{}"), ("heads", None), ("head_dim", "D{}"), ("dtype", "{}"),
                         ("causal", "{}"), ("mode", "{}")):
-        values = sorted(rows[column].dropna().unique().tolist(), key=str)
-        shown = [("causal" if v else "full") if column == "causal" else fmt.format(v) for v in values]
-        parts.append(shown[0] if len(shown) == 1 else "{" + ",".join(shown) + "}")
+        if column == "heads":
+            shown = [heads_label(h, k) for h, k in pairs]
+        else:
+            values = sorted(rows[column].dropna().unique().tolist(), key=str)
+            shown = [("causal" if v else "full") if column == "causal" else fmt.format(v) for v in values]
+        if shown:
+            parts.append(shown[0] if len(shown) == 1 else "{" + ",".join(shown) + "}")
     return " ".join(parts)
 
 
