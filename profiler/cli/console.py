@@ -96,51 +96,19 @@ def case_line(done: int, total: int, description: str, row: dict | None) -> str:
 
 class PlainProgress:
     """Progress for a log or a pipe, where rich's bar is not drawn until the end: one line per
-    finished case, printed (and flushed) as it finishes. ``start(description)`` announces a case
-    (it reports the one before if that one wrote no rows: --resume skipped it); ``finished(rows)``
-    reports the current one with its total row."""
+    finished case, printed (and flushed) as it finishes; a measure_cases ``finished`` callback."""
 
     def __init__(self, total: int, label: str = "", enabled: bool = True):
         self.total, self.label, self.enabled = total, label, enabled
-        self.started = 0
-        self.reported = 0
-        self.description = ""
+        self.done = 0
 
-    def start(self, description: str) -> None:
-        self._report_skipped()
-        self.started += 1
-        self.description = description
-
-    def finished(self, rows: list[dict]) -> None:
-        total = next((r for r in rows if r.get("step") == "total"), rows[0] if rows else None)
-        self._print(total)
-
-    def close(self) -> None:
-        self._report_skipped()
-
-    def _report_skipped(self) -> None:
-        if self.started > self.reported:
-            self._print(None)
-
-    def _print(self, row: dict | None) -> None:
-        self.reported = self.started
-        if self.enabled:
-            console.print(self.label + case_line(self.started, self.total, self.description, row), soft_wrap=True)
-            console.file.flush()
-
-
-class _ReportingStore:
-    """A capture's store that tells a PlainProgress each time a case's rows are appended."""
-
-    def __init__(self, store, progress: PlainProgress):
-        self._store, self._progress = store, progress
-
-    def append(self, rows: list[dict]) -> None:
-        self._store.append(rows)
-        self._progress.finished(rows)
-
-    def __getattr__(self, name):
-        return getattr(self._store, name)
+    def __call__(self, description: str, rows: list[dict] | None) -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        total = None if rows is None else next((r for r in rows if r.get("step") == "total"), rows[0])
+        console.print(self.label + case_line(self.done, self.total, description, total), soft_wrap=True)
+        console.file.flush()
 
 
 def measure_with_progress(store, shapes, impls, device: str, roofs, rep_ms: int, trace_filter=None,
@@ -170,9 +138,8 @@ def measure_with_progress(store, shapes, impls, device: str, roofs, rep_ms: int,
 
             rows = measure_cases(store, mine, device, roofs, progress=advance, **common)
     else:  # a log or a pipe: a line per finished case, as it finishes
-        plain = PlainProgress(len(mine), label, enabled=shown)
-        rows = measure_cases(_ReportingStore(store, plain), mine, device, roofs, progress=plain.start, **common)
-        plain.close()
+        rows = measure_cases(store, mine, device, roofs, finished=PlainProgress(len(mine), label, enabled=shown),
+                             **common)
     if ranks is not None:
         return distributed.finish_capture(ranks, store, plan.as_meta())
     store.update_meta(finished=True)

@@ -84,9 +84,12 @@ def shapes_of(batches, heads, seqs, dims, dtypes, causals, modes, seqs_kv=None, 
 
 
 def measure_cases(store: ResultStore, cases: list[tuple[cm.Shape, Impl]], device, roofs: Roofs, *, rep_ms: int,
-                  progress=None, trace_filter: Callable[[cm.Shape], bool] | None = None,
+                  progress=None, finished: Callable[[str, list[dict] | None], None] | None = None,
+                  trace_filter: Callable[[cm.Shape], bool] | None = None,
                   write_kernels: bool = True, graph: bool = False) -> list[dict]:
-    """Measure every (shape, impl) case, appending rows to ``store`` as each finishes; shapes that
+    """Measure every (shape, impl) case, appending rows to ``store`` as each finishes. ``progress``
+    hears each case's description before it runs, ``finished`` the description and the rows it
+    wrote after (None when --resume found it already measured). Shapes that
     ``trace_filter`` accepts also get a torch-profiler trace per implementation (and, with
     ``write_kernels``, the capture's kernel table is rebuilt from its traces). ``graph`` times
     replays of a CUDA graph of each call (forward only; profiler.measure.timing)."""
@@ -97,9 +100,12 @@ def measure_cases(store: ResultStore, cases: list[tuple[cm.Shape, Impl]], device
             key = {"impl": impl.name, "step": "total", "mode": shape.mode, "batch": shape.batch,
                    "heads": shape.heads, "kv_heads": shape.kv_heads, "seq_q": shape.seq_q, "seq_kv": shape.seq_kv,
                    "head_dim": shape.head_dim, "dtype": shape.dtype, "causal": shape.causal}
+            description = f"{impl.name} {shape.mode} {shape.label}"
             if progress is not None:
-                progress(f"{impl.name} {shape.mode} {shape.label}")
+                progress(description)
             if store.has(key):
+                if finished is not None:
+                    finished(description, None)
                 continue  # --resume: already measured
             with nvtx_range(shape_range(impl.name, shape)):
                 result = run_case(impl, shape, device, rep_ms=rep_ms, annotate=False, graph=graph)
@@ -111,6 +117,8 @@ def measure_cases(store: ResultStore, cases: list[tuple[cm.Shape, Impl]], device
                                           status="oom", message=result.message) for step in impl.steps]
             store.append(rows)
             new_rows += rows
+            if finished is not None:
+                finished(description, rows)
             if trace_filter is not None and trace_filter(shape) and result.status == "ok":
                 if trace_case(impl, shape, device, store.folder) and write_kernels:
                     store.write_kernels(kernels_of_capture(store.folder))
