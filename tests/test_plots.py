@@ -365,3 +365,15 @@ def test_family_spellings_agree():
         "B8 H32/8 D128 bf16 full fwd"
     mixed = pd.concat([rows, rows.assign(heads=64)])
     assert style.families_title(mixed).startswith("B8 {H32/8,H64/8} D128")
+
+
+def test_step_breakdown_says_when_only_the_steps_ran_out_of_memory(reference):
+    """At N=16384 naive attention's forward ran on the H200 but timing its steps one by one (S, the
+    scaled S and P held at once) did not: the bar says so, and a shape where nothing ran says OOM."""
+    _, frame = reference
+    family = _default_view(frame)
+    (oom,) = [t for t in plots.step_breakdown_figure(family).data if t.name == "out of memory"]
+    assert list(oom.x) == ["N=16384"] and list(oom.text) == ["steps OOM<br>(total ran)"]
+    both = family[~((family.impl == "naive") & (family.step == "total") & (family.seq_q == 16384))]
+    (oom,) = [t for t in plots.step_breakdown_figure(both).data if t.name == "out of memory"]
+    assert list(oom.text) == ["OOM"]

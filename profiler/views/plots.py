@@ -158,9 +158,16 @@ def step_breakdown_figure(rows: pd.DataFrame, scale: str = "share", device_type:
                                  hovertemplate=f"{step} (nsys): %{{customdata:.4g}} ms<extra></extra>"))
     oom = naive[naive.status == "oom"].drop_duplicates([*FAMILY_COLUMNS, "seq_q"]).sort_values(order)
     if not oom.empty:
+        # Where the whole naive forward ran but its steps did not: timing the steps one by one holds S,
+        # the scaled S and P (three N×N matrices, profiler.measure.naive_steps) at once; the forward two.
+        totals = _ok(rows[(rows.impl == "naive") & (rows.step == "total")]).set_index([*FAMILY_COLUMNS, "seq_q"])
+        ran = [tuple(r) in totals.index for r in oom[[*FAMILY_COLUMNS, "seq_q"]].itertuples(index=False)]
+        text = ["steps OOM<br>(total ran)" if r else "OOM" for r in ran]
+        hover = ["the whole of naive attention ran (see Roofline); timing its steps one by one holds S, the scaled S "
+                 "and P at once, and ran out of memory" if r else "naive ran out of memory here" for r in ran]
         fig.add_trace(go.Bar(x=category(oom), y=[1.0 if scale == "share" else 0.0] * len(oom), name="out of memory",
-                             marker={"color": "rgba(0,0,0,0.08)"}, text=["OOM"] * len(oom), textposition="inside",
-                             offsetgroup="events", hovertemplate="naive ran out of memory here<extra></extra>"))
+                             marker={"color": "rgba(0,0,0,0.08)"}, text=text, textposition="inside",
+                             offsetgroup="events", hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
     if steps.empty and oom.empty:
         fig.add_annotation(text="No naive steps in this selection: select the implementation 'naive' "
                                 "(only it is timed step by step)", showarrow=False, x=0.5, y=0.5,
