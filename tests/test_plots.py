@@ -377,3 +377,11 @@ def test_step_breakdown_says_when_only_the_steps_ran_out_of_memory(reference):
     both = family[~((family.impl == "naive") & (family.step == "total") & (family.seq_q == 16384))]
     (oom,) = [t for t in plots.step_breakdown_figure(both).data if t.name == "out of memory"]
     assert list(oom.text) == ["OOM"]
+
+
+def test_compare_names_the_captures_in_its_title_and_keeps_the_axis_short(reference):
+    _, frame = reference
+    fig, joined = plots.compare_figure(frame, frame, "reference-h200", "a-very-long-capture-name-of-a-user-20261122")
+    assert fig.layout.title.text == "B = a-very-long-capture-name-of-a-user-20261122 against A = reference-h200"
+    assert fig.layout.yaxis.title.text == "speedup B / A (x, above 1: B faster)"
+    assert len(joined) == len(frame[frame.status == "ok"]) and (joined["speedup B/A"] == 1.0).all()

@@ -228,8 +228,9 @@ def compare_figure(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str)
                                  line={"color": impl_color(impl), "dash": DASHES[k % len(DASHES)]}))
     fig.add_hline(y=1.0, line_dash="dot")
     _length_axis(fig, totals.seq_kv, "key length N (= query length for square shapes)")
-    fig.update_yaxes(title=f"speedup of {label_b} over {label_a} (x)")
-    fig.update_layout(template=PLOTLY_TEMPLATE, title=f"{label_b} vs {label_a}", height=420)
+    # Capture names can be long: they go in the title, the axis keeps a short label.
+    fig.update_yaxes(title="speedup B / A (x, above 1: B faster)")
+    fig.update_layout(template=PLOTLY_TEMPLATE, title=f"B = {label_b} against A = {label_a}", height=420)
     return fig, joined
 
 
