@@ -317,3 +317,10 @@ def test_report_is_self_contained_and_small(tmp_path, reference_file, reference_
     assert all("template" not in f["layout"] for f in figures)
     assert "HBM trips of the N×N matrix" in text
     assert main(["report", str(tmp_path)]) == 2  # not a capture: one line, exit status 2
+
+
+def test_report_out_may_name_a_new_folder(tmp_path):
+    from profiler.views.report import write_report
+
+    out = write_report(ROOT / "reports" / "validate-h200-n2048", tmp_path / "new" / "deeper" / "r.html")
+    assert out.exists() and out.read_text(encoding="utf-8").startswith("<!doctype html>")

@@ -535,7 +535,9 @@ def build_report(folder: Path | str, family: list[str] | None = None) -> str:
 
 def write_report(folder: Path | str, out: Path | str | None = None, family: list[str] | None = None) -> Path:
     """Write :func:`build_report` of ``folder`` to ``out`` (default ``<folder>/report.html``, which git
-    ignores) atomically, and return the path."""
+    ignores) atomically, creating its folder, and return the path."""
     out = Path(out) if out else Path(folder) / "report.html"
-    write_bytes_atomic(out, build_report(folder, family).encode("utf-8"))
+    html_text = build_report(folder, family)  # a bad capture or family fails before anything is created
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(out, html_text.encode("utf-8"))
     return out
