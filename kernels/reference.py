@@ -156,8 +156,9 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 # Largest relative error (``relative_error`` against fp32 naive attention) a correct kernel may
 # have, by input dtype: 4 units of roundoff of the format its matmuls read. Unit roundoff u = 2^-11
 # for fp16 (10 stored mantissa bits) and 2^-8 for bf16 (7 bits) (IEEE 754-2008 binary16; Google's
-# bfloat16 format). fp32 inputs get fp16's u: Triton's tl.dot and cuDNN multiply fp32 in TF32 on
-# tensor cores, whose mantissa is fp16's (NVIDIA A100 whitepaper, "TF32"). The shipped H100/H200
+# bfloat16 format). fp32 inputs get fp16's u: a kernel may multiply fp32 as TF32 on tensor cores,
+# tl.dot's default input precision (Triton's docs), whose mantissa is fp16's (NVIDIA A100
+# whitepaper, "TF32"); ours multiply fp32 in IEEE fp32 and sit far below it. The shipped H100/H200
 # captures of every implementation stay below 0.44 of these (largest: 8.5e-4 fp16 and
 # 6.8e-3 bf16, naive fwd+bwd gradients). A consequence to know: in bf16 an output scaled by
 # (1 + 1%) still passes, since 1% is within 4u = 1.6%.
