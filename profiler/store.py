@@ -66,7 +66,8 @@ SCHEMA: dict[str, tuple[str, str]] = {
 }
 COLUMNS = list(SCHEMA)
 # Meta keys that describe one run; a resumed capture keeps the earlier runs' values in earlier_runs.
-RUN_KEYS = ("command", "time", "git_revision", "torch", "triton", "cuda", "driver", "measured_ceilings", "rep_ms")
+RUN_KEYS = ("command", "time", "git_revision", "torch", "triton", "cuda", "driver", "measured_ceilings",
+            "measured_ceilings_source", "rep_ms")
 KEY = ["impl", "step", "mode", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal"]
 # Columns added after captures were shipped, and how an older file's rows read without them.
 ADDED_COLUMNS = {"kv_heads": lambda frame: frame["heads"], "path": lambda frame: ""}

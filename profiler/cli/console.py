@@ -65,11 +65,16 @@ def start_capture(args, device_label: str, dtypes, meta: dict, impls=(), head_di
               "resumable": resumable, "status": lambda text: console.status(escape(text))}
     try:
         if ranks is None:
-            return open_capture(args.device, folder, device_label, dtypes, meta, **common)
-        return distributed.open_shared_capture(ranks, args.device, folder, device_label, dtypes, meta,
-                                               allow_mixed=args.allow_mixed, **common)
+            store, roofs = open_capture(args.device, folder, device_label, dtypes, meta, **common)
+        else:
+            store, roofs = distributed.open_shared_capture(ranks, args.device, folder, device_label, dtypes, meta,
+                                                           allow_mixed=args.allow_mixed, **common)
     except FolderError as err:
         raise UsageError(str(err)) from None
+    source = store.meta.get("measured_ceilings_source", "")
+    if source.startswith("cache") and (ranks is None or ranks.main):
+        console.print(f"Roofs (measured ceilings) from the {source}.", soft_wrap=True)
+    return store, roofs
 
 
 def dashboard_hint(folder: Path) -> None:

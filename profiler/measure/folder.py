@@ -4,11 +4,12 @@ implementation is and how it is costed, and the caller's own keys."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 from kernels.registry import Impl
-from profiler.measure.ceilings import measure_ceilings
+from profiler.measure.ceilings import cache_path, load_cached, measure_ceilings
 from profiler.measure.meta import run_metadata
 from profiler.model import hardware
 from profiler.model.roofs import Roofs
@@ -50,6 +51,21 @@ def check_folder(folder: Path, *, resume: bool = False, resumable: bool = True) 
             raise FolderError(f"--resume: {err}") from None
 
 
+def check_same_device(folder: Path, label: str) -> None:
+    """--resume adds rows to a capture of this device only: its meta.json (device, datasheet, ceilings)
+    describes every row, so rows of another machine would be judged against the wrong roofs."""
+    meta_path = folder / META
+    if not meta_path.exists():
+        return
+    try:
+        stored = json.loads(meta_path.read_text()).get("device")
+    except ValueError as err:
+        raise FolderError(f"--resume: '{meta_path}' is not valid JSON: {err}") from None
+    if stored and stored != label:
+        raise FolderError(f"--resume: '{folder}' was captured on '{stored}', this is '{label}'; resume it on that "
+                          "device, or measure here into another --out")
+
+
 def user_impls_meta(impls: list[Impl], head_dims=()) -> dict:
     """What a capture records of each user implementation: where it was imported from, its layout,
     and its costing, so the capture can be remodelled and drawn without the user's code."""
@@ -66,7 +82,9 @@ def open_capture(device: str, folder: Path, label: str, dtypes, meta: dict, *, i
     long work (the ceilings take a few seconds)."""
     check_folder(folder, resume=resume, resumable=resumable)
     if resume:
+        check_same_device(folder, label)
         merge_parts(folder)  # rows an interrupted distributed sweep left in parts/
+    cached = load_cached(device)  # what measure_ceilings will reuse if it fits (it stores what it measures)
     if status is None:
         measured = measure_ceilings(device, dtypes=tuple(sorted(set(dtypes))))
     else:
@@ -74,5 +92,10 @@ def open_capture(device: str, folder: Path, label: str, dtypes, meta: dict, *, i
             measured = measure_ceilings(device, dtypes=tuple(sorted(set(dtypes))))
     roofs = Roofs(hardware.lookup(label), measured)
     users = user_impls_meta(list(impls), head_dims)
-    meta = run_metadata(device) | roofs.as_meta() | meta | ({"user_impls": users} if users else {})
+    # Ceilings come from a per-device cache when one is there (profiler.measure.ceilings): say so, with
+    # when they were measured, since a cache filled on a busy machine judges every later capture.
+    source = (f"cache {cache_path()} (measured {measured.measured_at}; `python -m profiler ceilings --no-cache` "
+              "measures again)") if cached == measured else "measured by this run"
+    meta = (run_metadata(device) | roofs.as_meta() | {"measured_ceilings_source": source} | meta
+            | ({"user_impls": users} if users else {}))
     return ResultStore(folder, meta, resume=resume), roofs

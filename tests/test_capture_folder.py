@@ -1,0 +1,49 @@
+"""Where a capture's rows and roofs come from: --resume adds to a capture of this device only, and
+a capture says when its ceilings came from the cache rather than from its own run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from profiler.cli import main
+from profiler.store import load_capture
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--device", "cpu", "--seq", "32", "--batch", "1", "--heads", "1", "--dim", "16", "--rep-ms", "2",
+         "--impl", "naive"]
+
+
+def test_resume_refuses_a_capture_of_another_device(tmp_path, capsys):
+    shipped = tmp_path / "reference-h200"
+    shutil.copytree(ROOT / "reports" / "reference-h200", shipped)
+    before = {p.name: p.read_bytes() for p in shipped.iterdir() if p.is_file()}
+    code = main(["capture", *SMALL, "--out", str(shipped), "--resume"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"--resume: '{shipped}' was captured on 'NVIDIA H200', this is 'CPU" in err and err.count("\n") == 1
+    assert {p.name: p.read_bytes() for p in shipped.iterdir() if p.is_file()} == before  # nothing written
+
+
+def test_resume_on_the_same_device_adds_rows(tmp_path, capsys):
+    out = tmp_path / "cap"
+    assert main(["capture", *SMALL, "--out", str(out)]) == 0
+    assert main(["capture", *SMALL[:-1], "naive,sdpa_math", "--out", str(out), "--resume"]) == 0
+    _, frame = load_capture(out)
+    assert set(frame[frame.step == "total"].impl) == {"naive", "sdpa_math"}
+
+
+def test_a_capture_says_where_its_ceilings_came_from(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ATTN_ROOFLINE_CACHE", str(tmp_path / "cache"))
+    assert main(["capture", *SMALL, "--out", str(tmp_path / "first")]) == 0
+    first = json.loads((tmp_path / "first" / "meta.json").read_text())
+    assert first["measured_ceilings_source"] == "measured by this run"
+    assert "from the cache" not in capsys.readouterr().out
+    assert main(["capture", *SMALL, "--out", str(tmp_path / "second")]) == 0
+    second = json.loads((tmp_path / "second" / "meta.json").read_text())
+    measured_at = first["measured_ceilings"]["measured_at"]
+    assert second["measured_ceilings"] == first["measured_ceilings"]
+    assert second["measured_ceilings_source"].startswith(f"cache {tmp_path / 'cache' / 'ceilings.json'} (measured "
+                                                         f"{measured_at};")
+    assert f"Roofs (measured ceilings) from the cache {tmp_path / 'cache'}" in capsys.readouterr().out
