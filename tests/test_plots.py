@@ -198,6 +198,23 @@ def test_a_point_above_its_roof_is_ringed_and_says_why(reference):
     assert not any((t.name or "").startswith("above the roof") for t in compulsory.data)
 
 
+def test_a_point_above_the_compute_roof_is_explained_by_the_roof_not_the_bytes(reference):
+    """Right of the ridge bytes play no part: a point above the flat roof (e.g. a CPU capture judged
+    against a matmul ceiling measured on a busy machine) gets the roof's reason, not a cache's."""
+    meta, frame = reference
+    rows = _default_view(frame).copy()
+    fast = rows.index[(rows.impl == "triton_flash") & (rows.seq_q == 8192)]
+    rows.loc[fast, "tflops"] = 1500.0  # above the H200's 989.5 TFLOP/s datasheet peak
+    fig = _roofline(meta, rows)
+    (note,) = [t for t in fig.data if (t.name or "").startswith("above the compute roof")]
+    assert list(note.y) == [1500.0]
+    assert not any((t.name or "").startswith("above the roof") for t in fig.data)  # no bytes note
+    ours = next(t for t in fig.data if t.name == "triton_flash")
+    (text,) = [h for h in ours.hovertext if style.ABOVE_COMPUTE_NOTE in h]
+    assert "the roof underestimates" in text.replace("<br>", " ") and "cache below" not in text
+    assert "bytes do not matter" in rooflines.above_roof_reason("sdpa_flash", "DRAM", "compute")
+
+
 def test_the_generic_reason_names_the_cache_below():
     assert "L2 served" in rooflines.above_roof_reason("sdpa_flash", "HBM")
     assert "L1 and registers" in rooflines.above_roof_reason("sdpa_flash", "L2")

@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 from profiler.model import hardware
 from profiler.model import roofs as roofline
 from profiler.views.style import (
+    ABOVE_COMPUTE_NOTE,
     ABOVE_ROOF_NOTE,
     ABOVE_ROOF_REASON,
     CACHE_BELOW,
@@ -146,9 +147,16 @@ def _sample(points: pd.DataFrame, limit: int) -> pd.DataFrame:
     return pd.concat(parts)
 
 
-def above_roof_reason(impl: str, memory: str) -> str:
-    """Why a point of ``impl`` sits above its ``memory`` roof: the implementation's own reason where
-    it is known (style.ABOVE_ROOF_REASON), else the general one for that level."""
+def above_roof_reason(impl: str, memory: str, bound: str = "memory") -> str:
+    """Why a point of ``impl`` sits above its roof: on the sloped part (``bound`` memory) the bytes,
+    the implementation's own reason where it is known (style.ABOVE_ROOF_REASON), else the general
+    one for the ``memory`` level; on the flat part (compute) the roof itself, since bytes play no
+    part there."""
+    if bound == "compute":
+        return ("right of the ridge the roof is a FLOP rate, so the bytes do not matter: the roof underestimates "
+                "what this kernel sustains (a measured matmul ceiling taken on a busy machine, or from a cache "
+                "filled earlier: meta.json's measured_ceilings_source says which), or the kernel did less "
+                "arithmetic than the FLOP convention counts")
     below = CACHE_BELOW.get(memory, "a cache below it")
     known = ABOVE_ROOF_REASON.get(impl)
     if known is not None and memory == "L2":
@@ -170,7 +178,8 @@ def _hover(group: pd.DataFrame, memory: str = "HBM") -> list[str]:
         if r.binds:
             text += f"<br>binding ceiling: {r.binds} ({r.ceiling_tflops:.4g} TFLOP/s, reached {r.of_ceiling:.1%})"
         if r.of_roof > 1:
-            text += f"<br><b>{ABOVE_ROOF_NOTE}</b>:<br>{_wrap(above_roof_reason(r.impl, memory))}"
+            note = ABOVE_COMPUTE_NOTE if r.view_bound == "compute" else ABOVE_ROOF_NOTE
+            text += f"<br><b>{note}</b>:<br>{_wrap(above_roof_reason(r.impl, memory, r.view_bound))}"
         texts.append(text)
     return texts
 
@@ -329,14 +338,20 @@ def roofline_figure(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "co
         ))
         over = (group.of_roof > 1).to_numpy()
         if over.any():
-            above.append((group.x[over] * shift, group.tflops[over]))
+            above.append((group.x[over] * shift, group.tflops[over], group.view_bound[over]))
     if above:
-        fig.add_trace(go.Scatter(
-            x=np.concatenate([a[0] for a in above]), y=np.concatenate([a[1] for a in above]), mode="markers",
-            name=ABOVE_ROOF_NOTE.replace(" bytes", "<br>bytes") + f"<br>({CACHE_BELOW.get(memory, 'a cache')} "
-                 f"under {memory}; hover for why)",
-            marker={"symbol": "circle-open", "size": 20, "color": "#444", "line": {"width": 1.5}},
-            hoverinfo="skip", legendgroup="above"))  # the point beneath carries the hover, reason included
+        # One ring per point above its roof, one legend entry per side of the ridge: the bytes explain a
+        # point above the slope, the roof itself one above the flat part.
+        xs, ys, sides = (np.concatenate([a[i] for a in above]) for i in range(3))
+        names = {"memory": ABOVE_ROOF_NOTE.replace(" bytes", "<br>bytes")
+                 + f"<br>({CACHE_BELOW.get(memory, 'a cache')} under {memory}; hover for why)",
+                 "compute": ABOVE_COMPUTE_NOTE.replace(" is below", "<br>is below") + "<br>(hover for why)"}
+        for side in ("memory", "compute"):
+            if (sides == side).any():
+                fig.add_trace(go.Scatter(
+                    x=xs[sides == side], y=ys[sides == side], mode="markers", name=names[side],
+                    marker={"symbol": "circle-open", "size": 20, "color": "#444", "line": {"width": 1.5}},
+                    hoverinfo="skip", legendgroup="above"))  # the point beneath carries the hover and reason
         notes.append("ringed: above the roof (hover for why)")
     per = "L2 tile" if bytes_kind == "tile" else memory
     x_ticks, y_ticks = log_ticks(x_lo, x_hi), log_ticks(bottom, top)

@@ -134,6 +134,7 @@ def _number(v: float) -> str:
 # A measured point above its roof means the bytes the cost model charges are not all served by the
 # memory that roof is for: the cache below it (L2 under HBM, L1 and registers under L2) served some.
 ABOVE_ROOF_NOTE = "above the roof: the model charges bytes that the cache below serves"
+ABOVE_COMPUTE_NOTE = "above the compute roof: the roof is below what this kernel sustains"
 CACHE_BELOW = {"HBM": "L2", "DRAM": "the CPU caches", "L2": "L1 and registers"}
 # Why, where it is known for an implementation (its costing in kernels.registry says how it is
 # charged; listed here so the views need not import the registry, which loads torch).
