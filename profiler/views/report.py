@@ -390,7 +390,7 @@ window.addEventListener("beforeprint", () => charts.forEach(draw));
 CSS = f"""
 :root {{ color-scheme: light; }}
 body {{ font-family: {FONT}; color: {TEXT_COLOR}; background: #fff; margin: 0; line-height: 1.5; font-size: 15px; }}
-main {{ max-width: 1400px; margin: 0 auto; padding: 2.5rem 2rem 4rem; }}
+main {{ max-width: 1560px; margin: 0 auto; padding: 2.5rem 2rem 4rem; }}
 h1 {{ font-size: 2.2rem; font-weight: 700; margin: 0 0 .3rem; }}
 h2 {{ font-size: 1.6rem; font-weight: 600; margin: 3rem 0 .4rem; padding-top: 1rem; border-top: 1px solid {BORDER}; }}
 h3 {{ font-size: 1.15rem; font-weight: 600; margin: 1.6rem 0 .4rem; }}
@@ -406,7 +406,7 @@ th {{ white-space: normal; vertical-align: bottom; line-height: 1.2; }}
 th.num, td.num {{ text-align: right; }} th.text, td.text {{ text-align: left; }}
 tbody tr:hover {{ background: #f8f9fb; }}
 tr.shape-start td {{ border-top: 2px solid #d5dae5; }}
-tr.note td {{ white-space: normal; border-top: 0; padding: 0 .5rem .45rem 1.5rem; font-size: .78rem; }}
+tr.note td {{ white-space: normal; overflow-wrap: anywhere; border-top: 0; padding: 0 .5rem .45rem 1.5rem; font-size: .78rem; }}
 tr:has(+ tr.note) td {{ border-bottom: 0; }}
 tr.status-wrong td, tr.status-error td {{ color: #c81e1e; }}
 tr.status-oom td {{ color: #b45309; }}
