@@ -281,9 +281,14 @@ def get_impl(name: str) -> Impl:
                          "or name your own as module:function")
     module, _, attr = name.rpartition(":")
     try:
-        target = getattr(_import(module), attr)
+        loaded = _import(module)
     except Exception as err:  # whatever the user's module raises on import is reported, not re-raised
         raise ValueError(f"cannot load implementation '{name}': {type(err).__name__}: {err}") from None
+    if not hasattr(loaded, attr):
+        public = sorted(n for n, v in vars(loaded).items() if callable(v) and not n.startswith("_"))
+        raise ValueError(f"cannot load implementation '{name}': '{module}' has no '{attr}'"
+                         + (f" (it has: {', '.join(public[:12])})" if public else ""))
+    target = getattr(loaded, attr)
     if isinstance(target, Impl):
         impl = target
     elif isinstance(getattr(target, "__attn_impl__", None), Impl):

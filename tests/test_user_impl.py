@@ -132,6 +132,14 @@ def test_cli_names_a_bad_spec_in_one_line(capsys):
     assert len(err.splitlines()) == 1 and "cannot load implementation 'no_such_module:f'" in err
 
 
+def test_a_missing_function_is_named_with_what_the_file_has(tmp_path):
+    spec = tmp_path / "mine.py"
+    spec.write_text("def attention(q, k, v, causal=False, sm_scale=None):\n    return q\n\ndef _private():\n    pass\n")
+    with pytest.raises(ValueError) as err:
+        get_impl(f"{spec}:nope")
+    assert str(err.value) == f"cannot load implementation '{spec}:nope': '{spec}' has no 'nope' (it has: attention)"
+
+
 # ------------------------------------------------------------------------- end to end on the CPU
 
 

@@ -101,7 +101,8 @@ def _device(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m profiler", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="python -m profiler",
+                     description="Profile attention kernels and place them on a roofline: measure, model, compare.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = sub.add_parser("demo", help="run every implementation once and print a small table")

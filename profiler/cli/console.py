@@ -94,7 +94,7 @@ def case_line(done: int, total: int, description: str, row: dict | None) -> str:
     if row is None:
         return head + "already in the capture"
     if row["status"] == "ok":
-        return head + f"ok {fmt(row.get('time_ms'), '.3g')} ms"
+        return head + f"ok {fmt(row.get('time_ms'), '.4g')} ms"
     message = row.get("message")
     return head + row["status"] + (f": {message}" if isinstance(message, str) and message else "")
 

@@ -180,7 +180,7 @@ def _print_bench(table, impls: list[str], baseline: str, title: str) -> None:
     if not peers:
         return
     ratios = Table(*[header for header, _ in columns],
-                   title=f"{baseline} / each peer (above 1: {baseline} is faster): {shared}")
+                   title=f"Ratios {baseline} / peer, above 1: {baseline} faster ({shared})")
     for n in peers:
         ratios.add_column(ratio_header(baseline, n), overflow="fold")
     for r in records:

@@ -406,7 +406,8 @@ th {{ white-space: normal; vertical-align: bottom; line-height: 1.2; }}
 th.num, td.num {{ text-align: right; }} th.text, td.text {{ text-align: left; }}
 tbody tr:hover {{ background: #f8f9fb; }}
 tr.shape-start td {{ border-top: 2px solid #d5dae5; }}
-tr.note td {{ white-space: normal; overflow-wrap: anywhere; border-top: 0; padding: 0 .5rem .45rem 1.5rem; font-size: .78rem; }}
+tr.note td {{ white-space: normal; overflow-wrap: anywhere; border-top: 0; padding: 0 .5rem .45rem 1.5rem;
+  font-size: .78rem; }}
 tr:has(+ tr.note) td {{ border-bottom: 0; }}
 tr.status-wrong td, tr.status-error td {{ color: #c81e1e; }}
 tr.status-oom td {{ color: #b45309; }}
