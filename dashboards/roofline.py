@@ -38,12 +38,19 @@ from profiler.model import hardware  # noqa: E402
 from profiler.model.presets import PRESETS, preset_of  # noqa: E402
 from profiler.store import KEY, META, RESULTS, CaptureError, discover_captures, load_capture  # noqa: E402
 from profiler.views import plots, rooflines, style  # noqa: E402
+from profiler.views.selection import (  # noqa: E402
+    apply_filters,
+    decode_rows,
+    measured_at,
+    shape_labels,
+    sorted_values,
+    why_empty,
+    with_capture,
+)
 
 TABS = ["Roofline", "Scaling", "Bandwidth", "Step breakdown", "Compare", "Trace", "What-if", "Validation"]
 # Filters that pick one value at first (so the first view is one shape family), and which.
 PREFERRED = {"dtype": "fp16", "head_dim": 64, "causal": False, "mode": "fwd"}
-# The columns a row's shape is made of, in the order its compact label names them.
-SHAPE_COLUMNS = ["capture", "mode", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal"]
 NOT_OK = {"wrong": "failed the correctness check", "oom": "out of memory", "unsupported": "not supported",
           "error": "failed"}
 
@@ -60,77 +67,6 @@ def parse_args(argv: list[str]) -> tuple[Path, list[str]]:
         reports = reports.resolve()
         return reports.parent, list(dict.fromkeys([reports.name, *named]))
     return reports, named
-
-
-def measured_at(meta: dict, folder: Path) -> float:
-    """When a capture was made, in seconds since the epoch: meta.json's "time", else the folder's mtime."""
-    try:
-        return pd.Timestamp(meta["time"]).timestamp()
-    except (KeyError, TypeError, ValueError):
-        return folder.stat().st_mtime if folder.exists() else 0.0
-
-
-def sorted_values(values) -> list:
-    """Filter chips in order: numbers by value (512 before 1024 before 16384), anything else as text."""
-    try:
-        return sorted(values)
-    except TypeError:
-        return sorted(values, key=str)
-
-
-def decode_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """Measured decode-like totals: fewer queries than keys (what the Bandwidth tab draws)."""
-    return frame[(frame.step == "total") & (frame.status == "ok") & (frame.seq_q < frame.seq_kv)]
-
-
-def why_empty(frame: pd.DataFrame, chosen: dict) -> str:
-    """Why no row of ``frame`` passes the filters ``chosen``: the filters that no row passes (each with what
-    the frame has instead), else the first filter, in sidebar order, that empties what the earlier ones keep."""
-    def have(rows: pd.DataFrame, column: str) -> str:
-        values = sorted_values(rows[column].dropna().unique().tolist())
-        return ", ".join(map(str, values[:8])) + (" ..." if len(values) > 8 else "")
-
-    def wanted(column: str) -> str:
-        return "/".join(map(str, chosen[column])) or "(none chosen)"
-
-    chosen = {c: v for c, v in chosen.items() if c in frame}
-    alone = [f"{c} {wanted(c)} (it has {have(frame, c)})" for c in chosen if not frame[c].isin(chosen[c]).any()]
-    if alone:
-        return "no rows with " + "; ".join(alone)
-    rows, before = frame, []
-    for column in chosen:
-        kept = rows[rows[column].isin(chosen[column])]
-        if kept.empty:
-            kept_by = ", ".join(f"{c} {wanted(c)}" for c in before)
-            return f"its rows with {kept_by} have {column} {have(rows, column)}, not {wanted(column)}"
-        rows, before = kept, [*before, column]
-    return "it has rows under every filter"
-
-
-def shape_labels(rows: pd.DataFrame) -> tuple[pd.Series, list[str]]:
-    """A compact label of each row's shape naming only what varies among ``rows`` (the rest is one value,
-    shown by the filters), and the columns that vary. Square shapes read N=4096, others Nq=1 Nkv=4096."""
-    varying = [c for c in SHAPE_COLUMNS if c in rows and rows[c].nunique() > 1]
-    square = "seq_kv" not in rows or bool((rows.seq_q == rows.seq_kv).all())
-    show_n = square and ("seq_q" in varying or "seq_kv" in varying or len(varying) == 0)
-    parts = []
-    for column in varying:
-        if column in ("seq_q", "seq_kv") and square:
-            continue
-        values = rows[column]
-        prefix = {"batch": "B", "heads": "H", "kv_heads": "KV", "seq_q": "Nq=", "seq_kv": "Nkv=", "head_dim": "D"}
-        if column == "causal":
-            parts.append(values.map({True: "causal", False: "full"}))
-        elif column in prefix:
-            parts.append(prefix[column] + values.astype(str))
-        else:
-            parts.append(values.astype(str))
-    if show_n:
-        parts.append("N=" + rows.seq_q.astype(str))
-    label = pd.Series("", index=rows.index)
-    for part in parts:
-        label = label.str.cat(part, sep=" ").str.strip()
-    return label, varying
 
 
 def stamp(folder: Path) -> tuple[int, int]:
@@ -176,22 +112,6 @@ def measured_keys(folder: str, written: tuple, chosen: tuple[tuple[str, tuple], 
     _, frame = load_one(folder, written)
     rows = apply_filters(frame[frame.status == "ok"], dict(chosen))
     return frozenset(rows[KEY].itertuples(index=False, name=None))
-
-
-def with_capture(name: str, meta: dict, frame: pd.DataFrame) -> pd.DataFrame:
-    frame = frame.copy()
-    frame["capture"], frame["device"] = name, meta.get("device", "?")
-    return frame
-
-
-def apply_filters(frame: pd.DataFrame, chosen: dict) -> pd.DataFrame:
-    """The rows of ``frame`` (a capture's results or a validation table) that every filter keeps;
-    a filter on a column the frame lacks keeps everything."""
-    mask = pd.Series(True, index=frame.index)
-    for column, values in chosen.items():
-        if column in frame:
-            mask &= frame[column].isin(values)
-    return frame[mask]
 
 
 def chart(where, fig) -> None:

@@ -163,7 +163,7 @@ def test_multi_shape_selections_are_never_merged():
 def test_step_breakdown_shows_oom_and_says_why_when_empty(reference_app):
     steps = _chart(reference_app, "Naive attention: time per step")
     oom = next(t for t in steps["data"] if t["name"] == "out of memory")
-    assert oom["x"] == ["N=16384"] and oom["text"] == ["OOM"]
+    assert oom["x"] == ["N=16384"] and oom["text"] == ["steps OOM<br>(total ran)"]  # the whole forward ran
     at = AppTest.from_file(APP, default_timeout=120).run()
     _select(at, "Implementation", ["triton_flash"])
     empty = _chart(at, "Naive attention: time per step")

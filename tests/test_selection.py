@@ -1,0 +1,63 @@
+"""The dashboard's selection logic without Streamlit: filters, why a selection is empty, shape
+labels, filter values in order, the newest capture (profiler.views.selection)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from profiler.store import load_capture
+from profiler.views import selection
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _reference():
+    meta, frame = load_capture(ROOT / "reports" / "reference-h200")
+    return selection.with_capture("reference-h200", meta, frame)
+
+
+def test_numbers_sort_by_value_and_text_as_text():
+    assert selection.sorted_values([16384, 1024, 2048, 512]) == [512, 1024, 2048, 16384]
+    assert selection.sorted_values(["fp16", "bf16"]) == ["bf16", "fp16"]
+    assert selection.sorted_values([True, "x"]) == [True, "x"]  # mixed: by text
+
+
+def test_filters_keep_what_every_filter_keeps():
+    data = _reference()
+    kept = selection.apply_filters(data, {"dtype": ["fp16"], "head_dim": [64], "no_such_column": [1]})
+    assert set(kept.dtype) == {"fp16"} and set(kept.head_dim) == {64}
+    assert len(kept) == len(data[(data.dtype == "fp16") & (data.head_dim == 64)])
+
+
+def test_why_empty_names_the_filter_and_what_the_data_has():
+    data = _reference()
+    assert selection.why_empty(data, {"dtype": ["fp32"]}) == "no rows with dtype fp32 (it has bf16, fp16)"
+    # Each value exists alone, but not together: naive's step rows are never of triton_flash.
+    why = selection.why_empty(data, {"impl": ["triton_flash"], "step": ["softmax"]})
+    assert why == "its rows with impl triton_flash have step total, not softmax"
+
+
+def test_shape_labels_name_only_what_varies():
+    data = _reference()
+    family = data[(data.dtype == "fp16") & (data.head_dim == 64) & ~data.causal & (data["mode"] == "fwd")]
+    labels, varying = selection.shape_labels(family)
+    assert varying == ["seq_q", "seq_kv"] and set(labels) == {f"N={n}" for n in (512, 1024, 2048, 4096, 8192, 16384)}
+    two = data[(data.head_dim == 64) & ~data.causal & (data["mode"] == "fwd") & (data.seq_q == 4096)]
+    labels, varying = selection.shape_labels(two)
+    assert varying == ["dtype"] and set(labels) == {"fp16", "bf16"}  # N=4096 is one value: the filters say it
+
+
+def test_decode_rows_are_measured_totals_with_fewer_queries_than_keys():
+    _, frame = load_capture(ROOT / "reports" / "decode-capture-h100")
+    rows = selection.decode_rows(frame)
+    assert len(rows) > 0 and (rows.seq_q < rows.seq_kv).all() and (rows.status == "ok").all()
+    assert selection.decode_rows(_reference()).empty
+
+
+def test_newest_by_meta_time_else_folder_time(tmp_path):
+    assert selection.measured_at({"time": "2026-11-22T23:49:10+0000"}, tmp_path) == pd.Timestamp(
+        "2026-11-22T23:49:10+0000").timestamp()
+    assert selection.measured_at({}, tmp_path) == tmp_path.stat().st_mtime
+    assert selection.measured_at({"time": "not a time"}, tmp_path / "gone") == 0.0
