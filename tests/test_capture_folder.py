@@ -47,3 +47,11 @@ def test_a_capture_says_where_its_ceilings_came_from(tmp_path, monkeypatch, caps
     assert second["measured_ceilings_source"].startswith(f"cache {tmp_path / 'cache' / 'ceilings.json'} (measured "
                                                          f"{measured_at};")
     assert f"Roofs (measured ceilings) from the cache {tmp_path / 'cache'}" in capsys.readouterr().out
+
+
+def test_default_folder_names_the_device_in_one_slug():
+    from profiler.measure.folder import default_folder
+
+    folder = default_folder("CPU x86_64 (2 threads)")
+    assert folder.parent == Path("reports") and folder.name.startswith("cpu-x86-64-2-threads-")
+    assert default_folder("NVIDIA H200").name.startswith("nvidia-h200-")

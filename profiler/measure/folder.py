@@ -5,6 +5,7 @@ implementation is and how it is costed, and the caller's own keys."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -22,7 +23,7 @@ class FolderError(ValueError):
 
 def default_folder(device_label: str) -> Path:
     """reports/<device>-<time>, for when no folder is named."""
-    slug = "".join(ch if ch.isalnum() else "-" for ch in device_label.lower()).strip("-")
+    slug = re.sub(r"-+", "-", "".join(ch if ch.isalnum() else "-" for ch in device_label.lower())).strip("-")
     return Path("reports") / f"{slug[:40]}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
