@@ -402,3 +402,15 @@ def test_compare_names_the_captures_in_its_title_and_keeps_the_axis_short(refere
     assert fig.layout.title.text == "B = a-very-long-capture-name-of-a-user-20261122 against A = reference-h200"
     assert fig.layout.yaxis.title.text == "speedup B / A (x, above 1: B faster)"
     assert len(joined) == len(frame[frame.status == "ok"]) and (joined["speedup B/A"] == 1.0).all()
+
+
+def test_trace_bars_take_the_step_and_implementation_colours():
+    kernels = pd.read_parquet(REFERENCE / "kernels.parquet")
+    naive = kernels[kernels.impl == "naive"]
+    fig = plots.trace_figure(naive)
+    colours = {t.name: t.marker.color for t in fig.data}
+    for step in ("qk_matmul", "scale_mask", "softmax", "pv_matmul"):
+        (name,) = [n for n in colours if n.split("/")[-1] == step]
+        assert colours[name] == style.STEP_COLOR[step]
+    ours = plots.trace_figure(kernels[kernels.impl == "triton_flash"])
+    assert {t.marker.color for t in ours.data} == {style.impl_color("triton_flash")}

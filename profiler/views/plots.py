@@ -18,6 +18,7 @@ from profiler.model import roofs as roofline
 from profiler.views.rooflines import Roof, label_box_px, roofline_figure, roofline_points, roofs_from_meta  # noqa: F401
 from profiler.views.style import (  # noqa: F401
     FAMILY_COLUMNS,
+    IMPL_ORDER,
     PLOTLY_TEMPLATE,
     SHAPE_COLUMNS,
     STEP_COLOR,
@@ -234,6 +235,15 @@ def compare_figure(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str)
     return fig, joined
 
 
+def _range_color(rng) -> str | None:
+    """A range's colour as the other charts give it: a naive step's STEP_COLOR (the range is the step,
+    or ends in /<step>), else its implementation's colour (ranges start <impl>/), else the template's."""
+    parts = str(rng or "").removeprefix("attn:").split("/")
+    if parts[-1] in STEP_COLOR:
+        return STEP_COLOR[parts[-1]]
+    return impl_color(parts[0]) if parts[0] in IMPL_ORDER else None
+
+
 def trace_figure(kernels: pd.DataFrame) -> go.Figure:
     """Per-range timeline of kernels (from a torch-profiler or Nsight Systems kernel table with
     columns kernel or name, start_us or start_ns, gpu_us or gpu_ns, range)."""
@@ -249,6 +259,7 @@ def trace_figure(kernels: pd.DataFrame) -> go.Figure:
         fig.add_trace(go.Bar(
             x=group.gpu_us, base=group.t0, y=[rng or "(no range)"] * len(group), orientation="h", name=rng or "-",
             hovertext=[f"{k[:90]}<br>{d:.1f} µs" for k, d in zip(group.kernel, group.gpu_us)], hoverinfo="text",
+            marker={"color": _range_color(rng)},
         ))
     fig.update_layout(template=PLOTLY_TEMPLATE, title="Kernels per range (GPU timeline)", barmode="overlay",
                       showlegend=False,
