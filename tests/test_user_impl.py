@@ -117,7 +117,8 @@ def test_specs_name_a_function_an_impl_or_a_registered_one(tmp_path, monkeypatch
     assert get_impl("user_attn:plain").name == "plain"
     assert get_impl(BSHD_EXAMPLE.replace("examples/bshd_module.py", str(ROOT / "examples/bshd_module.py"))).name \
         == "bshd_module"
-    for spec, message in [("user_attn:missing", "AttributeError"), ("no_such_module:f", "ModuleNotFoundError"),
+    for spec, message in [("user_attn:missing", r"'user_attn' has no 'missing' \(it has: plain\)"),
+                          ("no_such_module:f", "ModuleNotFoundError"),
                           ("user_attn:not_a_function", "is a int, not an attention function"),
                           ("nowhere.py:f", "no file 'nowhere.py'"), ("flash9", "unknown implementation 'flash9'")]:
         with pytest.raises(ValueError, match=message):
