@@ -85,6 +85,36 @@ def test_a_correct_implementation_passes_and_a_stated_tolerance_is_used():
     assert loose.status == "ok" and loose.max_rel_err == pytest.approx(0.01, rel=1e-3)
 
 
+BACKWARD = cm.Shape(1, 2, 9, 9, 16, "fp32", mode="fwd+bwd")
+
+
+def test_wrong_outputs_with_a_backward_stay_wrong_and_never_raise():
+    """An output that is not attention's may not even take a backward: the case is 'wrong' with the
+    check's message, timed where it can be, and run_case does not raise (it did for None)."""
+    cases = {
+        "returns_none": (lambda q, k, v, causal=False, sm_scale=None: None, "is a NoneType, not a tensor",
+                         "; not timed: AttributeError"),
+        "one_row_bwd": (WRONG["one_row"][0], "has shape (1, 2, 1, 16); attention's is (1, 2, 9, 16)", "; not timed"),
+        "detached": (lambda q, k, v, causal=False, sm_scale=None: _sdpa(q, k, v).detach(), "the output is detached",
+                     "; not timed: RuntimeError"),
+        "off_bwd": (WRONG["one_percent_off"][0], "above the fp32 tolerance", None),
+    }
+    for name, (fn, said, untimed) in cases.items():
+        for mode in ("fwd+bwd", "bwd"):
+            shape = cm.Shape(1, 2, 9, 9, 16, "fp32", mode=mode)
+            result = run_case(_register(f"{name}_{mode[:3]}", fn), shape, "cpu", rep_ms=2)
+            assert result.status == "wrong" and said in result.message, (name, mode, result.message)
+            if untimed is None:
+                assert result.timing is not None and result.timing.median_ms > 0, (name, mode)
+            else:
+                assert untimed in result.message and result.timing is None, (name, mode, result.message)
+
+
+def test_a_registered_tolerance_is_named_as_such():
+    result = run_case(_register("tight", WRONG["one_percent_off"][0], tolerance=1e-3), SHAPE, "cpu", rep_ms=2)
+    assert result.status == "wrong" and "above its registered tolerance 0.001" in result.message
+
+
 def test_a_backward_that_loses_a_gradient_is_wrong():
     def detached_k(q, k, v, causal=False, sm_scale=None):
         return _sdpa(q, k.detach(), v, causal, sm_scale)

@@ -72,6 +72,8 @@ def _slice_error(impl: Impl, q, k, v, do, shape: Shape) -> float:
     check_output("the output", out, ref, q.dtype)
     errors = [relative_error(out, ref)]
     if shape.mode != "fwd":
+        if not out.requires_grad:
+            raise WrongOutput("the output is detached from q, k and v: no backward reaches them")
         grad = do[:1, :heads]
         out.backward(grad)
         ref.backward(grad.float())
@@ -121,7 +123,7 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
     if reason:
         result.status, result.message = "unsupported", reason
         return result
-    q = k = v = do = call = None
+    q = k = v = do = None
     try:
         q, k, v, do = make_inputs(shape, device, requires_grad=shape.mode != "fwd")
         if impl.path_of is not None:
@@ -134,22 +136,22 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
             else:
                 limit = tolerance_of(impl, shape)
                 if not result.max_rel_err <= limit:  # NaN fails too
+                    whose = "its registered" if impl.tolerance is not None else f"the {shape.dtype}"
                     result.status = "wrong"
                     result.message = (f"max relative error {result.max_rel_err:.2g} against fp32 naive attention is "
-                                      f"above the {shape.dtype} tolerance {limit:.2g}")
-        range_name = shape_range(impl.name, shape)
-        call = mode_call(impl, shape, q, k, v, do)
-
-        def timed_call():
-            # One NVTX range per timed call: Nsight Systems then sees each repetition on its own,
-            # apart from do_bench's L2 flushes, and its median compares with the CUDA-event median.
-            with nvtx_range(call_range(range_name)):
-                call()
-
-        with nvtx_range(range_name) if annotate else nullcontext():
-            result.timing = measure(timed_call, device, rep_ms=rep_ms, graph=graph,
-                                    grad_to_none=None if shape.mode == "fwd" else [q, k, v])
-        result.peak_mem_bytes = _peak_memory(impl, q, k, v, do, shape, device)
+                                      f"above {whose} tolerance {limit:.2g}")
+        if result.status == "wrong":
+            # Timed for the record where it can be; an output that is not attention's may not even take a
+            # backward (None, a list, a detached or mis-shaped tensor), and that keeps its verdict.
+            try:
+                _time(result, impl, shape, q, k, v, do, device, rep_ms, annotate, graph)
+            except Exception as err:  # whatever the user's function raises here: the case is wrong already
+                if is_out_of_memory(err):
+                    raise
+                result.timing = None
+                result.message += f"; not timed: {type(err).__name__}: {first_line(err)}"
+        else:
+            _time(result, impl, shape, q, k, v, do, device, rep_ms, annotate, graph)
     except Unsupported as err:
         result.status, result.message = "unsupported", str(err)
     except GraphCaptureError as err:
@@ -162,9 +164,27 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
         else:
             result.status, result.message = "error", f"{type(err).__name__}: {first_line(err)}"
     finally:
-        q = k = v = do = call = None  # release the inputs before the next case
+        q = k = v = do = None  # release the inputs before the next case
         free_memory(device)
     return result
+
+
+def _time(result: CaseResult, impl: Impl, shape: Shape, q, k, v, do, device, rep_ms: int, annotate: bool,
+          graph: bool) -> None:
+    """Time the case in its mode inside its NVTX range, then its peak memory, into ``result``."""
+    range_name = shape_range(impl.name, shape)
+    call = mode_call(impl, shape, q, k, v, do)
+
+    def timed_call():
+        # One NVTX range per timed call: Nsight Systems then sees each repetition on its own,
+        # apart from do_bench's L2 flushes, and its median compares with the CUDA-event median.
+        with nvtx_range(call_range(range_name)):
+            call()
+
+    with nvtx_range(range_name) if annotate else nullcontext():
+        result.timing = measure(timed_call, device, rep_ms=rep_ms, graph=graph,
+                                grad_to_none=None if shape.mode == "fwd" else [q, k, v])
+    result.peak_mem_bytes = _peak_memory(impl, q, k, v, do, shape, device)
 
 
 def is_out_of_memory(err: BaseException) -> bool:
