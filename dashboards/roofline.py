@@ -228,7 +228,7 @@ with tabs["Roofline"]:
         st.warning("This capture holds no L2 bandwidth measurement (`python -m profiler ceilings` measures one): "
                    "tile intensities are drawn without a roof, and no bound is judged." if bytes_kind == "tile"
                    else "No roof for this dtype in the capture's metadata.")
-    chart(st, rooflines.roofline_figure(drawn, roofs, bytes_kind, exp2_per_s=exp2))
+    chart(st, rooflines.roofline_figure(drawn, roofs, bytes_kind, exp2_per_s=exp2, device_type=device_type))
     notes = [f"{roofs[0].label}: ridge {roofs[0].ridge:.0f} FLOP/B"] if roofs else []
     if device_type == "cpu" and bytes_kind == "compulsory":
         notes.append(f"memory roof: the {memory} copy bandwidth this capture measured (a CPU has no datasheet here); "
@@ -309,14 +309,14 @@ with tabs["Bandwidth"]:
 with tabs["Step breakdown"]:
     scale = st.radio("Show", ["share", "ms"], horizontal=True, key="step-scale",
                      help="share: each step's part of the four steps' time (every N readable); ms: milliseconds")
-    chart(st, plots.step_breakdown_figure(drawn, scale))
+    chart(st, plots.step_breakdown_figure(drawn, scale, device_type=device_type))
     st.caption(f"Times by {timer}.")
     first = view.iloc[0]
     shape = replace(cm.Shape.from_row(first), seq_q=int(hi), seq_kv=int(hi), mode="fwd")
     family = plots.family_label(shape.batch, shape.heads, shape.kv_heads, shape.head_dim, shape.dtype, shape.causal,
                                 "fwd")
     st.markdown(f"**{memory} trips of the N×N matrix, naive vs fused** (model, {family}, N={hi})")
-    st.dataframe(plots.hbm_trips_table(shape), hide_index=True)
+    st.dataframe(plots.hbm_trips_table(shape, device_type=device_type), hide_index=True)
 
 with tabs["Compare"]:
     if len(names) < 2:

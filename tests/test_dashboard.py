@@ -367,9 +367,9 @@ def test_wrong_rows_are_listed_with_their_error_and_never_drawn(tmp_path, monkey
 
 
 def test_a_cpu_capture_names_its_timer_and_memory(tmp_path, monkeypatch):
-    meta = {**json.loads((REFERENCE / "meta.json").read_text()), "device": "cpu", "device_type": "cpu"}
-    meta.pop("datasheet_device", None)
-    _small_capture(tmp_path / "cpu", source="reference-h200", **meta)
+    # A CPU's capture has no datasheet entry (None drops the source's H200 one)
+    _small_capture(tmp_path / "cpu", source="reference-h200", device="CPU x86_64 (2 threads)", device_type="cpu",
+                   datasheet_device=None, datasheet=None)
     at = _app(tmp_path, monkeypatch)
     assert not at.exception
     texts = [e.value for kind in ("caption", "markdown", "info", "warning") for e in at.get(kind)]
@@ -377,6 +377,12 @@ def test_a_cpu_capture_names_its_timer_and_memory(tmp_path, monkeypatch):
     assert not [t for t in texts if "CUDA events" in t or "HBM" in t]
     assert any("timed by torch.utils.benchmark" in t for t in texts)
     assert any(t.startswith("**DRAM trips of the N×N matrix") for t in texts)
+    # The charts and tables too, not only the captions: every figure spec and every table's columns.
+    specs = [c.proto.spec for c in at.get("plotly_chart") if "Projection onto" not in c.proto.spec]  # a GPU's HBM
+    assert specs and not [s for s in specs if "CUDA events" in s or "HBM" in s]
+    assert any("torch.utils.benchmark" in s for s in specs) and any("DRAM" in s for s in specs)
+    columns = [str(c) for d in at.dataframe for c in d.value.columns]
+    assert "DRAM bytes (model)" in columns and not [c for c in columns if "HBM" in c]
     gpu = [e.value for e in _app(ROOT / "reports", monkeypatch, "--select", "reference-h200").caption]
     assert any("timed by CUDA events" in t for t in gpu)
 

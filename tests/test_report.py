@@ -324,3 +324,19 @@ def test_report_out_may_name_a_new_folder(tmp_path):
 
     out = write_report(ROOT / "reports" / "validate-h200-n2048", tmp_path / "new" / "deeper" / "r.html")
     assert out.exists() and out.read_text(encoding="utf-8").startswith("<!doctype html>")
+
+
+def test_a_cpu_capture_report_names_its_timer_and_memory(tmp_path):
+    from profiler.views.report import build_report
+
+    folder = tmp_path / "cpu"
+    folder.mkdir()
+    shutil.copy(REFERENCE / "results.parquet", folder)
+    meta = {**json.loads((REFERENCE / "meta.json").read_text()), "device": "CPU x86_64 (2 threads)",
+            "device_type": "cpu"}
+    for key in ("datasheet_device", "datasheet"):
+        meta.pop(key)
+    (folder / "meta.json").write_text(json.dumps(meta))
+    page = build_report(folder, family=["B4 H32 D64 fp16 full fwd"])
+    assert "DRAM trips of the N×N matrix" in page and "torch.utils.benchmark" in page
+    assert "CUDA events" not in page and "HBM trips" not in page and "HBM bandwidth" not in page

@@ -310,7 +310,8 @@ def family_figures(meta: dict, rows: pd.DataFrame, kernels: pd.DataFrame | None 
         if exp2 is not None and kind == "compulsory":
             notes.append(f"exp ceiling: softmax's exponentials at {exp2 / 1e12:.2f}·10¹² exp2/s cap a fused kernel "
                          "that does not overlap them with its matmuls; a point above it overlaps them")
-        out.append(("Roofline", " · ".join(notes), rooflines.roofline_figure(rows, roofs, kind, exp2_per_s=exp2)))
+        out.append(("Roofline", " · ".join(notes), rooflines.roofline_figure(rows, roofs, kind, exp2_per_s=exp2,
+                                                                             device_type=meta.get("device_type"))))
     for fig in plots.scaling_figures(rows).values():
         out.append(("Scaling", "", fig))
     if (rows.seq_q < rows.seq_kv).any():
@@ -318,7 +319,7 @@ def family_figures(meta: dict, rows: pd.DataFrame, kernels: pd.DataFrame | None 
                                  "written once). Above the copy line is possible: a read-mostly stream outruns a copy.",
                     plots.bandwidth_figure(rows, meta)))
     if ((rows.impl == "naive") & (rows.step != "total")).any():
-        out.append(("Step breakdown", "", plots.step_breakdown_figure(rows)))
+        out.append(("Step breakdown", "", plots.step_breakdown_figure(rows, device_type=meta.get("device_type"))))
     if kernels is not None and not kernels.empty:
         traced, caption = _trace_rows(kernels, family_key(first))
         if not traced.empty:
@@ -484,8 +485,10 @@ def _family_section(label: str, rows: pd.DataFrame, meta: dict, kernels: pd.Data
             parts.append(f"<p class='caption'>{e(caption)}</p>")
         if name == "Step breakdown":
             longest = int(rows.seq_kv.max())
-            trips = plots.hbm_trips_table(replace(cm.Shape.from_row(first), seq_q=longest, seq_kv=longest, mode="fwd"))
-            parts += [f"<p><b>HBM trips of the N×N matrix, naive vs fused</b> <span class='caption'>(model, "
+            trips = plots.hbm_trips_table(replace(cm.Shape.from_row(first), seq_q=longest, seq_kv=longest, mode="fwd"),
+                                          device_type=meta.get("device_type"))
+            parts += [f"<p><b>{style.memory_name(meta.get('device_type'))} trips of the N×N matrix, naive vs fused</b> "
+                      "<span class='caption'>(model, "
                       f"N={longest:,})</span></p>", html_table(trips, set(trips.columns) - {"step"})]
         if name == "Validation":
             table = validation_table(checked)
