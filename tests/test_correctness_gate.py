@@ -185,11 +185,23 @@ def test_capture_records_wrong_and_the_summary_shows_the_error(tmp_path, capsys)
     good = frame[frame.impl == "sdpa_math"].iloc[0]
     assert good.status == "ok" and good.tflops > 0
     printed = capsys.readouterr().out
-    assert "wrong" in printed
+    (line,) = [x for x in printed.splitlines() if x.startswith("│ noisy")]
+    cells = [c.strip() for c in line.strip("│").split("│")]
+    assert cells[-1] == "wrong" and float(cells[-3]) == pytest.approx(row.max_rel_err, rel=0.01)  # the error cell
+    assert cells[1:6] == ["-"] * 5  # no time, rate, speedup or memory: it is no point of comparison
+    assert "noisy: wrong: max relative error" in printed
 
 
-def test_old_captures_read_no_bound_for_rows_that_did_not_run():
-    _, frame = load_capture("reports/reference-h200")
+def test_old_captures_read_no_bound_for_rows_that_did_not_run(tmp_path):
+    """Files written before the rule stored the model's bound on rows that did not run: read, it is gone."""
+    import shutil
+
+    shutil.copytree("reports/reference-h200", tmp_path / "old", ignore=shutil.ignore_patterns("traces"))
+    path = tmp_path / "old" / "results.parquet"
+    raw = pd.read_parquet(path)
+    raw.loc[raw.status != "ok", "bound"] = "compute"  # as the files of 2026-11-22 had it
+    raw.to_parquet(path, index=False)
+    _, frame = load_capture(tmp_path / "old")
     not_ok = frame[frame.status != "ok"]
     assert len(not_ok) > 0 and not_ok.bound.isna().all()
-    assert frame[frame.status == "ok"].bound.notna().all()
+    assert (frame[frame.status == "ok"].bound == raw[raw.status == "ok"].bound).all()

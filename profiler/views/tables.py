@@ -45,7 +45,11 @@ def bench_table(frame: pd.DataFrame, impls: list[str], baseline: str, copy_gbps:
     for key, group in totals.groupby(BENCH_SHAPE, sort=False):
         by_impl = {r.impl: r for r in group.itertuples()}
         row = dict(zip(BENCH_SHAPE, key))
-        row["bound"] = by_impl[baseline].bound if baseline in by_impl else None
+        # The shape's class, for choosing TFLOP/s or GB/s: the baseline's, else any measured row's (a row
+        # that did not run, or ran wrong, has no bound).
+        bounds = [r.bound for r in ([by_impl[baseline]] if baseline in by_impl else []) + list(by_impl.values())
+                  if isinstance(r.bound, str)]
+        row["bound"] = bounds[0] if bounds else None
         for name in impls:
             r = by_impl.get(name)
             ok = r is not None and r.status == "ok"
