@@ -58,8 +58,9 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "roof_fraction": ("float64", "achieved over the datasheet roof at this intensity"),
     "roof_fraction_measured": ("float64", "achieved over the measured roof (ceilings) at this intensity"),
     "peak_mem_bytes": ("float64", "peak allocated above the inputs during one run (GPU only)"),
-    "max_rel_err": ("float64", "max relative error against naive fp32 attention (output, and grads when bwd); above "
-                               "the dtype's tolerance (kernels.reference.TOLERANCE) the status is wrong"),
+    "max_rel_err": ("float64", "the largest norm-wise relative error against naive fp32 attention (output, and "
+                               "grads when bwd); above the tolerance (the dtype's, kernels.reference.TOLERANCE, or "
+                               "one the implementation registered; both in meta.json) the status is wrong"),
     "status": ("string", "ok; wrong (the output failed the correctness check: its times are kept for the record, "
                          "it has no rates, bound or roof fractions and is on no chart); oom, unsupported or error"),
     "message": ("string", "why, when status is not ok (for wrong: the error and the tolerance it exceeded)"),

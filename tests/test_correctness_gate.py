@@ -83,6 +83,9 @@ def test_a_correct_implementation_passes_and_a_stated_tolerance_is_used():
     # An approximate kernel that documents its tolerance: 1% off passes under a 2% tolerance.
     loose = run_case(_register("loose", WRONG["one_percent_off"][0], tolerance=0.02), SHAPE, "cpu", rep_ms=5)
     assert loose.status == "ok" and loose.max_rel_err == pytest.approx(0.01, rel=1e-3)
+    from profiler.measure.folder import user_impls_meta
+
+    assert user_impls_meta([REGISTRY["loose"]])["loose"]["tolerance"] == 0.02  # recorded with the capture
 
 
 BACKWARD = cm.Shape(1, 2, 9, 9, 16, "fp32", mode="fwd+bwd")
@@ -178,7 +181,8 @@ def test_capture_records_wrong_and_the_summary_shows_the_error(tmp_path, capsys)
     code = main(["capture", "--device", "cpu", "--seq", "64", "--batch", "1", "--heads", "2", "--dim", "16",
                  "--rep-ms", "5", "--impl", f"sdpa_math,{spec}:noisy", "--out", str(out)])
     assert code == 0
-    _, frame = load_capture(out)
+    meta, frame = load_capture(out)
+    assert meta["max_rel_err_tolerance"] == TOLERANCE  # the gate the rows passed, in the capture
     row = frame[frame.impl == "noisy"].iloc[0]
     assert row.status == "wrong" and row.time_ms > 0 and row.max_rel_err > 10
     assert math.isnan(row.tflops) and math.isnan(row.roof_fraction_measured) and pd.isna(row.bound)

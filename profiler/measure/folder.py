@@ -9,6 +9,7 @@ import re
 import time
 from pathlib import Path
 
+from kernels.reference import TOLERANCE
 from kernels.registry import Impl
 from profiler.measure.ceilings import cache_path, load_cached, measure_ceilings
 from profiler.measure.meta import run_metadata
@@ -71,7 +72,8 @@ def user_impls_meta(impls: list[Impl], head_dims=()) -> dict:
     """What a capture records of each user implementation: where it was imported from, its layout,
     and its costing, so the capture can be remodelled and drawn without the user's code."""
     return {i.name: {"spec": i.spec, "description": i.description, "layout": i.extra.get("layout", "bhsd"),
-                     "costing": i.costing.as_meta(extra_head_dims=head_dims)}
+                     "costing": i.costing.as_meta(extra_head_dims=head_dims),
+                     **({"tolerance": i.tolerance} if i.tolerance is not None else {})}
             for i in impls if i.spec or i.extra.get("layout")}
 
 
@@ -97,6 +99,9 @@ def open_capture(device: str, folder: Path, label: str, dtypes, meta: dict, *, i
     # when they were measured, since a cache filled on a busy machine judges every later capture.
     source = (f"cache {cache_path()} (measured {measured.measured_at}; `python -m profiler ceilings --no-cache` "
               "measures again)") if cached == measured else "measured by this run"
-    meta = (run_metadata(device) | roofs.as_meta() | {"measured_ceilings_source": source} | meta
+    # The correctness gate a row passed (profiler.measure.runner): each dtype's largest relative error, and an
+    # implementation's own where it registered one (user_impls).
+    gate = {"max_rel_err_tolerance": dict(TOLERANCE)}
+    meta = (run_metadata(device) | roofs.as_meta() | {"measured_ceilings_source": source} | gate | meta
             | ({"user_impls": users} if users else {}))
     return ResultStore(folder, meta, resume=resume), roofs
