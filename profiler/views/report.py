@@ -257,18 +257,9 @@ def _summary_html(table: pd.DataFrame) -> str:
 
 
 def template() -> dict:
-    """The plotly template every chart shares: profiler.views.style.PLOTLY_TEMPLATE where it exists (the
-    dashboard's), else plotly_white in Streamlit's light-theme font and colours."""
-    shared = getattr(style, "PLOTLY_TEMPLATE", None)
-    if isinstance(shared, str):
-        shared = pio.templates[shared]
-    if shared is None:
-        shared = go.layout.Template(pio.templates["plotly_white"])
-        shared.layout.update(font={"family": FONT, "color": TEXT_COLOR, "size": 13}, title={"font": {"size": 17}},
-                             paper_bgcolor="white", plot_bgcolor="white",
-                             xaxis={"gridcolor": BORDER, "linecolor": "#d5dae5", "zerolinecolor": BORDER},
-                             yaxis={"gridcolor": BORDER, "linecolor": "#d5dae5", "zerolinecolor": BORDER})
-    return go.layout.Template(shared).to_plotly_json()
+    """The plotly template every chart shares with the dashboard (profiler.views.style.PLOTLY_TEMPLATE), as
+    JSON: sent once for all charts of the page."""
+    return style.PLOTLY_TEMPLATE.to_plotly_json()
 
 
 def _trace_rows(kernels: pd.DataFrame, key: tuple) -> tuple[pd.DataFrame, str]:
