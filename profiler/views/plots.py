@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from profiler.model import cost_model as cm
 from profiler.model import hardware
 from profiler.model import roofs as roofline
+from profiler.store import KEY
 from profiler.views.rooflines import Roof, label_box_px, roofline_figure, roofline_points, roofs_from_meta  # noqa: F401
 from profiler.views.style import (  # noqa: F401
     FAMILY_COLUMNS,
@@ -32,7 +33,7 @@ from profiler.views.style import (  # noqa: F401
 )
 
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
-ROW_KEY = ["impl", "step", *SHAPE_COLUMNS]  # one measured row of a capture (profiler.store.KEY)
+ROW_KEY = KEY  # one measured row of a capture: implementation, step and every shape column
 LEVEL_SYMBOL = {"DRAM": "circle", "L2": "square"}  # the hierarchical roofline's memory levels
 STEP_SHORT = {"qk_matmul": "QKᵀ", "scale_mask": "mask", "softmax": "softmax", "pv_matmul": "PV"}
 
