@@ -11,3 +11,17 @@ import os
 if os.environ.get("ATTN_TEST_GPU") != "1":
     os.environ["TRITON_INTERPRET"] = "1"
 os.environ.setdefault("ATTN_AUTOTUNE", "0")
+
+import pytest  # noqa: E402  (after the environment: importing pytest plugins may import kernels)
+
+
+@pytest.fixture
+def registry_restored():
+    """The registry as it was before the test: user registrations do not leak between tests. Modules that
+    register implementations use it for every test (``pytestmark``)."""
+    from kernels.registry import REGISTRY
+
+    before = dict(REGISTRY)
+    yield
+    REGISTRY.clear()
+    REGISTRY.update(before)

@@ -26,12 +26,7 @@ from profiler.store import load_capture, to_frame
 SHAPE = cm.Shape(1, 2, 37, 37, 16, "fp32")
 
 
-@pytest.fixture(autouse=True)
-def registry_restored():
-    before = dict(REGISTRY)
-    yield
-    REGISTRY.clear()
-    REGISTRY.update(before)
+pytestmark = pytest.mark.usefixtures("registry_restored")  # tests/conftest.py
 
 
 def _sdpa(q, k, v, causal=False, sm_scale=None):

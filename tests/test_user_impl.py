@@ -29,13 +29,7 @@ BSHD_EXAMPLE = "examples/bshd_module.py:attention"
 FLEX_EXAMPLE = "examples/flex_attention.py:flex_attention"
 
 
-@pytest.fixture(autouse=True)
-def registry_restored():
-    """Each test sees the registry as it was: user registrations do not leak between tests."""
-    before = dict(REGISTRY)
-    yield
-    REGISTRY.clear()
-    REGISTRY.update(before)
+pytestmark = pytest.mark.usefixtures("registry_restored")  # tests/conftest.py
 
 
 def _inputs(batch, heads, seq_q, seq_kv, dim, seed=0):
