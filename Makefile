@@ -29,7 +29,7 @@ demo: setup
 	$(VPY) -m profiler capture --seq 8192
 
 lint: setup
-	$(VPY) -m ruff check kernels profiler tests dashboards scripts examples
+	$(VPY) -m ruff check attention_core kernels profiler tests dashboards scripts examples
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -33,9 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `streamlit run` from a checkout without `pip install -e .`
     sys.path.insert(0, str(ROOT))
 
-from profiler.model import cost_model as cm  # noqa: E402
+from attention_core.presets import PRESETS, preset_of  # noqa: E402
+from attention_core.shape import Shape  # noqa: E402
 from profiler.model import hardware  # noqa: E402
-from profiler.model.presets import PRESETS, preset_of  # noqa: E402
 from profiler.store import KEY, META, RESULTS, CaptureError, discover_captures, load_capture  # noqa: E402
 from profiler.views import plots, rooflines, style  # noqa: E402
 from profiler.views.selection import (  # noqa: E402
@@ -312,7 +312,7 @@ with tabs["Step breakdown"]:
     chart(st, plots.step_breakdown_figure(drawn, scale, device_type=device_type))
     st.caption(f"Times by {timer}.")
     first = view.iloc[0]
-    shape = replace(cm.Shape.from_row(first), seq_q=int(hi), seq_kv=int(hi), mode="fwd")
+    shape = replace(Shape.from_row(first), seq_q=int(hi), seq_kv=int(hi), mode="fwd")
     family = plots.family_label(shape.batch, shape.heads, shape.kv_heads, shape.head_dim, shape.dtype, shape.causal,
                                 "fwd")
     st.markdown(f"**{memory} trips of the N×N matrix, naive vs fused** (model, {family}, N={hi})")

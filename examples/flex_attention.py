@@ -24,8 +24,8 @@ import torch
 from torch.nn.attention.flex_attention import create_block_mask
 from torch.nn.attention.flex_attention import flex_attention as _flex_attention
 
+from attention_core.costing import Costing, Tiles
 from profiler import register
-from profiler.model.costing import Costing, Tiles
 
 # On a CPU this example runs FlexAttention eagerly on purpose (torch.compile would need a C++
 # toolchain there, and CPU timings are not the point); torch warns about that on every first call.

@@ -44,7 +44,7 @@ def dot_precision(dtype_name: str) -> str:
 
 def default_tile(candidates: dict[str, list[Candidate]], head_dim: int, dtype_name: str) -> tuple[int, int]:
     """(BLOCK_M, BLOCK_N) of the default candidate for this problem: the tile the kernel runs with
-    when autotuning is off, and the tile the cost model assumes (profiler.model.cost_model)."""
+    when autotuning is off, and the tile the cost model assumes (profiler.model.fused)."""
     block_m, block_n, _, _ = candidates[candidate_class(head_dim, dot_precision(dtype_name))][0]
     return block_m, block_n
 

@@ -16,7 +16,7 @@ diagonal run masked (the tutorial's backward needs N % 128 == 0).
 
 Matmuls per (query tile, key tile): S recomputed in both kernels, dP recomputed in both, plus
 dV, dK and dQ: 7 tile matmuls against the forward's 2 (the 2.5x FLOP convention counts 5: S and
-dP once, plus the three gradients; see profiler.model.cost_model).
+dP once, plus the three gradients; see profiler.model.fused.executed_flops).
 """
 
 from __future__ import annotations

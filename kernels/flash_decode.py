@@ -1,6 +1,6 @@
 """Split-KV forward for decode shapes (FlashDecoding), with grouped-query attention.
 
-When a K/V head has few query rows (its group's heads × Nq, at most profiler.model.split_kv.MAX_ROWS),
+When a K/V head has few query rows (its group's heads × Nq, at most attention_core.split_kv.MAX_ROWS),
 the tiled forward would launch one program per batch·head and leave most SMs idle while each one
 streams the whole K/V cache. This path instead:
 
@@ -13,7 +13,7 @@ streams the whole K/V cache. This path instead:
 2. ``_decode_combine``: one program per query row merges the splits:
    lse = log Σ_s exp(lse_s), o = Σ_s exp(lse_s − lse) · o_s (each o_s is normalised over its split).
 
-The split count comes from profiler.model.split_kv.plan, which the cost model also calls.
+The split count comes from attention_core.split_kv.plan, which the cost model also calls.
 Causal masking is top-left aligned, as SDPA's ``is_causal`` and our tiled kernels: query i sees
 keys j <= i, so with Nq < Nkv a query sees only the start of the cache; a decode step that should
 see all of it is non-causal. Pointer arithmetic only (triton 3.6 and 3.9).
@@ -25,9 +25,9 @@ import torch
 import triton
 import triton.language as tl
 
+from attention_core import split_kv
 from kernels._autotune import LN2_C, LOG2E, dot_precision
 from kernels._checks import dtype_name
-from profiler.model import split_kv
 
 # (num_warps, num_stages) by head_dim: 128 from the H100 sweep in docs/perf-notes.md ("Decode"); the
 # others are untuned (a small block of rows needs few warps; head_dim 256 tiles need fewer stages).
@@ -170,7 +170,7 @@ def flash_decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
                          plan: split_kv.SplitPlan, launch: tuple[int, int] | None = None, strided: bool | None = None
                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """The split-KV forward on checked inputs (kernels.flash_fwd.flash_attention_forward calls it
-    when profiler.model.split_kv.plan gives a plan). q: (B, H, Nq, D); k, v: (B, Hkv, Nkv, D).
+    when attention_core.split_kv.plan gives a plan). q: (B, H, Nq, D); k, v: (B, Hkv, Nkv, D).
     Returns o (B, H, Nq, D) contiguous in q's dtype and lse (B, H, Nq) fp32, natural log.
     ``launch`` = (num_warps, num_stages) overrides :data:`LAUNCH` and ``strided`` the plan's tile
     assignment (for sweeps)."""

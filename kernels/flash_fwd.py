@@ -21,11 +21,11 @@ import torch
 import triton
 import triton.language as tl
 
+from attention_core import split_kv
 from kernels import flash_fwd_hopper
 from kernels._autotune import LN2_C, LOG2E, autotune, configs_from, default_tile, dot_precision, pruner, seq_bucket
 from kernels._checks import check_qkv, check_triton_device, dtype_name, resolve_scale
 from kernels.flash_decode import flash_decode_forward
-from profiler.model import split_kv
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 
@@ -181,7 +181,7 @@ def flash_attention_forward(
     num_stages=3)``, for sweeps such as those in docs/perf-notes.md.
 
     Decode shapes (few query rows per K/V head) take the split-KV path of kernels.flash_decode when
-    profiler.model.split_kv.plan gives a plan; ``split`` False forces the tiled kernel, True the
+    attention_core.split_kv.plan gives a plan; ``split`` False forces the tiled kernel, True the
     split-KV path where it applies (tests run both).
 
     On an H100/H200, fp16/bf16 inputs with head_dim 64 or 128 and contiguous q, k, v take the

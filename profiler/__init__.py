@@ -11,12 +11,12 @@ Layers, each importing only those above it in this list:
 - ``profiler.views``: plots, tables and the HTML report, from stored captures
 - ``profiler.cli``: ``python -m profiler``: argparse, one module of commands per subject
 
-``profiler.register`` adds your own attention function to the registry (kernels.registry.register).
+``profiler.register`` adds your own attention function to the registry (profiler.registry.register).
 """
 
 
 def register(fn=None, **kwargs):
-    """Add an attention function to the registry; see :func:`kernels.registry.register`."""
-    from kernels.registry import register as _register
+    """Add an attention function to the registry; see :func:`profiler.registry.register`."""
+    from profiler.registry import register as _register
 
     return _register(fn, **kwargs)

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from attention_core.shape import ROW_KEY
+
 RESULTS = "results.parquet"
 META = "meta.json"
 KERNELS = "kernels.parquet"
@@ -27,7 +29,7 @@ PARTS = "parts"  # one parquet file per rank of a distributed sweep, merged into
 
 # Column -> (pandas dtype, meaning). The README's schema table is this list.
 SCHEMA: dict[str, tuple[str, str]] = {
-    "impl": ("string", "implementation name from kernels.REGISTRY"),
+    "impl": ("string", "implementation name from profiler.registry.REGISTRY"),
     "step": ("string", "'total' for a whole implementation, else a naive step (qk_matmul, scale_mask, softmax, ...)"),
     "mode": ("string", "fwd, bwd or fwd+bwd"),
     "batch": ("int64", "B"),
@@ -69,7 +71,8 @@ COLUMNS = list(SCHEMA)
 # Meta keys that describe one run; a resumed capture keeps the earlier runs' values in earlier_runs.
 RUN_KEYS = ("command", "time", "git_revision", "torch", "triton", "cuda", "driver", "measured_ceilings",
             "measured_ceilings_source", "rep_ms")
-KEY = ["impl", "step", "mode", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal"]
+# One row per implementation, step and shape (attention_core.shape.ROW_KEY): resumes and merges de-duplicate on it.
+KEY = list(ROW_KEY)
 # Columns added after captures were shipped, and how an older file's rows read without them.
 ADDED_COLUMNS = {"kv_heads": lambda frame: frame["heads"], "path": lambda frame: ""}
 

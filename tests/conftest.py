@@ -19,7 +19,7 @@ import pytest  # noqa: E402  (after the environment: importing pytest plugins ma
 def registry_restored():
     """The registry as it was before the test: user registrations do not leak between tests. Modules that
     register implementations use it for every test (``pytestmark``)."""
-    from kernels.registry import REGISTRY
+    from profiler.registry import REGISTRY
 
     before = dict(REGISTRY)
     yield

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import REGISTRY, flash_attention, online_softmax
+from kernels import flash_attention, online_softmax
+from profiler.registry import REGISTRY
 
 TRITON_AND_TORCH = ["triton_flash", "triton_naive", "naive", "sdpa_math"]
 

@@ -13,10 +13,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kernels.registry import BUILTIN
+from attention_core.shape import Shape
 from profiler.cli import main
 from profiler.measure.torch_trace import kernels_from_chrome_trace, kernels_of_capture
-from profiler.model import cost_model as cm
+from profiler.model.fused import compulsory_bytes, fused_flops
+from profiler.model.naive import naive_step_bytes, naive_step_flops
+from profiler.registry import BUILTIN
 from profiler.store import COLUMNS, SCHEMA, CaptureError, ResultStore, load_capture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,17 +116,17 @@ def test_cpu_capture_end_to_end(tmp_path):
     assert meta["device"].startswith("CPU") and meta["finished"] is True
     assert meta["measured_ceilings"]["matmul_tflops"]["fp32"] > 0
     rows = {(r.impl, r.step): r for r in frame.itertuples()}
-    shape = cm.Shape(1, 2, 48, 48, 64, "fp32")
+    shape = Shape(1, 2, 48, 48, 64, "fp32")
     qk = rows[("naive", "qk_matmul")]
-    assert qk.status == "ok" and qk.flops == cm.naive_step_flops(shape, "qk_matmul")
-    assert qk.hbm_bytes == cm.naive_step_bytes(shape, "qk_matmul")
+    assert qk.status == "ok" and qk.flops == naive_step_flops(shape, "qk_matmul")
+    assert qk.hbm_bytes == naive_step_bytes(shape, "qk_matmul")
     assert qk.tflops == pytest.approx(qk.flops / (qk.time_ms * 1e-3) / 1e12)
     assert qk.arithmetic_intensity == pytest.approx(qk.flops / qk.hbm_bytes)
     assert qk.bound in ("memory", "compute") and qk.roof_fraction_measured > 0
     assert pd.isna(qk.roof_fraction)  # a CPU has no datasheet roof
     flash = rows[("triton_flash", "total")]  # runs under the interpreter in this test session
     assert flash.status == "ok" and flash.max_rel_err < 1e-5
-    assert flash.flops == cm.fused_flops(shape) and flash.hbm_bytes == cm.compulsory_bytes(shape)
+    assert flash.flops == fused_flops(shape) and flash.hbm_bytes == compulsory_bytes(shape)
     assert rows[("sdpa_cudnn", "total")].status == "unsupported"
     assert {s for (i, s) in rows if i == "naive"} == {"total", "qk_matmul", "scale_mask", "softmax", "pv_matmul"}
 
@@ -223,13 +225,13 @@ def test_capture_path_imports_neither_plotly_nor_streamlit(tmp_path):
 @pytest.mark.parametrize("mode", ["fwd", "bwd", "fwd+bwd"])
 @pytest.mark.parametrize("impl", ["naive", "triton_flash", "sdpa_math"])
 def test_run_case_times_every_mode_and_checks_gradients(impl, mode):
-    from kernels import REGISTRY
     from profiler.measure.runner import run_case
+    from profiler.registry import REGISTRY
 
-    result = run_case(REGISTRY[impl], cm.Shape(1, 2, 33, 33, 16, "fp32", causal=True, mode=mode), "cpu", rep_ms=5)
+    result = run_case(REGISTRY[impl], Shape(1, 2, 33, 33, 16, "fp32", causal=True, mode=mode), "cpu", rep_ms=5)
     assert result.status == "ok", result.message
     assert result.timing.median_ms > 0 and result.max_rel_err < 1e-5  # output, and dq, dk, dv when bwd
-    assert result.flops == cm.fused_flops(cm.Shape(1, 2, 33, 33, 16, "fp32", causal=True, mode=mode))
+    assert result.flops == fused_flops(Shape(1, 2, 33, 33, 16, "fp32", causal=True, mode=mode))
 
 
 SHIPPED = sorted(p.name for p in (ROOT / "reports").iterdir() if (p / "results.parquet").exists())
@@ -243,7 +245,7 @@ def test_every_shipped_capture_is_checked():
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_captures_match_the_current_cost_model(name):
     from profiler.model.roofs import Roofs
-    from profiler.model.rows import remodel
+    from profiler.remodel import remodel
 
     meta, frame = load_capture(ROOT / "reports" / name)
     _, changed = remodel(frame, Roofs.from_meta(meta), meta)

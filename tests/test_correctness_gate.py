@@ -12,18 +12,19 @@ import pytest
 import torch
 
 import profiler
+from attention_core.costing import Costing
+from attention_core.shape import Shape
 from kernels.reference import TOLERANCE, WrongOutput, check_output
-from kernels.registry import REGISTRY
 from profiler.cli import main
 from profiler.measure.runner import run_case
-from profiler.model import cost_model as cm
-from profiler.model.costing import Costing
 from profiler.model.roofs import Roofs
 from profiler.model.rows import Timing as RowTiming
-from profiler.model.rows import remodel, roofline_row
+from profiler.model.rows import capture_row
+from profiler.registry import REGISTRY
+from profiler.remodel import remodel
 from profiler.store import load_capture, to_frame
 
-SHAPE = cm.Shape(1, 2, 37, 37, 16, "fp32")
+SHAPE = Shape(1, 2, 37, 37, 16, "fp32")
 
 
 pytestmark = pytest.mark.usefixtures("registry_restored")  # tests/conftest.py
@@ -83,7 +84,7 @@ def test_a_correct_implementation_passes_and_a_stated_tolerance_is_used():
     assert user_impls_meta([REGISTRY["loose"]])["loose"]["tolerance"] == 0.02  # recorded with the capture
 
 
-BACKWARD = cm.Shape(1, 2, 9, 9, 16, "fp32", mode="fwd+bwd")
+BACKWARD = Shape(1, 2, 9, 9, 16, "fp32", mode="fwd+bwd")
 
 
 def test_wrong_outputs_with_a_backward_stay_wrong_and_never_raise():
@@ -99,7 +100,7 @@ def test_wrong_outputs_with_a_backward_stay_wrong_and_never_raise():
     }
     for name, (fn, said, untimed) in cases.items():
         for mode in ("fwd+bwd", "bwd"):
-            shape = cm.Shape(1, 2, 9, 9, 16, "fp32", mode=mode)
+            shape = Shape(1, 2, 9, 9, 16, "fp32", mode=mode)
             result = run_case(_register(f"{name}_{mode[:3]}", fn), shape, "cpu", rep_ms=2)
             assert result.status == "wrong" and said in result.message, (name, mode, result.message)
             if untimed is None:
@@ -117,14 +118,14 @@ def test_a_backward_that_loses_a_gradient_is_wrong():
     def detached_k(q, k, v, causal=False, sm_scale=None):
         return _sdpa(q, k.detach(), v, causal, sm_scale)
 
-    result = run_case(_register("detached_k", detached_k), cm.Shape(1, 2, 9, 9, 16, "fp32", mode="fwd+bwd"), "cpu",
+    result = run_case(_register("detached_k", detached_k), Shape(1, 2, 9, 9, 16, "fp32", mode="fwd+bwd"), "cpu",
                       rep_ms=5)
     assert result.status == "wrong" and result.message == "dk is None: the backward did not reach k"
 
 
 def test_builtin_implementations_pass_the_gate_on_odd_shapes():
-    for shape in (cm.Shape(1, 2, 1, 1, 16, "fp32"), cm.Shape(1, 2, 37, 100, 16, "fp32", causal=True),
-                  cm.Shape(1, 4, 5, 33, 16, "fp32", mode="fwd+bwd", kv_heads=2)):
+    for shape in (Shape(1, 2, 1, 1, 16, "fp32"), Shape(1, 2, 37, 100, 16, "fp32", causal=True),
+                  Shape(1, 4, 5, 33, 16, "fp32", mode="fwd+bwd", kv_heads=2)):
         for name in ("naive", "sdpa_math", "sdpa_repeat_kv"):
             result = run_case(REGISTRY[name], shape, "cpu", rep_ms=2)
             assert result.status == "ok", (name, shape, result.message)
@@ -151,12 +152,12 @@ def test_a_tolerance_must_be_positive_and_finite():
 def test_wrong_rows_have_times_but_no_point_on_the_roofline():
     roofs = Roofs.from_meta(json.loads(json.dumps({"datasheet_device": "H200", "measured_ceilings": {
         "matmul_tflops": {"fp16": 700.0}, "copy_gbps": 4000.0}})))
-    shape = cm.Shape(4, 32, 4096, 4096, 64, "fp16")
+    shape = Shape(4, 32, 4096, 4096, 64, "fp16")
     timing = RowTiming(1.0, 0.9, 1.1)
-    ok = roofline_row("sdpa_flash", Costing("fused"), shape, "total", roofs, timing=timing, status="ok")
-    wrong = roofline_row("sdpa_flash", Costing("fused"), shape, "total", roofs, timing=timing, status="wrong",
+    ok = capture_row("sdpa_flash", Costing("fused"), shape, "total", roofs, timing=timing, status="ok")
+    wrong = capture_row("sdpa_flash", Costing("fused"), shape, "total", roofs, timing=timing, status="wrong",
                          message="m", max_rel_err=3.0)
-    unsupported = roofline_row("sdpa_flash", Costing("fused"), shape, "total", roofs, timing=None, status="unsupported")
+    unsupported = capture_row("sdpa_flash", Costing("fused"), shape, "total", roofs, timing=None, status="unsupported")
     assert ok["bound"] == "compute" and ok["tflops"] == pytest.approx(4 * 4 * 32 * 4096**2 * 64 / 1e-3 / 1e12)
     assert wrong["time_ms"] == 1.0 and wrong["time_ms_p90"] == 1.1 and wrong["max_rel_err"] == 3.0
     for row in (wrong, unsupported):

@@ -8,90 +8,93 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from attention_core.costing import Tiles
+from attention_core.shape import Shape
 from kernels import reference
-from profiler.model import cost_model as cm
 from profiler.model import hardware
-from profiler.model import roofs as roofline
-from profiler.model.costing import Tiles
+from profiler.model.cost import arithmetic_intensity
+from profiler.model.fused import compulsory_bytes, executed_flops, fa1_paper_bytes, fused_flops, tile_bytes
+from profiler.model.naive import naive_step_bytes, naive_step_flops
+from profiler.model.roofs import attainable_flops, bound, ridge_point, roof_fraction
 
 
 def test_ridge_points_of_the_seed_and_of_hopper():
     a100 = hardware.get_device("A100-PCIe-80GB")  # 312 TFLOP/s over 1.935 TB/s, the seed's A100
-    assert roofline.ridge_point(a100.peak_flops("bf16"), a100.hbm_bytes_per_s) == pytest.approx(161.2, abs=0.1)
+    assert ridge_point(a100.peak_flops("bf16"), a100.hbm_bytes_per_s) == pytest.approx(161.2, abs=0.1)
     h100 = hardware.get_device("H100-SXM")
-    assert roofline.ridge_point(h100.peak_flops("fp16"), h100.hbm_bytes_per_s) == pytest.approx(295.4, abs=0.1)
+    assert ridge_point(h100.peak_flops("fp16"), h100.hbm_bytes_per_s) == pytest.approx(295.4, abs=0.1)
     h200 = hardware.get_device("H200")
-    assert roofline.ridge_point(h200.peak_flops("fp16"), h200.hbm_bytes_per_s) == pytest.approx(206.1, abs=0.1)
+    assert ridge_point(h200.peak_flops("fp16"), h200.hbm_bytes_per_s) == pytest.approx(206.1, abs=0.1)
 
 
 def test_softmax_intensity_is_the_seeds_one_and_a_quarter():
-    shape = cm.Shape.square(1, 1, 4096, 64, dtype="bf16")
-    ai = cm.arithmetic_intensity(cm.naive_step_flops(shape, "softmax"), cm.naive_step_bytes(shape, "softmax"))
+    shape = Shape.square(1, 1, 4096, 64, dtype="bf16")
+    ai = arithmetic_intensity(naive_step_flops(shape, "softmax"), naive_step_bytes(shape, "softmax"))
     assert ai == 1.25  # 5 FLOPs per element over 2 bytes read + 2 written
 
 
 def test_naive_step_counts_by_hand():
-    s = cm.Shape(2, 3, 100, 50, 64, dtype="fp16")
+    s = Shape(2, 3, 100, 50, 64, dtype="fp16")
     score = 2 * 3 * 100 * 50
-    assert cm.naive_step_flops(s, "qk_matmul") == 2 * 2 * 3 * 100 * 50 * 64
-    assert cm.naive_step_flops(s, "scale_mask") == score
-    assert cm.naive_step_flops(s, "softmax") == 5 * score
+    assert naive_step_flops(s, "qk_matmul") == 2 * 2 * 3 * 100 * 50 * 64
+    assert naive_step_flops(s, "scale_mask") == score
+    assert naive_step_flops(s, "softmax") == 5 * score
     q_bytes, k_bytes = 2 * 3 * 100 * 64 * 2, 2 * 3 * 50 * 64 * 2
-    assert cm.naive_step_bytes(s, "qk_matmul") == q_bytes + k_bytes + score * 2
-    assert cm.naive_step_bytes(s, "pv_matmul") == score * 2 + k_bytes + q_bytes
-    causal = cm.Shape(2, 3, 100, 50, 64, dtype="fp16", causal=True)
+    assert naive_step_bytes(s, "qk_matmul") == q_bytes + k_bytes + score * 2
+    assert naive_step_bytes(s, "pv_matmul") == score * 2 + k_bytes + q_bytes
+    causal = Shape(2, 3, 100, 50, 64, dtype="fp16", causal=True)
     # Two passes over S, and one 100×50 bool mask for every batch and head: a fill writes it, triu_
     # zeroes the entries with key <= query (1 + 2 + ... + 50 for the first 50 rows, then 50 per row
     # for the other 50), and masked_fill_ reads it.
     zeroed = 50 * 51 // 2 + 50 * 50
-    assert cm.naive_step_bytes(causal, "scale_mask") == 4 * score * 2 + 100 * 50 + zeroed + 100 * 50
+    assert naive_step_bytes(causal, "scale_mask") == 4 * score * 2 + 100 * 50 + zeroed + 100 * 50
     with pytest.raises(ValueError, match="unknown naive step 'exp'"):
-        cm.naive_step_flops(s, "exp")
+        naive_step_flops(s, "exp")
 
 
 def test_fused_intensity_grows_linearly_with_sequence_length():
     ais = [
-        cm.arithmetic_intensity(cm.fused_flops(s), cm.compulsory_bytes(s))
-        for s in (cm.Shape.square(4, 32, n, 64) for n in (1024, 2048, 4096))
+        arithmetic_intensity(fused_flops(s), compulsory_bytes(s))
+        for s in (Shape.square(4, 32, n, 64) for n in (1024, 2048, 4096))
     ]
     assert ais[1] / ais[0] == pytest.approx(2.0) and ais[2] / ais[1] == pytest.approx(2.0)
 
 
 def test_fused_flops_conventions():
-    s = cm.Shape.square(4, 32, 8192, 64)
-    assert cm.fused_flops(s) == 4 * 4 * 32 * 8192**2 * 64
-    assert cm.fused_flops(cm.Shape.square(4, 32, 8192, 64, causal=True)) == cm.fused_flops(s) / 2
-    assert cm.fused_flops(s.with_mode("bwd")) == 2.5 * cm.fused_flops(s)
-    assert cm.fused_flops(s.with_mode("fwd+bwd")) == 3.5 * cm.fused_flops(s)
+    s = Shape.square(4, 32, 8192, 64)
+    assert fused_flops(s) == 4 * 4 * 32 * 8192**2 * 64
+    assert fused_flops(Shape.square(4, 32, 8192, 64, causal=True)) == fused_flops(s) / 2
+    assert fused_flops(s.with_mode("bwd")) == 2.5 * fused_flops(s)
+    assert fused_flops(s.with_mode("fwd+bwd")) == 3.5 * fused_flops(s)
 
 
 def test_executed_flops_count_whole_tiles():
     tiles = Tiles((128, 64))
-    full = cm.Shape.square(4, 32, 8192, 64)
-    assert cm.executed_flops(full, tiles) == cm.fused_flops(full)  # N is a multiple of both tiles
-    causal = cm.Shape.square(4, 32, 8192, 64, causal=True)
+    full = Shape.square(4, 32, 8192, 64)
+    assert executed_flops(full, tiles) == fused_flops(full)  # N is a multiple of both tiles
+    causal = Shape.square(4, 32, 8192, 64, causal=True)
     # 64 query blocks of 128; block m visits 2(m+1) key tiles of 64: 4160 tiles against 4096 for
     # the exact half, so the diagonal costs 1/64 extra.
-    assert cm.executed_flops(causal, tiles) / cm.fused_flops(causal) == pytest.approx(4160 / 4096)
-    ragged = cm.Shape.square(1, 1, 100, 64)  # one 128-row query block, two 64-key tiles
-    assert cm.executed_flops(ragged, tiles) == 128 * 128 * 4 * 64
-    assert math.isnan(cm.executed_flops(ragged.with_mode("bwd"), tiles))  # no backward tiles: not modelled
+    assert executed_flops(causal, tiles) / fused_flops(causal) == pytest.approx(4160 / 4096)
+    ragged = Shape.square(1, 1, 100, 64)  # one 128-row query block, two 64-key tiles
+    assert executed_flops(ragged, tiles) == 128 * 128 * 4 * 64
+    assert math.isnan(executed_flops(ragged.with_mode("bwd"), tiles))  # no backward tiles: not modelled
 
 
 def test_compulsory_and_tile_bytes_of_the_h200_measurement():
     # B1 H16 N4096 D64 fp16: DRAM saw Q+K+V read once (25.2 MB); L2 saw K and V once per each of
     # the 32 query blocks of 128 rows.
-    s = cm.Shape.square(1, 16, 4096, 64)
+    s = Shape.square(1, 16, 4096, 64)
     one = 16 * 4096 * 64 * 2
     lse = 16 * 4096 * 4
-    assert cm.compulsory_bytes(s) == 4 * one + lse
-    assert cm.tile_bytes(s, Tiles((128, 64))) == one + 32 * 2 * one + one + lse
+    assert compulsory_bytes(s) == 4 * one + lse
+    assert tile_bytes(s, Tiles((128, 64))) == one + 32 * 2 * one + one + lse
     assert 3 * one / 1e6 == pytest.approx(25.2, abs=0.1)
 
 
 def test_flash_paper_traffic_falls_as_sram_grows():
-    s = cm.Shape.square(1, 1, 8192, 64)
-    small, big = cm.fa1_paper_bytes(s, 48 * 1024), cm.fa1_paper_bytes(s, 192 * 1024)
+    s = Shape.square(1, 1, 8192, 64)
+    small, big = fa1_paper_bytes(s, 48 * 1024), fa1_paper_bytes(s, 192 * 1024)
     kv = 2 * 8192 * 64 * 2
     # Bc = M / (4d) columns: 96 at 48 KiB, 384 at 192 KiB, so Tc = ⌈8192/96⌉ = 86 vs ⌈8192/384⌉ = 22
     # outer passes over Q and O: four times the SRAM, about a quarter of the re-reads (Θ(N²d²/M)).
@@ -102,7 +105,7 @@ def test_matmul_flops_match_torch_flop_counter():
     # FlopCounterMode counts matmuls (2·M·N·K) only, forward and backward, and ignores the causal
     # mask and elementwise work: it is compared with our matmul steps, and our elementwise steps
     # are the documented convention it cannot see.
-    shape = cm.Shape(2, 3, 40, 24, 16, dtype="fp32", causal=True, mode="fwd+bwd")
+    shape = Shape(2, 3, 40, 24, 16, dtype="fp32", causal=True, mode="fwd+bwd")
     q = torch.randn(2, 3, 40, 16, requires_grad=True)
     k, v = (torch.randn(2, 3, 24, 16, requires_grad=True) for _ in range(2))
     counted = {}
@@ -114,8 +117,8 @@ def test_matmul_flops_match_torch_flop_counter():
                 out = reference.pv_matmul(torch.rand(2, 3, 40, 24, requires_grad=True), v)
             out.sum().backward()
         counted[step] = counter.get_total_flops()
-    assert counted["qk_matmul"] == cm.naive_step_flops(shape, "qk_matmul")
-    assert counted["pv_matmul"] == cm.naive_step_flops(shape, "pv_matmul")
+    assert counted["qk_matmul"] == naive_step_flops(shape, "qk_matmul")
+    assert counted["pv_matmul"] == naive_step_flops(shape, "pv_matmul")
     s = torch.randn(2, 3, 40, 24, requires_grad=True)
     with FlopCounterMode(display=False) as counter:
         reference.softmax(reference.scale_mask(s, 0.25, causal=True)).sum().backward()
@@ -128,17 +131,17 @@ def test_flop_counter_does_not_discount_causal_sdpa():
     q, k, v = (torch.randn(1, 2, 32, 16) for _ in range(3))
     with FlopCounterMode(display=False) as counter:
         torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-    causal = cm.Shape.square(1, 2, 32, 16, dtype="fp32", causal=True)
-    assert counter.get_total_flops() in (0, 2 * cm.fused_flops(causal))
+    causal = Shape.square(1, 2, 32, 16, dtype="fp32", causal=True)
+    assert counter.get_total_flops() in (0, 2 * fused_flops(causal))
 
 
 def test_shape_validation():
     with pytest.raises(ValueError, match="seq_q must be a positive integer, got 0"):
-        cm.Shape(1, 1, 0, 1, 64)
+        Shape(1, 1, 0, 1, 64)
     with pytest.raises(ValueError, match="dtype 'fp8' is not supported; allowed: fp16, bf16, fp32"):
-        cm.Shape(1, 1, 8, 8, 64, dtype="fp8")
+        Shape(1, 1, 8, 8, 64, dtype="fp8")
     with pytest.raises(ValueError, match="mode 'train' is not supported"):
-        cm.Shape(1, 1, 8, 8, 64, mode="train")
+        Shape(1, 1, 8, 8, 64, mode="train")
 
 
 @pytest.mark.parametrize(
@@ -167,7 +170,7 @@ def test_every_device_figure_has_a_source():
 
 def test_roofline_maths():
     peak, bw = 100e12, 1e12  # ridge at 100 FLOP/byte
-    assert roofline.attainable_flops(10, peak, bw) == 10e12
-    assert roofline.attainable_flops(1000, peak, bw) == peak
-    assert roofline.bound(99.9, peak, bw) == "memory" and roofline.bound(100, peak, bw) == "compute"
-    assert roofline.roof_fraction(5e12, 10, peak, bw) == 0.5
+    assert attainable_flops(10, peak, bw) == 10e12
+    assert attainable_flops(1000, peak, bw) == peak
+    assert bound(99.9, peak, bw) == "memory" and bound(100, peak, bw) == "compute"
+    assert roof_fraction(5e12, 10, peak, bw) == 0.5

@@ -1,5 +1,5 @@
 """One cost model per implementation: every command gives the same FLOPs and bytes for every
-implementation and step, from the registry entry's costing (profiler.model.cost_model.cost_of)."""
+implementation and step, from the registry entry's costing (profiler.model.cost.cost_of)."""
 
 from __future__ import annotations
 
@@ -9,21 +9,24 @@ import math
 import pandas as pd
 import pytest
 
-from kernels.registry import BUILTIN, REGISTRY
+from attention_core.costing import Costing, Tiles
+from attention_core.shape import MODES, NAIVE_STEPS, Shape
 from profiler.measure import ranges
-from profiler.model import cost_model as cm
 from profiler.model import hardware
-from profiler.model.costing import Costing, Tiles
+from profiler.model.cost import arithmetic_intensity, cost_of
+from profiler.model.fused import tile_bytes
 from profiler.model.roofs import Roofs
-from profiler.model.rows import remodel, roofline_row
+from profiler.model.rows import capture_row
 from profiler.nsight import validate
+from profiler.registry import BUILTIN, REGISTRY
+from profiler.remodel import remodel
 from profiler.store import to_frame
 from profiler.views.tables import model_table
 
 H200 = hardware.get_device("H200")
 ROOFS = Roofs(H200, None)
-SHAPES = [cm.Shape(b, h, nq, nk, d, dt, c, m) for (b, h, nq, nk, d), dt, c, m in itertools.product(
-    [(4, 32, 8192, 8192, 64), (1, 3, 100, 77, 128), (2, 2, 1, 300, 32)], ["fp16", "fp32"], [False, True], cm.MODES)]
+SHAPES = [Shape(b, h, nq, nk, d, dt, c, m) for (b, h, nq, nk, d), dt, c, m in itertools.product(
+    [(4, 32, 8192, 8192, 64), (1, 3, 100, 77, 128), (2, 2, 1, 300, 32)], ["fp16", "fp32"], [False, True], MODES)]
 
 
 def _same(a, b) -> bool:
@@ -45,7 +48,7 @@ def test_capture_model_remodel_and_validate_agree_for_every_implementation_and_s
             assert all(key[0] != impl.name for key in from_model)  # no backward: the model leaves it out
             continue
         for step in impl.row_steps:
-            row = roofline_row(impl.name, impl.costing, shape, step, roofs, timing=None, status="ok")
+            row = capture_row(impl.name, impl.costing, shape, step, roofs, timing=None, status="ok")
             model = from_model.pop((impl.name, step))
             for column in ("flops", "hbm_bytes", "tile_bytes", "arithmetic_intensity"):
                 assert _same(row[column], model[column]), (impl.name, step, column)
@@ -56,27 +59,27 @@ def test_capture_model_remodel_and_validate_agree_for_every_implementation_and_s
 
 
 def test_validate_compares_counters_with_the_same_costs():
-    shape = cm.Shape.square(1, 16, 1024, 64, causal=True)
+    shape = Shape.square(1, 16, 1024, 64, causal=True)
     kernels = pd.DataFrame([
         {"impl": impl, "step": step, "kernel": "k", "grid": "(8, 16, 1)", "dram_read_bytes": 1.0,
          "dram_write_bytes": 1.0, "l2_bytes": 1.0, "gpu_time_ns": 1.0, "tensor_ops_fp16": 0.0, "tensor_ops_bf16": 0.0}
-        for impl, step in [("naive", s) for s in cm.NAIVE_STEPS] + [("triton_flash", "total"), ("sdpa_cudnn", "total")]
+        for impl, step in [("naive", s) for s in NAIVE_STEPS] + [("triton_flash", "total"), ("sdpa_cudnn", "total")]
     ])
     table = validate.validation_table(validate.with_shape(kernels, shape), l2_bytes=None)
     for r in table.itertuples():
-        cost = cm.cost_of(REGISTRY[r.impl].costing, shape, r.step)
+        cost = cost_of(REGISTRY[r.impl].costing, shape, r.step)
         assert r.flops == cost.flops and _same(r.model_l2_bytes, cost.tile_bytes)
 
 
 def test_triton_naive_rereads_k_and_v_once_per_query_row():
     # B4 H32 N8192 D64 fp16: 2 · 8192 rows · 8192 keys · 64 · 2 bytes per head = 17.2 GB, ×128 heads.
-    s = cm.Shape.square(4, 32, 8192, 64)
+    s = Shape.square(4, 32, 8192, 64)
     row_bytes = 64 * 2
     per_head = 8192 * row_bytes + 8192 * 8192 * 2 * row_bytes + 8192 * row_bytes  # Q, K and V per row, O
-    cost = cm.cost_of(REGISTRY["triton_naive"].costing, s)
+    cost = cost_of(REGISTRY["triton_naive"].costing, s)
     assert cost.tile_bytes == 128 * per_head and cost.tile_bytes / 1e9 == pytest.approx(2199.3, abs=0.05)
     assert cost.hbm_bytes == 4 * 128 * 8192 * row_bytes  # Q, K, V, O once: this kernel writes no logsumexp
-    causal = cm.cost_of(REGISTRY["triton_naive"].costing, s.__class__.square(4, 32, 8192, 64, causal=True))
+    causal = cost_of(REGISTRY["triton_naive"].costing, s.__class__.square(4, 32, 8192, 64, causal=True))
     assert causal.tile_bytes == 128 * (2 * 8192 * row_bytes + 8192 * 8193 // 2 * 2 * row_bytes)
 
 
@@ -89,20 +92,20 @@ def test_our_flash_kernels_are_costed_with_their_default_tiles():
         assert tiles.dkdv == flash_bwd.DKDV_CANDIDATES[cls][0][:2] and tiles.dq == flash_bwd.DQ_CANDIDATES[cls][0][:2]
     assert REGISTRY["triton_flash"].costing.tiles_for(256, "fp16").dkdv is None  # no backward at 256
     # D128 backward: dK/dV (64, 64) re-reads Q and dO per 64 keys, where (32, 128) would per 128.
-    s = cm.Shape.square(2, 16, 8192, 128, mode="bwd")
-    old = cm.tile_bytes(s, Tiles((128, 64), (32, 128), (128, 32)))
-    assert cm.cost_of(REGISTRY["triton_flash"].costing, s).tile_bytes / old == pytest.approx(1.49, abs=0.01)
+    s = Shape.square(2, 16, 8192, 128, mode="bwd")
+    old = tile_bytes(s, Tiles((128, 64), (32, 128), (128, 32)))
+    assert cost_of(REGISTRY["triton_flash"].costing, s).tile_bytes / old == pytest.approx(1.49, abs=0.01)
 
 
 def test_undeclared_tiles_give_no_tile_bytes_rather_than_a_guess():
-    s = cm.Shape.square(1, 2, 512, 64, mode="bwd")
-    assert math.isnan(cm.cost_of(REGISTRY["sdpa_cudnn"].costing, s).tile_bytes)
-    assert math.isnan(cm.cost_of(Costing("fused"), s.with_mode("fwd")).tile_bytes)
-    assert math.isnan(cm.arithmetic_intensity(1.0, math.nan))
+    s = Shape.square(1, 2, 512, 64, mode="bwd")
+    assert math.isnan(cost_of(REGISTRY["sdpa_cudnn"].costing, s).tile_bytes)
+    assert math.isnan(cost_of(Costing("fused"), s.with_mode("fwd")).tile_bytes)
+    assert math.isnan(arithmetic_intensity(1.0, math.nan))
 
 
 def test_costing_survives_meta_json():
-    from kernels.registry import _flash_tiles
+    from profiler.registry import _flash_tiles
 
     fixed = Costing("fused", Tiles((64, 32), (32, 64), (64, 32)), writes_lse=False, source="x")
     assert Costing.from_meta(fixed.as_meta()) == fixed
@@ -114,13 +117,13 @@ def test_costing_survives_meta_json():
 
 
 def test_shape_from_a_row_in_every_form():
-    shape = cm.Shape(2, 3, 5, 7, 16, "bf16", True, "bwd")
-    record = roofline_row("naive", REGISTRY["naive"].costing, shape, "softmax", ROOFS, timing=None, status="ok")
+    shape = Shape(2, 3, 5, 7, 16, "bf16", True, "bwd")
+    record = capture_row("naive", REGISTRY["naive"].costing, shape, "softmax", ROOFS, timing=None, status="ok")
     frame = to_frame([record])
-    assert cm.Shape.from_row(record) == shape
-    assert cm.Shape.from_row(frame.iloc[0]) == shape
-    assert cm.Shape.from_row(next(frame.itertuples())) == shape
-    assert cm.Shape.from_row({k: v for k, v in record.items() if k != "mode"}).mode == "fwd"
+    assert Shape.from_row(record) == shape
+    assert Shape.from_row(frame.iloc[0]) == shape
+    assert Shape.from_row(next(frame.itertuples())) == shape
+    assert Shape.from_row({k: v for k, v in record.items() if k != "mode"}).mode == "fwd"
 
 
 @pytest.mark.parametrize("name,parsed", [
@@ -132,12 +135,12 @@ def test_shape_from_a_row_in_every_form():
      ranges.RangeName("naive", "qk_matmul", "fwd", 7, call=True)),
     (ranges.qualified(ranges.validate_range("my_attn2", "total")),
      ranges.RangeName("my_attn2", "total", validate=True)),
-    (ranges.shape_range("triton_flash", cm.Shape(2, 32, 1, 32768, 128, "bf16", kv_heads=8)),
+    (ranges.shape_range("triton_flash", Shape(2, 32, 1, 32768, 128, "bf16", kv_heads=8)),
      ranges.RangeName("triton_flash", "total", "fwd", 1, 32768, 8)),
-    (ranges.call_range(ranges.step_range(ranges.shape_range("naive", cm.Shape(1, 4, 3, 77, 64, mode="bwd")),
+    (ranges.call_range(ranges.step_range(ranges.shape_range("naive", Shape(1, 4, 3, 77, 64, mode="bwd")),
                                          "softmax")),
      ranges.RangeName("naive", "softmax", "bwd", 3, 77, call=True)),
-    (ranges.shape_range("naive", cm.Shape(1, 4, 5, 5, 64, kv_heads=4)), ranges.RangeName("naive", "total", "fwd", 5)),
+    (ranges.shape_range("naive", Shape(1, 4, 5, 5, 64, kv_heads=4)), ranges.RangeName("naive", "total", "fwd", 5)),
     ("attn:qk_matmul", None), ("other:thing", None), ("naive/train/seq=1", None),
 ])
 def test_range_names_parse_back(name, parsed):

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from attention_core.shape import NAIVE_STEPS, Shape
 from profiler.cli import main
-from profiler.model import cost_model as cm
 from profiler.model import hardware
 from profiler.store import load_capture
 from profiler.views import plots, rooflines, style
@@ -514,13 +514,13 @@ def test_step_breakdown_trips_compare_trace_whatif(reference):
     meta, frame = reference
     rows = frame[(frame.dtype == "fp16") & (frame.head_dim == 64) & ~frame.causal & (frame["mode"] == "fwd")]
     steps = plots.step_breakdown_figure(rows)
-    assert [t.name for t in steps.data] == [f"{s} (CUDA events)" for s in cm.NAIVE_STEPS] + ["out of memory"]
+    assert [t.name for t in steps.data] == [f"{s} (CUDA events)" for s in NAIVE_STEPS] + ["out of memory"]
     shares = np.array([t.y for t in steps.data[:4]], dtype=float).sum(axis=0)
     assert shares == pytest.approx(np.ones(5))  # each N's four steps make 100%
     ms = plots.step_breakdown_figure(rows, "ms")
     softmax = rows[(rows.impl == "naive") & (rows.step == "softmax") & (rows.status == "ok")].sort_values("seq_q")
     assert list(ms.data[2].y) == pytest.approx(list(softmax.time_ms))
-    trips = plots.hbm_trips_table(cm.Shape.square(4, 32, 4096, 64))
+    trips = plots.hbm_trips_table(Shape.square(4, 32, 4096, 64))
     assert trips["N×N reads"].tolist() == [0, 1, 1, 1, 0] and trips["N×N writes"].tolist() == [1, 1, 1, 0, 0]
     assert trips["HBM bytes (model)"].tolist()[0] == "4.4 GB" and plots.human_bytes(1.5e6) == "1.5 MB"
     fig, joined = plots.compare_figure(frame, frame, "A", "B")

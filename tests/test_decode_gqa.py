@@ -11,12 +11,15 @@ import pytest
 import torch
 from test_cli import run_cli
 
-from kernels import REGISTRY, flash_attention
+from attention_core import split_kv
+from attention_core.costing import Costing
+from attention_core.shape import Shape
+from kernels import flash_attention
 from kernels.flash_fwd import flash_attention_forward
 from kernels.reference import attention_oracle, naive_attention, oracle_with_grads, relative_error
-from profiler.model import cost_model as cm
-from profiler.model import split_kv
-from profiler.model.costing import Costing
+from profiler.model.cost import cost_of, kernel_path, kernel_plan
+from profiler.model.fused import compulsory_bytes, fused_flops, split_kv_executed_flops
+from profiler.registry import REGISTRY
 from profiler.store import read_results, to_frame
 
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3}
@@ -91,7 +94,7 @@ def test_naive_gqa_reads_k_without_copying_it():
 
 
 def test_user_implementations_without_gqa_are_unsupported_for_grouped_shapes():
-    from kernels.registry import register
+    from profiler.registry import register
 
     register(lambda q, k, v, causal=False, sm_scale=None: q, name="plain_user_fn", replace=True)
     try:
@@ -106,22 +109,22 @@ def test_user_implementations_without_gqa_are_unsupported_for_grouped_shapes():
 
 
 def test_shape_kv_heads_default_and_validation():
-    assert cm.Shape(1, 32, 1, 8, 128).kv_heads == 32 and cm.Shape(1, 32, 1, 8, 128, kv_heads=8).group == 4
+    assert Shape(1, 32, 1, 8, 128).kv_heads == 32 and Shape(1, 32, 1, 8, 128, kv_heads=8).group == 4
     with pytest.raises(ValueError, match="kv_heads 5 must divide heads 32"):
-        cm.Shape(1, 32, 1, 8, 128, kv_heads=5)
-    assert cm.Shape.from_row({"batch": 1, "heads": 4, "seq_q": 1, "seq_kv": 8, "head_dim": 16, "dtype": "fp16",
+        Shape(1, 32, 1, 8, 128, kv_heads=5)
+    assert Shape.from_row({"batch": 1, "heads": 4, "seq_q": 1, "seq_kv": 8, "head_dim": 16, "dtype": "fp16",
                               "causal": False, "kv_heads": float("nan")}).kv_heads == 4
 
 
 def test_gqa_compulsory_bytes_read_each_kv_head_once():
     """Llama-3-8B decode, B1 Nkv 32768 bf16: K and V are 8 heads × 32768 × 128 × 2 bytes each; Q and
     O are 32 × 1 × 128 × 2; the logsumexp 32 × 4."""
-    shape = cm.Shape(1, 32, 1, 32768, 128, "bf16", kv_heads=8)
+    shape = Shape(1, 32, 1, 32768, 128, "bf16", kv_heads=8)
     kv = 8 * 32768 * 128 * 2
-    assert cm.compulsory_bytes(shape) == 2 * kv + 2 * (32 * 128 * 2) + 32 * 4
-    mha = cm.Shape(1, 32, 1, 32768, 128, "bf16")
-    assert cm.compulsory_bytes(mha) - cm.compulsory_bytes(shape) == 2 * kv * 3  # GQA saves 3/4 of the K/V reads
-    assert cm.fused_flops(shape) == cm.fused_flops(mha) == 4 * 32 * 32768 * 128
+    assert compulsory_bytes(shape) == 2 * kv + 2 * (32 * 128 * 2) + 32 * 4
+    mha = Shape(1, 32, 1, 32768, 128, "bf16")
+    assert compulsory_bytes(mha) - compulsory_bytes(shape) == 2 * kv * 3  # GQA saves 3/4 of the K/V reads
+    assert fused_flops(shape) == fused_flops(mha) == 4 * 32 * 32768 * 128
 
 
 def test_split_kv_plan_and_partial_bytes():
@@ -136,35 +139,35 @@ def test_split_kv_plan_and_partial_bytes():
 
 
 def test_cost_of_split_kv_path_and_repeat_kv():
-    shape = cm.Shape(1, 32, 1, 32768, 128, "bf16", kv_heads=8)
+    shape = Shape(1, 32, 1, 32768, 128, "bf16", kv_heads=8)
     ours = REGISTRY["triton_flash"].costing
-    plan = cm.kernel_plan(ours, shape)
-    cost = cm.cost_of(ours, shape)
-    assert cost.hbm_bytes == cm.compulsory_bytes(shape)
+    plan = kernel_plan(ours, shape)
+    cost = cost_of(ours, shape)
+    assert cost.hbm_bytes == compulsory_bytes(shape)
     assert cost.tile_bytes == cost.hbm_bytes + split_kv.partial_bytes(1, 32, 1, 128, plan.splits)
-    assert cm.kernel_path(ours, shape) == f"split-kv x{plan.splits}"
-    assert cm.kernel_path(ours, cm.Shape.square(4, 32, 8192, 64)) == "tiled"
-    assert cm.kernel_path(ours, shape.with_mode("fwd+bwd")) == f"split-kv x{plan.splits} fwd, tiled bwd"
-    assert cm.kernel_path(REGISTRY["sdpa_flash"].costing, shape) == ""
+    assert kernel_path(ours, shape) == f"split-kv x{plan.splits}"
+    assert kernel_path(ours, Shape.square(4, 32, 8192, 64)) == "tiled"
+    assert kernel_path(ours, shape.with_mode("fwd+bwd")) == f"split-kv x{plan.splits} fwd, tiled bwd"
+    assert kernel_path(REGISTRY["sdpa_flash"].costing, shape) == ""
     # The repeat_interleave baseline copies K and V to 32 heads (read 8, write 32), then reads 32.
-    repeat = cm.cost_of(REGISTRY["sdpa_repeat_kv"].costing, shape)
+    repeat = cost_of(REGISTRY["sdpa_repeat_kv"].costing, shape)
     kv8, kv32 = 8 * 32768 * 128 * 2, 32 * 32768 * 128 * 2
-    assert repeat.hbm_bytes == 2 * (kv8 + kv32) + cm.compulsory_bytes(cm.Shape(1, 32, 1, 32768, 128, "bf16"))
-    mha = cm.Shape(1, 8, 1, 64, 16)  # nothing to repeat without GQA
-    assert cm.cost_of(Costing("fused", repeats_kv=True), mha)[:2] == cm.cost_of(Costing("fused"), mha)[:2]
+    assert repeat.hbm_bytes == 2 * (kv8 + kv32) + compulsory_bytes(Shape(1, 32, 1, 32768, 128, "bf16"))
+    mha = Shape(1, 8, 1, 64, 16)  # nothing to repeat without GQA
+    assert cost_of(Costing("fused", repeats_kv=True), mha)[:2] == cost_of(Costing("fused"), mha)[:2]
 
 
 def test_split_kv_executed_flops_count_padded_rows_and_tiles():
-    shape = cm.Shape(1, 32, 1, 1000, 128, "bf16", kv_heads=8)
+    shape = Shape(1, 32, 1, 1000, 128, "bf16", kv_heads=8)
     plan = split_kv.plan(1, 8, 4, 1, 1000)
     tiles = sum(math.ceil(min(plan.chunk, 1000 - lo) / split_kv.BLOCK_N) for lo in range(0, 1000, plan.chunk))
-    assert cm.split_kv_executed_flops(shape, plan) == 8 * tiles * 16 * split_kv.BLOCK_N * 4 * 128
+    assert split_kv_executed_flops(shape, plan) == 8 * tiles * 16 * split_kv.BLOCK_N * 4 * 128
 
 
 def test_validate_names_its_decode_csvs_and_reads_them_back():
     from profiler.nsight.validate import CSV_NAME, csv_name, kv_splits
 
-    shape = cm.Shape(1, 32, 4, 32768, 128, "bf16", True, kv_heads=8)
+    shape = Shape(1, 32, 4, 32768, 128, "bf16", True, kv_heads=8)
     assert csv_name(shape) == "B1H32KV8N4x32768D128-bf16-causal.csv"
     assert CSV_NAME.match(csv_name(shape)).groups() == ("1", "32", "8", "4", "32768", "128", "bf16", "-causal")
     assert kv_splits("_decode_split | _decode_combine", "(64, 8, 1)") == 64
@@ -190,7 +193,7 @@ def test_preset_fills_heads_and_refuses_a_second_source():
                   "--impl", "triton_flash", "--json")
     assert out.returncode == 0, out.stderr
     (row,) = json.loads(out.stdout)
-    assert row["hbm_bytes"] == cm.compulsory_bytes(cm.Shape(4, 32, 1, 32768, 128, "bf16", kv_heads=8))
+    assert row["hbm_bytes"] == compulsory_bytes(Shape(4, 32, 1, 32768, 128, "bf16", kv_heads=8))
     assert row["bound"] == "memory"
     bad = run_cli("model", "--preset", "llama3-8b", "--heads", "16")
     assert bad.returncode == 2 and bad.stderr.strip().endswith(

@@ -11,11 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kernels.registry import REGISTRY
+from attention_core.shape import Shape
 from profiler.measure import distributed
-from profiler.model import cost_model as cm
 from profiler.model import hardware
 from profiler.model.roofs import Roofs
+from profiler.registry import REGISTRY
 from profiler.store import KEY, ResultStore, load_capture, merge_parts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ def test_plan_is_longest_first_to_the_least_loaded_rank():
 def test_predicted_time_grows_with_the_work():
     roofs = Roofs(hardware.get_device("H200"), None)
     flash, naive = REGISTRY["triton_flash"], REGISTRY["naive"]
-    small, big = cm.Shape.square(4, 32, 1024, 64), cm.Shape.square(4, 32, 16384, 64)
+    small, big = Shape.square(4, 32, 1024, 64), Shape.square(4, 32, 16384, 64)
     predicted = [distributed.predicted_seconds(flash, s, roofs, 100) for s in (small, big)]
     assert predicted[1] > predicted[0]
     # naive is timed five times (the case and each step alone)

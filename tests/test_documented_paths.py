@@ -97,19 +97,19 @@ def test_resume_replaces_an_error_row_instead_of_adding_one(tmp_path):
 
 
 def test_cpu_out_of_memory_is_oom_not_error(monkeypatch):
-    from kernels.registry import REGISTRY
+    from attention_core.shape import Shape
     from profiler.measure import runner
-    from profiler.model import cost_model as cm
+    from profiler.registry import REGISTRY
 
     def too_big(*args, **kwargs):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
                            "you tried to allocate 1099511627776 bytes. Error code 12 (Cannot allocate memory)")
 
     monkeypatch.setattr(runner, "make_inputs", too_big)
-    result = runner.run_case(REGISTRY["naive"], cm.Shape.square(1, 1, 8, 16, dtype="fp32"), "cpu")
+    result = runner.run_case(REGISTRY["naive"], Shape.square(1, 1, 8, 16, dtype="fp32"), "cpu")
     assert result.status == "oom" and "can't allocate memory" in result.message
     monkeypatch.setattr(runner, "make_inputs", lambda *a, **k: (_ for _ in ()).throw(MemoryError()))
-    assert runner.run_case(REGISTRY["naive"], cm.Shape.square(1, 1, 8, 16, dtype="fp32"), "cpu").status == "oom"
+    assert runner.run_case(REGISTRY["naive"], Shape.square(1, 1, 8, 16, dtype="fp32"), "cpu").status == "oom"
 
 
 def test_truncated_nsys_export_names_the_users_file(tmp_path, capsys):

@@ -9,13 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels import REGISTRY
+from attention_core.costing import Tiles
+from attention_core.shape import Shape
 from kernels import flash_fwd_hopper as hopper
 from kernels.flash_fwd import flash_attention_forward, forward_path
-from profiler.model import cost_model as cm
-from profiler.model.costing import Tiles
+from profiler.model.cost import cost_of, kernel_path
+from profiler.model.fused import tile_bytes
 from profiler.model.roofs import Roofs
-from profiler.model.rows import remodel
+from profiler.registry import REGISTRY
+from profiler.remodel import remodel
 from profiler.store import load_capture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,22 +57,22 @@ def test_the_portable_kernel_keeps_the_shapes_where_it_measured_faster():
 
 
 def test_kernel_path_names_the_forward_the_run_reported():
-    shape = cm.Shape.square(4, 32, 8192, 64, dtype="bf16")
-    assert cm.kernel_path(OURS, shape) == "tiled"
-    assert cm.kernel_path(OURS, shape, forward="gluon-ws") == "gluon-ws"
-    assert cm.kernel_path(OURS, shape.with_mode("fwd+bwd"), forward="gluon-ws") == "gluon-ws fwd, tiled bwd"
-    assert cm.kernel_path(OURS, shape.with_mode("bwd"), forward="gluon-ws") == "tiled"
-    assert cm.kernel_path(REGISTRY["sdpa_cudnn"].costing, shape, forward="gluon-ws") == ""
+    shape = Shape.square(4, 32, 8192, 64, dtype="bf16")
+    assert kernel_path(OURS, shape) == "tiled"
+    assert kernel_path(OURS, shape, forward="gluon-ws") == "gluon-ws"
+    assert kernel_path(OURS, shape.with_mode("fwd+bwd"), forward="gluon-ws") == "gluon-ws fwd, tiled bwd"
+    assert kernel_path(OURS, shape.with_mode("bwd"), forward="gluon-ws") == "tiled"
+    assert kernel_path(REGISTRY["sdpa_cudnn"].costing, shape, forward="gluon-ws") == ""
 
 
 @pytest.mark.parametrize("mode", ["fwd", "fwd+bwd"])
 def test_gluon_rows_are_charged_the_gluon_tile_forward_only(mode):
-    shape = cm.Shape.square(4, 32, 8192, 64, dtype="bf16", mode=mode)
+    shape = Shape.square(4, 32, 8192, 64, dtype="bf16", mode=mode)
     portable = OURS.tiles_for(64, "bf16")
-    gluon = cm.cost_of(OURS, shape, path=cm.kernel_path(OURS, shape, forward="gluon-ws"))
-    tiled = cm.cost_of(OURS, shape)
+    gluon = cost_of(OURS, shape, path=kernel_path(OURS, shape, forward="gluon-ws"))
+    tiled = cost_of(OURS, shape)
     assert (gluon.flops, gluon.hbm_bytes) == (tiled.flops, tiled.hbm_bytes)  # only the L2 traffic differs
-    want = cm.tile_bytes(shape, Tiles((192, 128), portable.dkdv, portable.dq))
+    want = tile_bytes(shape, Tiles((192, 128), portable.dkdv, portable.dq))
     assert gluon.tile_bytes == pytest.approx(want)
     # A 192-row query tile re-reads K and V 8192 / 192 times instead of 8192 / 128.
     assert gluon.tile_bytes < tiled.tile_bytes

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profiler.model import cost_model as cm
+from attention_core.shape import NAIVE_STEPS, Shape
 from profiler.model import hardware
 from profiler.store import load_capture
 from profiler.views import plots, rooflines, style
@@ -243,12 +243,12 @@ def test_cpu_capture_figures_name_its_timer_and_memory(cpu_capture):
     assert roofline.layout.xaxis.title.text == "arithmetic intensity (FLOP per DRAM byte)"
     assert "roof: measured matmul, DRAM copy" in {t.name for t in roofline.data}
     steps = plots.step_breakdown_figure(frame, device_type=meta["device_type"])
-    assert [t.name for t in steps.data] == [f"{s} (torch.utils.benchmark)" for s in cm.NAIVE_STEPS]
+    assert [t.name for t in steps.data] == [f"{s} (torch.utils.benchmark)" for s in NAIVE_STEPS]
     bandwidth = plots.bandwidth_figure(frame, meta)
     copy = meta["measured_ceilings"]["copy_gbps"]
     assert bandwidth.layout.title.text == "Decode: achieved bandwidth against the DRAM roof"
     assert [a.text for a in bandwidth.layout.annotations if a.name] == [f"measured DRAM copy {copy:,.0f} GB/s"]
-    trips = plots.hbm_trips_table(cm.Shape.square(1, 1, 64, 64, dtype="fp32"), device_type="cpu")
+    trips = plots.hbm_trips_table(Shape.square(1, 1, 64, 64, dtype="fp32"), device_type="cpu")
     assert "DRAM bytes (model)" in trips.columns
     for fig in (roofline, steps, bandwidth):
         text = fig.to_json()

@@ -2,8 +2,8 @@
 
 import torch
 
-from kernels import REGISTRY, get_impl
 from kernels.reference import STEPS
+from profiler.registry import REGISTRY, get_impl
 
 
 def test_every_expected_implementation_is_registered():

@@ -14,14 +14,15 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 import profiler
+from attention_core.costing import Costing, Tiles
+from attention_core.shape import Shape
 from kernels.reference import attention_oracle, relative_error
-from kernels.registry import BUILTIN, REGISTRY, get_impl
 from profiler.cli import main
 from profiler.measure import ranges
-from profiler.model import cost_model as cm
-from profiler.model.costing import Costing, Tiles
+from profiler.model.fused import compulsory_bytes, fused_flops
 from profiler.model.roofs import Roofs
-from profiler.model.rows import remodel
+from profiler.registry import BUILTIN, REGISTRY, get_impl
+from profiler.remodel import remodel
 from profiler.store import load_capture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,11 +154,11 @@ def user_capture(tmp_path_factory):
 def test_user_implementations_are_captured_like_ours(user_capture):
     meta, frame = load_capture(user_capture)
     rows = {r.impl: r for r in frame[frame.step == "total"].itertuples()}
-    shape = cm.Shape(1, 2, 40, 40, 16, "fp32", causal=True)
+    shape = Shape(1, 2, 40, 40, 16, "fp32", causal=True)
     for name in ("bshd_module", "flex_attention"):
         r = rows[name]
         assert r.status == "ok" and r.max_rel_err < 1e-5 and r.time_ms > 0
-        assert r.flops == cm.fused_flops(shape) and r.hbm_bytes == cm.compulsory_bytes(shape)
+        assert r.flops == fused_flops(shape) and r.hbm_bytes == compulsory_bytes(shape)
         assert r.tflops == pytest.approx(r.flops / (r.time_ms * 1e-3) / 1e12) and r.bound in ("memory", "compute")
     assert pd.isna(rows["bshd_module"].tile_bytes)  # no tiles declared: no tile bytes
     users = meta["user_impls"]
@@ -181,7 +182,7 @@ def test_user_ranges_and_the_ncu_driver(user_capture):
 
     name = ranges.call_range(ranges.case_range("bshd_module", "fwd", 40))
     assert ranges.parse_range(ranges.qualified(name)) == ranges.RangeName("bshd_module", "total", "fwd", 40, call=True)
-    shape = cm.Shape.square(1, 2, 33, 16, dtype="fp32", causal=True)
+    shape = Shape.square(1, 2, 33, 16, dtype="fp32", causal=True)
     calls = list(measured_calls(shape, [BSHD_EXAMPLE], device="cpu"))
     assert [(impl, step) for impl, step, _ in calls] == [("bshd_module", "total")]
     assert calls[0][2]().shape == (1, 2, 33, 16)

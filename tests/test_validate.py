@@ -9,9 +9,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from attention_core.shape import Shape
 from profiler.cli import main
-from profiler.model import cost_model as cm
+from profiler.model.fused import fused_flops
+from profiler.model.naive import naive_step_bytes
 from profiler.nsight import ncu, validate
+from profiler.nsight.dram_model import dram_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURE = ROOT / "reports" / "validate-h200"
@@ -66,7 +69,7 @@ def test_dram_bytes_within_fifteen_percent_for_fused_kernels_and_at_n4096(table)
 def test_causal_diagonal_tiles_are_counted_by_the_kernels_query_tile(table):
     causal = table[(table.step == "total") & table.causal & (table.seq_q == 1024)]
     # 8 query tiles of 128 rows compute 36 of 64 tile pairs: 1.125x the exact causal half.
-    assert (causal.model_tensor_flops / (cm.fused_flops(cm.Shape(1, 16, 1024, 1024, 64, causal=True))
+    assert (causal.model_tensor_flops / (fused_flops(Shape(1, 16, 1024, 1024, 64, causal=True))
                                          * causal.head_dim / 64)).round(6).tolist() == [1.125] * len(causal)
 
 
@@ -86,29 +89,29 @@ def test_kernel_tile_and_split_sources():
 
 
 def test_dram_model_keeps_what_l2_retains():
-    s = cm.Shape(1, 16, 4096, 4096, 64)
+    s = Shape(1, 16, 4096, 4096, 64)
     score = 16 * 4096**2 * 2
-    assert cm.dram_bytes(s, "naive", "softmax") == 2 * score  # no L2: read S, write P
-    assert cm.dram_bytes(s, "naive", "softmax", l2_bytes=60e6) == pytest.approx(2 * score - 0.35 * 60e6)
-    assert cm.dram_bytes(s, "naive", "qk_matmul", l2_bytes=60e6) == pytest.approx(
+    assert dram_bytes(s, "naive", "softmax") == 2 * score  # no L2: read S, write P
+    assert dram_bytes(s, "naive", "softmax", l2_bytes=60e6) == pytest.approx(2 * score - 0.35 * 60e6)
+    assert dram_bytes(s, "naive", "qk_matmul", l2_bytes=60e6) == pytest.approx(
         2 * 16 * 4096 * 64 * 2 + score - 0.43 * 60e6)  # matmul epilogues keep more of their output
     o = 16 * 4096 * 64 * 2
-    assert cm.dram_bytes(s, "triton_flash", "total", l2_bytes=60e6) == 3 * o + o + 16 * 4096 * 4 - 7.5e6
+    assert dram_bytes(s, "triton_flash", "total", l2_bytes=60e6) == 3 * o + o + 16 * 4096 * 4 - 7.5e6
     # FlashAttention-2's split-KV path: 2 splits write fp32 partials (O and logsumexp per row) and
     # a combine kernel reads them; with no L2 both directions reach DRAM.
     partials = 2 * 16 * 4096 * (64 + 1) * 4
-    assert cm.dram_bytes(s, "sdpa_flash", "total", kv_splits=2) == 3 * o + o + 16 * 4096 * 4 + 2 * partials
+    assert dram_bytes(s, "sdpa_flash", "total", kv_splits=2) == 3 * o + o + 16 * 4096 * 4 + 2 * partials
 
 
 def test_causal_mask_counts_once_for_all_heads():
     # One N×N bool mask serves every batch and head: built (a fill writes it, triu_ zeroes the
     # lower triangle and diagonal) and read by masked_fill_ once; the multiply and masked_fill_ each
     # read and write S.
-    s = cm.Shape(2, 8, 1024, 1024, 64, causal=True)
+    s = Shape(2, 8, 1024, 1024, 64, causal=True)
     score = 2 * 8 * 1024**2 * 2
-    assert cm.naive_step_bytes(s, "scale_mask") == 4 * score + 1024**2 + 1024 * 1025 // 2 + 1024**2
-    assert cm.naive_step_bytes(s.with_mode("bwd"), "scale_mask") == 4 * score + 1024**2
-    assert cm.naive_step_bytes(cm.Shape(2, 8, 1024, 1024, 64), "scale_mask") == 2 * score
+    assert naive_step_bytes(s, "scale_mask") == 4 * score + 1024**2 + 1024 * 1025 // 2 + 1024**2
+    assert naive_step_bytes(s.with_mode("bwd"), "scale_mask") == 4 * score + 1024**2
+    assert naive_step_bytes(Shape(2, 8, 1024, 1024, 64), "scale_mask") == 2 * score
 
 
 def test_bad_input(tmp_path, monkeypatch, capsys):
@@ -158,7 +161,7 @@ def test_dashboard_validation_tab(tmp_path, monkeypatch):
 def test_ncu_driver_profiles_the_capture_s_naive_steps_then_whole_kernels():
     from profiler.nsight.ncu_driver import measured_calls
 
-    shape = cm.Shape(1, 2, 40, 40, 16, "fp32", causal=True)
+    shape = Shape(1, 2, 40, 40, 16, "fp32", causal=True)
     seen = []
     for impl, step, call in measured_calls(shape, ["naive", "triton_flash"], device="cpu"):
         out = call()

@@ -17,8 +17,8 @@ import os
 import sys
 from importlib import import_module
 
-from profiler.model.cost_model import DTYPE_BYTES, MODES
-from profiler.model.presets import PRESETS
+from attention_core.presets import PRESETS
+from attention_core.shape import DTYPE_BYTES, MODES
 
 EXIT_USAGE = 2
 
@@ -75,7 +75,7 @@ def _causal_list(text: str) -> list[bool]:
 def _impl_list(text: str) -> list[str]:
     """Registered names, 'all' (ours and PyTorch's), or a user's module:function / file.py:function,
     which is imported and registered here; the list holds registry names."""
-    from kernels.registry import BUILTIN, get_impl
+    from profiler.registry import BUILTIN, get_impl
 
     if text == "all":
         return list(BUILTIN)

@@ -44,9 +44,9 @@ def _resolve_capture_args(args, lists: bool) -> tuple[dict, list[str]]:
 
 
 def _run_capture_command(args, lists: bool) -> int:
-    from kernels.registry import BUILTIN, get_impl
     from profiler.measure.cases import shapes_of
     from profiler.measure.ceilings import device_name
+    from profiler.registry import BUILTIN, get_impl
     from profiler.views.tables import summary_frame
 
     values, notes = _resolve_capture_args(args, lists)
@@ -69,7 +69,7 @@ def _run_capture_command(args, lists: bool) -> int:
     store, roofs = start_capture(args, label, values["dtypes"], {
         "kind": "sweep" if lists else "capture", "shapes": len(shapes), "impls": [i.name for i in impls],
         "trace": trace, "defaults_shrunk": notes, "rep_ms": args.rep_ms,
-        "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd; naive steps: profiler.model.cost_model",
+        "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd; naive steps: profiler.model.naive",
         **timer}, impls=impls, head_dims=values["dims"])
     say_shrunk(notes)
     if roofs.datasheet is None:
@@ -97,7 +97,7 @@ def _print_summary(frame) -> None:
 
     if frame.empty:
         return
-    from profiler.model.cost_model import Shape
+    from attention_core.shape import Shape
 
     for key, group in frame.groupby(SUMMARY_SHAPE, sort=False):
         mode, dtype, d, causal, b, h, kvh, n, nk = key

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
+from attention_core.shape import Shape
 from profiler.cli import UsageError, check_cuda_graph, lengths
 from profiler.cli.console import (
     case_line,
@@ -21,7 +22,6 @@ from profiler.cli.console import (
     say_shrunk,
     start_capture,
 )
-from profiler.model import cost_model as cm
 
 # --------------------------------------------------------------------------------------------- bench
 
@@ -64,8 +64,8 @@ def _resolve_bench_args(args) -> list[str]:
 def bench(args) -> int:
     """Our kernels beside PyTorch's, over a grid of shapes, into a capture folder; prints TFLOP/s
     and the ratio of the baseline (ours) to each peer."""
-    from kernels.registry import get_impl
     from profiler.measure.ceilings import device_name
+    from profiler.registry import get_impl
     from profiler.store import to_frame
     from profiler.views.tables import bench_table
 
@@ -83,7 +83,7 @@ def bench(args) -> int:
     pairs = [(n, n) for n in seqs_q] if seqs_kv is None else list(itertools.product(seqs_q, seqs_kv))
     try:
         shapes = [
-            cm.Shape(b, h, nq, nk, d, dt, c, m, kvh)
+            Shape(b, h, nq, nk, d, dt, c, m, kvh)
             for m, dt, d, c, (nq, nk) in itertools.product(args.mode, args.dtype, args.dim, args.causal, pairs)
             for b in ([args.tokens // nq] if args.tokens else args.batch)
             for h in args.heads
@@ -112,7 +112,7 @@ def bench(args) -> int:
     _print_bench(table, names, baseline, f"{label}: median {clock}, FLOPs = 4·B·H·Nq·Nkv·D (x0.5 causal, x2.5 bwd)")
     for r in store.rows:
         if r["status"] != "ok" and r["impl"] in names and r["step"] == "total":
-            console.print(f"{r['impl']} {r['mode']} {cm.Shape.from_row(r).label}: {r['status']}: {r['message']}",
+            console.print(f"{r['impl']} {r['mode']} {Shape.from_row(r).label}: {r['status']}: {r['message']}",
                           style="yellow", overflow="fold")
     if args.json:
         from profiler.store import write_json_atomic
@@ -206,12 +206,12 @@ def ratio_header(baseline: str, peer: str) -> str:
 
 def demo(args) -> int:
     """Every implementation once at a size that suits the machine, with its error and speed."""
-    from kernels.registry import BUILTIN, REGISTRY
     from profiler.measure.runner import run_case
+    from profiler.registry import BUILTIN, REGISTRY
 
     on_gpu = args.device.startswith("cuda")
     # The seed posts' benchmark shape on a GPU; on a CPU a size that runs in seconds.
-    shape = cm.Shape(4, 32, 4096, 4096, 64, "fp16") if on_gpu else cm.Shape(1, 4, 512, 512, 64, "fp32")
+    shape = Shape(4, 32, 4096, 4096, 64, "fp16") if on_gpu else Shape(1, 4, 512, 512, 64, "fp32")
     results = []
     impls = [REGISTRY[name] for name in BUILTIN]
     if console.is_terminal:

@@ -10,9 +10,9 @@ from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
+from attention_core.shape import Shape
 from profiler.cli import UsageError
 from profiler.cli.console import console, fmt, start_capture
-from profiler.model import cost_model as cm
 
 # ---------------------------------------------------------------------------------------------- nsys
 
@@ -69,10 +69,10 @@ def validate(args) -> int:
 
     if args.rebuild:
         return _validate_rebuild(args)
-    from kernels.registry import get_impl
     from profiler.measure.ceilings import device_name
     from profiler.nsight.ncu import NcuError, find_ncu
     from profiler.nsight.validate import measure_counters, write_validation
+    from profiler.registry import get_impl
 
     if not torch.cuda.is_available():
         raise UsageError("validate needs a CUDA GPU: Nsight Compute reads its hardware counters")
@@ -85,7 +85,7 @@ def validate(args) -> int:
     seqs_q, seqs_kv = lengths(args, args.seq)
     pairs = [(n, n) for n in seqs_q] if seqs_kv is None else [(nq, nk) for nq in seqs_q for nk in seqs_kv]
     try:
-        shapes = [cm.Shape(args.batch, h, nq, nk, d, dt, c, kv_heads=kvh) for dt in args.dtype
+        shapes = [Shape(args.batch, h, nq, nk, d, dt, c, kv_heads=kvh) for dt in args.dtype
                   for d in args.dim or [64, 128] for c in args.causal for h in args.heads or [16]
                   for kvh in args.kv_heads or [None] for nq, nk in pairs]
     except ValueError as err:

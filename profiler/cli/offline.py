@@ -8,17 +8,17 @@ from pathlib import Path
 
 from rich.table import Table
 
+from attention_core.shape import Shape
 from profiler.cli import UsageError
 from profiler.cli.console import console, fmt
-from profiler.model import cost_model as cm
 from profiler.model import hardware
-from profiler.model import roofs as roofline
+from profiler.model.roofs import ridge_point
 
 # --------------------------------------------------------------------------------------------- model
 
 
 def model(args) -> int:
-    from kernels.registry import BUILTIN, get_impl
+    from profiler.registry import BUILTIN, get_impl
     from profiler.views.tables import model_table
 
     if args.list_devices:
@@ -26,7 +26,7 @@ def model(args) -> int:
         for d in hardware.DEVICES.values():
             table.add_row(d.name, fmt(d.tensor_tflops["fp16"]), fmt(d.fp32_tflops), fmt(d.hbm_tbps),
                           fmt(d.l2_bytes / 1e6 if d.l2_bytes else None), fmt(d.sm_count),
-                          fmt(roofline.ridge_point(d.peak_flops("fp16"), d.hbm_bytes_per_s), ".0f"))
+                          fmt(ridge_point(d.peak_flops("fp16"), d.hbm_bytes_per_s), ".0f"))
         console.print(table)
         return 0
     device = hardware.lookup(args.device_name)
@@ -35,7 +35,7 @@ def model(args) -> int:
     try:
         seq_q = args.seq if args.seq_q is None else args.seq_q
         seq_kv = args.seq if args.seq_kv is None else args.seq_kv
-        shape = cm.Shape(args.batch, args.heads or 32, seq_q, seq_kv, args.dim or 64, args.dtype, args.causal,
+        shape = Shape(args.batch, args.heads or 32, seq_q, seq_kv, args.dim or 64, args.dtype, args.causal,
                          args.mode, args.kv_heads)
         peak, bw = device.peak_flops(shape.dtype), device.hbm_bytes_per_s
     except ValueError as err:
@@ -45,7 +45,7 @@ def model(args) -> int:
         print(json.dumps([{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}
                           for r in rows], indent=2))
         return 0
-    ridge = roofline.ridge_point(peak, bw)
+    ridge = ridge_point(peak, bw)
     table = Table(
         "impl", "step", "GFLOP", "HBM MB (compulsory)", "MB (tile)", "FLOP/B", "FLOP/B (tile)", "roof TFLOP/s",
         "bound",
@@ -57,7 +57,7 @@ def model(args) -> int:
                       fmt(r["tile_bytes"] / 1e6, ",.1f"), f"{r['arithmetic_intensity']:,.2f}",
                       fmt(r["tile_intensity"], ",.2f"), f"{r['attainable_tflops']:,.1f}", r["bound"])
     console.print(table)
-    console.print("MB (tile): bytes when each block re-reads what it shares (profiler.model.cost_model); "
+    console.print("MB (tile): bytes when each block re-reads what it shares (profiler.model.fused.tile_bytes); "
                   "'-' where an implementation's tiles are not declared.")
     return 0
 
@@ -103,7 +103,7 @@ def ceilings(args) -> int:
 
 def remodel(args) -> int:
     """Re-join a capture's stored times with the current cost model, after the model changed."""
-    from profiler.model.rows import remodel_capture
+    from profiler.remodel import remodel_capture
     from profiler.store import RESULTS, CaptureError
 
     folder = Path(args.capture)

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import torch
 
+from attention_core.shape import Shape
 from kernels.reference import nvtx_range
-from kernels.registry import Impl
 from profiler.measure.ceilings import TORCH_DTYPES
 from profiler.measure.naive_steps import time_naive_steps
 from profiler.measure.ranges import shape_range
 from profiler.measure.runner import CaseResult, free_memory, make_inputs, mode_call, run_case
 from profiler.measure.torch_trace import kernels_of_capture, record_one_iteration, trace_file_name
-from profiler.model import cost_model as cm
 from profiler.model.roofs import Roofs
-from profiler.model.rows import roofline_row
+from profiler.model.rows import capture_row
+from profiler.registry import Impl
 from profiler.store import ResultStore
 
 
@@ -45,12 +45,12 @@ def cuda_profiler_range(enabled: bool):
 
 
 def case_rows(result: CaseResult, impl: Impl, roofs: Roofs) -> list[dict]:
-    return [roofline_row(impl.name, impl.costing, result.shape, "total", roofs, timing=result.timing,
+    return [capture_row(impl.name, impl.costing, result.shape, "total", roofs, timing=result.timing,
                          status=result.status, message=result.message, peak_mem_bytes=result.peak_mem_bytes,
                          max_rel_err=result.max_rel_err, path=result.path)]
 
 
-def trace_case(impl: Impl, shape: cm.Shape, device, folder: Path) -> bool:
+def trace_case(impl: Impl, shape: Shape, device, folder: Path) -> bool:
     """One iteration of ``impl`` under the torch profiler, saved as a Chrome trace in
     ``folder/traces``; False when it could not run."""
     if impl.unsupported_reason(device, TORCH_DTYPES[shape.dtype], shape.head_dim, backward=shape.mode != "fwd",
@@ -73,19 +73,19 @@ def trace_case(impl: Impl, shape: cm.Shape, device, folder: Path) -> bool:
         free_memory(device)
 
 
-def shapes_of(batches, heads, seqs, dims, dtypes, causals, modes, seqs_kv=None, kv_heads=None) -> list[cm.Shape]:
+def shapes_of(batches, heads, seqs, dims, dtypes, causals, modes, seqs_kv=None, kv_heads=None) -> list[Shape]:
     """Every combination; ``seqs`` are the query lengths, and the key lengths are ``seqs_kv`` (each
     query length against each key length) or, when None, the same (square). ``kv_heads`` None
     means as many K/V heads as query heads."""
     lengths = [(n, n) for n in seqs] if seqs_kv is None else list(itertools.product(seqs, seqs_kv))
-    return [cm.Shape(b, h, nq, nk, d, dt, c, m, kvh)
+    return [Shape(b, h, nq, nk, d, dt, c, m, kvh)
             for m, dt, d, c, (nq, nk), b, h, kvh in itertools.product(modes, dtypes, dims, causals, lengths, batches,
                                                                       heads, kv_heads or [None])]
 
 
-def measure_cases(store: ResultStore, cases: list[tuple[cm.Shape, Impl]], device, roofs: Roofs, *, rep_ms: int,
+def measure_cases(store: ResultStore, cases: list[tuple[Shape, Impl]], device, roofs: Roofs, *, rep_ms: int,
                   progress=None, finished: Callable[[str, list[dict] | None], None] | None = None,
-                  trace_filter: Callable[[cm.Shape], bool] | None = None,
+                  trace_filter: Callable[[Shape], bool] | None = None,
                   write_kernels: bool = True, graph: bool = False) -> list[dict]:
     """Measure every (shape, impl) case, appending rows to ``store`` as each finishes. ``progress``
     hears each case's description before it runs, ``finished`` the description and the rows it
@@ -113,7 +113,7 @@ def measure_cases(store: ResultStore, cases: list[tuple[cm.Shape, Impl]], device
                 if impl.costing.kind == "stepwise" and result.status == "ok":
                     rows += time_naive_steps(impl, shape, device, roofs, rep_ms, graph=graph)
                 elif impl.costing.kind == "stepwise" and result.status == "oom":
-                    rows += [roofline_row(impl.name, impl.costing, shape, step, roofs, timing=None,
+                    rows += [capture_row(impl.name, impl.costing, shape, step, roofs, timing=None,
                                           status="oom", message=result.message) for step in impl.steps]
             store.append(rows)
             new_rows += rows
@@ -136,6 +136,6 @@ def _fail_for_tests(rows_written: int) -> None:
             os._exit(17)
 
 
-def cases_of(shapes: list[cm.Shape], impls: list[Impl]) -> list[tuple[cm.Shape, Impl]]:
+def cases_of(shapes: list[Shape], impls: list[Impl]) -> list[tuple[Shape, Impl]]:
     """Every implementation at every shape, shape-major (the order a serial capture measures)."""
     return [(shape, impl) for shape in shapes for impl in impls]

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import torch
 
+from attention_core.shape import Shape
 from profiler.measure.folder import FolderError, open_capture
 from profiler.measure.torch_trace import kernels_of_capture
-from profiler.model import cost_model as cm
+from profiler.model.cost import cost_of
 from profiler.model.roofs import Roofs
 from profiler.store import ResultStore, load_capture, merge_parts
 
@@ -99,13 +100,13 @@ def stop() -> None:
         dist.destroy_process_group()
 
 
-def predicted_seconds(impl, shape: cm.Shape, roofs: Roofs, rep_ms: int) -> float:
+def predicted_seconds(impl, shape: Shape, roofs: Roofs, rep_ms: int) -> float:
     """What one case is expected to cost on the clock: do_bench's warm-up and repetition time for
     the case and for each naive step timed alone, plus three runs (correctness, peak memory,
     first call) at the roofline's time for its FLOPs and bytes (max of FLOPs / peak and bytes /
     bandwidth, against the measured roofs, else the datasheet's)."""
     peak = roofs.measured_peak(shape.dtype) or roofs.datasheet_peak(shape.dtype)
-    cost = cm.cost_of(impl.costing, shape)
+    cost = cost_of(impl.costing, shape)
     kernel = 0.0 if peak is None else max(cost.flops / peak[0], cost.hbm_bytes / peak[1])
     timed = len(impl.row_steps)  # the case, and each naive step on its own
     return timed * (WARMUP_MS + rep_ms) / 1e3 + 3 * kernel

@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 from kernels.reference import TOLERANCE
-from kernels.registry import Impl
 from profiler.measure.ceilings import cache_path, load_cached, measure_ceilings
 from profiler.measure.meta import run_metadata
 from profiler.model import hardware
 from profiler.model.roofs import Roofs
+from profiler.registry import Impl
 from profiler.store import META, RESULTS, CaptureError, ResultStore, load_capture, merge_parts
 
 

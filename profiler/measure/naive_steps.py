@@ -7,18 +7,18 @@ import math
 
 import torch
 
+from attention_core.shape import Shape
 from kernels import reference
 from kernels.reference import nvtx_range
-from kernels.registry import Impl
 from profiler.measure.ranges import call_range, shape_range, step_range
 from profiler.measure.runner import first_line, free_memory, is_out_of_memory, make_inputs
 from profiler.measure.timing import measure
-from profiler.model import cost_model as cm
 from profiler.model.roofs import Roofs
-from profiler.model.rows import roofline_row
+from profiler.model.rows import capture_row
+from profiler.registry import Impl
 
 
-def naive_step_calls(shape: cm.Shape, q, k, v):
+def naive_step_calls(shape: Shape, q, k, v):
     """Yield (step, callable) timing one naive step alone in the shape's mode. S, the scaled S and
     P are computed once up front; a backward step differentiates that step's output with respect
     to its own inputs. One step's extra tensors live only while it is timed."""
@@ -52,7 +52,7 @@ def _no_grad_call(fn, args):
         return fn(*args)
 
 
-def time_naive_steps(impl: Impl, shape: cm.Shape, device, roofs: Roofs, rep_ms: int, graph: bool = False
+def time_naive_steps(impl: Impl, shape: Shape, device, roofs: Roofs, rep_ms: int, graph: bool = False
                      ) -> list[dict]:
     """One row per naive step, each timed alone; a step that runs out of memory says so."""
     rows = []
@@ -68,13 +68,13 @@ def time_naive_steps(impl: Impl, shape: cm.Shape, device, roofs: Roofs, rep_ms: 
 
             with nvtx_range(name):
                 timing = measure(timed_call, device, rep_ms=rep_ms, graph=graph)
-            rows.append(roofline_row(impl.name, impl.costing, shape, step, roofs, timing=timing, status="ok"))
+            rows.append(capture_row(impl.name, impl.costing, shape, step, roofs, timing=timing, status="ok"))
             done.add(step)
             call = None
     except (torch.OutOfMemoryError, MemoryError, RuntimeError) as err:
         if not is_out_of_memory(err):
             raise
-        rows += [roofline_row(impl.name, impl.costing, shape, step, roofs, timing=None, status="oom",
+        rows += [capture_row(impl.name, impl.costing, shape, step, roofs, timing=None, status="oom",
                               message=first_line(err)) for step in impl.steps if step not in done]
     finally:
         q = k = v = None

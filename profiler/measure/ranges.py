@@ -10,7 +10,7 @@ All ranges are in domain ``attn`` (Nsight Systems shows ``attn:<name>``):
     <impl>/<mode>/seq=<N>/<step>/call     each repetition of that step
     validate/<impl>/<step>                the one run Nsight Compute profiles (profiler.nsight)
 
-Implementation names are letters, digits and underscores (kernels.registry.NAME), so "/" splits a
+Implementation names are letters, digits and underscores (profiler.registry.NAME), so "/" splits a
 name unambiguously.
 """
 

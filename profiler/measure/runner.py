@@ -11,13 +11,14 @@ from dataclasses import dataclass
 
 import torch
 
+from attention_core.shape import Shape
 from kernels.reference import TOLERANCE, WrongOutput, check_output, naive_attention, nvtx_range, relative_error
-from kernels.registry import Impl
 from kernels.sdpa import Unsupported
 from profiler.measure.ceilings import TORCH_DTYPES
 from profiler.measure.ranges import call_range, shape_range
 from profiler.measure.timing import GraphCaptureError, Timing, measure
-from profiler.model.cost_model import Shape, cost_of, kernel_path
+from profiler.model.cost import cost_of, kernel_path
+from profiler.registry import Impl
 
 CHECK_HEADS = 2  # the correctness check runs on batch 0 and the first heads only, to bound its cost
 
@@ -29,10 +30,10 @@ class CaseResult:
     status: str  # ok, wrong, oom, unsupported, error
     message: str = ""
     timing: Timing | None = None
-    flops: float = 0.0  # the cost model's FLOPs of the whole case (profiler.model.cost_model.cost_of)
+    flops: float = 0.0  # the cost model's FLOPs of the whole case (profiler.model.cost.cost_of)
     peak_mem_bytes: int | None = None
     max_rel_err: float | None = None
-    path: str | None = None  # the kernel path it ran (Impl.path_of); None: the shape's (cost_model.kernel_path)
+    path: str | None = None  # the kernel path it ran (Impl.path_of); None: the shape's (profiler.model.cost.kernel_path)
 
     @property
     def tflops(self) -> float | None:

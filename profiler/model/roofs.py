@@ -30,7 +30,7 @@ def bound(intensity: float, peak_flops: float, bandwidth: float) -> str:
 
 
 # Matmul FLOPs per softmax exponential, per score: forward Q Kᵀ and P V, 2·D each (4·D); backward
-# by the FLOP convention of profiler.model.cost_model (2.5x the forward, 10·D) with P recomputed once
+# by the FLOP convention of profiler.model.fused (2.5x the forward, 10·D) with P recomputed once
 # (FlashAttention-2 paper, Algorithm 2); forward and backward together 14·D per two exponentials.
 FLOPS_PER_EXP = {"fwd": 4, "bwd": 10, "fwd+bwd": 7}  # × head_dim
 

@@ -15,18 +15,18 @@ import argparse
 import nvtx
 import torch
 
+from attention_core.shape import Shape
 from kernels.reference import NVTX_DOMAIN
-from kernels.registry import get_impl
 from profiler.measure.naive_steps import naive_step_calls
 from profiler.measure.ranges import validate_range
 from profiler.measure.runner import make_inputs
-from profiler.model.cost_model import Shape
+from profiler.registry import get_impl
 
 
 def measured_calls(shape: Shape, impl_names: list[str], device: str = "cuda"):
     """Yield (impl, step, callable) in the order they are profiled: the naive steps one by one
     (the same calls the capture times, profiler.measure.naive_steps), other implementations whole.
-    Names may be a user's ``module:function`` (kernels.registry.get_impl)."""
+    Names may be a user's ``module:function`` (profiler.registry.get_impl)."""
     for name in impl_names:
         impl = get_impl(name)
         q, k, v, _ = make_inputs(shape, device)

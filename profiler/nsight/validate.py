@@ -17,18 +17,23 @@ from pathlib import Path
 
 import pandas as pd
 
-from profiler.model import cost_model as cm
-from profiler.model import split_kv
-from profiler.model.costing import Tiles
+from attention_core import split_kv
+from attention_core.costing import Tiles
+from attention_core.shape import Shape
+from profiler.model.cost import cost_of
+from profiler.model.fused import executed_flops, split_kv_executed_flops
+from profiler.model.naive import naive_step_flops
 from profiler.model.roofs import Roofs
-from profiler.model.rows import Timing, roofline_row
+from profiler.model.rows import Timing, capture_row
+from profiler.nsight.dram_model import dram_bytes
 from profiler.nsight.ncu import read_raw_csv, run_driver
+from profiler.registry import costing_for
 from profiler.store import RESULTS, to_frame, write_bytes_atomic
 
 SHAPE_COLUMNS = ["batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal"]
 
 
-def driver_args(shape: cm.Shape, impls: list[str]) -> list[str]:
+def driver_args(shape: Shape, impls: list[str]) -> list[str]:
     """The ncu driver's command line for one shape; ``impls`` are names or a user's module:function."""
     args = ["--batch", str(shape.batch), "--heads", str(shape.heads), "--kv-heads", str(shape.kv_heads),
             "--seq-q", str(shape.seq_q), "--seq-kv", str(shape.seq_kv), "--dim", str(shape.head_dim),
@@ -39,7 +44,7 @@ def driver_args(shape: cm.Shape, impls: list[str]) -> list[str]:
 CSV_NAME = re.compile(r"B(\d+)H(\d+)(?:KV(\d+))?N(\d+)(?:x(\d+))?D(\d+)-(fp16|bf16|fp32)(-causal)?\.csv$")
 
 
-def csv_name(shape: cm.Shape) -> str:
+def csv_name(shape: Shape) -> str:
     """ncu's CSV of one shape (parsed back by CSV_NAME): B1H16N4096D64-fp16.csv, B1H32KV8N1x32768D128-bf16.csv."""
     kv = f"KV{shape.kv_heads}" if shape.group > 1 else ""
     lengths = f"{shape.seq_q}" if shape.seq_q == shape.seq_kv else f"{shape.seq_q}x{shape.seq_kv}"
@@ -47,7 +52,7 @@ def csv_name(shape: cm.Shape) -> str:
     return f"B{shape.batch}H{shape.heads}{kv}N{lengths}D{shape.head_dim}-{shape.dtype}{causal}.csv"
 
 
-def measure_counters(shapes: list[cm.Shape], impls: list[str], folder, progress=None, gpu: int | None = None
+def measure_counters(shapes: list[Shape], impls: list[str], folder, progress=None, gpu: int | None = None
                      ) -> list[Path]:
     """Run ncu once per shape (on GPU ``gpu`` when given), each writing its raw CSV to
     ``folder/ncu``; :func:`rebuild` reads them."""
@@ -62,7 +67,7 @@ def measure_counters(shapes: list[cm.Shape], impls: list[str], folder, progress=
     return paths
 
 
-def with_shape(kernels: pd.DataFrame, shape: cm.Shape) -> pd.DataFrame:
+def with_shape(kernels: pd.DataFrame, shape: Shape) -> pd.DataFrame:
     kernels = kernels.copy()
     for column in SHAPE_COLUMNS:
         kernels[column] = getattr(shape, column)
@@ -121,17 +126,17 @@ def cublas_padding(kernel: str, rows: int, cols: int) -> float:
     return padded(cols, tile_m, cluster_m) / cols * padded(rows, tile_n, cluster_n) / rows
 
 
-def model_tensor_flops(shape: cm.Shape, impl: str, step: str, tile: tuple[int, int] = (128, 128),
+def model_tensor_flops(shape: Shape, impl: str, step: str, tile: tuple[int, int] = (128, 128),
                        kernel: str = "") -> float:
     """Matrix FLOPs the tensor cores must do: the two matmuls of attention (as the cuBLAS kernel
     that ran tiles them), none for elementwise steps; fused kernels compute whole tiles on the
     causal diagonal, so their count is the executed FLOPs for their tile."""
     if step in ("qk_matmul", "pv_matmul"):
         cols = shape.seq_kv if step == "qk_matmul" else shape.head_dim
-        return cm.naive_step_flops(shape, step) * cublas_padding(kernel, shape.seq_q, cols)
+        return naive_step_flops(shape, step) * cublas_padding(kernel, shape.seq_q, cols)
     if step in ("scale_mask", "softmax"):
         return 0.0
-    return cm.executed_flops(shape, Tiles(tile))
+    return executed_flops(shape, Tiles(tile))
 
 
 def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict | None = None) -> pd.DataFrame:
@@ -147,18 +152,18 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict |
     ).reset_index()
     rows = []
     for r in grouped.itertuples():
-        shape = cm.Shape.from_row(r)
+        shape = Shape.from_row(r)
         fused = r.step == "total"
         splits = kv_splits(r.kernel_names, r.grid) if fused else 1
-        model_dram = cm.dram_bytes(shape, r.impl, r.step, l2_bytes, kv_splits=splits)
-        costing = cm.costing_for(r.impl, meta)
-        cost = cm.cost_of(costing, shape, r.step)
+        model_dram = dram_bytes(shape, r.impl, r.step, l2_bytes, kv_splits=splits)
+        costing = costing_for(r.impl, meta)
+        cost = cost_of(costing, shape, r.step)
         gluon = costing.tiles_for(shape.head_dim, shape.dtype, costing.fast_path).fwd if costing.fast_path else None
         tile = kernel_tile(r.impl, r.kernel_names, r.grid, int(r.seq_q), gluon) if fused else (0, 0)
         model_flops = model_tensor_flops(shape, r.impl, r.step, tile, kernel=r.kernel_names)
         decode = split_kv.plan(shape.batch, shape.kv_heads, shape.group, shape.seq_q, shape.seq_kv)
         if "_decode_split" in r.kernel_names and decode is not None:  # our split-KV path: stacked rows
-            tile, model_flops = (decode.block_m, split_kv.BLOCK_N), cm.split_kv_executed_flops(shape, decode)
+            tile, model_flops = (decode.block_m, split_kv.BLOCK_N), split_kv_executed_flops(shape, decode)
         measured_dram = r.dram_read_bytes + r.dram_write_bytes
         rows.append({
             **r._asdict(), "query_tile": tile[0], "key_tile": tile[1], "kv_splits": splits,
@@ -184,7 +189,7 @@ def rebuild(folder: Path | str, l2_bytes: float | None, meta: dict | None = None
         if match is None:
             continue
         b, h, kvh, n, nk, d, dtype, causal = match.groups()
-        shape = cm.Shape(int(b), int(h), int(n), int(nk or n), int(d), dtype, causal is not None,
+        shape = Shape(int(b), int(h), int(n), int(nk or n), int(d), dtype, causal is not None,
                          kv_heads=int(kvh) if kvh else None)
         tables.append(with_shape(read_raw_csv(path), shape))
     if not tables:
@@ -203,7 +208,7 @@ def write_validation(folder: Path | str, meta: dict) -> pd.DataFrame:
     folder = Path(folder)
     table = rebuild(folder, meta.get("l2_bytes"), meta)
     roofs = Roofs.from_meta(meta)
-    rows = [roofline_row(r.impl, cm.costing_for(r.impl, meta), cm.Shape.from_row(r), r.step, roofs,
+    rows = [capture_row(r.impl, costing_for(r.impl, meta), Shape.from_row(r), r.step, roofs,
                          timing=Timing(*[r.gpu_time_ns / 1e6] * 3), status="ok",  # ncu's one profiled run
                          message="time: ncu gpu__time_duration of one run")
             for r in table.itertuples()]

@@ -12,9 +12,12 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from profiler.model import cost_model as cm
+from attention_core.shape import NAIVE_STEPS, Shape
 from profiler.model import hardware
-from profiler.model import roofs as roofline
+from profiler.model.fused import compulsory_bytes
+from profiler.model.memory import predicted_peak_bytes
+from profiler.model.naive import naive_step_bytes
+from profiler.model.roofs import attainable_flops
 from profiler.store import KEY
 from profiler.views.rooflines import Roof, label_box_px, roofline_figure, roofline_points, roofs_from_meta  # noqa: F401
 from profiler.views.style import (  # noqa: F401
@@ -102,10 +105,10 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
                                              mode="lines+markers", name=name, line=style))
     seqs = sorted(data[data.queries == 0].seq_q.unique())  # the O(N²) model lines are for square shapes
     for family in _families(data[data.queries == 0]):
-        first = cm.Shape.from_row(dict(zip(FAMILY_COLUMNS, family)) | {"seq_q": 1, "seq_kv": 1})
+        first = Shape.from_row(dict(zip(FAMILY_COLUMNS, family)) | {"seq_q": 1, "seq_kv": 1})
         suffix = "" if len(families) == 1 else f" · {family_label(*family)}"
         for fused, label in ((False, "model O(N²): naive keeps S and P"), (True, "model O(N): fused keeps O, lse")):
-            y = [cm.predicted_peak_bytes(replace(first, seq_q=int(n), seq_kv=int(n)), fused) / 2**20 for n in seqs]
+            y = [predicted_peak_bytes(replace(first, seq_q=int(n), seq_kv=int(n)), fused) / 2**20 for n in seqs]
             figs["memory"].add_trace(go.Scatter(x=seqs, y=y, mode="lines", name=label + suffix,
                                                 line={"dash": "dot", "color": "grey" if fused else "black"}))
     titles = {"time": ("median time (ms)", "Time"), "tflops": ("TFLOP/s", "Throughput"),
@@ -148,7 +151,7 @@ def step_breakdown_figure(rows: pd.DataFrame, scale: str = "share", device_type:
         steps["shown_nsys"] = steps.get("nsys_gpu_ms")
     has_nsys = "nsys_gpu_ms" in steps and steps.nsys_gpu_ms.notna().any()
     order = [*FAMILY_COLUMNS, "seq_q"]
-    for step in cm.NAIVE_STEPS:
+    for step in NAIVE_STEPS:
         group = steps[steps.step == step].sort_values(order)
         fig.add_trace(go.Bar(x=category(group), y=group.shown, name=f"{step} ({timer})", offsetgroup="events",
                              legendgroup=step, customdata=group.time_ms, marker={"color": STEP_COLOR[step]},
@@ -192,7 +195,7 @@ def human_bytes(n: float) -> str:
     return f"{n:,.0f} B"
 
 
-def hbm_trips_table(shape: cm.Shape, device_type: str | None = None) -> pd.DataFrame:
+def hbm_trips_table(shape: Shape, device_type: str | None = None) -> pd.DataFrame:
     """How often each naive step moves the N×N matrix through HBM (DRAM when ``device_type`` is
     meta.json's "cpu"; reads and writes, in units of one N×N matrix of the input dtype), from the
     cost model, against a fused kernel's zero."""
@@ -204,10 +207,10 @@ def hbm_trips_table(shape: cm.Shape, device_type: str | None = None) -> pd.DataF
              "pv_matmul": (1, 0)}
     for step, (reads, writes) in trips.items():
         rows.append({"step": step, "N×N reads": reads, "N×N writes": writes,
-                     f"{memory} bytes (model)": human_bytes(cm.naive_step_bytes(fwd, step)),
+                     f"{memory} bytes (model)": human_bytes(naive_step_bytes(fwd, step)),
                      "of which N×N": human_bytes((reads + writes) * s_bytes)})
     rows.append({"step": "fused (FlashAttention)", "N×N reads": 0, "N×N writes": 0,
-                 f"{memory} bytes (model)": human_bytes(cm.compulsory_bytes(fwd)), "of which N×N": human_bytes(0)})
+                 f"{memory} bytes (model)": human_bytes(compulsory_bytes(fwd)), "of which N×N": human_bytes(0)})
     return pd.DataFrame(rows)
 
 
@@ -322,7 +325,7 @@ def hierarchical_roofline_figure(validation: pd.DataFrame, meta: dict, dtype: st
     grid = np.logspace(np.log10(max(xs.min() / 3, 1e-3)), np.log10(xs.max() * 3), 200)
     for roof in roofs:
         fig.add_trace(go.Scatter(
-            x=grid, y=[roofline.attainable_flops(x, roof.peak_flops, roof.bandwidth) / 1e12 for x in grid],
+            x=grid, y=[attainable_flops(x, roof.peak_flops, roof.bandwidth) / 1e12 for x in grid],
             mode="lines", name=f"roof: {roof.label}", line={"color": "black", "dash": roof.dash, "width": 2}))
     for (impl, step), group in rows.groupby(["impl", "step"], sort=False):
         name = impl if step == "total" else f"{impl}: {step}"

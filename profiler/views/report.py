@@ -24,7 +24,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from profiler.model import cost_model as cm
+from attention_core.shape import Shape
 from profiler.store import CaptureError, load_capture, write_bytes_atomic
 from profiler.views import plots, rooflines, style
 from profiler.views.style import FAMILY_COLUMNS, IMPL_ORDER, family_label
@@ -476,7 +476,7 @@ def _family_section(label: str, rows: pd.DataFrame, meta: dict, kernels: pd.Data
             parts.append(f"<p class='caption'>{e(caption)}</p>")
         if name == "Step breakdown":
             longest = int(rows.seq_kv.max())
-            trips = plots.hbm_trips_table(replace(cm.Shape.from_row(first), seq_q=longest, seq_kv=longest, mode="fwd"),
+            trips = plots.hbm_trips_table(replace(Shape.from_row(first), seq_q=longest, seq_kv=longest, mode="fwd"),
                                           device_type=meta.get("device_type"))
             parts += [f"<p><b>{style.memory_name(meta.get('device_type'))} trips of the N×N matrix, naive vs fused</b> "
                       "<span class='caption'>(model, "

@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from profiler.model import hardware
-from profiler.model import roofs as roofline
+from profiler.model.roofs import exp_ceiling, ridge_point
 from profiler.views.style import (
     ABOVE_COMPUTE_NOTE,
     ABOVE_ROOF_NOTE,
@@ -54,7 +54,7 @@ class Roof:
 
     @property
     def ridge(self) -> float:
-        return roofline.ridge_point(self.peak_flops, self.bandwidth)
+        return ridge_point(self.peak_flops, self.bandwidth)
 
 
 def roofs_from_meta(meta: dict, dtype: str, bytes_kind: str = "compulsory") -> list[Roof]:
@@ -121,7 +121,7 @@ def roofline_points(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "co
     if exp2_per_s is not None:
         applies = is_fused(data) & data.dtype.isin(["fp16", "bf16"])
         matmul = min(r.peak_flops for r in roofs)  # a real matmul's rate, not the datasheet's
-        exp[applies] = [roofline.exp_ceiling(matmul, exp2_per_s, int(d), m) / 1e12
+        exp[applies] = [exp_ceiling(matmul, exp2_per_s, int(d), m) / 1e12
                         for d, m in zip(data.head_dim[applies], data["mode"][applies])]
     data["exp_ceiling_tflops"] = exp
     memory_binds = data.x * roof.bandwidth < roof.peak_flops

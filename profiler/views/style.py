@@ -8,7 +8,7 @@ import zlib
 
 import plotly.graph_objects as go
 
-# Colours by implementation: the registry's built-ins in registry order (kernels.registry.BUILTIN;
+# Colours by implementation: the registry's built-ins in registry order (profiler.registry.BUILTIN;
 # listed here so the dashboard need not load torch), then any other name by a CRC-32 of it.
 IMPL_ORDER = ["naive", "triton_naive", "triton_flash", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "sdpa_math",
               "sdpa_repeat_kv"]
@@ -136,10 +136,10 @@ def _number(v: float) -> str:
 ABOVE_ROOF_NOTE = "above the roof: the model charges bytes that the cache below serves"
 ABOVE_COMPUTE_NOTE = "above the compute roof: the roof is below what this kernel sustains"
 CACHE_BELOW = {"HBM": "L2", "DRAM": "the CPU caches", "L2": "L1 and registers"}
-# Why, where it is known for an implementation (its costing in kernels.registry says how it is
+# Why, where it is known for an implementation (its costing in profiler.registry says how it is
 # charged; listed here so the views need not import the registry, which loads torch).
 ABOVE_ROOF_REASON = {
-    "triton_naive": "its per-row costing charges K and V once per query row (profiler.model.cost_model."
+    "triton_naive": "its per-row costing charges K and V once per query row (profiler.model.fused."
                     "per_row_bytes), but the programs of neighbouring rows of one head run side by side "
                     "and read the same K and V blocks, so L1 serves most of those re-reads and L2 sees "
                     "fewer bytes than charged",

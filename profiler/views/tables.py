@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from profiler.model import cost_model as cm
+from attention_core.shape import Shape
 from profiler.model import hardware
-from profiler.model import roofs as roofline
+from profiler.model.cost import arithmetic_intensity, cost_of
+from profiler.model.roofs import attainable_flops, bound
 
 SUMMARY_SHAPE = ["mode", "dtype", "head_dim", "causal", "batch", "heads", "kv_heads", "seq_q", "seq_kv"]
 BENCH_SHAPE = ["mode", "dtype", "head_dim", "causal", "seq_q", "seq_kv", "batch", "heads", "kv_heads"]
@@ -67,7 +68,7 @@ def bench_table(frame: pd.DataFrame, impls: list[str], baseline: str, copy_gbps:
     return pd.DataFrame(rows)
 
 
-def model_table(shape: cm.Shape, device: hardware.Device, impls) -> list[dict]:
+def model_table(shape: Shape, device: hardware.Device, impls) -> list[dict]:
     """The cost model for every implementation and step a capture of ``shape`` would record, with
     the intensity and roof on ``device``'s datasheet; implementations without the shape's mode
     (no backward) are left out. ``impls`` are registry entries (name, row_steps, costing)."""
@@ -77,12 +78,12 @@ def model_table(shape: cm.Shape, device: hardware.Device, impls) -> list[dict]:
         if shape.mode != "fwd" and not impl.supports_backward:
             continue
         for step in impl.row_steps:
-            cost = cm.cost_of(impl.costing, shape, step)
-            ai = cm.arithmetic_intensity(cost.flops, cost.hbm_bytes)
+            cost = cost_of(impl.costing, shape, step)
+            ai = arithmetic_intensity(cost.flops, cost.hbm_bytes)
             rows.append({
                 "impl": impl.name, "step": step, **cost._asdict(), "arithmetic_intensity": ai,
-                "tile_intensity": cm.arithmetic_intensity(cost.flops, cost.tile_bytes),
-                "attainable_tflops": roofline.attainable_flops(ai, peak, bw) / 1e12,
-                "bound": roofline.bound(ai, peak, bw),
+                "tile_intensity": arithmetic_intensity(cost.flops, cost.tile_bytes),
+                "attainable_tflops": attainable_flops(ai, peak, bw) / 1e12,
+                "bound": bound(ai, peak, bw),
             })
     return rows

@@ -14,11 +14,12 @@ import json
 
 import torch
 
+from attention_core import split_kv
+from attention_core.shape import Shape
 from kernels import flash_decode
-from kernels.registry import REGISTRY
 from profiler.measure.timing import measure
-from profiler.model import cost_model as cm
-from profiler.model import split_kv
+from profiler.model.fused import compulsory_bytes
+from profiler.registry import REGISTRY
 
 
 def main() -> None:
@@ -28,7 +29,7 @@ def main() -> None:
     with open(args.out, "w") as out:
         shapes = [(h, b, nq, nk) for h in (32, 64) for b in (1, 8) for nq in (1, 4) for nk in (32768, 131072)]
         for (heads, b, nq, nk), repeat in itertools.product(shapes, range(3)):
-            shape = cm.Shape(b, heads, nq, nk, 128, "bf16", kv_heads=8)
+            shape = Shape(b, heads, nq, nk, 128, "bf16", kv_heads=8)
             q = torch.randn(b, heads, nq, 128, device="cuda", dtype=torch.bfloat16)
             k = torch.randn(b, 8, nk, 128, device="cuda", dtype=torch.bfloat16)
             v = torch.randn_like(k)
@@ -41,7 +42,7 @@ def main() -> None:
                 err = ((fn()[0] if name != "sdpa_cudnn" else fn()).float() - ref.float()).norm() / ref.float().norm()
                 ms = measure(fn, "cuda", rep_ms=100, graph=True).median_ms
                 rec = {"heads": heads, "batch": b, "seq_q": nq, "seq_kv": nk, "repeat": repeat, "variant": name,
-                       "splits": plan.splits, "us": ms * 1e3, "gbps": cm.compulsory_bytes(shape) / ms / 1e6,
+                       "splits": plan.splits, "us": ms * 1e3, "gbps": compulsory_bytes(shape) / ms / 1e6,
                        "err_vs_cudnn": err.item()}
                 out.write(json.dumps(rec) + "\n")
                 print(f"H{heads} B{b} Nq{nq} Nkv{nk} #{repeat} {name:10s} {rec['us']:8.1f} us {rec['gbps']:6.0f} GB/s "

@@ -20,12 +20,13 @@ import json
 import torch
 import triton
 
+from attention_core import split_kv
+from attention_core.shape import Shape
 from kernels import flash_decode
-from kernels.registry import REGISTRY
 from profiler.measure.ceilings import measure_ceilings
 from profiler.measure.timing import graphed
-from profiler.model import cost_model as cm
-from profiler.model import split_kv
+from profiler.model.fused import compulsory_bytes
+from profiler.registry import REGISTRY
 
 PRESETS = {"llama3-8b": (32, 8), "llama3-70b": (64, 8)}
 
@@ -47,8 +48,8 @@ def main() -> None:
         for preset, b, nq, nk in itertools.product(args.presets.split(","), *(
                 [int(x) for x in v.split(",")] for v in (args.batch, args.seq_q, args.seq_kv))):
             heads, kv_heads = PRESETS[preset]
-            shape = cm.Shape(b, heads, nq, nk, 128, "bf16", kv_heads=kv_heads)
-            nbytes = cm.compulsory_bytes(shape)
+            shape = Shape(b, heads, nq, nk, 128, "bf16", kv_heads=kv_heads)
+            nbytes = compulsory_bytes(shape)
             q = torch.randn(b, heads, nq, 128, device="cuda", dtype=torch.bfloat16)
             k = torch.randn(b, kv_heads, nk, 128, device="cuda", dtype=torch.bfloat16)
             v = torch.randn_like(k)

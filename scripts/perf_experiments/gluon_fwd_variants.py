@@ -8,7 +8,7 @@ Issue 16 (docs/perf-notes.md, "Gluon forward"). Run on an H100/H200:
 Each variant is (BLOCK_N, STAGES, OVERLAP, PINGPONG, consumer warpgroups, persistent) of
 kernels.flash_fwd_hopper.hopper_forward.
 Timing: median of triton.testing.do_bench (L2 flushed between calls); TFLOP/s at 4·B·H·N²·D
-(halved when causal), the cost model's forward FLOPs (profiler/model/cost_model.py).
+(halved when causal), the cost model's forward FLOPs (profiler/model/fused.py).
 One JSON line per (shape, variant), written as it is measured.
 """
 

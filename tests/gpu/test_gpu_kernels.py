@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import REGISTRY, Unsupported, flash_attention
+from kernels import Unsupported, flash_attention
 from kernels.reference import attention_oracle, naive_attention, oracle_with_grads, relative_error
+from profiler.registry import REGISTRY
 
 pytestmark = [
     pytest.mark.gpu,
@@ -101,8 +102,8 @@ def test_timing_line_per_implementation(capsys):
     """One timing line per implementation (median do_bench) at the seed's shape, N=2048, with its
     error against fp32: the numbers are printed for the reader; speed targets live in
     `python -m profiler bench`, not in tests."""
+    from attention_core.shape import Shape
     from profiler.measure.runner import run_case
-    from profiler.model.cost_model import Shape
 
     shape = Shape(4, 32, 2048, 2048, 64, "fp16")
     lines = []
@@ -220,12 +221,13 @@ def test_gluon_path_falls_back_to_the_portable_kernel(monkeypatch):
 
 def test_capture_row_names_the_gluon_path():
     """A case run on sm_90 records the path it took, and its tile bytes follow the Gluon tile."""
+    from attention_core.shape import Shape
     from profiler.measure.runner import run_case
-    from profiler.model import cost_model as cm
+    from profiler.model.cost import cost_of
 
     _needs_sm90()
-    shape = cm.Shape.square(2, 4, 1024, 64, dtype="fp16", mode="fwd+bwd")
+    shape = Shape.square(2, 4, 1024, 64, dtype="fp16", mode="fwd+bwd")
     result = run_case(REGISTRY["triton_flash"], shape, "cuda", rep_ms=5)
     assert result.status == "ok" and result.path == "gluon-ws fwd, tiled bwd"
     costing = REGISTRY["triton_flash"].costing
-    assert cm.cost_of(costing, shape, path=result.path).tile_bytes != cm.cost_of(costing, shape).tile_bytes
+    assert cost_of(costing, shape, path=result.path).tile_bytes != cost_of(costing, shape).tile_bytes

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import torch
 
+from attention_core.costing import Costing, Tiles
 from kernels import flash_bwd, flash_fwd, flash_fwd_hopper, reference, sdpa, triton_naive
 from kernels._checks import dtype_name
 from kernels.flash_attention import flash_attention
-from profiler.model.costing import Costing, Tiles
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 LAYOUTS = ("bhsd", "bshd")
@@ -42,7 +42,7 @@ class Impl:
     name: str
     fn: Callable[..., torch.Tensor]
     description: str
-    costing: Costing  # how profiler.model.cost_model counts its FLOPs and bytes
+    costing: Costing  # how profiler.model.cost.cost_of counts its FLOPs and bytes
     supports_backward: bool
     needs_cuda: bool  # False: also runs on a CPU (Triton ones only under TRITON_INTERPRET=1)
     is_triton: bool
@@ -140,7 +140,7 @@ REGISTRY: dict[str, Impl] = {
             "Triton FlashAttention-2 (ours): tiled, online softmax, recomputing backward",
             Costing("fused", _flash_tiles, source="the first autotune candidate of kernels/flash_fwd.py and "
                     "flash_bwd.py; an autotuned run may pick another (ATTN_AUTOTUNE=0 runs this one); decode "
-                    "shapes take the split-KV path of kernels/flash_decode.py (profiler.model.split_kv.plan); "
+                    "shapes take the split-KV path of kernels/flash_decode.py (attention_core.split_kv.plan); "
                     "on sm_90 the forward runs the Gluon kernel of kernels/flash_fwd_hopper.py (path gluon-ws)",
                     split_kv=True, fast_path="gluon-ws", fast_fwd_tile=flash_fwd_hopper.forward_tile),
             supports_backward=True, needs_cuda=False, is_triton=True,
@@ -302,3 +302,15 @@ def get_impl(name: str) -> Impl:
         impl = replace(impl, spec=name)
     REGISTRY[impl.name] = impl
     return impl
+
+
+def costing_for(impl: str, meta: dict | None = None) -> Costing:
+    """The costing of a stored row's implementation: what the capture recorded for a user
+    implementation (meta.json's ``user_impls``), else the registry's entry."""
+    stored = ((meta or {}).get("user_impls") or {}).get(impl)
+    if stored is not None:
+        return Costing.from_meta(stored["costing"])
+    if impl not in REGISTRY:
+        raise ValueError(f"implementation '{impl}' is neither in the registry nor described in the capture's "
+                         "meta.json (user_impls)")
+    return REGISTRY[impl].costing

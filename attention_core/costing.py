@@ -1,8 +1,8 @@
 """How the cost model counts an implementation: the declaration each registry entry carries.
 
 Pure data (no torch), so the cost model and the dashboard read it without loading any kernel; the
-registry (kernels.registry) declares each implementation's costing in these terms.
-``profiler.model.cost_model.cost_of`` turns a :class:`Costing`, a shape and a step into FLOPs and
+registry (profiler.registry) declares each implementation's costing in these terms.
+``profiler.model.cost.cost_of`` turns a :class:`Costing`, a shape and a step into FLOPs and
 bytes; every command (capture, model, validate, remodel, the plots and the report) goes through it.
 
 Kinds:
@@ -14,7 +14,7 @@ Kinds:
 - ``per_row``: fused, but one program per query row: every row re-reads the K and V it sees.
 
 Two flags refine a kind: ``split_kv`` (the forward takes FlashDecoding's split-KV path when
-profiler.model.split_kv.plan says so: partials are written and read back) and ``repeats_kv`` (with
+attention_core.split_kv.plan says so: partials are written and read back) and ``repeats_kv`` (with
 grouped-query attention, K and V are first expanded to every query head with repeat_interleave,
 a copy the bytes include). ``fast_path`` names a second forward kernel that runs on some devices
 (our Gluon kernel on sm_90); the row's ``path`` column, recorded when the case ran, says whether it

@@ -1,0 +1,1 @@
+"""Charts, tables, the HTML report and the dashboard's selection logic, from stored captures."""
