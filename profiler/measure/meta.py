@@ -12,11 +12,21 @@ import torch
 
 
 def _git_revision() -> str | None:
+    """HEAD of the checkout this code runs from (``-dirty`` with uncommitted changes to tracked files);
+    None when it is not a checkout, e.g. installed from a wheel: a site-packages inside a user's own
+    repository (a project's .venv) would otherwise lend that repository's HEAD, which says nothing
+    about this code. So the revision counts only where this very file is tracked."""
+    here = Path(__file__).resolve()
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=5, cwd=here.parent)
+
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, timeout=5, cwd=Path(__file__).resolve().parent)
+        tracked = git("ls-files", "--error-unmatch", "--", here.name)
+        if tracked.returncode != 0:
+            return None
+        out = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return None
     if out.returncode != 0:
