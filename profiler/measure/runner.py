@@ -33,7 +33,7 @@ class CaseResult:
     flops: float = 0.0  # the cost model's FLOPs of the whole case (profiler.model.cost.cost_of)
     peak_mem_bytes: int | None = None
     max_rel_err: float | None = None
-    path: str | None = None  # the kernel path it ran (Impl.path_of); None: the shape's (profiler.model.cost.kernel_path)
+    path: str | None = None  # the kernel path it ran (Impl.path_of); None: the shape's (model.cost.kernel_path)
 
     @property
     def tflops(self) -> float | None:
