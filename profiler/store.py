@@ -322,11 +322,11 @@ class Capture:
     def gpu_kernels(self) -> tuple[str, pd.DataFrame] | None:
         """(where they come from, one row per GPU kernel) for the Trace views: the Nsight Systems
         export's kernels when it was ingested, else the torch profiler's; None when neither is here."""
-        ops = self.nsys_gpu_ops()
-        if ops is not None:
-            return "Nsight Systems export", ops[ops.kind == "kernel"] if "kind" in ops else ops
-        kernels = self.kernels()
-        return None if kernels is None else ("torch profiler", kernels)
+        for source, load in (("Nsight Systems export", self.nsys_gpu_ops), ("torch profiler", self.kernels)):
+            frame = load()
+            if frame is not None:
+                return source, frame[frame.kind == "kernel"] if "kind" in frame else frame  # no memsets, memcpys
+        return None
 
     def ncu_kernels(self) -> pd.DataFrame | None:
         """One row per kernel Nsight Compute profiled (profiler.nsight.ncu), or None."""
