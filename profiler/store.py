@@ -374,7 +374,7 @@ class ResultStore:
             # A resumed capture keeps the history of the commands that filled it.
             # Keys only the earlier runs wrote (e.g. corrections) stay; what this run measures anew
             # (time, versions, ceilings) is replaced, and the earlier values move to earlier_runs.
-            earlier = json.loads(self.capture.meta_path.read_text())
+            earlier = self.capture.meta()
             previous = {k: earlier[k] for k in RUN_KEYS if k in earlier}
             kept = {k: v for k, v in earlier.items() if k not in RUN_KEYS and k != "finished"}
             meta = {**kept, **meta,
