@@ -106,7 +106,7 @@ def load_kernels(path: str, written: tuple) -> tuple[str, pd.DataFrame] | None:
     return Capture(path).gpu_kernels()
 
 
-@st.cache_data(show_spinner=False)
+@st.cache_data(show_spinner=False, max_entries=256)
 def measured_keys(folder: str, written: tuple, chosen: tuple[tuple[str, tuple], ...]) -> frozenset[tuple]:
     """The row keys (profiler.store.KEY) of a capture's measured rows under the filters ``chosen``: what
     Compare can pair. Cached per capture and filters, so ranking every capture as B costs a set intersection."""
