@@ -2,7 +2,8 @@
 
 Layers, each importing only those above it in this list:
 
-- ``profiler.store``: capture folders (meta.json, results.parquet), their schema, atomic writes
+- ``profiler.store``: capture folders (``Capture``: meta.json, results.parquet and every other file a
+  capture holds), their schema, atomic writes
 - ``profiler.model``: the cost model (FLOPs and bytes per implementation and step), datasheet
   peaks, roofs and roofline rows; pure Python, no torch
 - ``profiler.measure``: running implementations (timing, correctness, peak memory, NVTX ranges,

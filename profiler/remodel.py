@@ -17,7 +17,7 @@ from profiler.model.cost import cost_of, kernel_path
 from profiler.model.roofs import Roofs
 from profiler.model.rows import MEASURED, MODEL, Timing, capture_row, same_number
 from profiler.registry import costing_for
-from profiler.store import COLUMNS, RESULTS, load_capture, to_frame, write_bytes_atomic, write_json_atomic
+from profiler.store import COLUMNS, Capture, to_frame
 
 
 def _text(value) -> str:
@@ -60,15 +60,15 @@ def remodel_capture(folder: Path | str, *, write: bool = True, reason: str | Non
     """:func:`remodel` a capture folder against the roofs its meta.json recorded; with ``write``
     and any row changed, replace its results.parquet and record the remodel (and ``reason``) in
     its meta.json. Returns the stored frame and the mask of rows that changed."""
-    folder = Path(folder)
-    meta, frame = load_capture(folder)
+    capture = Capture(folder)
+    meta, frame = capture.load()
     new, changed = remodel(frame, Roofs.from_meta(meta), meta)
     if write and changed.any():
-        write_bytes_atomic(folder / RESULTS, new.to_parquet(index=False))
+        capture.write_results(new)
         meta.setdefault("remodelled", []).append({
             "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rows_changed": int(changed.sum()),
             "note": "FLOPs, bytes, intensity, rates, bound and roof fractions of these rows recomputed from their "
                     "stored times with the cost model of this time, against this meta's roofs",
             **({"reason": reason} if reason else {})})
-        write_json_atomic(folder / "meta.json", meta)
+        capture.write_meta(meta)
     return frame, changed

@@ -1,4 +1,4 @@
-"""The results store: one folder per capture.
+"""The results store: one folder per capture, named and read through :class:`Capture`.
 
     <capture>/meta.json          where and how it was measured (profiler.measure.meta), peaks and ceilings used,
                                  and each user implementation's import spec and costing (``user_impls``)
@@ -6,6 +6,14 @@
     <capture>/kernels.parquet    torch-profiler kernels: name, GPU time, enclosing range (GPU captures)
     <capture>/traces/*.json      one Chrome trace per implementation at one shape (open in Perfetto)
     <capture>/parts/rank-*.parquet  while a distributed sweep runs: each rank's rows (merged at its end)
+    <capture>/profile.sqlite     an Nsight Systems export, or profile.sqlite.xz (scripts/nsys_profile.sh writes it,
+                                 beside profile.nsys-rep and stats_*.csv, which nothing here reads)
+    <capture>/nsys_ranges.parquet, nsys_gpu_ops.parquet
+                                 what ``nsys ingest`` read from the export (profiler.nsight.nsys)
+    <capture>/ncu/*.csv          a validation capture's raw Nsight Compute output, one file per shape
+    <capture>/ncu_kernels.parquet, validation.parquet
+                                 its kernels, and the model beside them (profiler.nsight.validate)
+    <capture>/report.html        ``python -m profiler report`` (profiler.views.report)
 
 Rows are appended as they finish and the parquet file is replaced atomically (write a temporary
 file, then ``os.replace``), so a sweep killed at any point leaves every finished row readable.
@@ -16,16 +24,26 @@ from __future__ import annotations
 import itertools
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from attention_core.shape import ROW_KEY
 
+# Every name a capture folder holds (the module docstring says what each is); Capture gives their paths.
 RESULTS = "results.parquet"
 META = "meta.json"
 KERNELS = "kernels.parquet"
 PARTS = "parts"  # one parquet file per rank of a distributed sweep, merged into RESULTS at its end
+TRACES = "traces"
+NSYS_EXPORTS = ("profile.sqlite", "profile.sqlite.xz")  # the plain export first, as nsys writes it
+NSYS_RANGES = "nsys_ranges.parquet"
+NSYS_GPU_OPS = "nsys_gpu_ops.parquet"
+NCU = "ncu"
+NCU_KERNELS = "ncu_kernels.parquet"
+VALIDATION = "validation.parquet"
+REPORT = "report.html"
 
 # Column -> (pandas dtype, meaning). The README's schema table is this list.
 SCHEMA: dict[str, tuple[str, str]] = {
@@ -126,6 +144,210 @@ def to_frame(rows: list[dict]) -> pd.DataFrame:
     return frame[COLUMNS + extra]
 
 
+def write_parquet_atomic(path: Path, frame: pd.DataFrame) -> None:
+    write_bytes_atomic(path, frame.to_parquet(index=False))
+
+
+def _read_parquet_or_none(path: Path) -> pd.DataFrame | None:
+    return pd.read_parquet(path) if path.is_file() else None
+
+
+def _mtime_ns(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One capture folder: the path of every artefact it can hold (properties) and its loaders (methods).
+
+    ``meta``, ``results`` and ``load`` read what every capture has and raise CaptureError, naming what is
+    missing or malformed, where it is not there; the loaders of optional artefacts (kernels, Nsight Systems
+    and Nsight Compute tables, validation) return None where the file is absent. Nothing is read when the
+    object is made, so ``Capture(folder)`` also names the files of a capture not yet written."""
+
+    path: Path
+
+    def __post_init__(self):
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    # ------------------------------------------------------------------ paths
+
+    @property
+    def meta_path(self) -> Path:
+        return self.path / META
+
+    @property
+    def results_path(self) -> Path:
+        return self.path / RESULTS
+
+    @property
+    def kernels_path(self) -> Path:
+        """The torch-profiler kernel table (profiler.measure.torch_trace.kernels_of_capture)."""
+        return self.path / KERNELS
+
+    @property
+    def traces_dir(self) -> Path:
+        return self.path / TRACES
+
+    def trace_path(self, file_name: str) -> Path:
+        """Where the Chrome trace ``file_name`` (profiler.measure.torch_trace.trace_file_name) goes."""
+        return self.traces_dir / file_name
+
+    @property
+    def parts_dir(self) -> Path:
+        return self.path / PARTS
+
+    def part_path(self, part: str) -> Path:
+        """The rows of one rank of a distributed sweep (``part`` is e.g. rank-1)."""
+        return self.parts_dir / f"{part}.parquet"
+
+    @property
+    def nsys_export(self) -> Path | None:
+        """The Nsight Systems export that ``nsys ingest`` reads (profile.sqlite, else profile.sqlite.xz);
+        None when there is none."""
+        return next((p for p in (self.path / name for name in NSYS_EXPORTS) if p.is_file()), None)
+
+    @property
+    def nsys_ranges_path(self) -> Path:
+        return self.path / NSYS_RANGES
+
+    @property
+    def nsys_gpu_ops_path(self) -> Path:
+        return self.path / NSYS_GPU_OPS
+
+    @property
+    def ncu_dir(self) -> Path:
+        return self.path / NCU
+
+    def ncu_csv_path(self, file_name: str) -> Path:
+        """Where ncu's raw CSV of one shape (profiler.nsight.validate.csv_name) goes."""
+        return self.ncu_dir / file_name
+
+    @property
+    def ncu_kernels_path(self) -> Path:
+        return self.path / NCU_KERNELS
+
+    @property
+    def validation_path(self) -> Path:
+        return self.path / VALIDATION
+
+    @property
+    def report_path(self) -> Path:
+        """Where ``python -m profiler report`` writes by default (git ignores it)."""
+        return self.path / REPORT
+
+    # ------------------------------------------------------------ what is there
+
+    @property
+    def started(self) -> bool:
+        """Whether a capture was begun here: meta.json or results.parquet exists (readable or not)."""
+        return self.meta_path.exists() or self.results_path.exists()
+
+    @property
+    def has_meta_and_results(self) -> bool:
+        return self.meta_path.is_file() and self.results_path.is_file()
+
+    @property
+    def stamp(self) -> tuple[int, int]:
+        """When meta.json and results.parquet were last written (ns; 0 where missing): a cache key that
+        changes when the capture is resumed, remodelled or ingested into."""
+        return _mtime_ns(self.meta_path), _mtime_ns(self.results_path)
+
+    def stamp_of(self, *paths: Path) -> tuple[int, ...]:
+        """The modification times (ns; 0 where missing) of some of this capture's files."""
+        return tuple(_mtime_ns(p) for p in paths)
+
+    def trace_files(self) -> list[Path]:
+        return sorted(self.traces_dir.glob("*.json"))
+
+    def part_files(self) -> list[Path]:
+        return sorted(self.parts_dir.glob("*.parquet"))
+
+    def ncu_csvs(self) -> list[Path]:
+        return sorted(self.ncu_dir.glob("*.csv"))
+
+    # ---------------------------------------------------------------- loaders
+
+    def meta(self) -> dict:
+        if not self.meta_path.exists():
+            raise CaptureError(f"'{self.path}' is not a capture: missing {META}")
+        try:
+            return json.loads(self.meta_path.read_text())
+        except ValueError as err:
+            raise CaptureError(f"'{self.meta_path}' is not valid JSON: {err}") from None
+
+    def results(self) -> pd.DataFrame:
+        """results.parquet read by :func:`read_results` (columns added since it was written filled in),
+        checked for every column of the schema."""
+        if not self.results_path.exists():
+            raise CaptureError(f"'{self.path}' is not a capture: missing {RESULTS}")
+        try:
+            frame = read_results(self.results_path)
+        except Exception as err:  # pyarrow raises several types for a corrupt file
+            raise CaptureError(f"'{self.results_path}' is not a readable parquet file: {err}") from None
+        absent = [c for c in COLUMNS if c not in frame.columns]
+        if absent:
+            raise CaptureError(f"'{self.results_path}' lacks columns: {', '.join(absent)}")
+        return frame
+
+    def load(self) -> tuple[dict, pd.DataFrame]:
+        """(meta, results); CaptureError names what is missing or malformed."""
+        if not self.path.is_dir():
+            raise CaptureError(f"'{self.path}' is not a capture folder (expected a directory with {META} and "
+                               f"{RESULTS})")
+        missing = [p.name for p in (self.meta_path, self.results_path) if not p.exists()]
+        if missing:
+            raise CaptureError(f"'{self.path}' is not a capture: missing {', '.join(missing)}")
+        return self.meta(), self.results()
+
+    def kernels(self) -> pd.DataFrame | None:
+        """The torch-profiler kernel table (kernels.parquet), or None."""
+        return _read_parquet_or_none(self.kernels_path)
+
+    def nsys_gpu_ops(self) -> pd.DataFrame | None:
+        """Every kernel, memset and memcpy of the Nsight Systems export (profiler.nsight.nsys.gpu_ops), or None."""
+        return _read_parquet_or_none(self.nsys_gpu_ops_path)
+
+    def nsys_ranges(self) -> pd.DataFrame | None:
+        """The per-range table of the Nsight Systems export (profiler.nsight.nsys.summarize), or None."""
+        return _read_parquet_or_none(self.nsys_ranges_path)
+
+    def gpu_kernels(self) -> tuple[str, pd.DataFrame] | None:
+        """(where they come from, one row per GPU kernel) for the Trace views: the Nsight Systems
+        export's kernels when it was ingested, else the torch profiler's; None when neither is here."""
+        for source, load in (("Nsight Systems export", self.nsys_gpu_ops), ("torch profiler", self.kernels)):
+            frame = load()
+            if frame is not None:
+                return source, frame[frame.kind == "kernel"] if "kind" in frame else frame  # no memsets, memcpys
+        return None
+
+    def ncu_kernels(self) -> pd.DataFrame | None:
+        """One row per kernel Nsight Compute profiled (profiler.nsight.ncu), or None."""
+        return _read_parquet_or_none(self.ncu_kernels_path)
+
+    def validation(self) -> pd.DataFrame | None:
+        """The model against Nsight Compute's counters (profiler.nsight.validate.validation_table), or None."""
+        return _read_parquet_or_none(self.validation_path)
+
+    # ---------------------------------------------------------------- writers (atomic)
+
+    def write_meta(self, meta: dict) -> None:
+        write_json_atomic(self.meta_path, meta)
+
+    def write_results(self, frame: pd.DataFrame) -> None:
+        write_parquet_atomic(self.results_path, frame)
+
+    def write_kernels(self, frame: pd.DataFrame) -> None:
+        write_parquet_atomic(self.kernels_path, frame)
+
+
 class ResultStore:
     """Append-only rows of one capture folder, each append persisted atomically. With ``part`` the
     rows go to ``parts/<part>.parquet`` (one rank of a distributed sweep, profiler.measure.distributed)
@@ -134,24 +356,25 @@ class ResultStore:
 
     def __init__(self, folder: Path | str, meta: dict, resume: bool = False, part: str | None = None,
                  write_meta: bool = True):
-        self.folder = Path(folder)
+        self.capture = Capture(folder)
+        self.folder = self.capture.path
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.path = self.folder / RESULTS if part is None else self.folder / PARTS / f"{part}.parquet"
+        self.path = self.capture.results_path if part is None else self.capture.part_path(part)
         self.rows: list[dict] = []
         self.known: list[dict] = []  # rows measured by other processes: for has() only
         if resume and self.path.exists():
             self.rows = read_results(self.path).to_dict("records")
         if resume and part is not None:
-            others = [self.folder / RESULTS, *(p for p in _part_files(self.folder) if p != self.path)]
+            others = [self.capture.results_path, *(p for p in self.capture.part_files() if p != self.path)]
             self.known = [r for p in others if p.exists() for r in read_results(p).to_dict("records")]
         if not write_meta:
             self.meta = meta
             return
-        if resume and (self.folder / META).exists():
+        if resume and self.capture.meta_path.exists():
             # A resumed capture keeps the history of the commands that filled it.
             # Keys only the earlier runs wrote (e.g. corrections) stay; what this run measures anew
             # (time, versions, ceilings) is replaced, and the earlier values move to earlier_runs.
-            earlier = json.loads((self.folder / META).read_text())
+            earlier = self.capture.meta()
             previous = {k: earlier[k] for k in RUN_KEYS if k in earlier}
             kept = {k: v for k, v in earlier.items() if k not in RUN_KEYS and k != "finished"}
             meta = {**kept, **meta,
@@ -160,7 +383,7 @@ class ResultStore:
             if earlier.get("user_impls"):  # implementations of earlier runs keep their description
                 meta["user_impls"] = {**earlier["user_impls"], **meta.get("user_impls", {})}
         self.meta = meta
-        write_json_atomic(self.folder / META, meta)
+        self.capture.write_meta(meta)
 
     def has(self, key: dict) -> bool:
         """Whether a row with these key values (and status ok, wrong, oom or unsupported) is stored:
@@ -179,18 +402,14 @@ class ResultStore:
         self.rows.extend(rows)
         frame = to_frame(self.rows)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(self.path, frame.to_parquet(index=False))
+        write_parquet_atomic(self.path, frame)
 
     def update_meta(self, **fields) -> None:
         self.meta.update(fields)
-        write_json_atomic(self.folder / META, self.meta)
+        self.capture.write_meta(self.meta)
 
     def write_kernels(self, frame: pd.DataFrame) -> None:
-        write_bytes_atomic(self.folder / KERNELS, frame.to_parquet(index=False))
-
-
-def _part_files(folder: Path) -> list[Path]:
-    return sorted((folder / PARTS).glob("*.parquet"))
+        self.capture.write_kernels(frame)
 
 
 def merge_parts(folder: Path | str) -> int:
@@ -198,41 +417,25 @@ def merge_parts(folder: Path | str) -> int:
     row replaces a stored row with the same key. The merged file is written atomically before the
     parts are removed, so a kill at any point loses no row (merging again gives the same result).
     Returns how many part rows were merged."""
-    folder = Path(folder)
-    parts = _part_files(folder)
+    capture = Capture(folder)
+    parts = capture.part_files()
     if not parts:
         return 0
-    frames = [read_results(folder / RESULTS)] if (folder / RESULTS).exists() else []
+    frames = [read_results(capture.results_path)] if capture.results_path.exists() else []
     from_parts = [read_results(p) for p in parts]
     merged = pd.concat([*frames, *from_parts], ignore_index=True)
     merged = merged.drop_duplicates(subset=KEY, keep="last")
-    write_bytes_atomic(folder / RESULTS, to_frame(merged.to_dict("records")).to_parquet(index=False))
+    capture.write_results(to_frame(merged.to_dict("records")))
     for p in parts:
         p.unlink()
-    (folder / PARTS).rmdir()
+    capture.parts_dir.rmdir()
     return sum(len(f) for f in from_parts)
 
 
 def load_capture(folder: Path | str) -> tuple[dict, pd.DataFrame]:
-    """(meta, results) of a capture folder; CaptureError names what is missing or malformed."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise CaptureError(f"'{folder}' is not a capture folder (expected a directory with {META} and {RESULTS})")
-    missing = [name for name in (META, RESULTS) if not (folder / name).exists()]
-    if missing:
-        raise CaptureError(f"'{folder}' is not a capture: missing {', '.join(missing)}")
-    try:
-        meta = json.loads((folder / META).read_text())
-    except ValueError as err:
-        raise CaptureError(f"'{folder / META}' is not valid JSON: {err}") from None
-    try:
-        frame = read_results(folder / RESULTS)
-    except Exception as err:  # pyarrow raises several types for a corrupt file
-        raise CaptureError(f"'{folder / RESULTS}' is not a readable parquet file: {err}") from None
-    absent = [c for c in COLUMNS if c not in frame.columns]
-    if absent:
-        raise CaptureError(f"'{folder / RESULTS}' lacks columns: {', '.join(absent)}")
-    return meta, frame
+    """(meta, results) of a capture folder (:meth:`Capture.load`); CaptureError names what is missing or
+    malformed."""
+    return Capture(folder).load()
 
 
 def discover_captures(root: Path | str) -> tuple[dict[str, tuple[dict, pd.DataFrame]], list[str]]:
@@ -244,10 +447,11 @@ def discover_captures(root: Path | str) -> tuple[dict[str, tuple[dict, pd.DataFr
     if not root.is_dir():
         return captures, [f"'{root}' is not a directory"]
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-        if not ((folder / META).exists() or (folder / RESULTS).exists()):
+        capture = Capture(folder)
+        if not capture.started:
             continue  # not meant as a capture (e.g. a folder of notes)
         try:
-            captures[folder.name] = load_capture(folder)
+            captures[capture.name] = capture.load()
         except CaptureError as err:
-            warnings.append(f"skipped {folder.name}: {err}")
+            warnings.append(f"skipped {capture.name}: {err}")
     return captures, warnings

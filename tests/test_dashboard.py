@@ -21,7 +21,8 @@ from profiler.store import load_capture
 from profiler.views import plots, rooflines, style
 
 ROOT = Path(__file__).resolve().parents[1]
-APP = str(ROOT / "dashboards" / "roofline.py")
+APP = str(ROOT / "dashboards" / "roofline.py")  # the checkout's launcher of PACKAGED_APP, as documented
+PACKAGED_APP = str(ROOT / "profiler" / "views" / "dashboard_app.py")
 REFERENCE = ROOT / "reports" / "reference-h200"
 
 
@@ -294,6 +295,28 @@ def test_opens_on_the_newest_capture_by_meta_time_else_folder_mtime(tmp_path, mo
     os.utime(untimed, (time.time(), time.time()))
     at = _app(tmp_path, monkeypatch)
     assert next(m for m in at.multiselect if m.label == "Captures").value == ["d-untimed"]
+
+
+def test_the_packaged_app_installed_from_a_wheel_opens_reports_under_the_current_directory(tmp_path, monkeypatch):
+    """profiler/views/dashboard_app.py where a wheel puts it (site-packages, no checkout around it), run
+    with no --reports and no $ATTN_REPORTS: it opens the captures in ./reports, where `capture` writes."""
+    installed = tmp_path / "site-packages" / "profiler" / "views" / "dashboard_app.py"
+    installed.parent.mkdir(parents=True)
+    shutil.copy(PACKAGED_APP, installed)
+    work = tmp_path / "work"
+    _small_capture(work / "reports" / "mine")
+    monkeypatch.chdir(work)
+    monkeypatch.delenv("ATTN_REPORTS", raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the app puts its own root first; undone after the test
+    monkeypatch.setattr(sys, "argv", [str(installed)])
+    at = AppTest.from_file(str(installed), default_timeout=120).run()
+    assert not at.exception and not at.error
+    assert next(m for m in at.multiselect if m.label == "Captures").value == ["mine"]
+    assert "mine" in at.caption[0].value and at.get("plotly_chart")
+    # In this checkout the same file opens the checkout's reports/ (the shipped captures), from any directory.
+    monkeypatch.setattr(sys, "argv", [PACKAGED_APP])
+    at = AppTest.from_file(PACKAGED_APP, default_timeout=120).run()
+    assert "reference-h200" in next(m for m in at.multiselect if m.label == "Captures").options
 
 
 def test_select_names_the_captures_to_open(monkeypatch):

@@ -64,6 +64,17 @@ def test_ranges_have_names_domains_and_nesting(export):
     }
 
 
+def test_every_range_is_named_by_profiler_measure_ranges_but_naive_attentions_own_steps(export):
+    """What profiler/measure/ranges.py's docstring says: every range of a capture parses back, except the
+    bare step ranges kernels/reference.py opens, in the domain both spell."""
+    from kernels.reference import NVTX_DOMAIN, STEPS
+    from profiler.measure.ranges import DOMAIN, parse_range
+
+    ranges, _, _ = export
+    assert DOMAIN == NVTX_DOMAIN == "attn"
+    assert {r for r in ranges.range if parse_range(r) is None} == {f"{DOMAIN}:{step}" for step in STEPS}
+
+
 def test_kernels_are_attributed_to_implementation_and_step(export):
     _, ops, _ = export
     kernels = ops[ops.kind == "kernel"]

@@ -61,3 +61,17 @@ def test_newest_by_meta_time_else_folder_time(tmp_path):
         "2026-11-22T23:49:10+0000").timestamp()
     assert selection.measured_at({}, tmp_path) == tmp_path.stat().st_mtime
     assert selection.measured_at({"time": "not a time"}, tmp_path / "gone") == 0.0
+
+
+def test_default_reports_env_then_checkout_then_current_directory(tmp_path):
+    app = ROOT / "profiler" / "views" / "dashboard_app.py"
+    assert selection.checkout_of(app) == ROOT  # this checkout: pyproject.toml and reports/ beside profiler/
+    installed = tmp_path / "site-packages" / "profiler" / "views" / "dashboard_app.py"
+    installed.parent.mkdir(parents=True)
+    installed.write_text("")
+    assert selection.checkout_of(installed) is None  # a wheel's site-packages has no reports/
+    cwd = tmp_path / "work"
+    assert selection.default_reports(ROOT, {}, cwd) == ROOT / "reports"
+    assert selection.default_reports(None, {}, cwd) == cwd / "reports"
+    for checkout in (ROOT, None):
+        assert selection.default_reports(checkout, {"ATTN_REPORTS": "/data/caps"}, cwd) == Path("/data/caps")

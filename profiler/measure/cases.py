@@ -27,7 +27,7 @@ from profiler.measure.torch_trace import kernels_of_capture, record_one_iteratio
 from profiler.model.roofs import Roofs
 from profiler.model.rows import capture_row
 from profiler.registry import Impl
-from profiler.store import ResultStore
+from profiler.store import Capture, ResultStore
 
 
 @contextmanager
@@ -63,7 +63,7 @@ def trace_case(impl: Impl, shape: Shape, device, folder: Path) -> bool:
         q, k, v, do = make_inputs(shape, device, requires_grad=shape.mode != "fwd")
         once = mode_call(impl, shape, q, k, v, do)
         once()  # warm-up: compilation and autotuning stay out of the trace
-        record_one_iteration(once, shape_range(impl.name, shape), folder / "traces" / name,
+        record_one_iteration(once, shape_range(impl.name, shape), Capture(folder).trace_path(name),
                              cuda=torch.device(device).type == "cuda")
         return True
     except RuntimeError:  # OOM included: the timing row already says what happened

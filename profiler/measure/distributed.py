@@ -25,7 +25,7 @@ from profiler.measure.folder import FolderError, open_capture
 from profiler.measure.torch_trace import kernels_of_capture
 from profiler.model.cost import cost_of
 from profiler.model.roofs import Roofs
-from profiler.store import ResultStore, load_capture, merge_parts
+from profiler.store import ResultStore, merge_parts
 
 WARMUP_MS = 25  # do_bench's warm-up (profiler.measure.timing)
 
@@ -188,9 +188,9 @@ def finish_capture(ranks: Ranks, store: ResultStore, plan_meta: list[dict]) -> l
     rows = store.rows
     if ranks.main:
         merge_parts(store.folder)
-        if (store.folder / "traces").is_dir():
+        if store.capture.traces_dir.is_dir():
             store.write_kernels(kernels_of_capture(store.folder))
         store.update_meta(finished=True, plan=plan_meta)
-        rows = store.rows = load_capture(store.folder)[1].to_dict("records")
+        rows = store.rows = store.capture.results().to_dict("records")
     barrier()
     return rows

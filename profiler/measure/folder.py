@@ -4,7 +4,6 @@ implementation is and how it is costed, and the caller's own keys."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ from profiler.measure.meta import run_metadata
 from profiler.model import hardware
 from profiler.model.roofs import Roofs
 from profiler.registry import Impl
-from profiler.store import META, RESULTS, CaptureError, ResultStore, load_capture, merge_parts
+from profiler.store import Capture, CaptureError, ResultStore, merge_parts
 
 
 class FolderError(ValueError):
@@ -33,7 +32,8 @@ def check_folder(folder: Path, *, resume: bool = False, resumable: bool = True) 
     cannot be created or written, a folder with other files in it, or (unless resuming) a capture."""
     if folder.exists() and not folder.is_dir():
         raise FolderError(f"--out '{folder}' is a file; name a folder (new, empty, or a capture with --resume)")
-    is_capture = (folder / RESULTS).exists() or (folder / META).exists()
+    capture = Capture(folder)
+    is_capture = capture.started
     if is_capture and not resume:
         hint = "pass --resume to add to it or choose another" if resumable else "choose another folder"
         raise FolderError(f"--out '{folder}' already holds a capture; {hint}")
@@ -46,9 +46,9 @@ def check_folder(folder: Path, *, resume: bool = False, resumable: bool = True) 
         probe.unlink()
     except OSError as err:
         raise FolderError(f"--out '{folder}' cannot be written: {err.strerror or err}") from None
-    if resume and (folder / RESULTS).exists():
+    if resume and capture.results_path.exists():
         try:
-            load_capture(folder)
+            capture.load()
         except CaptureError as err:
             raise FolderError(f"--resume: {err}") from None
 
@@ -56,13 +56,13 @@ def check_folder(folder: Path, *, resume: bool = False, resumable: bool = True) 
 def check_same_device(folder: Path, label: str) -> None:
     """--resume adds rows to a capture of this device only: its meta.json (device, datasheet, ceilings)
     describes every row, so rows of another machine would be judged against the wrong roofs."""
-    meta_path = folder / META
-    if not meta_path.exists():
+    capture = Capture(folder)
+    if not capture.meta_path.exists():
         return
     try:
-        stored = json.loads(meta_path.read_text()).get("device")
-    except ValueError as err:
-        raise FolderError(f"--resume: '{meta_path}' is not valid JSON: {err}") from None
+        stored = capture.meta().get("device")
+    except CaptureError as err:  # names the file and why
+        raise FolderError(f"--resume: {err}") from None
     if stored and stored != label:
         raise FolderError(f"--resume: '{folder}' was captured on '{stored}', this is '{label}'; resume it on that "
                           "device, or measure here into another --out")

@@ -1,4 +1,15 @@
-"""The NVTX range names of a capture: built here, parsed here, nowhere else.
+"""The NVTX range names of a capture. Every range the profiler opens is named by a function here
+(the runner, naive_steps, the torch-profiler traces of cases, the ncu driver), and what reads them back
+uses this module too: :func:`parse_range` (ncu ingestion), or the names built here matched whole (nsys
+ingestion). Two places outside this module spell range names:
+
+- kernels/reference.py, a leaf library that imports nothing from profiler, opens naive attention's own
+  step ranges (NVTX, and torch-profiler ranges while that records), named by the step alone
+  (``attn:qk_matmul``), and names the domain (its NVTX_DOMAIN, which :data:`DOMAIN` equals;
+  tests/test_nsys.py checks). :func:`parse_range` returns None for them: they say which step ran, not
+  which case.
+- profiler.views.plots colours a trace's ranges by the first and last parts of their names (the
+  implementation, the step) without parsing them whole.
 
 All ranges are in domain ``attn`` (Nsight Systems shows ``attn:<name>``):
 
@@ -9,6 +20,9 @@ All ranges are in domain ``attn`` (Nsight Systems shows ``attn:<name>``):
     <impl>/<mode>/seq=<N>/<step>          one naive step timed alone, inside its case
     <impl>/<mode>/seq=<N>/<step>/call     each repetition of that step
     validate/<impl>/<step>                the one run Nsight Compute profiles (profiler.nsight)
+    <step>                                qk_matmul, scale_mask, softmax or pv_matmul: opened by naive
+                                          attention itself (kernels/reference.py) inside whichever range
+                                          runs it, the correctness check's fp32 reference included
 
 Implementation names are letters, digits and underscores (profiler.registry.NAME), so "/" splits a
 name unambiguously.
@@ -19,7 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-DOMAIN = "attn"
+DOMAIN = "attn"  # = kernels.reference.NVTX_DOMAIN, which opens the ranges (kernels/ cannot import this)
 CALL = "call"
 VALIDATE = "validate"
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from profiler.store import Capture
+
 KERNEL_COLUMNS = ["kernel", "gpu_us", "start_us", "stream", "range", "ranges"]
 TRACE_NAME = re.compile(
     r"^(?P<impl>\w+?)-(?P<mode>fwd|bwd|fwd_bwd)-B(?P<batch>\d+)H(?P<heads>\d+)(?:KV(?P<kv_heads>\d+))?"
@@ -107,7 +109,7 @@ def kernels_of_capture(folder: Path | str) -> pd.DataFrame:
     """The kernel table of every trace in ``<capture>/traces``, with the implementation and shape
     read from each trace's file name."""
     tables = []
-    for path in sorted(Path(folder, "traces").glob("*.json")):
+    for path in Capture(folder).trace_files():
         match = TRACE_NAME.match(path.name)
         if match is None:
             continue

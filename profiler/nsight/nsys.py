@@ -1,6 +1,7 @@
-"""Read any Nsight Systems SQLite export (``nsys export --type sqlite``) into pandas.
+"""Read any Nsight Systems SQLite export (``nsys export --type sqlite``) into pandas, and join one
+into the capture it profiled.
 
-Pure functions, file in, DataFrame out:
+The readers are pure functions, file in, DataFrame out:
 
 - :func:`nvtx_ranges`: one row per NVTX push/pop or start/end range.
   Columns: ``range_id`` (row id in NVTX_EVENTS), ``domain``, ``name``, ``range`` ("domain:name", or
@@ -18,6 +19,10 @@ Pure functions, file in, DataFrame out:
   ``gpu_proj_ns``, ``range_ns``, ``gpu_ops``, ``kernels``.
 - :func:`summarize`: the per-range table: ``range``, ``instances``, ``gpu_proj_ns`` (total),
   ``gpu_proj_median_ns``, ``range_ns`` (total), ``gpu_ops``, ``kernels``.
+
+:func:`capture_gpu_times` is pure too (DataFrames in, a column out). :func:`ingest_capture` is the one
+function here that touches a capture folder: it reads the folder's export and writes the tables above
+into it (profiler.store.Capture names them).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.measure.ranges import call_range, qualified, shape_range, step_range
-from profiler.store import RESULTS, CaptureError, load_capture, write_bytes_atomic, write_json_atomic
+from profiler.store import Capture, CaptureError, write_parquet_atomic
 
 PUSH_POP, START_END, DOMAIN_CREATE = 59, 60, 75  # ENUM_NSYS_EVENT_TYPE ids
 TID_MASK = 0xFFFFFF  # globalTid packs (pid, tid); nsys's own reports take the low 24 bits as the tid
@@ -325,17 +330,17 @@ def ingest_capture(folder: Path | str) -> pd.DataFrame:
     """Join a capture folder's ``profile.sqlite`` (or ``.sqlite.xz``) into it: writes
     ``nsys_ranges.parquet`` (:func:`summarize`), ``nsys_gpu_ops.parquet`` (:func:`gpu_ops`) and the
     ``nsys_gpu_ms`` column of results.parquet (:func:`capture_gpu_times`); returns the results."""
-    folder = Path(folder)
-    meta, results = load_capture(folder)
-    export = next((p for p in (folder / "profile.sqlite", folder / "profile.sqlite.xz") if p.exists()), None)
+    capture = Capture(folder)
+    meta, results = capture.load()
+    export = capture.nsys_export
     if export is None:
-        raise CaptureError(f"'{folder}' has no profile.sqlite; make one with scripts/nsys_profile.sh")
+        raise CaptureError(f"'{capture.path}' has no profile.sqlite; make one with scripts/nsys_profile.sh")
     ranges, ops, projection = read_export(export)
     summary = summarize(projection)
-    write_bytes_atomic(folder / "nsys_ranges.parquet", summary.to_parquet(index=False))
-    write_bytes_atomic(folder / "nsys_gpu_ops.parquet", ops.to_parquet(index=False))
+    write_parquet_atomic(capture.nsys_ranges_path, summary)
+    write_parquet_atomic(capture.nsys_gpu_ops_path, ops)
     results["nsys_gpu_ms"] = capture_gpu_times(projection, ranges, results)
-    write_bytes_atomic(folder / RESULTS, results.to_parquet(index=False))
+    capture.write_results(results)
     meta["nsys"] = {"export": export.name, "ranges": len(summary), "gpu_ops": len(ops)}
-    write_json_atomic(folder / "meta.json", meta)
+    capture.write_meta(meta)
     return results

@@ -7,7 +7,7 @@ The capture folder holds ``ncu/*.csv`` (ncu's raw output per shape), ``ncu_kerne
 row per kernel, profiler.nsight.ncu), ``validation.parquet`` (one row per implementation × shape × step,
 measured and model side by side with ratio columns) and, so the dashboard and report read it like
 any capture, ``results.parquet`` and ``meta.json`` (times there are ncu's gpu__time_duration of
-the single profiled run, not do_bench medians).
+the single profiled run, not do_bench medians); profiler.store.Capture names each of them.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from profiler.model.rows import Timing, capture_row
 from profiler.nsight.dram_model import dram_bytes
 from profiler.nsight.ncu import read_raw_csv, run_driver
 from profiler.registry import costing_for
-from profiler.store import RESULTS, to_frame, write_bytes_atomic
+from profiler.store import Capture, CaptureError, to_frame, write_parquet_atomic
 
 SHAPE_COLUMNS = ["batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal"]
 
@@ -56,12 +56,13 @@ def measure_counters(shapes: list[Shape], impls: list[str], folder, progress=Non
                      ) -> list[Path]:
     """Run ncu once per shape (on GPU ``gpu`` when given), each writing its raw CSV to
     ``folder/ncu``; :func:`rebuild` reads them."""
-    (folder / "ncu").mkdir(parents=True, exist_ok=True)
+    capture = Capture(folder)
+    capture.ncu_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for shape in shapes:
         if progress:
             progress(f"ncu {shape.label}")
-        path = folder / "ncu" / csv_name(shape)
+        path = capture.ncu_csv_path(csv_name(shape))
         run_driver(path, driver_args(shape, impls), gpu=gpu)
         paths.append(path)
     return paths
@@ -182,9 +183,9 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict |
 def rebuild(folder: Path | str, l2_bytes: float | None, meta: dict | None = None) -> pd.DataFrame:
     """Re-read a validation capture's raw ncu CSVs and compare them with the current model (the
     measurements never change; the model may). Writes ncu_kernels.parquet and validation.parquet."""
-    folder = Path(folder)
+    capture = Capture(folder)
     tables = []
-    for path in sorted((folder / "ncu").glob("*.csv")):
+    for path in capture.ncu_csvs():
         match = CSV_NAME.match(path.name)
         if match is None:
             continue
@@ -193,11 +194,11 @@ def rebuild(folder: Path | str, l2_bytes: float | None, meta: dict | None = None
                          kv_heads=int(kvh) if kvh else None)
         tables.append(with_shape(read_raw_csv(path), shape))
     if not tables:
-        raise ValueError(f"'{folder / 'ncu'}' holds no ncu CSV named like B1H16N4096D64-fp16.csv")
+        raise ValueError(f"'{capture.ncu_dir}' holds no ncu CSV named like B1H16N4096D64-fp16.csv")
     kernels = pd.concat(tables, ignore_index=True)
-    write_bytes_atomic(folder / "ncu_kernels.parquet", kernels.to_parquet(index=False))
+    write_parquet_atomic(capture.ncu_kernels_path, kernels)
     table = validation_table(kernels, l2_bytes, meta)
-    write_bytes_atomic(folder / "validation.parquet", table.to_parquet(index=False))
+    write_parquet_atomic(capture.validation_path, table)
     return table
 
 
@@ -205,14 +206,13 @@ def write_validation(folder: Path | str, meta: dict) -> pd.DataFrame:
     """Read the folder's ncu/*.csv and write its tables with the current model: ncu_kernels and
     validation.parquet (:func:`rebuild`), and results.parquet so the dashboard reads the folder
     like any capture. Measuring and ``validate --rebuild`` both end here."""
-    folder = Path(folder)
     table = rebuild(folder, meta.get("l2_bytes"), meta)
     roofs = Roofs.from_meta(meta)
     rows = [capture_row(r.impl, costing_for(r.impl, meta), Shape.from_row(r), r.step, roofs,
                          timing=Timing(*[r.gpu_time_ns / 1e6] * 3), status="ok",  # ncu's one profiled run
                          message="time: ncu gpu__time_duration of one run")
             for r in table.itertuples()]
-    write_bytes_atomic(folder / RESULTS, to_frame(rows).to_parquet(index=False))
+    Capture(folder).write_results(to_frame(rows))
     return table
 
 
@@ -220,23 +220,21 @@ def rebuild_capture(folder: Path | str, out: Path | str | None = None) -> pd.Dat
     """:func:`write_validation` for a stored validation capture, into ``out`` (a copy of its
     meta.json and ncu CSVs, so the shipped folder stays as it is) or, when ``out`` is the folder or
     None, in place. Records the time of the rebuild in the meta.json written."""
-    import json
     import shutil
     import time
 
-    from profiler.store import CaptureError, write_json_atomic
-
-    folder = Path(folder)
-    out = Path(out) if out is not None else folder
-    if not (folder / "meta.json").exists():
-        raise CaptureError(f"'{folder}' is not a validation capture: missing meta.json")
-    if not (folder / "ncu").is_dir():
-        raise CaptureError(f"'{folder}' is not a validation capture: no ncu/ folder of Nsight Compute CSVs")
-    meta = json.loads((folder / "meta.json").read_text())
-    if out.resolve() != folder.resolve():
-        shutil.copytree(folder / "ncu", out / "ncu", dirs_exist_ok=True)
-        meta["rebuilt_from"] = str(folder)
-    table = write_validation(out, meta)
+    source = Capture(folder)
+    target = Capture(out) if out is not None else source
+    if not source.meta_path.exists():
+        raise CaptureError(f"'{source.path}' is not a validation capture: missing {source.meta_path.name}")
+    if not source.ncu_dir.is_dir():
+        raise CaptureError(f"'{source.path}' is not a validation capture: no {source.ncu_dir.name}/ folder of "
+                           "Nsight Compute CSVs")
+    meta = source.meta()
+    if target.path.resolve() != source.path.resolve():
+        shutil.copytree(source.ncu_dir, target.ncu_dir, dirs_exist_ok=True)
+        meta["rebuilt_from"] = str(source.path)
+    table = write_validation(target.path, meta)
     meta["validation_rebuilt_with_model_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    write_json_atomic(out / "meta.json", meta)
+    target.write_meta(meta)
     return table

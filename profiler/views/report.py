@@ -25,7 +25,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from attention_core.shape import Shape
-from profiler.store import CaptureError, load_capture, write_bytes_atomic
+from profiler.store import Capture, CaptureError, write_bytes_atomic
 from profiler.views import plots, rooflines, style
 from profiler.views.style import FAMILY_COLUMNS, IMPL_ORDER, family_label
 
@@ -442,13 +442,6 @@ def _shows_sentence(shown: list[str], families: dict[str, pd.DataFrame], family)
             f"{listed}; left out: {', '.join(left) if left else 'none'}.")
 
 
-def _read_optional(path: Path) -> pd.DataFrame | None:
-    if not path.exists():
-        return None
-    frame = pd.read_parquet(path)
-    return frame[frame.kind == "kernel"] if "kind" in frame else frame
-
-
 def _family_section(label: str, rows: pd.DataFrame, meta: dict, kernels: pd.DataFrame | None,
                     validation: pd.DataFrame | None, charts: _Charts) -> list[str]:
     """The HTML of one family: its heading, what its rows hold, the summary table, then each figure of
@@ -493,15 +486,15 @@ def _family_section(label: str, rows: pd.DataFrame, meta: dict, kernels: pd.Data
 def build_report(folder: Path | str, family: list[str] | None = None) -> str:
     """The report of the capture in ``folder`` as one HTML page: every family, or those ``family``
     selects (see :func:`select_families`; FamilyNotFound, a CaptureError, when an item matches none)."""
-    folder = Path(folder)
-    meta, frame = load_capture(folder)
+    capture = Capture(folder)
+    meta, frame = capture.load()
     families = families_of(frame)
-    shown = select_families(list(families), family, f"'{folder.name}'")
-    kernels = _read_optional(folder / "kernels.parquet")
-    validation = _read_optional(folder / "validation.parquet")
+    shown = select_families(list(families), family, f"'{capture.name}'")
+    kernels = capture.kernels()  # the torch profiler's (the dashboard's Trace tab also reads an nsys export's)
+    validation = capture.validation()
     charts = _Charts()
     e = html.escape
-    title = f"Attention roofline: {folder.name}"
+    title = f"Attention roofline: {capture.name}"
     facts = [meta.get("device"), meta.get("torch") and f"torch {meta['torch']}",
              meta.get("triton") and f"triton {meta['triton']}", meta.get("time") and f"measured {meta['time']}",
              meta.get("git_revision") and f"git {str(meta['git_revision'])[:12]}"]
@@ -531,7 +524,7 @@ def build_report(folder: Path | str, family: list[str] | None = None) -> str:
 def write_report(folder: Path | str, out: Path | str | None = None, family: list[str] | None = None) -> Path:
     """Write :func:`build_report` of ``folder`` to ``out`` (default ``<folder>/report.html``, which git
     ignores) atomically, creating its folder, and return the path."""
-    out = Path(out) if out else Path(folder) / "report.html"
+    out = Path(out) if out else Capture(folder).report_path
     html_text = build_report(folder, family)  # a bad capture or family fails before anything is created
     out.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(out, html_text.encode("utf-8"))

@@ -1,15 +1,34 @@
 """What the dashboard shows of its captures, as pure functions of DataFrames: the rows the sidebar's
 filters keep, why a selection is empty, compact shape labels, filter values in order, the newest
-capture. dashboards/roofline.py lays them out; tests/test_selection.py checks them without Streamlit."""
+capture; and where it looks for captures. profiler/views/dashboard_app.py lays them out;
+tests/test_selection.py checks them without Streamlit."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
 
 # The columns a row's shape is made of, in the order its compact label names them.
 LABEL_COLUMNS = ["capture", "mode", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal"]
+
+
+def checkout_of(app_file: Path | str) -> Path | None:
+    """The repository root of a checkout the app runs from (``<root>/profiler/views/<app>``, with
+    pyproject.toml and reports/ beside profiler/), or None when the app was installed from a wheel
+    (site-packages holds neither)."""
+    root = Path(app_file).resolve().parents[2]
+    return root if (root / "pyproject.toml").is_file() and (root / "reports").is_dir() else None
+
+
+def default_reports(checkout: Path | None, environ: Mapping[str, str], cwd: Path) -> Path:
+    """The folder of captures the dashboard opens without ``--reports``: $ATTN_REPORTS; else the
+    checkout's reports/ (its shipped captures and every capture made there); else reports/ under the
+    current directory, where ``capture`` writes by default (profiler.measure.folder.default_folder)."""
+    if environ.get("ATTN_REPORTS"):
+        return Path(environ["ATTN_REPORTS"])
+    return checkout / "reports" if checkout is not None else cwd / "reports"
 
 
 def measured_at(meta: dict, folder: Path) -> float:
