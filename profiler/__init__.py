@@ -10,7 +10,7 @@ Layers, each importing only those above it in this list:
   torch-profiler traces, measured ceilings) into a capture folder
 - ``profiler.nsight``: Nsight Systems exports and Nsight Compute counters against the model
 - ``profiler.views``: plots, tables and the HTML report, from stored captures
-- ``profiler.cli``: ``python -m profiler``: argparse, one module of commands per subject
+- ``profiler.cli``: ``python -m profiler``: argparse, one module per subcommand
 
 ``profiler.register`` adds your own attention function to the registry (profiler.registry.register).
 """

@@ -27,6 +27,31 @@ def test_help_lists_subcommands():
         assert sub in out.stdout
 
 
+def test_help_and_bad_arguments_import_neither_torch_nor_pandas():
+    """Each command imports the heavy layers inside its run: the parser is built, and a bad value
+    refused, without torch or pandas."""
+    code = ("import sys\n"
+            "from profiler.cli import main\n"
+            "try:\n"
+            "    main(['bench', '--seq', 'x'])\n"
+            "except SystemExit as stop:\n"
+            "    print(stop.code, 'torch' in sys.modules, 'pandas' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["2", "False", "False"], out.stderr
+
+
+def test_every_command_module_is_one_subcommand():
+    from profiler.cli import COMMANDS, build_parser
+
+    names = [command.__name__.rsplit(".", 1)[-1] for command in COMMANDS]
+    assert names == ["demo", "bench", "capture", "sweep", "nsys", "report", "validate", "remodel", "model",
+                     "ceilings"]
+    for command in COMMANDS:
+        assert command.__doc__ and command.HELP and callable(command.add_arguments) and callable(command.run)
+    parsed = build_parser().parse_args(["remodel", "cap", "--dry-run"])
+    assert parsed.run is COMMANDS[names.index("remodel")].run and parsed.dry_run
+
+
 def test_model_json_has_every_step(capsys):
     assert main(["model", "--seq", "8192", "--device-name", "H200", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)

@@ -255,16 +255,16 @@ def test_bench_bound_of_a_shape_whose_baseline_did_not_run_comes_from_its_peers(
 def _print_bench_at(width: int, table, impls, baseline) -> str:
     import io
 
+    from profiler.cli import bench
     from profiler.cli import console as console_module
-    from profiler.cli import measuring
 
     recording = type(console_module.console)(width=width, file=io.StringIO(), markup=False, emoji=False)
-    original = measuring.console
-    measuring.console = recording
+    original = bench.console
+    bench.console = recording
     try:
-        measuring._print_bench(table, impls, baseline, "test device: median do_bench")
+        bench._print_bench(table, impls, baseline, "test device: median do_bench")
     finally:
-        measuring.console = original
+        bench.console = original
     return recording.file.getvalue()
 
 
@@ -332,28 +332,35 @@ def test_bench_headers_are_whole_at_100_columns(impls, baseline, grid):
 
 
 def test_bench_defaults_on_a_cpu_and_unchanged_on_a_gpu():
-    from profiler.cli import build_parser
-    from profiler.cli.measuring import _resolve_bench_args
+    from profiler.cli import bench, build_parser
+    from profiler.cli.shapes import shape_grid
 
-    args = build_parser().parse_args(["bench", "--device", "cpu"])
-    notes = _resolve_bench_args(args)
-    assert (args.seq, args.batch, args.heads, args.dim, args.dtype) == ([1024], [1], [2], [64], ["fp32"])
-    assert args.impl == ["sdpa_flash", "naive", "sdpa_math"] and args.baseline == "sdpa_flash"
+    def resolve(argv: list[str], on_gpu: bool):
+        args = build_parser().parse_args(["bench", "--device", "cpu", *argv])
+        grid = shape_grid(args, bench.SHAPES, on_gpu, tokens=args.tokens)
+        notes = list(grid.shrunk)
+        impls, baseline = bench.impls_and_baseline(args, on_gpu, notes)
+        return grid, impls, baseline, notes
+
+    grid, impls, baseline, notes = resolve([], on_gpu=False)
+    assert (grid.seqs_q, grid.batches, grid.heads, grid.dims, grid.dtypes) == ([1024], [1], [2], [64], ["fp32"])
+    assert grid.seqs_kv is None and grid.causals == [False] and grid.modes == ["fwd"]
+    assert impls == ["sdpa_flash", "naive", "sdpa_math"] and baseline == "sdpa_flash"
     assert notes == ["seq=1024 (GPU default 8192)", "batch=1 (GPU default 4)", "heads=2 (GPU default 32)",
                      "dtype=fp32 (GPU default fp16)",
                      "impl=sdpa_flash,naive,sdpa_math (GPU default triton_flash,sdpa_flash,sdpa_cudnn)",
                      "baseline=sdpa_flash (GPU default triton_flash)"]
-    gpu = build_parser().parse_args(["bench", "--device", "cpu"])
-    gpu.device = "cuda"
-    assert _resolve_bench_args(gpu) == []
-    assert (gpu.seq, gpu.batch, gpu.heads, gpu.dim, gpu.dtype) == ([8192], [4], [32], [64], ["fp16"])
-    assert gpu.impl == ["triton_flash", "sdpa_flash", "sdpa_cudnn"] and gpu.baseline == "triton_flash"
+    grid, impls, baseline, notes = resolve([], on_gpu=True)
+    assert notes == []
+    assert (grid.seqs_q, grid.batches, grid.heads, grid.dims, grid.dtypes) == ([8192], [4], [32], [64], ["fp16"])
+    assert impls == ["triton_flash", "sdpa_flash", "sdpa_cudnn"] and baseline == "triton_flash"
     # values given are kept; with --tokens the batch follows from it; a list without the default baseline
     # takes its first implementation as the baseline
-    given = build_parser().parse_args(["bench", "--device", "cpu", "--seq", "64", "--tokens", "256", "--dtype",
-                                       "bf16", "--impl", "naive,sdpa_math"])
-    assert _resolve_bench_args(given) == ["heads=2 (GPU default 32)"]
-    assert given.batch is None and given.dtype == ["bf16"] and given.baseline == "naive"
+    grid, impls, baseline, notes = resolve(["--seq", "64", "--tokens", "256", "--dtype", "bf16", "--impl",
+                                            "naive,sdpa_math"], on_gpu=False)
+    assert notes == ["heads=2 (GPU default 32)"]
+    assert grid.batches is None and grid.dtypes == ["bf16"] and baseline == "naive"
+    assert [s.batch for s in grid.shapes()] == [4]  # 256 // 64
 
 
 def test_bench_on_a_cpu_runs_its_defaults_and_says_what_shrank(tmp_path):

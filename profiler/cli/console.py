@@ -1,5 +1,5 @@
-"""What the command modules share: the console, number formatting, and the start and the measuring
-loop of a capture folder with their progress display."""
+"""What the command modules share: the console, number formatting, torchrun's ranks, and the start
+and the measuring loop of a capture folder with their progress display."""
 
 from __future__ import annotations
 
@@ -49,6 +49,17 @@ def pick_default(value, gpu_default: list, cpu_default: list, name: str, on_gpu:
 def say_shrunk(notes: list[str]) -> None:
     if notes:
         console.print(f"No GPU: defaults shrunk to fit this machine: {', '.join(notes)}.")
+
+
+def join_ranks(args, device_type: str) -> None:
+    """Under torchrun, ``args.ranks`` (this process's rank) and ``args.device`` (the rank's own
+    device of ``device_type``), the process group started; alone, nothing changes. profiler.cli.main
+    stops the group when the command ends."""
+    from profiler.measure import distributed
+
+    args.ranks = distributed.from_env()
+    if args.ranks is not None:
+        args.device = distributed.start(args.ranks, device_type)
 
 
 def start_capture(args, device_label: str, dtypes, meta: dict, impls=(), head_dims=(), resumable: bool = True,

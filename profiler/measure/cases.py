@@ -9,7 +9,6 @@ plotly nor streamlit.
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -71,16 +70,6 @@ def trace_case(impl: Impl, shape: Shape, device, folder: Path) -> bool:
     finally:
         q = k = v = do = once = None
         free_memory(device)
-
-
-def shapes_of(batches, heads, seqs, dims, dtypes, causals, modes, seqs_kv=None, kv_heads=None) -> list[Shape]:
-    """Every combination; ``seqs`` are the query lengths, and the key lengths are ``seqs_kv`` (each
-    query length against each key length) or, when None, the same (square). ``kv_heads`` None
-    means as many K/V heads as query heads."""
-    lengths = [(n, n) for n in seqs] if seqs_kv is None else list(itertools.product(seqs, seqs_kv))
-    return [Shape(b, h, nq, nk, d, dt, c, m, kvh)
-            for m, dt, d, c, (nq, nk), b, h, kvh in itertools.product(modes, dtypes, dims, causals, lengths, batches,
-                                                                      heads, kv_heads or [None])]
 
 
 def measure_cases(store: ResultStore, cases: list[tuple[Shape, Impl]], device, roofs: Roofs, *, rep_ms: int,

@@ -1,105 +1,120 @@
-"""``bench`` (ours beside the peers, with ratios) and ``demo`` (every implementation once)."""
+"""``bench``: our kernels beside PyTorch's SDPA backends over a grid of shapes, into a capture
+folder; prints TFLOP/s (GB/s where every shape is memory-bound) and the ratio of the baseline to
+each peer."""
 
 from __future__ import annotations
 
-import itertools
-import os
+import argparse
 from pathlib import Path
 
-from rich.markup import escape
-from rich.progress import Progress
 from rich.table import Table
 
 from attention_core.shape import Shape
-from profiler.cli import UsageError, check_cuda_graph, lengths
+from profiler.cli import UsageError
 from profiler.cli.console import (
-    case_line,
     console,
     dashboard_hint,
     fmt,
+    join_ranks,
     measure_with_progress,
     pick_default,
     say_shrunk,
     start_capture,
 )
+from profiler.cli.options import (
+    add_allow_mixed,
+    add_cuda_graph,
+    add_device,
+    add_rep_ms,
+    check_cuda_graph,
+    impl_list,
+    positive_int,
+)
+from profiler.cli.shapes import Default, ShapeOptions, add_shape_arguments, shape_grid
 
-# --------------------------------------------------------------------------------------------- bench
+HELP = "our kernels beside PyTorch's SDPA backends, TFLOP/s and ratios"
 
-# bench's defaults, (GPU, CPU) per option. On a GPU: the seed benchmark, our kernel against SDPA's
+# bench's defaults, on a GPU and on a CPU. On a GPU: the seed benchmark, our kernel against SDPA's
 # FlashAttention-2 and cuDNN backends. On a CPU a shape that runs in seconds, and implementations
 # that run there: our Triton kernel needs a GPU (or the interpreter, which is for tests: far too
 # slow to time), and SDPA's cuDNN and efficient backends need CUDA. The baseline is sdpa_flash,
 # PyTorch's fused FlashAttention-style CPU kernel, the nearest native peer of ours there; its ratios
 # to naive (four steps through memory) and SDPA's unfused math backend show what fusing buys.
-BENCH_DEFAULTS = {
-    "seq": ([8192], [1024]),
-    "batch": ([4], [1]),
-    "heads": ([32], [2]),
-    "dim": ([64], [64]),
-    "dtype": (["fp16"], ["fp32"]),
-    "impl": (["triton_flash", "sdpa_flash", "sdpa_cudnn"], ["sdpa_flash", "naive", "sdpa_math"]),
-    "baseline": (["triton_flash"], ["sdpa_flash"]),
-}
+SHAPES = ShapeOptions(
+    lists=True,
+    seq=Default("sequence lengths (default 8192; CPU 1024)", [8192], [1024]),
+    batch=Default("default 4 (CPU: 1)", [4], [1]),
+    heads=Default("query heads (default 32; CPU: 2)", [32], [2]),
+    dim=Default("head_dim (default 64)", [64]),
+    dtype=Default("default fp16 (CPU: fp32)", ["fp16"], ["fp32"]),
+    causal=Default("true, false or both", [False]),
+    mode=Default("fwd, bwd, fwd+bwd (list)", ["fwd"]),
+)
+IMPLS = Default("implementations, comma-separated, or 'all' (default triton_flash,sdpa_flash,sdpa_cudnn; "
+                "CPU: sdpa_flash,naive,sdpa_math)",
+                ["triton_flash", "sdpa_flash", "sdpa_cudnn"], ["sdpa_flash", "naive", "sdpa_math"])
+BASELINE = Default("ratios are this one / each peer (default triton_flash; CPU: sdpa_flash; with an "
+                   "--impl list that lacks it, the list's first)", ["triton_flash"], ["sdpa_flash"])
 
 
-def _resolve_bench_args(args) -> list[str]:
-    """Fill the options left unset from BENCH_DEFAULTS for this device (``args`` in place); the
-    notes on what was shrunk. With --tokens the batch follows from it and has no default."""
-    on_gpu = args.device.startswith("cuda")
-    notes: list[str] = []
-    own_impls = args.impl is not None
-    for name, (gpu, cpu) in BENCH_DEFAULTS.items():
-        if name == "batch" and args.tokens is not None:
-            continue
-        if name == "baseline" and args.baseline is None and own_impls:
-            # the user's own list: the default baseline when it is in the list, else the first named
-            default = gpu if on_gpu else cpu
-            args.baseline = default[0] if default[0] in args.impl else args.impl[0]
-            continue
-        value = pick_default(getattr(args, name), gpu, cpu, name, on_gpu, notes)
-        setattr(args, name, value[0] if name == "baseline" else value)
-    return notes
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_shape_arguments(p, SHAPES)
+    p.add_argument("--impl", type=impl_list, default=None, help=IMPLS.help)
+    p.add_argument("--baseline", default=None, help=BASELINE.help)
+    p.add_argument("--tokens", type=positive_int, default=None,
+                   help="batch = tokens // seq_q for each query length (overrides --batch), e.g. 32768")
+    p.add_argument("--out", default=None, help="capture folder (default reports/bench-<device>-<time>)")
+    p.add_argument("--resume", action="store_true", help="keep the rows already in --out, measure the rest")
+    add_rep_ms(p)
+    add_cuda_graph(p)
+    p.add_argument("--json", metavar="FILE", help="also write the ratio table as JSON to FILE")
+    add_device(p)
+    add_allow_mixed(p)
 
 
-def bench(args) -> int:
-    """Our kernels beside PyTorch's, over a grid of shapes, into a capture folder; prints TFLOP/s
-    and the ratio of the baseline (ours) to each peer."""
+def impls_and_baseline(args, on_gpu: bool, notes: list[str]) -> tuple[list[str], str]:
+    """--impl and --baseline, or their defaults for this device (a CPU default that differs from the
+    GPU's is added to ``notes``). A list of the user's own takes the default baseline when it holds
+    it, else its first name."""
+    impls = pick_default(args.impl, IMPLS.gpu, IMPLS.cpu, "impl", on_gpu, notes)
+    if args.baseline is not None:
+        return impls, args.baseline
+    if args.impl is not None:
+        default = BASELINE.gpu[0] if on_gpu else BASELINE.cpu[0]
+        return impls, default if default in args.impl else args.impl[0]
+    return impls, pick_default(None, BASELINE.gpu, BASELINE.cpu, "baseline", on_gpu, notes)[0]
+
+
+def run(args) -> int:
     from profiler.measure.ceilings import device_name
     from profiler.registry import get_impl
     from profiler.store import to_frame
     from profiler.views.tables import bench_table
 
-    notes = _resolve_bench_args(args)
+    join_ranks(args, args.device)
+    on_gpu = args.device.startswith("cuda")
+    grid = shape_grid(args, SHAPES, on_gpu, tokens=args.tokens)
+    notes = list(grid.shrunk)
+    names, baseline_given = impls_and_baseline(args, on_gpu, notes)
     try:
-        baseline = get_impl(args.baseline).name
+        baseline = get_impl(baseline_given).name
     except ValueError as err:
         raise UsageError(f"--baseline: {err}") from None
-    if baseline not in args.impl:
-        raise UsageError(f"--baseline '{args.baseline}' must be one of --impl ({', '.join(args.impl)})")
-    seqs_q, seqs_kv = lengths(args, args.seq)
-    if args.tokens is not None and args.tokens < max(seqs_q):
-        raise UsageError(f"--tokens {args.tokens} is below the longest query length ({max(seqs_q)}): "
+    if baseline not in names:
+        raise UsageError(f"--baseline '{baseline_given}' must be one of --impl ({', '.join(names)})")
+    if args.tokens is not None and args.tokens < max(grid.seqs_q):
+        raise UsageError(f"--tokens {args.tokens} is below the longest query length ({max(grid.seqs_q)}): "
                          "batch = tokens // seq_q must be at least 1")
-    pairs = [(n, n) for n in seqs_q] if seqs_kv is None else list(itertools.product(seqs_q, seqs_kv))
-    try:
-        shapes = [
-            Shape(b, h, nq, nk, d, dt, c, m, kvh)
-            for m, dt, d, c, (nq, nk) in itertools.product(args.mode, args.dtype, args.dim, args.causal, pairs)
-            for b in ([args.tokens // nq] if args.tokens else args.batch)
-            for h in args.heads
-            for kvh in args.kv_heads or [None]
-        ]
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    timer = check_cuda_graph(args, args.mode)
+    shapes = grid.shapes()
+    timer = check_cuda_graph(args, grid.modes)
     label = device_name(args.device)
-    impls = [get_impl(n) for n in args.impl]
+    impls = [get_impl(n) for n in names]
     names = [i.name for i in impls]
-    store, roofs = start_capture(args, label, args.dtype, {
+    store, roofs = start_capture(args, label, grid.dtypes, {
         "kind": "bench", "shapes": len(shapes), "impls": names, "baseline": baseline, "trace": "none",
         "defaults_shrunk": notes, "rep_ms": args.rep_ms,
         "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd", **timer,
-    }, impls=impls, head_dims=args.dim, prefix="bench-")
+    }, impls=impls, head_dims=grid.dims, prefix="bench-")
     say_shrunk(notes)
     measure_with_progress(store, shapes, impls, args.device, roofs, args.rep_ms, ranks=args.ranks,
                           graph=args.cuda_graph)
@@ -107,7 +122,7 @@ def bench(args) -> int:
         return 0  # rank 0 merged the parts and prints for every rank
     copy_gbps = roofs.measured.copy_gbps if roofs.measured is not None else None
     table = bench_table(to_frame(store.rows), names, baseline, copy_gbps)
-    clock = "torch.utils.benchmark" if not args.device.startswith("cuda") else \
+    clock = "torch.utils.benchmark" if not on_gpu else \
         "do_bench of CUDA-graph replays" if args.cuda_graph else "do_bench"
     _print_bench(table, names, baseline, f"{label}: median {clock}, FLOPs = 4·B·H·Nq·Nkv·D (x0.5 causal, x2.5 bwd)")
     for r in store.rows:
@@ -199,50 +214,3 @@ def _print_bench(table, impls: list[str], baseline: str, title: str) -> None:
 def ratio_header(baseline: str, peer: str) -> str:
     """A ratio column's header on two lines, each a whole name, so a narrow column wraps it there."""
     return f"{baseline}/\n{peer}"
-
-
-# ---------------------------------------------------------------------------------------------- demo
-
-
-def demo(args) -> int:
-    """Every implementation once at a size that suits the machine, with its error and speed."""
-    from profiler.measure.runner import run_case
-    from profiler.registry import BUILTIN, REGISTRY
-
-    on_gpu = args.device.startswith("cuda")
-    # The seed posts' benchmark shape on a GPU; on a CPU a size that runs in seconds.
-    shape = Shape(4, 32, 4096, 4096, 64, "fp16") if on_gpu else Shape(1, 4, 512, 512, 64, "fp32")
-    results = []
-    impls = [REGISTRY[name] for name in BUILTIN]
-    if console.is_terminal:
-        with Progress(console=console, transient=True) as progress:
-            task = progress.add_task("demo", total=len(impls))
-            for impl in impls:
-                progress.update(task, description=f"running {escape(impl.name)}")
-                results.append(run_case(impl, shape, args.device, rep_ms=50 if on_gpu else 200))
-                progress.advance(task)
-    else:  # a log or a pipe: a line per implementation as it finishes
-        for i, impl in enumerate(impls, 1):
-            r = run_case(impl, shape, args.device, rep_ms=50 if on_gpu else 200)
-            results.append(r)
-            console.print(case_line(i, len(impls), f"{impl.name} fwd {shape.label}",
-                                    {"status": r.status, "message": r.message,
-                                     "time_ms": r.timing.median_ms if r.timing else None}), soft_wrap=True)
-            console.file.flush()
-    # Only ok results have a time, rate or speedup: a 'wrong' one was timed, but is no point of comparison.
-    naive_ms = next((r.timing.median_ms for r in results if r.impl == "naive" and r.status == "ok" and r.timing), None)
-    table = Table("impl", "ms", "TFLOP/s", "speedup\nvs naive", "max rel err\nvs fp32", "peak\nMiB", "status",
-                  title=f"B={shape.batch} H={shape.heads} N={shape.seq_q} D={shape.head_dim} {shape.dtype} "
-                        f"forward on {args.device}")
-    for r in results:
-        ms = r.timing.median_ms if r.timing and r.status == "ok" else None
-        table.add_row(r.impl, fmt(ms, ".3f"), fmt(r.tflops if ms else None, ".2f"),
-                      fmt(naive_ms / ms if ms and naive_ms else None, ".1f"), fmt(r.max_rel_err, ".1e"),
-                      fmt(r.peak_mem_bytes / 2**20 if ms and r.peak_mem_bytes else None, ".0f"), r.status)
-    console.print(table)
-    for r in results:  # whole, below the table, where they have the console's width
-        if r.status != "ok" and r.message:
-            console.print(f"  {r.impl}: {r.status}: {r.message}", overflow="fold")
-    if not on_gpu and os.environ.get("TRITON_INTERPRET") != "1":
-        console.print("Triton kernels need a GPU; set TRITON_INTERPRET=1 to run them (slowly) on the CPU.")
-    return 0

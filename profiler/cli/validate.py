@@ -1,8 +1,10 @@
-"""``nsys`` (Nsight Systems exports) and ``validate`` (Nsight Compute counters against the model)."""
+"""``validate``: DRAM and L2 bytes and tensor-core FLOPs read by Nsight Compute, per kernel, against
+the cost model (profiler.nsight.validate), into a capture folder; ``--rebuild`` re-reads a stored
+validation's ncu/*.csv with the current model, no GPU needed."""
 
 from __future__ import annotations
 
-import json
+import argparse
 import time
 from pathlib import Path
 
@@ -10,63 +12,46 @@ from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
-from attention_core.shape import Shape
 from profiler.cli import UsageError
-from profiler.cli.console import console, fmt, start_capture
+from profiler.cli.console import console, fmt, join_ranks, start_capture
+from profiler.cli.options import add_allow_mixed, impl_list
+from profiler.cli.shapes import Default, ShapeOptions, add_shape_arguments, shape_grid
 
-# ---------------------------------------------------------------------------------------------- nsys
+HELP = "DRAM/L2 bytes and tensor FLOPs from Nsight Compute vs the model"
 
-
-def nsys(args) -> int:
-    from profiler.nsight import nsys as nsys_export
-
-    if args.nsys_command == "summarize":
-        try:
-            _, _, projection = nsys_export.read_export(args.export)
-        except nsys_export.NsysExportError as err:
-            raise UsageError(str(err)) from None
-        table = nsys_export.summarize(projection)
-        if args.json:
-            print(json.dumps(table.to_dict("records"), indent=2, default=int))
-            return 0
-        if table.empty:
-            console.print(f"{args.export}: no NVTX ranges in this export (was it captured with `-t nvtx`?)")
-            return 0
-        out = Table("range", "instances", "GPU proj ns (total)", "GPU proj median ns", "range ns (total)",
-                    "GPU ops", "kernels", title=f"{args.export}: GPU time projected onto NVTX ranges")
-        for r in table.itertuples():
-            out.add_row(r.range, f"{r.instances:,}", f"{r.gpu_proj_ns:,}", f"{r.gpu_proj_median_ns:,.0f}",
-                        f"{r.range_ns:,}", f"{r.gpu_ops:,}", f"{r.kernels:,}")
-        console.print(out)
-        return 0
-    return _nsys_ingest(Path(args.capture))
+# Two lengths, two head_dims, both half-precision dtypes, causal and not: each shape is one Nsight
+# Compute run of every implementation, minutes each. No --mode: forward only.
+SHAPES = ShapeOptions(
+    lists=True,
+    seq=Default(None, [1024, 4096]),
+    batch=Default(None, [1]),
+    heads=Default("default 16", [16]),
+    dim=Default("head_dim(s) (default 64,128)", [64, 128]),
+    dtype=Default(None, ["fp16", "bf16"]),
+    causal=Default("true, false or both", [False, True]),
+    mode=None,
+    dtypes=("fp16", "bf16"),
+    one_batch=True,
+)
 
 
-def _nsys_ingest(folder: Path) -> int:
-    from profiler.nsight import nsys as nsys_export
-    from profiler.store import CaptureError
-
-    try:
-        results = nsys_export.ingest_capture(folder)
-    except (CaptureError, nsys_export.NsysExportError) as err:
-        raise UsageError(str(err)) from None
-    joined = results[results.nsys_gpu_ms.notna()]
-    table = Table("impl", "step", "mode", "N", "CUDA events ms", "nsys GPU ms", "nsys / events",
-                  title=f"{folder}: CUDA-event median vs Nsight Systems median projected GPU time per repetition")
-    for r in joined.itertuples():
-        table.add_row(r.impl, r.step, r.mode, str(r.seq_q), f"{r.time_ms:.4f}", f"{r.nsys_gpu_ms:.4f}",
-                      f"{r.nsys_gpu_ms / r.time_ms:.3f}")
-    console.print(table)
-    console.print(f"Wrote nsys_ranges.parquet, nsys_gpu_ops.parquet and results.parquet's nsys_gpu_ms in {folder}/")
-    return 0
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_shape_arguments(p, SHAPES)
+    p.add_argument("--impl", type=impl_list, default=["naive", "triton_flash", "sdpa_flash", "sdpa_cudnn"])
+    p.add_argument("--out", default=None, help="capture folder (default reports/validate-<device>-<time>)")
+    p.add_argument("--rebuild", metavar="FOLDER", default=None,
+                   help="no GPU: re-read FOLDER's ncu/*.csv and compare them with the current model, into "
+                        "--out (default FOLDER-rebuilt-<time>)")
+    p.add_argument("--in-place", action="store_true", help="with --rebuild: rewrite FOLDER's own tables")
+    add_allow_mixed(p)
 
 
-# ------------------------------------------------------------------------------------------ validate
-
-
-def validate(args) -> int:
+def run(args) -> int:
     import torch
 
+    if not args.rebuild:  # under torchrun each rank profiles on its own GPU
+        join_ranks(args, "cuda")
+    grid = shape_grid(args, SHAPES)
     if args.rebuild:
         return _validate_rebuild(args)
     from profiler.measure.ceilings import device_name
@@ -80,23 +65,13 @@ def validate(args) -> int:
         find_ncu()
     except NcuError as err:
         raise UsageError(str(err)) from None
-    from profiler.cli import lengths
-
-    seqs_q, seqs_kv = lengths(args, args.seq)
-    pairs = [(n, n) for n in seqs_q] if seqs_kv is None else [(nq, nk) for nq in seqs_q for nk in seqs_kv]
-    try:
-        shapes = [Shape(args.batch, h, nq, nk, d, dt, c, kv_heads=kvh) for dt in args.dtype
-                  for d in args.dim or [64, 128] for c in args.causal for h in args.heads or [16]
-                  for kvh in args.kv_heads or [None] for nq, nk in pairs]
-    except ValueError as err:
-        raise UsageError(str(err)) from None
+    shapes = grid.shapes()
     impls = [get_impl(n) for n in args.impl]
-    # validate takes no --device: the GPU is "cuda", or under torchrun this rank's own (profiler.cli.main)
+    # validate takes no --device: the GPU is "cuda", or under torchrun this rank's own (join_ranks)
     args.device = getattr(args, "device", None) or "cuda"
     label = device_name(args.device)
     store, roofs = start_capture(args, label, ("fp16", "bf16", "fp32"), {"kind": "validate", "impls": args.impl},
-                                 impls=impls, head_dims=args.dim or [64, 128], resumable=False,
-                                 prefix="validate-")
+                                 impls=impls, head_dims=grid.dims, resumable=False, prefix="validate-")
     ranks, gpu = args.ranks, None
     if ranks is not None:  # each rank profiles its share of the shapes on its own GPU
         from profiler.measure import distributed

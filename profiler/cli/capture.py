@@ -1,80 +1,93 @@
-"""``capture`` and ``sweep`` (measure into a capture folder) and ``report`` (its HTML page)."""
+"""``capture``: measure implementations at one shape into a capture folder (results.parquet,
+meta.json, torch-profiler traces), then print a table per shape. ``sweep`` is the same over lists of
+shapes, and shares this module's options and body."""
 
 from __future__ import annotations
 
+import argparse
+
 from rich.table import Table
 
-from profiler.cli import UsageError, check_cuda_graph, lengths
 from profiler.cli.console import (
     console,
     dashboard_hint,
     fmt,
+    join_ranks,
     measure_with_progress,
-    pick_default,
     say_shrunk,
     start_capture,
 )
+from profiler.cli.options import add_allow_mixed, add_cuda_graph, add_device, add_rep_ms, check_cuda_graph, impl_list
+from profiler.cli.shapes import Default, ShapeOptions, add_shape_arguments, shape_grid
 
-# ------------------------------------------------------------------------------------ capture, sweep
+HELP = "measure implementations at one shape into a capture folder"
 
-
-def _resolve_capture_args(args, lists: bool) -> tuple[dict, list[str]]:
-    """Fill defaults: the seed benchmark (B4 H32 D64 fp16) on a GPU; on a CPU, sizes that fit and
-    finish in minutes (B1 H2 fp32). Returns the values and notes on what was shrunk."""
-    on_gpu = args.device.startswith("cuda")
-    notes: list[str] = []
-
-    def pick(value, gpu_default: list, cpu_default: list, name: str) -> list:
-        return pick_default(value, gpu_default, cpu_default, name, on_gpu, notes)
-
-    values = {
-        "seqs": pick(args.seq, [512, 1024, 2048, 4096, 8192, 16384] if lists else [8192],
-                     [256, 512, 1024] if lists else [8192], "seq"),
-        "batches": pick(args.batch, [4], [1], "batch"),
-        "heads": pick(args.heads, [32], [2], "heads"),
-        "dims": pick(args.dim, [64], [64], "head_dim"),
-        "dtypes": pick(args.dtype, ["fp16"], ["fp32"], "dtype"),
-        "causals": args.causal if lists else [args.causal],
-        "modes": args.mode if lists else [args.mode],
-    }
-    values["seqs"], values["seqs_kv"] = lengths(args, values["seqs"])
-    kv_heads = args.kv_heads
-    values["kv_heads"] = None if kv_heads is None else kv_heads if isinstance(kv_heads, list) else [kv_heads]
-    return values, notes
+# The seed benchmark's shape (B4 H32 N8192 D64 fp16) on a GPU; on a CPU, sizes that fit and finish
+# in minutes (B1 H2 fp32).
+SHAPES = ShapeOptions(
+    lists=False,
+    seq=Default("sequence length (default 8192)", [8192]),
+    batch=Default("default 4 (CPU: 1)", [4], [1]),
+    heads=Default("default 32 (CPU: 2)", [32], [2]),
+    dim=Default("head_dim (default 64)", [64]),
+    dtype=Default("default fp16 (CPU: fp32)", ["fp16"], ["fp32"]),
+    causal=Default(None, [False]),
+    mode=Default(None, ["fwd"]),
+)
 
 
-def _run_capture_command(args, lists: bool) -> int:
-    from profiler.measure.cases import shapes_of
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_capture_arguments(p, SHAPES)
+
+
+def run(args) -> int:
+    return measure_grid(args, SHAPES, kind="capture")
+
+
+def add_capture_arguments(p: argparse.ArgumentParser, shapes: ShapeOptions) -> None:
+    """capture's and sweep's options: the shape grid as ``shapes`` spells it, then the rest."""
+    add_shape_arguments(p, shapes)
+    p.add_argument("--impl", type=impl_list, default=None, help="comma-separated names or 'all' (default)")
+    p.add_argument("--out", default=None, help="capture folder (default reports/<device>-<time>)")
+    p.add_argument("--trace", choices=("torch", "none"), default=None,
+                   help="torch-profiler trace per implementation (default: torch on a GPU, none on a CPU)")
+    p.add_argument("--resume", action="store_true", help="keep the rows already in --out, measure the rest")
+    add_rep_ms(p)
+    add_cuda_graph(p)
+    add_device(p)
+    add_allow_mixed(p)
+
+
+def measure_grid(args, shapes: ShapeOptions, kind: str) -> int:
+    """Measure every implementation at every shape of the grid into a capture folder (``kind`` goes
+    to meta.json) and print a table per shape."""
     from profiler.measure.ceilings import device_name
     from profiler.registry import BUILTIN, get_impl
     from profiler.views.tables import summary_frame
 
-    values, notes = _resolve_capture_args(args, lists)
-    try:
-        shapes = shapes_of(values["batches"], values["heads"], values["seqs"], values["dims"], values["dtypes"],
-                           values["causals"], values["modes"], values["seqs_kv"], values["kv_heads"])
-    except ValueError as err:
-        raise UsageError(str(err)) from None
+    join_ranks(args, args.device)
+    on_gpu = args.device.startswith("cuda")
+    grid = shape_grid(args, shapes, on_gpu)
+    shape_list = grid.shapes()
     impls = [get_impl(n) for n in (args.impl or BUILTIN)]
-    timer = check_cuda_graph(args, values["modes"])
+    timer = check_cuda_graph(args, grid.modes)
     label = device_name(args.device)
-    trace = args.trace or ("torch" if args.device.startswith("cuda") else "none")
-    seqs = values["seqs"]
+    trace = args.trace or ("torch" if on_gpu else "none")
     # A capture traces each implementation at its shape; a sweep only at its middle sequence length
     # and its first dtype, head_dim, causal setting and mode, so the folder stays a few MB.
     traced = None
     if trace == "torch":
-        traced = (seqs[len(seqs) // 2], values["dtypes"][0], values["dims"][0], values["causals"][0],
-                  values["modes"][0])
-    store, roofs = start_capture(args, label, values["dtypes"], {
-        "kind": "sweep" if lists else "capture", "shapes": len(shapes), "impls": [i.name for i in impls],
+        traced = (grid.seqs_q[len(grid.seqs_q) // 2], grid.dtypes[0], grid.dims[0], grid.causals[0], grid.modes[0])
+    notes = list(grid.shrunk)
+    store, roofs = start_capture(args, label, grid.dtypes, {
+        "kind": kind, "shapes": len(shape_list), "impls": [i.name for i in impls],
         "trace": trace, "defaults_shrunk": notes, "rep_ms": args.rep_ms,
         "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd; naive steps: profiler.model.naive",
-        **timer}, impls=impls, head_dims=values["dims"])
+        **timer}, impls=impls, head_dims=grid.dims)
     say_shrunk(notes)
     if roofs.datasheet is None:
         console.print(f"'{label}' is not in the datasheet table: rows are judged against measured ceilings only.")
-    rows = measure_with_progress(store, shapes, impls, args.device, roofs, args.rep_ms,
+    rows = measure_with_progress(store, shape_list, impls, args.device, roofs, args.rep_ms,
                                  trace_filter=None if traced is None else
                                  (lambda s: (s.seq_q, s.dtype, s.head_dim, s.causal, s.mode) == traced),
                                  ranks=args.ranks, graph=args.cuda_graph)
@@ -93,12 +106,11 @@ def _print_summary(frame) -> None:
     'wrong' row's time is in results.parquet, but it is no point on the roofline); the error
     against naive fp32 attention is shown for every row that has one. Each message is printed
     whole below its table, where it has the console's width."""
+    from attention_core.shape import Shape
     from profiler.views.tables import SUMMARY_SHAPE
 
     if frame.empty:
         return
-    from attention_core.shape import Shape
-
     for key, group in frame.groupby(SUMMARY_SHAPE, sort=False):
         mode, dtype, d, causal, b, h, kvh, n, nk = key
         shape = Shape(int(b), int(h), int(n), int(nk), int(d), dtype, bool(causal), mode, int(kvh))
@@ -126,28 +138,3 @@ def _print_summary(frame) -> None:
         console.print(table)
         for message in messages:
             console.print(f"  {message}", overflow="fold")
-
-
-def capture(args) -> int:
-    return _run_capture_command(args, lists=False)
-
-
-def sweep(args) -> int:
-    return _run_capture_command(args, lists=True)
-
-
-# -------------------------------------------------------------------------------------------- report
-
-
-def report(args) -> int:
-    from profiler.store import CaptureError
-    from profiler.views.report import write_report
-
-    try:
-        out = write_report(args.capture, args.out, family=args.family)
-    except CaptureError as err:
-        raise UsageError(str(err)) from None
-    except OSError as err:
-        raise UsageError(f"cannot write the report to '{err.filename or args.out}': {err.strerror or err}") from None
-    console.print(f"Wrote {out} ({out.stat().st_size / 1e6:.1f} MB, opens offline)")
-    return 0

@@ -1,0 +1,55 @@
+"""``ceilings``: this machine's measured roofs (a large matmul per dtype, a large copy and a copy that
+stays in the L2) beside its datasheet's peaks; cached per device and software versions
+(profiler.measure.ceilings), ``--no-cache`` measures again."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.table import Table
+
+from profiler.cli.console import console, fmt
+from profiler.cli.options import add_device
+from profiler.model import hardware
+
+HELP = "measure this machine's matmul and copy roofs"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_device(p)
+    p.add_argument("--no-cache", action="store_true", help="measure again even if cached")
+    p.add_argument("--json", action="store_true")
+
+
+def run(args) -> int:
+    from profiler.measure.ceilings import measure_ceilings
+
+    with console.status(f"timing a large matmul per dtype and a large copy on {args.device} ..."):
+        measured = measure_ceilings(args.device, use_cache=not args.no_cache)
+    sheet = hardware.lookup(measured.device)
+    rows = []
+    for dtype, tflops in measured.matmul_tflops.items():
+        datasheet = sheet.peak_flops(dtype) / 1e12 if sheet else None
+        rows.append({"what": f"matmul {dtype} (n={measured.matmul_n})", "unit": "TFLOP/s", "measured": tflops,
+                     "datasheet": datasheet, "ratio": tflops / datasheet if datasheet else None})
+    datasheet_bw = sheet.hbm_tbps * 1e3 if sheet else None
+    rows.append({"what": f"copy {measured.copy_bytes >> 20} MiB (read+write)", "unit": "GB/s",
+                 "measured": measured.copy_gbps, "datasheet": datasheet_bw,
+                 "ratio": measured.copy_gbps / datasheet_bw if datasheet_bw else None})
+    if measured.l2_copy_gbps is not None:  # no datasheet gives an L2 bandwidth
+        rows.append({"what": f"L2 copy {measured.l2_copy_bytes >> 10} KiB (read+write)", "unit": "GB/s",
+                     "measured": measured.l2_copy_gbps, "datasheet": None, "ratio": None})
+    if args.json:
+        print(json.dumps({"device": measured.device, "datasheet_entry": sheet.name if sheet else None,
+                          "measured_at": measured.measured_at, "rows": rows}, indent=2))
+        return 0
+    title = f"{measured.device}: measured {measured.measured_at}"
+    if sheet is None:
+        title += " (not in the datasheet table: measured ceilings only)"
+    table = Table("ceiling", "unit", "measured", "datasheet", "measured / datasheet", title=title)
+    for r in rows:
+        table.add_row(r["what"], r["unit"], f"{r['measured']:,.1f}", fmt(r["datasheet"], ",.1f"),
+                      fmt(r["ratio"], ".2f"))
+    console.print(table)
+    return 0

@@ -1,0 +1,82 @@
+"""``model``: FLOPs, HBM bytes, arithmetic intensity and the roof per step of each implementation at one
+shape, from the cost model and a GPU's datasheet (profiler.model); no GPU needed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from rich.table import Table
+
+from profiler.cli import UsageError
+from profiler.cli.console import console, fmt
+from profiler.cli.options import impl_list
+from profiler.cli.shapes import Default, ShapeOptions, add_shape_arguments, shape_grid
+from profiler.model import hardware
+from profiler.model.roofs import ridge_point
+
+HELP = "FLOPs, bytes and intensity per step from the cost model (no GPU)"
+
+SHAPES = ShapeOptions(
+    lists=False,
+    seq=Default("sequence length", [4096]),
+    batch=Default(None, [4]),
+    heads=Default("query heads (default 32)", [32]),
+    dim=Default("head_dim (default 64)", [64]),
+    dtype=Default(None, ["fp16"]),
+    causal=Default(None, [False]),
+    mode=Default(None, ["fwd"]),
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_shape_arguments(p, SHAPES)
+    p.add_argument("--device-name", dest="device_name", default="H100-SXM",
+                   help="a GPU from the datasheet table (see --list-devices) or a name as torch prints it")
+    p.add_argument("--list-devices", action="store_true", help="print the datasheet table and exit")
+    p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    p.add_argument("--impl", type=impl_list, default=None, help="comma-separated names (default: all of ours)")
+
+
+def run(args) -> int:
+    from profiler.registry import BUILTIN, get_impl
+    from profiler.views.tables import model_table
+
+    grid = shape_grid(args, SHAPES)
+    if args.list_devices:
+        table = Table("device", "fp16/bf16 TFLOP/s", "fp32 TFLOP/s", "HBM TB/s", "L2 MB", "SMs", "ridge fp16")
+        for d in hardware.DEVICES.values():
+            table.add_row(d.name, fmt(d.tensor_tflops["fp16"]), fmt(d.fp32_tflops), fmt(d.hbm_tbps),
+                          fmt(d.l2_bytes / 1e6 if d.l2_bytes else None), fmt(d.sm_count),
+                          fmt(ridge_point(d.peak_flops("fp16"), d.hbm_bytes_per_s), ".0f"))
+        console.print(table)
+        return 0
+    device = hardware.lookup(args.device_name)
+    if device is None:
+        raise UsageError(f"unknown --device-name '{args.device_name}'; known: {', '.join(hardware.DEVICES)}")
+    (shape,) = grid.shapes()
+    try:
+        peak, bw = device.peak_flops(shape.dtype), device.hbm_bytes_per_s
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    rows = model_table(shape, device, [get_impl(n) for n in (args.impl or BUILTIN)])
+    if args.json:  # JSON has no NaN: a quantity the model does not give is null
+        print(json.dumps([{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}
+                          for r in rows], indent=2))
+        return 0
+    ridge = ridge_point(peak, bw)
+    table = Table(
+        "impl", "step", "GFLOP", "HBM MB (compulsory)", "MB (tile)", "FLOP/B", "FLOP/B (tile)", "roof TFLOP/s",
+        "bound",
+        title=(f"{shape.label} {'' if shape.causal else 'full '}{shape.mode} on {device.name} (datasheet): "
+               f"peak {peak / 1e12:.0f} TFLOP/s, {bw / 1e12:.2f} TB/s, ridge {ridge:.0f} FLOP/B"),
+    )
+    for r in rows:
+        table.add_row(r["impl"], r["step"], f"{r['flops'] / 1e9:,.1f}", f"{r['hbm_bytes'] / 1e6:,.1f}",
+                      fmt(r["tile_bytes"] / 1e6, ",.1f"), f"{r['arithmetic_intensity']:,.2f}",
+                      fmt(r["tile_intensity"], ",.2f"), f"{r['attainable_tflops']:,.1f}", r["bound"])
+    console.print(table)
+    console.print("MB (tile): bytes when each block re-reads what it shares (profiler.model.fused.tile_bytes); "
+                  "'-' where an implementation's tiles are not declared.")
+    return 0

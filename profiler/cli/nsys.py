@@ -1,0 +1,74 @@
+"""``nsys``: read Nsight Systems SQLite exports. ``nsys summarize EXPORT`` projects the GPU time of
+any export onto its NVTX ranges; ``nsys ingest CAPTURE`` joins a capture's profile.sqlite
+(scripts/nsys_profile.sh makes one) into its results as ``nsys_gpu_ms``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.table import Table
+
+from profiler.cli import UsageError
+from profiler.cli.console import console
+
+HELP = "read Nsight Systems SQLite exports"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    actions = p.add_subparsers(dest="nsys_command", required=True, metavar="NSYS_COMMAND")
+    summarize = actions.add_parser("summarize", help="per-range projected GPU time of any nsys SQLite export")
+    summarize.add_argument("export", help="a file from `nsys export --type sqlite` (.sqlite or .sqlite.xz)")
+    summarize.add_argument("--json", action="store_true", help="print a JSON list of objects")
+    summarize.set_defaults(nsys_run=_summarize)
+    ingest = actions.add_parser("ingest", help="join a capture's profile.sqlite into its results (nsys_gpu_ms)")
+    ingest.add_argument("capture", help="a capture folder holding profile.sqlite (scripts/nsys_profile.sh makes one)")
+    ingest.set_defaults(nsys_run=_ingest)
+
+
+def run(args) -> int:
+    return args.nsys_run(args)
+
+
+def _summarize(args) -> int:
+    from profiler.nsight import nsys as nsys_export
+
+    try:
+        _, _, projection = nsys_export.read_export(args.export)
+    except nsys_export.NsysExportError as err:
+        raise UsageError(str(err)) from None
+    table = nsys_export.summarize(projection)
+    if args.json:
+        print(json.dumps(table.to_dict("records"), indent=2, default=int))
+        return 0
+    if table.empty:
+        console.print(f"{args.export}: no NVTX ranges in this export (was it captured with `-t nvtx`?)")
+        return 0
+    out = Table("range", "instances", "GPU proj ns (total)", "GPU proj median ns", "range ns (total)",
+                "GPU ops", "kernels", title=f"{args.export}: GPU time projected onto NVTX ranges")
+    for r in table.itertuples():
+        out.add_row(r.range, f"{r.instances:,}", f"{r.gpu_proj_ns:,}", f"{r.gpu_proj_median_ns:,.0f}",
+                    f"{r.range_ns:,}", f"{r.gpu_ops:,}", f"{r.kernels:,}")
+    console.print(out)
+    return 0
+
+
+def _ingest(args) -> int:
+    from profiler.nsight import nsys as nsys_export
+    from profiler.store import CaptureError
+
+    folder = Path(args.capture)
+    try:
+        results = nsys_export.ingest_capture(folder)
+    except (CaptureError, nsys_export.NsysExportError) as err:
+        raise UsageError(str(err)) from None
+    joined = results[results.nsys_gpu_ms.notna()]
+    table = Table("impl", "step", "mode", "N", "CUDA events ms", "nsys GPU ms", "nsys / events",
+                  title=f"{folder}: CUDA-event median vs Nsight Systems median projected GPU time per repetition")
+    for r in joined.itertuples():
+        table.add_row(r.impl, r.step, r.mode, str(r.seq_q), f"{r.time_ms:.4f}", f"{r.nsys_gpu_ms:.4f}",
+                      f"{r.nsys_gpu_ms / r.time_ms:.3f}")
+    console.print(table)
+    console.print(f"Wrote nsys_ranges.parquet, nsys_gpu_ops.parquet and results.parquet's nsys_gpu_ms in {folder}/")
+    return 0

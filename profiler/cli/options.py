@@ -1,0 +1,110 @@
+"""Argument types and the options several commands share (--device, --impl, --rep-ms, --cuda-graph,
+--allow-mixed). A type raises argparse.ArgumentTypeError naming the value and what is allowed, which
+the parser prints as one line. Types that need torch or the registry import them when called, so
+``--help`` and a bad value elsewhere stay fast."""
+
+from __future__ import annotations
+
+import argparse
+
+from profiler.cli import UsageError
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of integers") from None
+    if not values or any(x < 1 for x in values):
+        raise argparse.ArgumentTypeError(f"'{text}': every value must be a positive integer")
+    return values
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"'{text}': must be a positive integer")
+    return value
+
+
+def choice_list(allowed: tuple[str, ...]):
+    """A type for a comma-separated list of values from ``allowed``."""
+
+    def parse(text: str) -> list[str]:
+        values = [x.strip() for x in text.split(",") if x.strip()]
+        bad = [x for x in values if x not in allowed]
+        if bad or not values:
+            raise argparse.ArgumentTypeError(f"'{text}': allowed values are {', '.join(allowed)}")
+        return values
+
+    return parse
+
+
+def causal_list(text: str) -> list[bool]:
+    options = {"true": [True], "false": [False], "both": [False, True], "yes": [True], "no": [False]}
+    if text.lower() not in options:
+        raise argparse.ArgumentTypeError(f"'{text}': allowed values are true, false, both")
+    return options[text.lower()]
+
+
+def impl_list(text: str) -> list[str]:
+    """Registered names, 'all' (ours and PyTorch's), or a user's module:function / file.py:function,
+    which is imported and registered here; the list holds registry names."""
+    from profiler.registry import BUILTIN, get_impl
+
+    if text == "all":
+        return list(BUILTIN)
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"'{text}': name at least one implementation")
+    try:
+        return list(dict.fromkeys(get_impl(name).name for name in names))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def device(text: str) -> str:
+    import torch
+
+    if text == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if text not in ("cuda", "cpu"):
+        raise argparse.ArgumentTypeError(f"'{text}': allowed values are auto, cuda, cpu")
+    if text == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError("'cuda' was asked for but torch sees no CUDA device")
+    return text
+
+
+def add_device(p: argparse.ArgumentParser) -> None:
+    # argparse passes the string default through the type too: "auto" becomes cuda or cpu
+    p.add_argument("--device", type=device, default="auto")
+
+
+def add_rep_ms(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rep-ms", type=positive_int, default=100,
+                   help="repetition time per case, ms (a positive integer; do_bench on a GPU)")
+
+
+def add_cuda_graph(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cuda-graph", dest="cuda_graph", action="store_true",
+                   help="time replays of a CUDA graph of each call (forward only, GPU only): decode kernels are "
+                        "shorter than Python's launch, which would otherwise be what is timed")
+
+
+def add_allow_mixed(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="under torchrun: measure even when the ranks' GPUs differ (recorded in meta.json)")
+
+
+def check_cuda_graph(args, modes) -> dict:
+    """Refuse --cuda-graph where it cannot apply; the meta.json entry that records the timer."""
+    if not getattr(args, "cuda_graph", False):
+        return {}
+    if not args.device.startswith("cuda"):
+        raise UsageError("--cuda-graph needs a CUDA device")
+    if any(m != "fwd" for m in modes):
+        raise UsageError(f"--cuda-graph times forward calls only; got --mode {','.join(modes)}")
+    return {"timer": "do_bench over replays of a CUDA graph of each call (--cuda-graph)"}
