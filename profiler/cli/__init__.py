@@ -39,6 +39,7 @@ from profiler.cli import (  # noqa: E402
     bench,
     capture,
     ceilings,
+    dashboard,
     demo,
     model,
     nsys,
@@ -48,7 +49,7 @@ from profiler.cli import (  # noqa: E402
     validate,
 )
 
-COMMANDS = (demo, bench, capture, sweep, nsys, report, validate, remodel, model, ceilings)
+COMMANDS = (demo, bench, capture, sweep, nsys, report, validate, remodel, model, ceilings, dashboard)
 
 
 def build_parser() -> argparse.ArgumentParser:
