@@ -3,7 +3,7 @@ files, a 2-rank capture against a serial one, and a rank killed mid-sweep then r
 
 from __future__ import annotations
 
-import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,11 +23,13 @@ SWEEP = ["sweep", "--device", "cpu", "--seq", "16,24,40", "--dim", "16", "--head
          "--impl", "naive,sdpa_math", "--causal", "both", "--mode", "fwd,bwd", "--rep-ms", "5"]
 
 
-def _run(args: list[str], ranks: int | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+def _run(args: list[str], ranks: int | None = None, kill: tuple[int, int] | None = None) -> subprocess.CompletedProcess:
+    """``python -m profiler ARGS``, alone or under torchrun with ``ranks`` processes; ``kill`` (rank,
+    rows) runs tests/kill_rank.py instead, which ends that rank abruptly once it has written the rows."""
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"] \
         if ranks else [sys.executable]
-    return subprocess.run([*launcher, "-m", "profiler", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, **(env or {})})
+    program = ["-m", "profiler"] if kill is None else [str(ROOT / "tests" / "kill_rank.py"), *map(str, kill)]
+    return subprocess.run([*launcher, *program, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 def _cases(folder: Path) -> pd.DataFrame:
@@ -90,8 +92,9 @@ def test_a_killed_rank_loses_nothing_and_resume_finishes(tmp_path):
     serial, split = tmp_path / "serial", tmp_path / "split"
     assert _run([*SWEEP, "--out", str(serial)]).returncode == 0
     # Rank 1 dies abruptly once it has written 3 rows; torchrun then stops the other rank.
-    died = _run([*SWEEP, "--out", str(split)], ranks=2, env={"ATTN_TEST_CRASH_AFTER_ROWS": "1:3"})
+    died = _run([*SWEEP, "--out", str(split)], ranks=2, kill=(1, 3))
     assert died.returncode != 0
+    assert re.search(r"rank\s*: 1 .*\n\s*exitcode\s*: 17 ", died.stderr), died.stderr[-2000:]  # killed, as planned
     part = pd.read_parquet(split / "parts" / "rank-1.parquet")
     assert len(part) >= 3  # what rank 1 wrote before it died is on disk
     resumed = _run([*SWEEP, "--out", str(split), "--resume"])  # serially: no torchrun needed

@@ -9,7 +9,6 @@ plotly nor streamlit.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -111,18 +110,7 @@ def measure_cases(store: ResultStore, cases: list[tuple[Shape, Impl]], device, r
             if trace_filter is not None and trace_filter(shape) and result.status == "ok":
                 if trace_case(impl, shape, device, store.folder) and write_kernels:
                     store.write_kernels(kernels_of_capture(store.folder))
-            _fail_for_tests(len(new_rows))
     return new_rows
-
-
-def _fail_for_tests(rows_written: int) -> None:
-    """ATTN_TEST_CRASH_AFTER_ROWS=<rank>:<n> ends that torchrun rank abruptly once it has written
-    n rows: how tests/test_distributed.py kills one rank of a sweep. Unset, it does nothing."""
-    spec = os.environ.get("ATTN_TEST_CRASH_AFTER_ROWS")
-    if spec:
-        rank, _, rows = spec.partition(":")
-        if os.environ.get("RANK") == rank and rows_written >= int(rows):
-            os._exit(17)
 
 
 def cases_of(shapes: list[Shape], impls: list[Impl]) -> list[tuple[Shape, Impl]]:
