@@ -28,7 +28,8 @@ def port(text: str) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reports", metavar="DIR", default=None,
-                   help="a folder of captures or one capture folder (default: $ATTN_REPORTS, else the app's own)")
+                   help="a folder of captures or one capture folder (default: $ATTN_REPORTS, else a checkout's "
+                        "reports/, else ./reports/)")
     p.add_argument("--select", metavar="NAME[,NAME]", default=None,
                    help="the captures of --reports to open with (default: the newest)")
     p.add_argument("--port", type=port, default=None, help="the port to serve on (default: Streamlit's, 8501)")
