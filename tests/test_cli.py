@@ -23,8 +23,10 @@ def run_cli(*args, env=None):
 def test_help_lists_subcommands():
     out = run_cli("--help")
     assert out.returncode == 0
-    for sub in ("demo", "bench", "model", "ceilings"):
-        assert sub in out.stdout
+    for sub in ("demo", "bench", "model", "ceilings", "dashboard"):  # each name with its help on its line
+        assert f"    {sub} " in out.stdout
+    nsys = run_cli("nsys", "--help")
+    assert "    summarize   per-range projected GPU time" in nsys.stdout
 
 
 def test_help_and_bad_arguments_import_neither_torch_nor_pandas():

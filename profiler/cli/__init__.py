@@ -27,8 +27,25 @@ class UsageError(ValueError):
     """A bad value the parser could not check by itself; printed as one line, exit status 2."""
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's, but the help column leaves room for the longest subcommand name: argparse (3.11)
+    measures the names one indent short of where it prints them, so "dashboard" or "summarize"
+    would push their help to the next line."""
+
+    def add_argument(self, action):  # noqa: D102
+        super().add_argument(action)
+        if isinstance(action, argparse._SubParsersAction) and action.help is not argparse.SUPPRESS:
+            longest = max((len(self._format_action_invocation(a)) for a in action._get_subactions()), default=0)
+            self._action_max_length = max(self._action_max_length,
+                                          longest + self._current_indent + self._indent_increment)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (no usage dump, no traceback) and exit status 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)  # subcommands' parsers too
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # noqa: D102
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")

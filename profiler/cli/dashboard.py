@@ -13,7 +13,7 @@ from pathlib import Path
 
 from profiler.cli import UsageError
 
-HELP = "open the Streamlit dashboard on the captures under --reports (needs the dashboard extra)"
+HELP = "open the Streamlit dashboard (needs the dashboard extra)"
 
 
 def port(text: str) -> int:
