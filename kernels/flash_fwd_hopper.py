@@ -37,6 +37,7 @@ Gluon, so the CPU tests run the portable kernel; tests/gpu runs this one against
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import torch
 import triton
@@ -55,13 +56,30 @@ except ImportError as error:  # pragma: no cover - depends on the installed trit
 
 HEAD_DIMS = (64, 128)
 SPLIT_M = 64  # query rows per consumer warpgroup: one wgmma M of 4 warps × 16 rows
-# (BLOCK_N, STAGES, OVERLAP, PINGPONG, consumer warpgroups, persistent) by (head_dim, causal); chosen by
-# the H100 variants in docs/perf-notes.md ("Gluon forward").
+
+
+class HopperConfig(NamedTuple):
+    """One launch configuration of the Gluon forward."""
+
+    block_n: int  # keys per K/V tile (BLOCK_N)
+    stages: int  # K/V tiles in the shared-memory ring (STAGES)
+    overlap: bool  # issue the next QKᵀ and this PV before this softmax (OVERLAP, FA3 Algorithm 2)
+    pingpong: bool  # consumers take turns issuing their matmuls (PINGPONG, FA3 inter-warpgroup overlap)
+    consumers: int  # consumer warpgroups of SPLIT_M query rows each (NUM_WG)
+    persistent: bool  # one program per SM looping over query tiles, instead of one program per tile
+
+    @property
+    def block_m(self) -> int:
+        """Query rows per program: every consumer's SPLIT_M."""
+        return self.consumers * SPLIT_M
+
+
+# By (head_dim, causal); chosen by the H100 variants in docs/perf-notes.md ("Gluon forward").
 CONFIGS = {
-    (64, False): (128, 2, False, True, 3, True),
-    (64, True): (128, 2, False, False, 3, False),
-    (128, False): (128, 2, True, False, 2, True),
-    (128, True): (128, 2, True, True, 2, False),
+    (64, False): HopperConfig(block_n=128, stages=2, overlap=False, pingpong=True, consumers=3, persistent=True),
+    (64, True): HopperConfig(block_n=128, stages=2, overlap=False, pingpong=False, consumers=3, persistent=False),
+    (128, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=False, consumers=2, persistent=True),
+    (128, True): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=False),
 }
 # Registers per thread of the worker partitions (setmaxnreg) by consumer count: a consumer keeps
 # its S, P and O tiles in registers, the loader warp almost none. The largest that compile without
@@ -88,8 +106,8 @@ def forward_tile(head_dim: int, dtype: str = "fp16") -> tuple[int, int] | None:
     the cost model's tile for rows whose path is 'gluon-ws'. Causal and not share it (a test checks)."""
     if head_dim not in HEAD_DIMS or dtype not in ("fp16", "bf16"):
         return None
-    block_n, _, _, _, consumers, _ = CONFIGS[head_dim, False]
-    return consumers * SPLIT_M, block_n
+    config = CONFIGS[head_dim, False]
+    return config.block_m, config.block_n
 
 
 def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
@@ -402,27 +420,28 @@ def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_n: int)
 
 
 def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                   config: tuple[int, int, bool, bool, int, bool] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   config: HopperConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The Gluon forward on inputs :func:`unsupported_reason` accepts. Returns o (B, H, Nq, D) in q's
     dtype and lse (B, H, Nq) fp32, natural log, as kernels.flash_fwd.flash_attention_forward.
-    ``config`` = (BLOCK_N, STAGES, OVERLAP, PINGPONG, consumer warpgroups, persistent) overrides
-    :data:`CONFIGS` (for sweeps); persistent launches one program per SM, each looping over tiles."""
+    ``config`` overrides :data:`CONFIGS` (for sweeps)."""
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
-    block_n, stages, overlap, pingpong, num_wg, persistent = config or CONFIGS[head_dim, bool(causal)]
-    consumer_regs, loader_regs = WORKER_REGS[num_wg]
+    config = config or CONFIGS[head_dim, bool(causal)]
+    consumer_regs, loader_regs = WORKER_REGS[config.consumers]
     o = torch.empty_like(q)
     lse = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
-    q_desc, k_desc, v_desc = descriptors(q, k, v, block_n)
-    m_blocks = triton.cdiv(seq_q, num_wg * SPLIT_M)
+    q_desc, k_desc, v_desc = descriptors(q, k, v, config.block_n)
+    m_blocks = triton.cdiv(seq_q, config.block_m)
     total = m_blocks * batch * heads
-    programs = min(total, torch.cuda.get_device_properties(q.device).multi_processor_count) if persistent else total
+    if config.persistent:
+        programs = min(total, torch.cuda.get_device_properties(q.device).multi_processor_count)
+    else:
+        programs = total
     _attn_fwd_hopper[(programs,)](
         q_desc, k_desc, v_desc, o, lse, scale * LOG2E, heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total,
-        HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=stages, CAUSAL=bool(causal), OVERLAP=overlap,
-        PINGPONG=pingpong, SPLIT_M=SPLIT_M, NUM_WG=num_wg,
-        BLOCK_MAJOR=bool(causal and persistent), CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
+        HEAD_DIM=head_dim, BLOCK_N=config.block_n, STAGES=config.stages, CAUSAL=bool(causal),
+        OVERLAP=config.overlap, PINGPONG=config.pingpong, SPLIT_M=SPLIT_M, NUM_WG=config.consumers,
+        BLOCK_MAJOR=bool(causal and config.persistent), CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
         num_warps=4,
     )
     return o, lse
-
