@@ -55,8 +55,9 @@ def flash_attention(
 
     Args:
         q: (batch, heads, seq_q, head_dim)
-        k: (batch, heads, seq_kv, head_dim)
-        v: (batch, heads, seq_kv, head_dim)
+        k: (batch, kv_heads, seq_kv, head_dim), kv_heads dividing heads (grouped-query attention:
+            query head h reads K/V head h // (heads // kv_heads); kv_heads = heads is multi-head)
+        v: (batch, kv_heads, seq_kv, head_dim), the shape of k
         causal: mask key j from query i when j > i (top-left aligned, as SDPA's ``is_causal``).
         sm_scale: softmax scale; None means 1/sqrt(head_dim).
 

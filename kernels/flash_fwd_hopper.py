@@ -37,6 +37,8 @@ Gluon, so the CPU tests run the portable kernel; tests/gpu runs this one against
 from __future__ import annotations
 
 import os
+import types
+from typing import NamedTuple
 
 import torch
 import triton
@@ -52,16 +54,36 @@ try:  # Gluon's Hopper API as triton 3.6 ships it; other versions may lack or re
     GLUON_IMPORT_ERROR = None
 except ImportError as error:  # pragma: no cover - depends on the installed triton
     GLUON_IMPORT_ERROR = f"triton {triton.__version__} has no Gluon Hopper API ({error})"
+    # The kernels below are still defined (their bodies are only read when compiled); unsupported_reason
+    # returns this error, so nothing launches them.
+    gluon = types.SimpleNamespace(jit=lambda fn: fn)
 
 HEAD_DIMS = (64, 128)
 SPLIT_M = 64  # query rows per consumer warpgroup: one wgmma M of 4 warps × 16 rows
-# (BLOCK_N, STAGES, OVERLAP, PINGPONG, consumer warpgroups, persistent) by (head_dim, causal); chosen by
-# the H100 variants in docs/perf-notes.md ("Gluon forward").
+
+
+class HopperConfig(NamedTuple):
+    """One launch configuration of the Gluon forward."""
+
+    block_n: int  # keys per K/V tile (BLOCK_N)
+    stages: int  # K/V tiles in the shared-memory ring (STAGES)
+    overlap: bool  # issue the next QKᵀ and this PV before this softmax (OVERLAP, FA3 Algorithm 2)
+    pingpong: bool  # consumers take turns issuing their matmuls (PINGPONG, FA3 inter-warpgroup overlap)
+    consumers: int  # consumer warpgroups of SPLIT_M query rows each (NUM_WG)
+    persistent: bool  # one program per SM looping over query tiles, instead of one program per tile
+
+    @property
+    def block_m(self) -> int:
+        """Query rows per program: every consumer's SPLIT_M."""
+        return self.consumers * SPLIT_M
+
+
+# By (head_dim, causal); chosen by the H100 variants in docs/perf-notes.md ("Gluon forward").
 CONFIGS = {
-    (64, False): (128, 2, False, True, 3, True),
-    (64, True): (128, 2, False, False, 3, False),
-    (128, False): (128, 2, True, False, 2, True),
-    (128, True): (128, 2, True, True, 2, False),
+    (64, False): HopperConfig(block_n=128, stages=2, overlap=False, pingpong=True, consumers=3, persistent=True),
+    (64, True): HopperConfig(block_n=128, stages=2, overlap=False, pingpong=False, consumers=3, persistent=False),
+    (128, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=False, consumers=2, persistent=True),
+    (128, True): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=False),
 }
 # Registers per thread of the worker partitions (setmaxnreg) by consumer count: a consumer keeps
 # its S, P and O tiles in registers, the loader warp almost none. The largest that compile without
@@ -88,8 +110,8 @@ def forward_tile(head_dim: int, dtype: str = "fp16") -> tuple[int, int] | None:
     the cost model's tile for rows whose path is 'gluon-ws'. Causal and not share it (a test checks)."""
     if head_dim not in HEAD_DIMS or dtype not in ("fp16", "bf16"):
         return None
-    block_n, _, _, _, consumers, _ = CONFIGS[head_dim, False]
-    return consumers * SPLIT_M, block_n
+    config = CONFIGS[head_dim, False]
+    return config.block_m, config.block_n
 
 
 def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
@@ -109,284 +131,303 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str
     return None
 
 
-if GLUON_IMPORT_ERROR is None:
+@gluon.jit
+def _phase(i, STAGES: gl.constexpr):
+    """Parity of the mbarrier phase that use i of a ring of STAGES buffers completes: use i takes slot
+    i % STAGES, whose barrier completes one phase per pass round the ring. A consumer waits for this
+    phase (use i has landed); a producer waits for ``_phase(i) ^ 1``, the release of the slot's
+    previous use, which a fresh mbarrier counts as complete, so the first pass goes straight through.
+    Each consumer's Q buffer and its ping-pong turn are rings of one (STAGES = 1)."""
+    return (i // STAGES) & 1
 
-    @gluon.jit
-    def _tile(t, m_blocks, heads, group, seq_q, seq_kv, bh,
-              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_MAJOR: gl.constexpr):
-        """Query tile t as (off_m, q_row, kv_row, key tiles). Tiles go head by head, so a head's K and
-        V stay in L2 while its query blocks run; causal ones longest block first. ``BLOCK_MAJOR``
-        (persistent causal): every head's longest block, then every head's next, ..., so programs
-        that take every programs-th tile get equal work (longest processing time first).
-        ``bh`` = batch·heads."""
-        if BLOCK_MAJOR:
-            off_hz = t % bh
-            block = t // bh
+
+@gluon.jit
+def _tile(t, m_blocks, heads, group, seq_q, seq_kv, bh,
+          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_MAJOR: gl.constexpr):
+    """Query tile t as (off_m, q_row, kv_row, key tiles). Tiles go head by head, so a head's K and
+    V stay in L2 while its query blocks run; causal ones longest block first. ``BLOCK_MAJOR``
+    (persistent causal): every head's longest block, then every head's next, ..., so programs
+    that take every programs-th tile get equal work (longest processing time first).
+    ``bh`` = batch·heads."""
+    if BLOCK_MAJOR:
+        off_hz = t % bh
+        block = t // bh
+    else:
+        off_hz = t // m_blocks
+        block = t % m_blocks
+    if CAUSAL:
+        block = m_blocks - 1 - block
+    off_z = off_hz // heads
+    off_h = off_hz % heads
+    off_m = block * BLOCK_M
+    q_row = off_hz * seq_q + off_m
+    kv_row = (off_z * (heads // group) + off_h // group) * seq_kv
+    hi = seq_kv
+    if CAUSAL:
+        hi = gl.minimum(seq_kv, off_m + BLOCK_M)  # top-left: the block's last row sees keys < off_m + BLOCK_M
+    return off_m, q_row, kv_row, gl.cdiv(hi, BLOCK_N)
+
+
+@gluon.jit
+def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv,
+                    BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
+                    CAUSAL: gl.constexpr, BLOCK_MAJOR: gl.constexpr):
+    """One warp: for each query tile of this program, each consumer's Q rows (once the consumer
+    is done with the previous ones), then K and V of each key tile into the ring."""
+    q_desc, k_desc, v_desc = descs
+    q_smem, k_smem, v_smem = bufs
+    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
+
+    count = 0  # key tiles this program has loaded: the position in the ring
+    done = 0  # query tiles
+    for t in range(gl.program_id(0), total, gl.num_programs(0)):
+        off_m, q_row, kv_row, n_tiles = _tile(t, m_blocks, heads, group, seq_q, seq_kv, total // m_blocks,
+                                              NUM_WG * SPLIT_M, BLOCK_N, CAUSAL, BLOCK_MAJOR)
+        for wg in gl.static_range(NUM_WG):
+            mbarrier.wait(q_empty.index(wg), _phase(done, 1) ^ 1)  # the consumer is done with its last Q
+            mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [q_row + wg * SPLIT_M, 0], q_ready.index(wg),
+                                            q_smem.index(wg))
+        for j in range(n_tiles):
+            c = count + j
+            slot = c % STAGES
+            # The slot's previous K (V) must be released by every consumer first.
+            mbarrier.wait(k_empty.index(slot), _phase(c, STAGES) ^ 1)
+            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(slot),
+                                            k_smem.index(slot))
+            mbarrier.wait(v_empty.index(slot), _phase(c, STAGES) ^ 1)
+            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(slot),
+                                            v_smem.index(slot))
+        count += n_tiles
+        done += 1
+
+
+@gluon.jit
+def _softmax_tile(s, m_i, l_i, cols, rows, seq_kv, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+    """Online-softmax step on one fp32 score tile: returns (p, alpha, m, l), m in log2 units."""
+    if MASKED:
+        visible = cols[None, :] < seq_kv
+        if CAUSAL:
+            visible = visible & (cols[None, :] <= rows[:, None])
+        s = gl.where(visible, s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+    p = gl.exp2(s * qk_scale - m_new[:, None])
+    alpha = gl.exp2(m_i - m_new)
+    l_new = l_i * alpha + gl.sum(p, axis=1)
+    return p, alpha, m_new, l_new
+
+
+@gluon.jit
+def _online_softmax(s, m_i, l_i, j, n_full, offs_n, rows, seq_kv, qk_scale,
+                    BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """The softmax step of key tile j: tiles before n_full are visible to every row of the
+    warpgroup and take the step compiled without a mask; the rest (the ragged last tile, the
+    causal diagonal) the one with it."""
+    if j < n_full:
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j * BLOCK_N + offs_n, rows, seq_kv, qk_scale, False, CAUSAL)
+    else:
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j * BLOCK_N + offs_n, rows, seq_kv, qk_scale, True, CAUSAL)
+    return p, alpha, m_i, l_i
+
+
+@gluon.jit
+def _scores(q, k_smem, k_ready, c, s_zero, STAGES: gl.constexpr):
+    """Issue S = Q Kᵀ of the ring's key tile c as an asynchronous wgmma, once its K has landed."""
+    slot = c % STAGES
+    mbarrier.wait(k_ready.index(slot), _phase(c, STAGES))
+    return warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _take_turn(turns, it, WG: gl.constexpr, PINGPONG: gl.constexpr):
+    """Ping-pong: wait until the previous warpgroup (round robin) has issued its matmuls of round
+    ``it``. Warpgroup 0 waits for the last one's previous round instead, as a producer waits for a
+    release: its first wait passes at once, so it goes first."""
+    if PINGPONG:
+        if WG == 0:
+            mbarrier.wait(turns.index(WG), _phase(it, 1) ^ 1)
         else:
-            off_hz = t // m_blocks
-            block = t % m_blocks
-        if CAUSAL:
-            block = m_blocks - 1 - block
-        off_z = off_hz // heads
-        off_h = off_hz % heads
-        off_m = block * BLOCK_M
-        q_row = off_hz * seq_q + off_m
-        kv_row = (off_z * (heads // group) + off_h // group) * seq_kv
-        hi = seq_kv
-        if CAUSAL:
-            hi = gl.minimum(seq_kv, off_m + BLOCK_M)  # top-left: the block's last row sees keys < off_m + BLOCK_M
-        return off_m, q_row, kv_row, gl.cdiv(hi, BLOCK_N)
+            mbarrier.wait(turns.index(WG), _phase(it, 1))
 
-    @gluon.jit
-    def _load_partition(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready,
-                        k_empty, v_empty, m_blocks, total, heads, group, seq_q, seq_kv,
-                        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
-                        CAUSAL: gl.constexpr, BLOCK_MAJOR: gl.constexpr):
-        """One warp: for each query tile of this program, each consumer's Q rows (once the consumer
-        is done with the previous ones), then K and V of each key tile into the ring."""
-        count = 0  # key tiles this program has loaded: the position in the ring
-        done = 0  # query tiles
-        for t in range(gl.program_id(0), total, gl.num_programs(0)):
-            off_m, q_row, kv_row, n_tiles = _tile(t, m_blocks, heads, group, seq_q, seq_kv, total // m_blocks,
-                                                  NUM_WG * SPLIT_M, BLOCK_N, CAUSAL, BLOCK_MAJOR)
-            for wg in gl.static_range(NUM_WG):
-                # A fresh barrier's wait on the phase before its first passes: the first Q goes at once.
-                mbarrier.wait(q_empty.index(wg), (done & 1) ^ 1)
-                mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(q_desc, [q_row + wg * SPLIT_M, 0], q_ready.index(wg),
-                                                q_smem.index(wg))
+
+@gluon.jit
+def _pass_turn(turns, WG: gl.constexpr, NUM_WG: gl.constexpr, PINGPONG: gl.constexpr):
+    if PINGPONG:
+        mbarrier.arrive(turns.index((WG + 1) % NUM_WG), count=1)
+
+
+@gluon.jit
+def _consumer_partition(bufs, bars, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv, qk_scale,
+                        WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+                        STAGES: gl.constexpr, SPLIT_M: gl.constexpr, CAUSAL: gl.constexpr,
+                        OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr,
+                        BLOCK_MAJOR: gl.constexpr):
+    """One warpgroup: for each query tile of this program, rows off_m + WG·64 ... + 63 against
+    every key tile, then O and the logsumexp of those rows."""
+    q_smem, k_smem, v_smem = bufs
+    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
+
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    dtype: gl.constexpr = q_smem.dtype
+    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    s_zero = gl.zeros([SPLIT_M, BLOCK_N], gl.float32, s_layout)
+    q = q_smem.index(WG)
+
+    count = 0  # key tiles this program has consumed: the position in the ring, and the turn
+    done = 0  # query tiles
+    for t in range(gl.program_id(0), total, gl.num_programs(0)):
+        off_m, q_row, kv_row, n_tiles = _tile(t, m_blocks, heads, group, seq_q, seq_kv, total // m_blocks,
+                                              NUM_WG * SPLIT_M, BLOCK_N, CAUSAL, BLOCK_MAJOR)
+        rows = off_m + WG * SPLIT_M + gl.arange(0, SPLIT_M, layout=row_layout)
+        # Key tiles before n_full are visible to every row of this warpgroup: no mask.
+        n_full = seq_kv // BLOCK_N
+        if CAUSAL:
+            n_full = gl.minimum(off_m + WG * SPLIT_M + 1, seq_kv) // BLOCK_N
+        acc = gl.zeros([SPLIT_M, HEAD_DIM], gl.float32, o_layout)
+        m_i = gl.full([SPLIT_M], float("-inf"), gl.float32, row_layout)
+        l_i = gl.zeros([SPLIT_M], gl.float32, row_layout)
+        mbarrier.wait(q_ready.index(WG), _phase(done, 1))
+        if OVERLAP:
+            # Key tile 0 alone; then each round issues S(j) and PV(j-1) before the softmax of S(j).
+            _take_turn(turns, count, WG, PINGPONG)
+            s = _scores(q, k_smem, k_ready, count, s_zero, STAGES)
+            _pass_turn(turns, WG, NUM_WG, PINGPONG)
+            s = warpgroup_mma_wait(0, deps=(s,))
+            mbarrier.arrive(k_empty.index(count % STAGES), count=1)
+            p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, 0, n_full, offs_n, rows, seq_kv, qk_scale,
+                                                 BLOCK_N, CAUSAL)
+            for j in range(1, n_tiles):
+                c = count + j
+                prev = (c - 1) % STAGES
+                _take_turn(turns, c, WG, PINGPONG)
+                s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
+                mbarrier.wait(v_ready.index(prev), _phase(c - 1, STAGES))
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
+                acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+                _pass_turn(turns, WG, NUM_WG, PINGPONG)
+                s = warpgroup_mma_wait(1, deps=(s,))  # S(j) done; PV(j-1) may still run
+                mbarrier.arrive(k_empty.index(c % STAGES), count=1)
+                p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, n_full, offs_n, rows, seq_kv, qk_scale,
+                                                     BLOCK_N, CAUSAL)
+                acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+                mbarrier.arrive(v_empty.index(prev), count=1)
+                acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+            mbarrier.arrive(q_empty.index(WG), count=1)  # every S of this tile is done
+            c = count + n_tiles - 1
+            mbarrier.wait(v_ready.index(c % STAGES), _phase(c, STAGES))
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            acc = warpgroup_mma(p_op, v_smem.index(c % STAGES), acc, is_async=True)
+            acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+            mbarrier.arrive(v_empty.index(c % STAGES), count=1)
+        else:
+            # No overlap within the warpgroup: S, softmax, PV, one key tile at a time.
             for j in range(n_tiles):
                 c = count + j
                 slot = c % STAGES
-                # The slot's previous K (V) must be released by every consumer first.
-                mbarrier.wait(k_empty.index(slot), ((c // STAGES) & 1) ^ 1)
-                mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(slot),
-                                                k_smem.index(slot))
-                mbarrier.wait(v_empty.index(slot), ((c // STAGES) & 1) ^ 1)
-                mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(slot),
-                                                v_smem.index(slot))
-            count += n_tiles
-            done += 1
-
-    @gluon.jit
-    def _softmax_tile(s, m_i, l_i, cols, rows, seq_kv, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
-        """Online-softmax step on one fp32 score tile: returns (p, alpha, m, l), m in log2 units."""
-        if MASKED:
-            visible = cols[None, :] < seq_kv
-            if CAUSAL:
-                visible = visible & (cols[None, :] <= rows[:, None])
-            s = gl.where(visible, s, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
-        p = gl.exp2(s * qk_scale - m_new[:, None])
-        alpha = gl.exp2(m_i - m_new)
-        l_new = l_i * alpha + gl.sum(p, axis=1)
-        return p, alpha, m_new, l_new
-
-    @gluon.jit
-    def _scores(q, k_smem, k_ready, j, s_zero, STAGES: gl.constexpr):
-        """Issue S = Q Kᵀ of key tile j as an asynchronous wgmma, once its K has landed."""
-        slot = j % STAGES
-        mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
-        return warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-
-    @gluon.jit
-    def _take_turn(turns, it, WG: gl.constexpr, PINGPONG: gl.constexpr):
-        """Ping-pong: wait until the previous warpgroup (round robin) has issued its matmuls of
-        this round. Warpgroup 0 goes first: its first wait is on the phase before a fresh barrier's
-        first, which counts as completed."""
-        if PINGPONG:
-            if WG == 0:
-                mbarrier.wait(turns.index(WG), (it & 1) ^ 1)
-            else:
-                mbarrier.wait(turns.index(WG), it & 1)
-
-    @gluon.jit
-    def _pass_turn(turns, WG: gl.constexpr, NUM_WG: gl.constexpr, PINGPONG: gl.constexpr):
-        if PINGPONG:
-            mbarrier.arrive(turns.index((WG + 1) % NUM_WG), count=1)
-
-    @gluon.jit
-    def _consumer_partition(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turns,
-                            O, LSE, m_blocks, total, heads, group, seq_q, seq_kv, qk_scale,
-                            WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-                            STAGES: gl.constexpr, SPLIT_M: gl.constexpr, CAUSAL: gl.constexpr,
-                            OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr,
-                            BLOCK_MAJOR: gl.constexpr):
-        """One warpgroup: for each query tile of this program, rows off_m + WG·64 ... + 63 against
-        every key tile, then O and the logsumexp of those rows."""
-        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, BLOCK_N, 16])
-        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, HEAD_DIM, 16])
-        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-        row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
-        dtype: gl.constexpr = q_smem.dtype
-        offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-        s_zero = gl.zeros([SPLIT_M, BLOCK_N], gl.float32, s_layout)
-        q = q_smem.index(WG)
-
-        count = 0  # key tiles this program has consumed: the position in the ring, and the turn
-        done = 0  # query tiles
-        for t in range(gl.program_id(0), total, gl.num_programs(0)):
-            off_m, q_row, kv_row, n_tiles = _tile(t, m_blocks, heads, group, seq_q, seq_kv, total // m_blocks,
-                                                  NUM_WG * SPLIT_M, BLOCK_N, CAUSAL, BLOCK_MAJOR)
-            rows = off_m + WG * SPLIT_M + gl.arange(0, SPLIT_M, layout=row_layout)
-            # Key tiles before n_full are visible to every row of this warpgroup: no mask.
-            n_full = seq_kv // BLOCK_N
-            if CAUSAL:
-                n_full = gl.minimum(off_m + WG * SPLIT_M + 1, seq_kv) // BLOCK_N
-            acc = gl.zeros([SPLIT_M, HEAD_DIM], gl.float32, o_layout)
-            m_i = gl.full([SPLIT_M], float("-inf"), gl.float32, row_layout)
-            l_i = gl.zeros([SPLIT_M], gl.float32, row_layout)
-            mbarrier.wait(q_ready.index(WG), done & 1)
-            if OVERLAP:
-                # Key tile 0 alone; then each round issues S(j) and PV(j-1) before the softmax of S(j).
-                _take_turn(turns, count, WG, PINGPONG)
-                s = _scores(q, k_smem, k_ready, count, s_zero, STAGES)
+                _take_turn(turns, c, WG, PINGPONG)
+                s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
                 _pass_turn(turns, WG, NUM_WG, PINGPONG)
                 s = warpgroup_mma_wait(0, deps=(s,))
-                mbarrier.arrive(k_empty.index(count % STAGES), count=1)
-                if n_full > 0:
-                    p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, offs_n, rows, seq_kv, qk_scale, False, CAUSAL)
-                else:
-                    p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, offs_n, rows, seq_kv, qk_scale, True, CAUSAL)
-                for j in range(1, n_tiles):
-                    c = count + j
-                    prev = (c - 1) % STAGES
-                    _take_turn(turns, c, WG, PINGPONG)
-                    s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
-                    mbarrier.wait(v_ready.index(prev), ((c - 1) // STAGES) & 1)
-                    p_op = gl.convert_layout(p.to(dtype), p_layout)
-                    acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
-                    _pass_turn(turns, WG, NUM_WG, PINGPONG)
-                    s = warpgroup_mma_wait(1, deps=(s,))  # S(j) done; PV(j-1) may still run
-                    mbarrier.arrive(k_empty.index(c % STAGES), count=1)
-                    if j < n_full:
-                        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j * BLOCK_N + offs_n, rows, seq_kv,
-                                                           qk_scale, False, CAUSAL)
-                    else:
-                        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j * BLOCK_N + offs_n, rows, seq_kv,
-                                                           qk_scale, True, CAUSAL)
-                    acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-                    mbarrier.arrive(v_empty.index(prev), count=1)
-                    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-                mbarrier.arrive(q_empty.index(WG), count=1)  # every S of this tile is done
-                c = count + n_tiles - 1
-                mbarrier.wait(v_ready.index(c % STAGES), (c // STAGES) & 1)
+                mbarrier.arrive(k_empty.index(slot), count=1)
+                p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, n_full, offs_n, rows, seq_kv, qk_scale,
+                                                     BLOCK_N, CAUSAL)
+                acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+                mbarrier.wait(v_ready.index(slot), _phase(c, STAGES))
                 p_op = gl.convert_layout(p.to(dtype), p_layout)
-                acc = warpgroup_mma(p_op, v_smem.index(c % STAGES), acc, is_async=True)
+                acc = warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
                 acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-                mbarrier.arrive(v_empty.index(c % STAGES), count=1)
-            else:
-                # No overlap within the warpgroup: S, softmax, PV, one key tile at a time.
-                for j in range(n_tiles):
-                    c = count + j
-                    slot = c % STAGES
-                    _take_turn(turns, c, WG, PINGPONG)
-                    s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
-                    _pass_turn(turns, WG, NUM_WG, PINGPONG)
-                    s = warpgroup_mma_wait(0, deps=(s,))
-                    mbarrier.arrive(k_empty.index(slot), count=1)
-                    if j < n_full:
-                        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j * BLOCK_N + offs_n, rows, seq_kv,
-                                                           qk_scale, False, CAUSAL)
-                    else:
-                        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j * BLOCK_N + offs_n, rows, seq_kv,
-                                                           qk_scale, True, CAUSAL)
-                    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-                    mbarrier.wait(v_ready.index(slot), (c // STAGES) & 1)
-                    p_op = gl.convert_layout(p.to(dtype), p_layout)
-                    acc = warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
-                    acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-                    mbarrier.arrive(v_empty.index(slot), count=1)
-                mbarrier.arrive(q_empty.index(WG), count=1)
+                mbarrier.arrive(v_empty.index(slot), count=1)
+            mbarrier.arrive(q_empty.index(WG), count=1)
 
-            # Epilogue: O = acc / l and the natural-log logsumexp, rows past seq_q not stored. The
-            # loader is already bringing the next tile's Q and K/V meanwhile.
-            l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-            o = (acc / l_o[:, None]).to(dtype)
-            o_rows = off_m + WG * SPLIT_M + gl.arange(0, SPLIT_M, layout=gl.SliceLayout(1, o_layout))
-            o_ptrs = O + (q_row + o_rows - off_m).to(gl.int64)[:, None] * HEAD_DIM + offs_d[None, :]
-            gl.store(o_ptrs, o, mask=(o_rows < seq_q)[:, None])
-            lse = (m_i + gl.log2(l_i)) * LN2_C
-            gl.store(LSE + (q_row + rows - off_m).to(gl.int64), lse, mask=rows < seq_q)
-            count += n_tiles
-            done += 1
+        # Epilogue: O = acc / l and the natural-log logsumexp, rows past seq_q not stored. The
+        # loader is already bringing the next tile's Q and K/V meanwhile.
+        l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+        o = (acc / l_o[:, None]).to(dtype)
+        o_rows = off_m + WG * SPLIT_M + gl.arange(0, SPLIT_M, layout=gl.SliceLayout(1, o_layout))
+        o_ptrs = O + (q_row + o_rows - off_m).to(gl.int64)[:, None] * HEAD_DIM + offs_d[None, :]
+        gl.store(o_ptrs, o, mask=(o_rows < seq_q)[:, None])
+        lse = (m_i + gl.log2(l_i)) * LN2_C
+        gl.store(LSE + (q_row + rows - off_m).to(gl.int64), lse, mask=rows < seq_q)
+        count += n_tiles
+        done += 1
 
-    @gluon.jit
-    def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, LSE, qk_scale, heads, group, seq_q, seq_kv, m_blocks, total,
-                         HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                         CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
-                         SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr, BLOCK_MAJOR: gl.constexpr,
-                         CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
-        """Program p takes query tiles p, p + programs, ... of the ``total`` = m_blocks · batch·heads
-        (one each when the grid has a program per tile; persistent when it has one per SM)."""
-        dtype: gl.constexpr = q_desc.dtype
-        q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, SPLIT_M, HEAD_DIM], q_desc.layout)
-        k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
-        v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
-        q_ready = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
-        q_empty = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
-        turns = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
-        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(NUM_WG):
-            mbarrier.init(q_ready.index(i), count=1)
-            mbarrier.init(q_empty.index(i), count=1)
-            mbarrier.init(turns.index(i), count=1)
-        for i in gl.static_range(STAGES):
-            mbarrier.init(k_ready.index(i), count=1)
-            mbarrier.init(v_ready.index(i), count=1)
-            mbarrier.init(k_empty.index(i), count=NUM_WG)  # every consumer warpgroup releases a slot
-            mbarrier.init(v_empty.index(i), count=NUM_WG)
 
-        # Each partition's arguments written out: a tuple built by + in a Gluon kernel loses its
-        # constexprs (triton 3.6).
-        if NUM_WG == 2:
-            gl.warp_specialize(
-                [
-                    (_consumer_partition, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
-                                           v_empty, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv,
-                                           qk_scale, 0, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP,
-                                           PINGPONG, NUM_WG, BLOCK_MAJOR)),
-                    (_consumer_partition, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
-                                           v_empty, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv,
-                                           qk_scale, 1, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP,
-                                           PINGPONG, NUM_WG, BLOCK_MAJOR)),
-                    (_load_partition, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
-                                       v_ready, k_empty, v_empty, m_blocks, total, heads, group, seq_q, seq_kv,
-                                       BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, BLOCK_MAJOR)),
-                ],
-                [4, 1],
-                [CONSUMER_REGS, LOADER_REGS],
-            )
-        else:
-            gl.warp_specialize(
-                [
-                    (_consumer_partition, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
-                                           v_empty, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv,
-                                           qk_scale, 0, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP,
-                                           PINGPONG, NUM_WG, BLOCK_MAJOR)),
-                    (_consumer_partition, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
-                                           v_empty, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv,
-                                           qk_scale, 1, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP,
-                                           PINGPONG, NUM_WG, BLOCK_MAJOR)),
-                    (_consumer_partition, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
-                                           v_empty, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv,
-                                           qk_scale, 2, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP,
-                                           PINGPONG, NUM_WG, BLOCK_MAJOR)),
-                    (_load_partition, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
-                                       v_ready, k_empty, v_empty, m_blocks, total, heads, group, seq_q, seq_kv,
-                                       BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, BLOCK_MAJOR)),
-                ],
-                [4, 4, 1],
-                [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS],
-            )
+@gluon.jit
+def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, LSE, qk_scale, heads, group, seq_q, seq_kv, m_blocks, total,
+                     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                     CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
+                     SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr, BLOCK_MAJOR: gl.constexpr,
+                     CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
+    """Program p takes query tiles p, p + programs, ... of the ``total`` = m_blocks · batch·heads
+    (one each when the grid has a program per tile; persistent when it has one per SM)."""
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, SPLIT_M, HEAD_DIM], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    q_ready = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
+    turns = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NUM_WG):
+        mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(q_empty.index(i), count=1)
+        mbarrier.init(turns.index(i), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=NUM_WG)  # every consumer warpgroup releases a slot
+        mbarrier.init(v_empty.index(i), count=NUM_WG)
+
+    # The shared memory and the barriers go to the partitions as tuples. The sizes stay separate
+    # arguments: Triton specialises an int argument equal to 1 into a constexpr, which inside a tuple
+    # would reach the partitions as a runtime value again (triton 3.6), and so would compile differently.
+    descs = (q_desc, k_desc, v_desc)
+    bufs = (q_smem, k_smem, v_smem)
+    bars = (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty)
+    if NUM_WG == 2:
+        gl.warp_specialize(
+            [
+                (_consumer_partition, (bufs, bars, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv,
+                                       qk_scale, 0, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG,
+                                       NUM_WG, BLOCK_MAJOR)),
+                (_consumer_partition, (bufs, bars, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv,
+                                       qk_scale, 1, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG,
+                                       NUM_WG, BLOCK_MAJOR)),
+                (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv,
+                                   BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, BLOCK_MAJOR)),
+            ],
+            [4, 1],
+            [CONSUMER_REGS, LOADER_REGS],
+        )
+    else:
+        gl.warp_specialize(
+            [
+                (_consumer_partition, (bufs, bars, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv,
+                                       qk_scale, 0, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG,
+                                       NUM_WG, BLOCK_MAJOR)),
+                (_consumer_partition, (bufs, bars, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv,
+                                       qk_scale, 1, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG,
+                                       NUM_WG, BLOCK_MAJOR)),
+                (_consumer_partition, (bufs, bars, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv,
+                                       qk_scale, 2, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG,
+                                       NUM_WG, BLOCK_MAJOR)),
+                (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv,
+                                   BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, BLOCK_MAJOR)),
+            ],
+            [4, 4, 1],
+            [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS],
+        )
 
 
 def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_n: int):
@@ -402,27 +443,28 @@ def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_n: int)
 
 
 def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                   config: tuple[int, int, bool, bool, int, bool] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   config: HopperConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The Gluon forward on inputs :func:`unsupported_reason` accepts. Returns o (B, H, Nq, D) in q's
     dtype and lse (B, H, Nq) fp32, natural log, as kernels.flash_fwd.flash_attention_forward.
-    ``config`` = (BLOCK_N, STAGES, OVERLAP, PINGPONG, consumer warpgroups, persistent) overrides
-    :data:`CONFIGS` (for sweeps); persistent launches one program per SM, each looping over tiles."""
+    ``config`` overrides :data:`CONFIGS` (for sweeps)."""
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
-    block_n, stages, overlap, pingpong, num_wg, persistent = config or CONFIGS[head_dim, bool(causal)]
-    consumer_regs, loader_regs = WORKER_REGS[num_wg]
+    config = config or CONFIGS[head_dim, bool(causal)]
+    consumer_regs, loader_regs = WORKER_REGS[config.consumers]
     o = torch.empty_like(q)
     lse = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
-    q_desc, k_desc, v_desc = descriptors(q, k, v, block_n)
-    m_blocks = triton.cdiv(seq_q, num_wg * SPLIT_M)
+    q_desc, k_desc, v_desc = descriptors(q, k, v, config.block_n)
+    m_blocks = triton.cdiv(seq_q, config.block_m)
     total = m_blocks * batch * heads
-    programs = min(total, torch.cuda.get_device_properties(q.device).multi_processor_count) if persistent else total
+    if config.persistent:
+        programs = min(total, torch.cuda.get_device_properties(q.device).multi_processor_count)
+    else:
+        programs = total
     _attn_fwd_hopper[(programs,)](
         q_desc, k_desc, v_desc, o, lse, scale * LOG2E, heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total,
-        HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=stages, CAUSAL=bool(causal), OVERLAP=overlap,
-        PINGPONG=pingpong, SPLIT_M=SPLIT_M, NUM_WG=num_wg,
-        BLOCK_MAJOR=bool(causal and persistent), CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
+        HEAD_DIM=head_dim, BLOCK_N=config.block_n, STAGES=config.stages, CAUSAL=bool(causal),
+        OVERLAP=config.overlap, PINGPONG=config.pingpong, SPLIT_M=SPLIT_M, NUM_WG=config.consumers,
+        BLOCK_MAJOR=bool(causal and config.persistent), CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
         num_warps=4,
     )
     return o, lse
-

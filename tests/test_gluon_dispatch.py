@@ -28,9 +28,10 @@ def test_configs_cover_every_head_dim_and_share_the_tile_the_model_charges():
     for head_dim in hopper.HEAD_DIMS:
         tiles = set()
         for causal in (False, True):
-            block_n, stages, overlap, pingpong, consumers, persistent = hopper.CONFIGS[head_dim, causal]
-            assert consumers in hopper.WORKER_REGS and stages >= 2 and block_n in (64, 128)
-            tiles.add((consumers * hopper.SPLIT_M, block_n))
+            config = hopper.CONFIGS[head_dim, causal]
+            assert config.consumers in hopper.WORKER_REGS and config.stages >= 2 and config.block_n in (64, 128)
+            assert config.block_m == config.consumers * hopper.SPLIT_M
+            tiles.add((config.block_m, config.block_n))
         assert tiles == {hopper.forward_tile(head_dim)}
     assert hopper.forward_tile(64) == (192, 128) and hopper.forward_tile(128) == (128, 128)
     assert hopper.forward_tile(32) is None and hopper.forward_tile(64, "fp32") is None

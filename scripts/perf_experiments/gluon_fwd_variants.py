@@ -5,8 +5,8 @@ Issue 16 (docs/perf-notes.md, "Gluon forward"). Run on an H100/H200:
     python scripts/perf_experiments/gluon_fwd_variants.py --check          # fp64 oracle, odd shapes
     python scripts/perf_experiments/gluon_fwd_variants.py --out variants.jsonl [--seq 8192]
 
-Each variant is (BLOCK_N, STAGES, OVERLAP, PINGPONG, consumer warpgroups, persistent) of
-kernels.flash_fwd_hopper.hopper_forward.
+Each variant is a kernels.flash_fwd_hopper.HopperConfig for hopper_forward; its rows are named
+gluon(block_n, stages, overlap, pingpong, consumers, persistent), as in reports/perf-h100.
 Timing: median of triton.testing.do_bench (L2 flushed between calls); TFLOP/s at 4·B·H·N²·D
 (halved when causal), the cost model's forward FLOPs (profiler/model/fused.py).
 One JSON line per (shape, variant), written as it is measured.
@@ -26,16 +26,20 @@ import torch.nn.functional as F
 import triton
 
 from kernels.flash_fwd import flash_attention_forward
-from kernels.flash_fwd_hopper import hopper_forward
+from kernels.flash_fwd_hopper import HopperConfig, hopper_forward
 from kernels.reference import attention_oracle
 
 SHAPES = [  # (batch, heads, seq, head_dim): the bench grid's shapes at a fixed token count
     (4, 32, 8192, 64),
     (2, 16, 8192, 128),
 ]
-VARIANTS = {  # (BLOCK_N, STAGES, OVERLAP, PINGPONG, consumer warpgroups, persistent)
-    64: [(128, 2, False, False, 3, False), (128, 2, False, False, 3, True), (128, 2, False, True, 3, True)],
-    128: [(128, 2, True, True, 2, False), (128, 2, True, True, 2, True), (128, 2, True, False, 2, True)],
+VARIANTS = {  # by head_dim
+    64: [HopperConfig(block_n=128, stages=2, overlap=False, pingpong=False, consumers=3, persistent=False),
+         HopperConfig(block_n=128, stages=2, overlap=False, pingpong=False, consumers=3, persistent=True),
+         HopperConfig(block_n=128, stages=2, overlap=False, pingpong=True, consumers=3, persistent=True)],
+    128: [HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=False),
+          HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=True),
+          HopperConfig(block_n=128, stages=2, overlap=True, pingpong=False, consumers=2, persistent=True)],
 }
 
 
@@ -63,8 +67,9 @@ def check() -> int:
         tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
         ok = err < tol and lse_err < 1e-3
         failures += not ok
+        label = tuple(variant) if variant else "default"
         print(f"{'ok  ' if ok else 'FAIL'} D{head_dim} {str(dtype)[6:]} causal={causal} Nq={seq_q} Nkv={seq_kv} "
-              f"group={group} {variant or 'default'}: max|o-ref|={err:.2e} max|lse-ref|={lse_err:.2e}", flush=True)
+              f"group={group} {label}: max|o-ref|={err:.2e} max|lse-ref|={lse_err:.2e}", flush=True)
     print(f"{failures} failures", flush=True)
     return failures
 
@@ -84,7 +89,7 @@ def time_variants(out: str, seqs: list[int], dtypes: list[str], dims: list[int],
                                             gluon=False),
             }
             for variant in VARIANTS[head_dim]:
-                runs[f"gluon{variant}"] = functools.partial(hopper_forward, q, k, v, causal, scale, variant)
+                runs[f"gluon{tuple(variant)}"] = functools.partial(hopper_forward, q, k, v, causal, scale, variant)
             for name, fn in runs.items():
                 cudnn = torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.CUDNN_ATTENTION])
                 with cudnn if name == "cudnn" else contextlib.nullcontext():

@@ -9,10 +9,14 @@ Runs every default configuration (head_dim 64 and 128, causal and not, grouped h
 
 import torch
 
-from kernels.flash_fwd_hopper import CONFIGS, hopper_forward
+from kernels.flash_fwd_hopper import CONFIGS, HopperConfig, hopper_forward
 
-for head_dim, config in [(64, None), (128, None), (64, (64, 2, True, True, 3, True)),
-                         (128, (128, 3, True, True, 2, True))]:
+for head_dim, config in [
+    (64, None),
+    (128, None),
+    (64, HopperConfig(block_n=64, stages=2, overlap=True, pingpong=True, consumers=3, persistent=True)),
+    (128, HopperConfig(block_n=128, stages=3, overlap=True, pingpong=True, consumers=2, persistent=True)),
+]:
     for causal in (False, True):
         for seq_q, seq_kv in ((77, 77), (1000, 1000), (77, 1000)):
             q = torch.randn(1, 4, seq_q, head_dim, device="cuda", dtype=torch.float16)

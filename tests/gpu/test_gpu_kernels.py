@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from kernels import Unsupported, flash_attention
+from kernels.flash_fwd_hopper import HopperConfig
 from kernels.reference import attention_oracle, naive_attention, oracle_with_grads, relative_error
 from profiler.registry import REGISTRY
 
@@ -177,18 +178,26 @@ def test_gluon_forward_matches_oracle(head_dim, heads, kv_heads, seq_q, seq_kv, 
     assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-3
 
 
-@pytest.mark.parametrize("config", [(128, 2, True, False, 2, False), (128, 2, True, True, 2, True),
-                                    (128, 3, True, True, 2, False), (128, 2, False, False, 2, True),
-                                    (64, 2, True, True, 3, True), (128, 2, False, True, 3, False),
-                                    (128, 2, False, False, 3, True)])
+# The variants docs/perf-notes.md ("Gluon forward") measured.
+GLUON_VARIANTS = [
+    HopperConfig(block_n=128, stages=2, overlap=True, pingpong=False, consumers=2, persistent=False),
+    HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=True),
+    HopperConfig(block_n=128, stages=3, overlap=True, pingpong=True, consumers=2, persistent=False),
+    HopperConfig(block_n=128, stages=2, overlap=False, pingpong=False, consumers=2, persistent=True),
+    HopperConfig(block_n=64, stages=2, overlap=True, pingpong=True, consumers=3, persistent=True),
+    HopperConfig(block_n=128, stages=2, overlap=False, pingpong=True, consumers=3, persistent=False),
+    HopperConfig(block_n=128, stages=2, overlap=False, pingpong=False, consumers=3, persistent=True),
+]
+
+
+@pytest.mark.parametrize("config", GLUON_VARIANTS)
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_gluon_variants_match_oracle(head_dim, config):
-    """The variants docs/perf-notes.md measured (BLOCK_N, STAGES, OVERLAP, PINGPONG, consumers,
-    persistent), causal at odd lengths with grouped heads, bf16."""
+    """Each variant, causal at odd lengths with grouped heads, bf16."""
     from kernels.flash_fwd_hopper import hopper_forward
 
     _needs_sm90()
-    if head_dim == 128 and config[4] == 3:
+    if head_dim == 128 and config.consumers == 3:
         pytest.skip("three consumer warpgroups at head_dim 128 spill registers: not a variant we run")
     q, k, v = _inputs(2, 4, 1000, 1000, head_dim, torch.bfloat16, kv_heads=2)
     o, _ = hopper_forward(q, k, v, True, head_dim ** -0.5, config)
