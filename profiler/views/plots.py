@@ -103,7 +103,7 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
                                              mode="lines+markers", name=name, line=style))
     seqs = sorted(data[data.queries == 0].seq_q.unique())  # the O(N²) model lines are for square shapes
     for family in _families(data[data.queries == 0]):
-        first = Shape.from_row(dict(zip(FAMILY_COLUMNS, family)) | {"seq_q": 1, "seq_kv": 1})
+        first = Shape.from_row(dict(zip(FAMILY_COLUMNS, family)) | dict.fromkeys(LENGTHS, 1))
         suffix = "" if len(families) == 1 else f" · {family_label(family)}"
         for fused, label in ((False, "model O(N²): naive keeps S and P"), (True, "model O(N): fused keeps O, lse")):
             y = [predicted_peak_bytes(replace(first, seq_q=int(n), seq_kv=int(n)), fused) / 2**20 for n in seqs]

@@ -267,9 +267,9 @@ def _trace_rows(kernels: pd.DataFrame, key: tuple) -> tuple[pd.DataFrame, str]:
         if column in kernels:
             mask &= kernels[column] == value
     rows = kernels[mask]
-    if rows.empty or not {"seq_q", "seq_kv", "impl"} <= set(rows.columns):
+    if rows.empty or not {*LENGTHS, "impl"} <= set(rows.columns):
         return rows, ""
-    counts = rows.groupby(["seq_q", "seq_kv"]).impl.nunique().reset_index()
+    counts = rows.groupby(LENGTHS).impl.nunique().reset_index()
     seq_q, seq_kv = counts.sort_values(["impl", "seq_kv", "seq_q"]).iloc[-1][["seq_q", "seq_kv"]]
     rows = rows[(rows.seq_q == seq_q) & (rows.seq_kv == seq_kv)].copy()
     run = "trace" if "trace" in rows else "impl"
