@@ -6,6 +6,7 @@ same definitions without loading a GPU library. Tensors are BHSD: (batch, heads,
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -16,6 +17,11 @@ MODES = ("fwd", "bwd", "fwd+bwd")
 # (kernels/reference.py runs them under NVTX ranges of these names).
 NAIVE_STEPS = ("qk_matmul", "scale_mask", "softmax", "pv_matmul")
 LSE_BYTES = 4  # the logsumexp is kept in fp32 (kernels/flash_fwd.py)
+
+
+def lengths_label(seq_q: int, seq_kv: int) -> str:
+    """'N=4096' for a square shape, 'Nq=1 Nkv=4096' otherwise: the lengths as every label writes them."""
+    return f"N={int(seq_q)}" if seq_q == seq_kv else f"Nq={int(seq_q)} Nkv={int(seq_kv)}"
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,7 @@ class Shape:
     def label(self) -> str:
         """'B4 H32 N=8192 D64 fp16', 'B1 H32/8 Nq=1 Nkv=32768 D128 bf16 causal': for titles and progress."""
         heads = f"H{self.heads}" + (f"/{self.kv_heads}" if self.group > 1 else "")
-        lengths = f"N={self.seq_q}" if self.seq_q == self.seq_kv else f"Nq={self.seq_q} Nkv={self.seq_kv}"
+        lengths = lengths_label(self.seq_q, self.seq_kv)
         return f"B{self.batch} {heads} {lengths} D{self.head_dim} {self.dtype}{' causal' if self.causal else ''}"
 
     def with_mode(self, mode: str) -> Shape:
@@ -102,6 +108,24 @@ class Shape:
         """The shape's key columns, as a stored row holds them."""
         return {name: getattr(self, name) for name in self.KEY}
 
+    @property
+    def tag(self) -> str:
+        """The shape in a file name, all of its key but the mode: 'B1H16N4096D64-fp16',
+        'B1H32KV8N1x32768D128-bf16-causal' (``KV`` with fewer K/V heads, ``x<Nkv>`` when the lengths
+        differ). Capture traces and ncu's CSVs are named so; :data:`TAG` reads it back (:meth:`from_tag`)."""
+        kv = f"KV{self.kv_heads}" if self.group > 1 else ""
+        lengths = f"{self.seq_q}" if self.seq_q == self.seq_kv else f"{self.seq_q}x{self.seq_kv}"
+        causal = "-causal" if self.causal else ""
+        return f"B{self.batch}H{self.heads}{kv}N{lengths}D{self.head_dim}-{self.dtype}{causal}"
+
+    @classmethod
+    def from_tag(cls, fields: dict, mode: str = "fwd") -> Shape:
+        """The shape of a :data:`TAG` match's ``groupdict()`` (a file name says no mode: ``mode``)."""
+        kv_heads, seq_kv = fields["kv_heads"], fields["seq_kv"]
+        return cls(int(fields["batch"]), int(fields["heads"]), int(fields["seq_q"]), int(seq_kv or fields["seq_q"]),
+                   int(fields["head_dim"]), fields["dtype"], fields["causal"] is not None, mode,
+                   int(kv_heads) if kv_heads else None)
+
     def row_key(self, impl: str, step: str = "total") -> tuple:
         """The :data:`ROW_KEY` values of this shape's row for one implementation and step."""
         return (impl, step, *(getattr(self, name) for name in self.KEY))
@@ -110,3 +134,7 @@ class Shape:
 # A capture row is one implementation, one step ("total" or a naive step) and one shape: these
 # columns identify it (the store de-duplicates on them; views join on them).
 ROW_KEY: tuple[str, ...] = ("impl", "step", *Shape.KEY)
+# Shape.tag as a pattern, one named group per key column it holds (unanchored: file names put it
+# after other parts).
+TAG = re.compile(r"B(?P<batch>\d+)H(?P<heads>\d+)(?:KV(?P<kv_heads>\d+))?N(?P<seq_q>\d+)(?:x(?P<seq_kv>\d+))?"
+                 r"D(?P<head_dim>\d+)-(?P<dtype>" + "|".join(DTYPE_BYTES) + r")(?P<causal>-causal)?")

@@ -1,8 +1,10 @@
 """The one registry of attention implementations, ours, PyTorch's and the user's.
 
 The CLI's ``--impl`` choices, the sweeps and the cost model (through each entry's ``costing``) come
-from ``REGISTRY``; the plots colour by its names (profiler.views.plots). Adding an implementation is
-one entry here, or, from outside this package, :func:`register`:
+from ``REGISTRY``, and an entry carries everything else about its implementation: its colour in the
+charts (profiler.views.style), why its points may sit above a roof (profiler.views.rooflines), the
+tile Nsight Compute saw it run with (profiler.nsight.validate) and whether it is a baseline ours are
+measured against. Adding an implementation is one entry here, or, from outside this package, :func:`register`:
 
     @register(name="my_attention", layout="bshd")       # or register(fn, name=...) without the @
     def my_attention(q, k, v, causal=False, sm_scale=None): ...
@@ -28,6 +30,7 @@ from pathlib import Path
 import torch
 
 from attention_core.costing import Costing, Tiles
+from attention_core.shape import Shape
 from kernels import flash_bwd, flash_fwd, flash_fwd_hopper, reference, sdpa, triton_naive
 from kernels._checks import dtype_name
 from kernels.flash_attention import flash_attention
@@ -57,6 +60,18 @@ class Impl:
     # The largest relative error against fp32 naive attention a correct run may have; None: the
     # dtype's (kernels.reference.TOLERANCE). Above it the case is recorded as 'wrong'.
     tolerance: float | None = None
+    # Its colour in every chart of the dashboard and the report (a name outside the registry, or an
+    # entry without one, takes a spare colour by its CRC-32: profiler.views.style.impl_color).
+    color: str = ""
+    # Why a point of it may sit above the L2 roof, where its costing is known to charge bytes a cache
+    # below L2 serves (the roofline's hover says it; profiler.views.rooflines.above_roof_reason).
+    above_roof_reason: str = ""
+    # (kernel names, grid, shape) -> the (query rows, key columns) tile of the kernel Nsight Compute
+    # profiled, read from what ran; None (or a None result): its costing's forward tile
+    # (profiler.nsight.validate.kernel_tile).
+    kernel_tile: Callable[[str, str, Shape], tuple[int, int] | None] | None = None
+    # A production kernel ours are measured against (tritonbench's baseline=True): bench's peers.
+    baseline: bool = False
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -121,19 +136,44 @@ def _cudnn_tiles(head_dim: int, dtype: str) -> Tiles:
     return Tiles((128, 128) if head_dim in (64, 128) else None)
 
 
+def _flash_kernel_tile(kernel: str, grid: str, shape: Shape) -> tuple[int, int] | None:
+    """Our forward's tile from what ran: the sm_90 Gluon kernel (``_attn_fwd_hopper``, a 1-D grid of
+    tiles or of SMs) runs its costing's fast tile; the tiled kernel launches cdiv(Nq, BLOCK_M) programs
+    along x, and its BLOCK_N divides BLOCK_M, so the query tile alone decides."""
+    gluon = flash_fwd_hopper.forward_tile(shape.head_dim, shape.dtype)
+    if "_attn_fwd_hopper" in kernel and gluon is not None:
+        return gluon
+    programs = int(str(grid).strip("()").split(",")[0])
+    rows = -(-shape.seq_q // programs)
+    return rows, rows
+
+
+def _fa2_kernel_tile(kernel: str, grid: str, shape: Shape) -> tuple[int, int] | None:
+    """FlashAttention-2's (kBlockM, kBlockN), the 2nd and 3rd of its kernel traits in the kernel's
+    name (Flash_fwd_kernel_traits<head_dim, kBlockM, kBlockN, ...>), its split-KV kernel's too."""
+    match = re.search(r"Flash_fwd_kernel_traits<\d+, (\d+), (\d+)", kernel)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+# Each entry's colour is one of matplotlib's tab10 (its default colour cycle), one per entry.
 REGISTRY: dict[str, Impl] = {
     impl.name: impl
     for impl in [
         Impl(
             "naive", reference.naive_attention,
             "PyTorch, four steps through HBM (S = QKᵀ, scale/mask, softmax, PV)",
-            Costing("stepwise"), supports_backward=True, needs_cuda=False, is_triton=False,
+            Costing("stepwise"), supports_backward=True, needs_cuda=False, is_triton=False, color="#d62728",
         ),
         Impl(
             "triton_naive", triton_naive.triton_naive_attention,
             "Triton, one program per query row, online softmax, no tensor cores",
             Costing("per_row", writes_lse=False, source="kernels/triton_naive.py: writes O only"),
             supports_backward=False, needs_cuda=False, is_triton=True, head_dims=triton_naive.HEAD_DIMS,
+            color="#ff7f0e",
+            above_roof_reason="its per-row costing charges K and V once per query row (profiler.model.fused."
+                              "per_row_bytes), but the programs of neighbouring rows of one head run side by side "
+                              "and read the same K and V blocks, so L1 serves most of those re-reads and L2 sees "
+                              "fewer bytes than charged",
         ),
         Impl(
             "triton_flash", flash_attention,
@@ -145,31 +185,36 @@ REGISTRY: dict[str, Impl] = {
                     split_kv=True, fast_path="gluon-ws", fast_fwd_tile=flash_fwd_hopper.forward_tile),
             supports_backward=True, needs_cuda=False, is_triton=True,
             head_dims=flash_fwd.HEAD_DIMS, backward_head_dims=flash_bwd.HEAD_DIMS, path_of=flash_fwd.forward_path,
+            color="#1f77b4", kernel_tile=_flash_kernel_tile,
         ),
         Impl(
             "sdpa_flash", sdpa.sdpa_flash, "PyTorch SDPA, FlashAttention-2 backend",
             Costing("fused", _fa2_tiles, source="Flash_fwd_kernel_traits in the profiled kernel names"),
-            supports_backward=True, needs_cuda=False, is_triton=False,
+            supports_backward=True, needs_cuda=False, is_triton=False, color="#2ca02c", kernel_tile=_fa2_kernel_tile,
+            baseline=True,
         ),
         Impl(
             "sdpa_efficient", sdpa.sdpa_efficient, "PyTorch SDPA, memory-efficient (xFormers) backend",
             Costing("fused", source="tiles not modelled"),
-            supports_backward=True, needs_cuda=True, is_triton=False,
+            supports_backward=True, needs_cuda=True, is_triton=False, color="#9467bd",
         ),
         Impl(
             "sdpa_cudnn", sdpa.sdpa_cudnn, "PyTorch SDPA, cuDNN backend",
             Costing("fused", _cudnn_tiles, source="H200 counters (reports/validate-h200)"),
             supports_backward=True, needs_cuda=True, is_triton=False, dtypes=(torch.float16, torch.bfloat16),
+            color="#17becf", baseline=True,
         ),
         Impl(
             "sdpa_math", sdpa.sdpa_math, "PyTorch SDPA, math backend (unfused reference)",
             Costing("unfused", repeats_kv=True), supports_backward=True, needs_cuda=False, is_triton=False,
+            color="#8c564b",
         ),
         Impl(
             "sdpa_repeat_kv", sdpa.sdpa_repeat_kv,
             "PyTorch SDPA (its own backend choice) after repeat_interleave of K and V: GQA before enable_gqa",
             Costing("fused", repeats_kv=True, source="tiles not modelled: SDPA picks the backend"),
-            supports_backward=True, needs_cuda=False, is_triton=False,
+            supports_backward=True, needs_cuda=False, is_triton=False, color="#e377c2",
+            kernel_tile=_fa2_kernel_tile,  # SDPA's own backend choice: FlashAttention-2's kernel where it picks it
         ),
     ]
 }

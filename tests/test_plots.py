@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attention_core.shape import NAIVE_STEPS, Shape
+from attention_core.shape import NAIVE_STEPS, ROW_KEY, Shape
 from profiler.model import hardware
 from profiler.store import load_capture
 from profiler.views import plots, rooflines, style
@@ -350,7 +350,7 @@ def test_compare_and_whatif_key_decode_rows_on_the_full_shape(decode):
     meta, frame = decode
     ok = frame[frame.status == "ok"]
     fig, joined = plots.compare_figure(frame, frame, "A", "B")
-    key = ["impl", "step", *style.SHAPE_COLUMNS]
+    key = list(ROW_KEY)
     assert not joined.duplicated(key).any() and len(joined) == len(ok)  # no cross join over Nkv
     assert (joined["speedup B/A"] == 1.0).all()
     ours = [t for t in fig.data if t.name.startswith("triton_flash")]
@@ -378,7 +378,8 @@ def test_decode_speedup_divides_by_naive_at_the_same_key_length(decode):
 def test_family_spellings_agree():
     rows = pd.DataFrame({"batch": [8, 8], "heads": [32, 32], "kv_heads": [8, 8], "head_dim": [128, 128],
                          "dtype": ["bf16", "bf16"], "causal": [False, False], "mode": ["fwd", "fwd"]})
-    assert style.families_title(rows) == style.family_label(8, 32, 8, 128, "bf16", False, "fwd") == \
+    assert style.families_title(rows) == style.family_label(rows.iloc[0]) == style.family_label(
+        tuple(rows.iloc[0][style.FAMILY_COLUMNS])) == \
         "B8 H32/8 D128 bf16 full fwd"
     mixed = pd.concat([rows, rows.assign(heads=64)])
     assert style.families_title(mixed).startswith("B8 {H32/8,H64/8} D128")

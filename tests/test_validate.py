@@ -15,6 +15,7 @@ from profiler.model.fused import fused_flops
 from profiler.model.naive import naive_step_bytes
 from profiler.nsight import ncu, validate
 from profiler.nsight.dram_model import dram_bytes
+from profiler.registry import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURE = ROOT / "reports" / "validate-h200"
@@ -74,18 +75,39 @@ def test_causal_diagonal_tiles_are_counted_by_the_kernels_query_tile(table):
 
 
 def test_kernel_tile_and_split_sources():
-    assert validate.kernel_tile("triton_flash", "_attn_fwd", "(64, 16, 1)", 4096) == (64, 64)
-    assert validate.kernel_tile("triton_flash", "_attn_fwd", "(8, 16, 1)", 1000) == (125, 125)
-    # The sm_90 Gluon forward runs a 1-D grid (here one program per SM): its tile comes from its costing.
-    assert validate.kernel_tile("triton_flash", "_attn_fwd_hopper", "(132, 1, 1)", 8192, (192, 128)) == (192, 128)
+    d64 = Shape.square(1, 16, 4096, 64)
+    assert validate.kernel_tile("triton_flash", "_attn_fwd", "(64, 16, 1)", d64) == (64, 64)
+    assert validate.kernel_tile("triton_flash", "_attn_fwd", "(8, 16, 1)", Shape.square(1, 16, 1000, 64)) == (125, 125)
+    # The sm_90 Gluon forward runs a 1-D grid (here one program per SM): its tile is its costing's fast tile.
+    gluon = REGISTRY["triton_flash"].costing.tiles_for(64, "fp16", "gluon-ws").fwd
+    assert validate.kernel_tile("triton_flash", "_attn_fwd_hopper", "(132, 1, 1)", d64) == gluon == (192, 128)
     fa2 = "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, 0, 0, cutlass::half_t>>"
-    assert validate.kernel_tile("sdpa_flash", fa2, "(32, 1, 16)", 4096) == (128, 64)
+    assert validate.kernel_tile("sdpa_flash", fa2, "(32, 1, 16)", Shape.square(1, 16, 4096, 128)) == (128, 64)
     cudnn = "cudnn_generated_fort_native_sdpa_sm90"
-    assert validate.kernel_tile("sdpa_cudnn", cudnn, "(132, 1, 1)", 4096) == (128, 128)
+    assert validate.kernel_tile("sdpa_cudnn", cudnn, "(132, 1, 1)", d64) == (128, 128)
     split = ("void pytorch_flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<64, 64, 256, 4, 0, 0, "
              "cutlass::half_t>> | void pytorch_flash::flash_fwd_splitkv_combine_kernel<...>")
-    assert validate.kernel_tile("sdpa_flash", split, "(32, 2, 4)", 2048) == (64, 256)
+    assert validate.kernel_tile("sdpa_flash", split, "(32, 2, 4)", Shape.square(1, 4, 2048, 64)) == (64, 256)
     assert validate.kv_splits(split, "(32, 2, 4)") == 2 and validate.kv_splits(fa2, "(32, 1, 16)") == 1
+
+
+def test_kernel_tile_comes_from_the_registry_entry(registry_restored):
+    """An implementation's tile for validate is its entry's reader, else its costing's forward tile
+    (also for one only meta.json describes), else 128 x 128: validate names no implementation."""
+    from attention_core.costing import Costing, Tiles
+    from profiler.registry import register
+
+    shape = Shape.square(1, 16, 4096, 64)
+    register(lambda q, k, v, causal=False, sm_scale=None: q, name="tiled_user",
+             costing=Costing("fused", Tiles((64, 32))))
+    assert validate.kernel_tile("tiled_user", "my_kernel", "(1, 1, 1)", shape) == (64, 32)
+    meta = {"user_impls": {"elsewhere": {"costing": Costing("fused", Tiles((32, 16))).as_meta()}}}
+    assert validate.kernel_tile("elsewhere", "k", "(1, 1, 1)", shape, meta) == (32, 16)
+    assert validate.kernel_tile("sdpa_efficient", "fmha_cutlassF", "(1, 1, 1)", shape) == (128, 128)
+    # A FlashAttention-2 kernel without its traits in the name: sdpa_flash's costing tile at this head_dim.
+    assert validate.kernel_tile("sdpa_flash", "flash_fwd_kernel", "(1, 1, 1)", shape) == (128, 128)
+    assert validate.kernel_tile("sdpa_flash", "flash_fwd_kernel", "(1, 1, 1)", Shape.square(1, 16, 4096, 128)) \
+        == (128, 64)
 
 
 def test_dram_model_keeps_what_l2_retains():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from attention_core.shape import Shape
+from attention_core.shape import ROW_KEY, Shape
 from kernels.reference import nvtx_range
 from profiler.measure.ceilings import TORCH_DTYPES
 from profiler.measure.naive_steps import time_naive_steps
@@ -54,8 +54,7 @@ def trace_case(impl: Impl, shape: Shape, device, folder: Path) -> bool:
     if impl.unsupported_reason(device, TORCH_DTYPES[shape.dtype], shape.head_dim, backward=shape.mode != "fwd",
                                     grouped=shape.group > 1):
         return False
-    name = trace_file_name(impl.name, shape.mode, shape.batch, shape.heads, shape.seq_q, shape.head_dim,
-                           shape.dtype, shape.causal, shape.seq_kv, shape.kv_heads)
+    name = trace_file_name(impl.name, shape)
     q = k = v = do = once = None
     try:
         q, k, v, do = make_inputs(shape, device, requires_grad=shape.mode != "fwd")
@@ -85,9 +84,7 @@ def measure_cases(store: ResultStore, cases: list[tuple[Shape, Impl]], device, r
     new_rows = []
     with cuda_profiler_range(device.type == "cuda"):
         for shape, impl in cases:
-            key = {"impl": impl.name, "step": "total", "mode": shape.mode, "batch": shape.batch,
-                   "heads": shape.heads, "kv_heads": shape.kv_heads, "seq_q": shape.seq_q, "seq_kv": shape.seq_kv,
-                   "head_dim": shape.head_dim, "dtype": shape.dtype, "causal": shape.causal}
+            key = dict(zip(ROW_KEY, shape.row_key(impl.name)))
             description = f"{impl.name} {shape.mode} {shape.label}"
             if progress is not None:
                 progress(description)

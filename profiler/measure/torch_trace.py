@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from attention_core.shape import TAG, Shape
 from profiler.store import Capture
 
 KERNEL_COLUMNS = ["kernel", "gpu_us", "start_us", "stream", "range", "ranges"]
-TRACE_NAME = re.compile(
-    r"^(?P<impl>\w+?)-(?P<mode>fwd|bwd|fwd_bwd)-B(?P<batch>\d+)H(?P<heads>\d+)(?:KV(?P<kv_heads>\d+))?"
-    r"N(?P<seq_q>\d+)(?:x(?P<seq_kv>\d+))?D(?P<head_dim>\d+)"
-    r"-(?P<dtype>fp16|bf16|fp32)(?P<causal>-causal)?\.json$"
-)
+# <impl>-<mode>-<Shape.tag>.json, "+" of a mode written "_": triton_flash-fwd_bwd-B4H32N8192D64-fp16.json
+TRACE_NAME = re.compile(rf"^(?P<impl>\w+?)-(?P<mode>fwd|bwd|fwd_bwd)-{TAG.pattern}\.json$")
+# The kernel table of a capture's traces (profiler.store.KERNELS): the kernels, then the row key but its step.
+CAPTURE_KERNEL_COLUMNS = ["trace", *KERNEL_COLUMNS, "impl", *Shape.KEY]
 
 
 def record_one_iteration(fn: Callable[[], object], range_name: str, path: Path, cuda: bool) -> None:
@@ -95,14 +95,10 @@ def kernels_from_chrome_trace(path: Path | str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=KERNEL_COLUMNS)
 
 
-def trace_file_name(impl: str, mode: str, batch: int, heads: int, seq_q: int, head_dim: int, dtype: str,
-                    causal: bool, seq_kv: int | None = None, kv_heads: int | None = None) -> str:
+def trace_file_name(impl: str, shape: Shape) -> str:
     """The name a capture gives the trace of one implementation at one shape (parsed by TRACE_NAME):
-    ``KV<n>`` after the heads with grouped-query attention, ``x<Nkv>`` after N when the lengths differ."""
-    kv = "" if kv_heads is None or kv_heads == heads else f"KV{kv_heads}"
-    lengths = f"{seq_q}" if seq_kv is None or seq_kv == seq_q else f"{seq_q}x{seq_kv}"
-    return (f"{impl}-{mode.replace('+', '_')}-B{batch}H{heads}{kv}N{lengths}D{head_dim}-{dtype}"
-            f"{'-causal' if causal else ''}.json")
+    the implementation, the mode and :attr:`Shape.tag`."""
+    return f"{impl}-{shape.mode.replace('+', '_')}-{shape.tag}.json"
 
 
 def kernels_of_capture(folder: Path | str) -> pd.DataFrame:
@@ -117,14 +113,9 @@ def kernels_of_capture(folder: Path | str) -> pd.DataFrame:
         fields = match.groupdict()
         table.insert(0, "trace", path.name)
         table["impl"] = fields["impl"]
-        table["mode"] = fields["mode"].replace("_", "+")
-        for name in ("batch", "heads", "seq_q", "head_dim"):
-            table[name] = int(fields[name])
-        table["kv_heads"] = int(fields["kv_heads"] or fields["heads"])
-        table["seq_kv"] = int(fields["seq_kv"] or fields["seq_q"])
-        table["dtype"] = fields["dtype"]
-        table["causal"] = fields["causal"] is not None
+        for column, value in Shape.from_tag(fields, fields["mode"].replace("_", "+")).to_row().items():
+            table[column] = value
         tables.append(table)
-    columns = ["trace", *KERNEL_COLUMNS, "impl", "mode", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim",
-               "dtype", "causal"]
-    return pd.concat(tables, ignore_index=True)[columns] if tables else pd.DataFrame(columns=columns)
+    if not tables:
+        return pd.DataFrame(columns=CAPTURE_KERNEL_COLUMNS)
+    return pd.concat(tables, ignore_index=True)[CAPTURE_KERNEL_COLUMNS]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from attention_core.costing import Costing
-from attention_core.shape import Shape
+from attention_core.shape import ROW_KEY, Shape
 from profiler.model.cost import arithmetic_intensity, cost_of, kernel_path
 from profiler.model.roofs import Roofs, bound, roof_fraction
 
@@ -44,9 +44,7 @@ def capture_row(impl: str, costing: Costing, shape: Shape, step: str, roofs: Roo
     flops, hbm_bytes, tile = cost_of(costing, shape, step, path)
     ai = arithmetic_intensity(flops, hbm_bytes)
     row = {
-        "impl": impl, "step": step, "mode": shape.mode, "batch": shape.batch, "heads": shape.heads,
-        "kv_heads": shape.kv_heads, "seq_q": shape.seq_q, "seq_kv": shape.seq_kv, "head_dim": shape.head_dim,
-        "dtype": shape.dtype, "causal": shape.causal, "path": path, "flops": flops,
+        **dict(zip(ROW_KEY, shape.row_key(impl, step))), "path": path, "flops": flops,
         "hbm_bytes": hbm_bytes, "tile_bytes": tile,
         "arithmetic_intensity": ai, "status": status, "message": message,
         "peak_mem_bytes": peak_mem_bytes, "max_rel_err": max_rel_err,

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from attention_core.shape import Shape
 from profiler.measure.ranges import call_range, qualified, shape_range, step_range
 from profiler.store import Capture, CaptureError, write_parquet_atomic
 
@@ -308,9 +309,9 @@ def capture_gpu_times(projection: pd.DataFrame, ranges: pd.DataFrame, results: p
     case_of_total: dict[tuple, int | None] = {}
     out: list[float | None] = []
     for row in results.itertuples():
-        base = shape_range(row.impl, row)
-        key = (row.impl, row.mode, row.seq_q, row.seq_kv, row.batch, row.heads, getattr(row, "kv_heads", row.heads),
-               row.head_dim, row.dtype, row.causal)
+        shape = Shape.from_row(row)
+        base = shape_range(row.impl, shape)
+        key = shape.row_key(row.impl)  # the case: its total row's key, which its steps' rows share
         if row.step == "total":
             k = seen.get(base, 0)
             seen[base] = k + 1

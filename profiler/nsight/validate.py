@@ -19,7 +19,7 @@ import pandas as pd
 
 from attention_core import split_kv
 from attention_core.costing import Tiles
-from attention_core.shape import Shape
+from attention_core.shape import TAG, Shape
 from profiler.model.cost import cost_of
 from profiler.model.fused import executed_flops, split_kv_executed_flops
 from profiler.model.naive import naive_step_flops
@@ -27,10 +27,11 @@ from profiler.model.roofs import Roofs
 from profiler.model.rows import Timing, capture_row
 from profiler.nsight.dram_model import dram_bytes
 from profiler.nsight.ncu import read_raw_csv, run_driver
-from profiler.registry import costing_for
+from profiler.registry import REGISTRY, costing_for
 from profiler.store import Capture, CaptureError, to_frame, write_parquet_atomic
 
-SHAPE_COLUMNS = ["batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal"]
+# validate profiles forward runs: its tables hold the shape's key but the mode (read back as fwd: Shape.from_row).
+SHAPE_COLUMNS = [column for column in Shape.KEY if column != "mode"]
 
 
 def driver_args(shape: Shape, impls: list[str]) -> list[str]:
@@ -41,15 +42,12 @@ def driver_args(shape: Shape, impls: list[str]) -> list[str]:
     return args + (["--causal"] if shape.causal else [])
 
 
-CSV_NAME = re.compile(r"B(\d+)H(\d+)(?:KV(\d+))?N(\d+)(?:x(\d+))?D(\d+)-(fp16|bf16|fp32)(-causal)?\.csv$")
+CSV_NAME = re.compile(rf"{TAG.pattern}\.csv$")
 
 
 def csv_name(shape: Shape) -> str:
     """ncu's CSV of one shape (parsed back by CSV_NAME): B1H16N4096D64-fp16.csv, B1H32KV8N1x32768D128-bf16.csv."""
-    kv = f"KV{shape.kv_heads}" if shape.group > 1 else ""
-    lengths = f"{shape.seq_q}" if shape.seq_q == shape.seq_kv else f"{shape.seq_q}x{shape.seq_kv}"
-    causal = "-causal" if shape.causal else ""
-    return f"B{shape.batch}H{shape.heads}{kv}N{lengths}D{shape.head_dim}-{shape.dtype}{causal}.csv"
+    return f"{shape.tag}.csv"
 
 
 def measure_counters(shapes: list[Shape], impls: list[str], folder, progress=None, gpu: int | None = None
@@ -75,25 +73,19 @@ def with_shape(kernels: pd.DataFrame, shape: Shape) -> pd.DataFrame:
     return kernels
 
 
-def kernel_tile(impl: str, kernel: str, grid: str, seq_q: int,
-                gluon_tile: tuple[int, int] | None = None) -> tuple[int, int]:
+def kernel_tile(impl: str, kernel: str, grid: str, shape: Shape, meta: dict | None = None) -> tuple[int, int]:
     """(query rows, key columns) per tile of the kernel that ran, which sets how much of the causal
-    diagonal it computes in vain: ours from its grid (cdiv(N, BLOCK_M) programs along x; its
-    BLOCK_N divides BLOCK_M, so the query tile alone decides), or, for our sm_90 Gluon forward
-    (``_attn_fwd_hopper``, a 1-D grid of tiles or of SMs), ``gluon_tile`` from its costing;
-    FlashAttention-2 from the kBlockM and kBlockN in its kernel traits (<head_dim, kBlockM,
-    kBlockN, ...>); cuDNN's sm90 fprop kernel 128 × 128 (two 64-row consumer warpgroups per tile,
-    the 64 in its name; the H200 counters agree)."""
-    if "_attn_fwd_hopper" in kernel and gluon_tile is not None:
-        return gluon_tile
-    if impl == "triton_flash":
-        programs = int(str(grid).strip("()").split(",")[0])
-        rows = -(-seq_q // programs)
-        return rows, rows
-    match = re.search(r"Flash_fwd_kernel_traits<\d+, (\d+), (\d+)", kernel)
-    if match:
-        return int(match.group(1)), int(match.group(2))
-    return 128, 128
+    diagonal it computes in vain: what the implementation's registry entry reads from the kernel's
+    names and grid (profiler.registry.Impl.kernel_tile: ours from its grid or its Gluon tile,
+    FlashAttention-2 from its kernel traits), else its costing's forward tile for the shape (cuDNN's
+    sm90 forward: 128 × 128, two 64-row consumer warpgroups per tile; the H200 counters agree), else
+    128 × 128."""
+    entry = REGISTRY.get(impl)
+    tile = entry.kernel_tile(kernel, grid, shape) if entry is not None and entry.kernel_tile is not None else None
+    if tile is None:
+        tiles = costing_for(impl, meta).tiles_for(shape.head_dim, shape.dtype)
+        tile = None if tiles is None else tiles.fwd
+    return tile or (128, 128)
 
 
 def kv_splits(kernel: str, grid: str) -> int:
@@ -159,8 +151,7 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict |
         model_dram = dram_bytes(shape, r.impl, r.step, l2_bytes, kv_splits=splits)
         costing = costing_for(r.impl, meta)
         cost = cost_of(costing, shape, r.step)
-        gluon = costing.tiles_for(shape.head_dim, shape.dtype, costing.fast_path).fwd if costing.fast_path else None
-        tile = kernel_tile(r.impl, r.kernel_names, r.grid, int(r.seq_q), gluon) if fused else (0, 0)
+        tile = kernel_tile(r.impl, r.kernel_names, r.grid, shape, meta) if fused else (0, 0)
         model_flops = model_tensor_flops(shape, r.impl, r.step, tile, kernel=r.kernel_names)
         decode = split_kv.plan(shape.batch, shape.kv_heads, shape.group, shape.seq_q, shape.seq_kv)
         if "_decode_split" in r.kernel_names and decode is not None:  # our split-KV path: stacked rows
@@ -189,10 +180,7 @@ def rebuild(folder: Path | str, l2_bytes: float | None, meta: dict | None = None
         match = CSV_NAME.match(path.name)
         if match is None:
             continue
-        b, h, kvh, n, nk, d, dtype, causal = match.groups()
-        shape = Shape(int(b), int(h), int(n), int(nk or n), int(d), dtype, causal is not None,
-                         kv_heads=int(kvh) if kvh else None)
-        tables.append(with_shape(read_raw_csv(path), shape))
+        tables.append(with_shape(read_raw_csv(path), Shape.from_tag(match.groupdict())))
     if not tables:
         raise ValueError(f"'{capture.ncu_dir}' holds no ncu CSV named like B1H16N4096D64-fp16.csv")
     kernels = pd.concat(tables, ignore_index=True)

@@ -326,8 +326,7 @@ with tabs["Step breakdown"]:
     st.caption(f"Times by {timer}.")
     first = view.iloc[0]
     shape = replace(Shape.from_row(first), seq_q=int(hi), seq_kv=int(hi), mode="fwd")
-    family = plots.family_label(shape.batch, shape.heads, shape.kv_heads, shape.head_dim, shape.dtype, shape.causal,
-                                "fwd")
+    family = plots.family_label(shape.to_row())
     st.markdown(f"**{memory} trips of the N×N matrix, naive vs fused** (model, {family}, N={hi})")
     st.dataframe(plots.hbm_trips_table(shape, device_type=device_type), hide_index=True)
 

@@ -12,19 +12,18 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from attention_core.shape import NAIVE_STEPS, Shape
+from attention_core.shape import NAIVE_STEPS, ROW_KEY, Shape, lengths_label
 from profiler.model import hardware
 from profiler.model.fused import compulsory_bytes
 from profiler.model.memory import predicted_peak_bytes
 from profiler.model.naive import naive_step_bytes
-from profiler.model.roofs import attainable_flops
-from profiler.store import KEY
+from profiler.model.roofs import Roofs, attainable_flops
+from profiler.registry import REGISTRY
 from profiler.views.rooflines import Roof, label_box_px, roofline_figure, roofline_points, roofs_from_meta  # noqa: F401
 from profiler.views.style import (  # noqa: F401
     FAMILY_COLUMNS,
-    IMPL_ORDER,
+    LENGTHS,
     PLOTLY_TEMPLATE,
-    SHAPE_COLUMNS,
     STEP_COLOR,
     STEP_SYMBOL,
     family_label,
@@ -36,7 +35,6 @@ from profiler.views.style import (  # noqa: F401
 )
 
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
-ROW_KEY = KEY  # one measured row of a capture: implementation, step and every shape column
 LEVEL_SYMBOL = {"DRAM": "circle", "L2": "square"}  # the hierarchical roofline's memory levels
 STEP_SHORT = {"qk_matmul": "QKᵀ", "scale_mask": "mask", "softmax": "softmax", "pv_matmul": "PV"}
 
@@ -77,7 +75,7 @@ def _lines(data: pd.DataFrame) -> pd.DataFrame:
 
 
 def _line_label(family: tuple, queries: int) -> str:
-    return family_label(*family) + (f" Nq={queries}" if queries else "")
+    return family_label(family) + (f" Nq={queries}" if queries else "")
 
 
 def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
@@ -89,7 +87,7 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
     ok = _ok(totals)
     data = _lines(ok[ok.step == "total"])
     figs = {key: go.Figure() for key in ("time", "tflops", "memory", "speedup")}
-    shape_key = SHAPE_COLUMNS  # both lengths: a decode point is compared with naive at its own Nkv
+    shape_key = list(Shape.KEY)  # both lengths: a decode point is compared with naive at its own Nkv
     naive = data[data.impl == "naive"].set_index(shape_key)["time_ms"]
     naive = naive[~naive.index.duplicated()]  # one baseline per shape, also in merged captures
     data = data.merge(naive.rename("naive_ms").reset_index(), on=shape_key, how="left")
@@ -105,8 +103,8 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
                                              mode="lines+markers", name=name, line=style))
     seqs = sorted(data[data.queries == 0].seq_q.unique())  # the O(N²) model lines are for square shapes
     for family in _families(data[data.queries == 0]):
-        first = Shape.from_row(dict(zip(FAMILY_COLUMNS, family)) | {"seq_q": 1, "seq_kv": 1})
-        suffix = "" if len(families) == 1 else f" · {family_label(*family)}"
+        first = Shape.from_row(dict(zip(FAMILY_COLUMNS, family)) | dict.fromkeys(LENGTHS, 1))
+        suffix = "" if len(families) == 1 else f" · {family_label(family)}"
         for fused, label in ((False, "model O(N²): naive keeps S and P"), (True, "model O(N): fused keeps O, lse")):
             y = [predicted_peak_bytes(replace(first, seq_q=int(n), seq_kv=int(n)), fused) / 2**20 for n in seqs]
             figs["memory"].add_trace(go.Scatter(x=seqs, y=y, mode="lines", name=label + suffix,
@@ -122,8 +120,8 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
 
 
 def step_breakdown_figure(rows: pd.DataFrame, scale: str = "share", device_type: str | None = None) -> go.Figure:
-    """Naive attention's time per step: one bar group per shape (sequence length, and the shape
-    family when several are shown), stacked by step in STEP_COLOR; the capture's timer (CUDA
+    """Naive attention's time per step: one bar group per shape (its lengths, N or Nq and Nkv, and
+    the shape family when several are shown), stacked by step in STEP_COLOR; the capture's timer (CUDA
     events on a GPU, torch.utils.benchmark when ``device_type`` is meta.json's "cpu") and, beside
     it, Nsight Systems where the capture has it. ``scale`` "share" stacks each group to 100% (every
     N readable), "ms" shows milliseconds. Only rows with status 'ok' are drawn; shapes where naive
@@ -134,15 +132,17 @@ def step_breakdown_figure(rows: pd.DataFrame, scale: str = "share", device_type:
     fig = go.Figure()
     families = _families(naive)
     many = len(families) > 1
+    square = bool((naive.seq_q == naive.seq_kv).all())
 
     def category(frame):
-        n = [f"N={v}" for v in frame.seq_q]
+        n = [lengths_label(q, k) for q, k in zip(frame.seq_q, frame.seq_kv)]
         if not many:
             return n
-        return [[family_label(*f) for f in frame[FAMILY_COLUMNS].itertuples(index=False)], n]
+        return [[family_label(f) for f in frame[FAMILY_COLUMNS].itertuples(index=False)], n]
 
+    shape = [*FAMILY_COLUMNS, *LENGTHS]  # the shape's key, families first: bars of one family side by side
     if scale == "share" and not steps.empty:
-        per_shape = steps.groupby([*FAMILY_COLUMNS, "seq_q"])
+        per_shape = steps.groupby(shape)
         steps["shown"] = steps.time_ms / per_shape.time_ms.transform("sum")
         if "nsys_gpu_ms" in steps:
             steps["shown_nsys"] = steps.nsys_gpu_ms / per_shape.nsys_gpu_ms.transform("sum")
@@ -150,9 +150,8 @@ def step_breakdown_figure(rows: pd.DataFrame, scale: str = "share", device_type:
         steps["shown"] = steps.time_ms
         steps["shown_nsys"] = steps.get("nsys_gpu_ms")
     has_nsys = "nsys_gpu_ms" in steps and steps.nsys_gpu_ms.notna().any()
-    order = [*FAMILY_COLUMNS, "seq_q"]
     for step in NAIVE_STEPS:
-        group = steps[steps.step == step].sort_values(order)
+        group = steps[steps.step == step].sort_values(shape)
         fig.add_trace(go.Bar(x=category(group), y=group.shown, name=f"{step} ({timer})", offsetgroup="events",
                              legendgroup=step, customdata=group.time_ms, marker={"color": STEP_COLOR[step]},
                              hovertemplate=f"{step}: %{{customdata:.4g}} ms<extra></extra>"))
@@ -161,12 +160,12 @@ def step_breakdown_figure(rows: pd.DataFrame, scale: str = "share", device_type:
                                  legendgroup=step, customdata=group.nsys_gpu_ms,
                                  marker={"color": STEP_COLOR[step], "pattern": {"shape": "/"}},
                                  hovertemplate=f"{step} (nsys): %{{customdata:.4g}} ms<extra></extra>"))
-    oom = naive[naive.status == "oom"].drop_duplicates([*FAMILY_COLUMNS, "seq_q"]).sort_values(order)
+    oom = naive[naive.status == "oom"].drop_duplicates(shape).sort_values(shape)
     if not oom.empty:
         # Where the whole naive forward ran but its steps did not: timing the steps one by one holds S,
         # the scaled S and P (three N×N matrices, profiler.measure.naive_steps) at once; the forward two.
-        totals = _ok(rows[(rows.impl == "naive") & (rows.step == "total")]).set_index([*FAMILY_COLUMNS, "seq_q"])
-        ran = [tuple(r) in totals.index for r in oom[[*FAMILY_COLUMNS, "seq_q"]].itertuples(index=False)]
+        totals = _ok(rows[(rows.impl == "naive") & (rows.step == "total")]).set_index(shape)
+        ran = [tuple(r) in totals.index for r in oom[shape].itertuples(index=False)]
         text = ["steps OOM<br>(total ran)" if r else "OOM" for r in ran]
         hover = ["the whole of naive attention ran (see Roofline); timing its steps one by one holds S, the scaled S "
                  "and P at once, and ran out of memory" if r else "naive ran out of memory here" for r in ran]
@@ -179,7 +178,7 @@ def step_breakdown_figure(rows: pd.DataFrame, scale: str = "share", device_type:
                            xref="paper", yref="paper", font={"size": 14})
     share = scale == "share"
     fig.update_layout(template=PLOTLY_TEMPLATE, barmode="stack", height=460,
-                      xaxis_title="shape" if many else "sequence length N",
+                      xaxis_title="shape" if many else "sequence length N" if square else "sequence lengths",
                       yaxis_title="share of naive attention's time" if share else "ms",
                       title="Naive attention: time per step" + (" (share of the four steps)" if share else ""))
     if share:
@@ -219,9 +218,10 @@ def compare_figure(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str)
     (implementation, step and every shape column, so decode rows of one Nq but several Nkv stay
     apart), their times and TFLOP/s, and B / A ratios against the key length, one line per
     implementation, shape family and query length."""
-    ok_a = _ok(a)[ROW_KEY + ["time_ms", "tflops"]].drop_duplicates(ROW_KEY)
-    ok_b = _ok(b)[ROW_KEY + ["time_ms", "tflops"]].drop_duplicates(ROW_KEY)
-    joined = ok_a.merge(ok_b, on=ROW_KEY, suffixes=(f" {label_a}", f" {label_b}"))
+    key = list(ROW_KEY)
+    ok_a = _ok(a)[[*key, "time_ms", "tflops"]].drop_duplicates(key)
+    ok_b = _ok(b)[[*key, "time_ms", "tflops"]].drop_duplicates(key)
+    joined = ok_a.merge(ok_b, on=key, suffixes=(f" {label_a}", f" {label_b}"))
     joined["speedup B/A"] = joined[f"time_ms {label_a}"] / joined[f"time_ms {label_b}"]
     totals = _lines(joined[joined.step == "total"])
     families = list(dict.fromkeys(tuple(r) for r in totals[[*FAMILY_COLUMNS, "queries"]].itertuples(index=False)))
@@ -245,7 +245,7 @@ def _range_color(rng) -> str | None:
     parts = str(rng or "").removeprefix("attn:").split("/")
     if parts[-1] in STEP_COLOR:
         return STEP_COLOR[parts[-1]]
-    return impl_color(parts[0]) if parts[0] in IMPL_ORDER else None
+    return impl_color(parts[0]) if parts[0] in REGISTRY else None
 
 
 def trace_figure(kernels: pd.DataFrame) -> go.Figure:
@@ -279,7 +279,7 @@ def whatif_figure(rows: pd.DataFrame, device: hardware.Device, dtype: str) -> go
     shape), from rows with status 'ok' only."""
     roof = Roof(f"{device.name} datasheet", device.peak_flops(dtype), device.hbm_bytes_per_s)
     ok = _ok(rows)
-    data = ok[ok.hbm_bytes > 0].drop_duplicates(subset=ROW_KEY).copy()
+    data = ok[ok.hbm_bytes > 0].drop_duplicates(subset=list(ROW_KEY)).copy()
     x = data.flops / data.hbm_bytes
     # Attainable = min(peak, intensity × bandwidth) (Williams, Waterman, Patterson, CACM 2009).
     data["tflops"] = np.minimum(roof.peak_flops, x * roof.bandwidth) / 1e12
@@ -414,8 +414,9 @@ def bandwidth_figure(totals: pd.DataFrame, meta: dict) -> go.Figure:
                                  customdata=group.time_ms * 1e3,
                                  hovertemplate="Nkv %{x}: %{y:,.0f} GB/s in %{customdata:.1f} µs<br>(the model's "
                                                "compulsory bytes: Q, K, V read once, O written once)"))
-    measured = (meta.get("measured_ceilings") or {}).get("copy_gbps")
-    sheet = hardware.lookup(meta.get("datasheet_device") or meta.get("device", "")) if memory == "HBM" else None
+    roofs = Roofs.from_meta(meta)
+    measured = None if roofs.measured is None else roofs.measured.copy_gbps
+    sheet = roofs.datasheet if memory == "HBM" else None
     lines = [(v, text, dash) for v, text, dash in (
         (measured, "measured copy" if memory == "HBM" else f"measured {memory} copy", "dash"),
         (None if sheet is None else sheet.hbm_bytes_per_s / 1e9, f"{getattr(sheet, 'name', '')} datasheet HBM", "dot"),

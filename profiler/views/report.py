@@ -25,9 +25,10 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from attention_core.shape import Shape
+from profiler.model.roofs import Roofs
 from profiler.store import Capture, CaptureError, write_bytes_atomic
 from profiler.views import plots, rooflines, style
-from profiler.views.style import FAMILY_COLUMNS, IMPL_ORDER, family_label
+from profiler.views.style import FAMILY_COLUMNS, LENGTHS, family_label, impl_rank
 
 DTYPE_ORDER = {"fp16": 0, "bf16": 1, "fp32": 2}
 MODE_ORDER = {"fwd": 0, "bwd": 1, "fwd+bwd": 2}
@@ -62,7 +63,7 @@ def families_of(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
                 DTYPE_ORDER.get(values["dtype"], 9), str(values["dtype"]), bool(values["causal"]),
                 MODE_ORDER.get(values["mode"], 9), str(values["mode"]))
 
-    return {family_label(*key): groups[key] for key in sorted(groups, key=order)}
+    return {family_label(key): groups[key] for key in sorted(groups, key=order)}
 
 
 def _available(labels: list[str]) -> str:
@@ -150,10 +151,6 @@ SUMMARY_NUMERIC = {"time (ms)", "TFLOP/s", "GB/s", "intensity (FLOP/B)", "of dat
 LENGTH_COLUMNS = ["N", "query length", "key length"]
 
 
-def _impl_rank(name: str) -> tuple:
-    return (IMPL_ORDER.index(name) if name in IMPL_ORDER else len(IMPL_ORDER), name)
-
-
 def summary_table(rows: pd.DataFrame, points: pd.DataFrame, copy_gbps: float | None = None) -> pd.DataFrame:
     """The whole-attention rows of one family as a reader sees them: strings in human units, headers in
     words, one row per implementation and shape (by query and key length, then registry order).
@@ -162,9 +159,9 @@ def summary_table(rows: pd.DataFrame, points: pd.DataFrame, copy_gbps: float | N
     status is not ok has no rates (a ``wrong`` one keeps its time and error, as measured); its status
     says what happened and ``message`` why. ``copy_gbps`` adds GB/s against the measured copy for decode."""
     totals = rows[rows.step == "total"].copy()
-    totals["rank"] = [_impl_rank(i) for i in totals.impl]
-    totals = totals.sort_values(["seq_q", "seq_kv", "rank"])
-    naive = totals[(totals.impl == "naive") & (totals.status == "ok")].set_index(["seq_q", "seq_kv"]).time_ms
+    totals["rank"] = [impl_rank(i) for i in totals.impl]
+    totals = totals.sort_values([*LENGTHS, "rank"])
+    naive = totals[(totals.impl == "naive") & (totals.status == "ok")].set_index(LENGTHS).time_ms
     naive = naive[~naive.index.duplicated()]
     decode = bool((totals.seq_q < totals.seq_kv).any())
     square = bool((totals.seq_q == totals.seq_kv).all())
@@ -270,9 +267,9 @@ def _trace_rows(kernels: pd.DataFrame, key: tuple) -> tuple[pd.DataFrame, str]:
         if column in kernels:
             mask &= kernels[column] == value
     rows = kernels[mask]
-    if rows.empty or not {"seq_q", "seq_kv", "impl"} <= set(rows.columns):
+    if rows.empty or not {*LENGTHS, "impl"} <= set(rows.columns):
         return rows, ""
-    counts = rows.groupby(["seq_q", "seq_kv"]).impl.nunique().reset_index()
+    counts = rows.groupby(LENGTHS).impl.nunique().reset_index()
     seq_q, seq_kv = counts.sort_values(["impl", "seq_kv", "seq_q"]).iloc[-1][["seq_q", "seq_kv"]]
     rows = rows[(rows.seq_q == seq_q) & (rows.seq_kv == seq_kv)].copy()
     run = "trace" if "trace" in rows else "impl"
@@ -449,7 +446,8 @@ def _family_section(label: str, rows: pd.DataFrame, meta: dict, kernels: pd.Data
     trips beside the step breakdown and the Nsight Compute table after the validation roofline."""
     e = html.escape
     first = rows.iloc[0]
-    copy_gbps = (meta.get("measured_ceilings") or {}).get("copy_gbps")
+    measured = Roofs.from_meta(meta).measured
+    copy_gbps = None if measured is None else measured.copy_gbps
     points = rooflines.roofline_points(rows, rooflines.roofs_from_meta(meta, first["dtype"]), "compulsory",
                                        rooflines.exp_rate(meta))
     parts = [f"<h2 id='{anchor(label)}'>{e(label)}</h2>", f"<p class='caption'>{e(_rows_note(rows))}</p>",

@@ -16,13 +16,14 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from profiler.model import hardware
-from profiler.model.roofs import exp_ceiling, ridge_point
+from attention_core.shape import Shape
+from profiler.model.roofs import Roofs, exp_ceiling, ridge_point
+from profiler.registry import REGISTRY
 from profiler.views.style import (
     ABOVE_COMPUTE_NOTE,
     ABOVE_ROOF_NOTE,
-    ABOVE_ROOF_REASON,
     CACHE_BELOW,
+    LENGTHS,
     PLOTLY_TEMPLATE,
     STEP_SYMBOL,
     families_title,
@@ -58,37 +59,37 @@ class Roof:
 
 
 def roofs_from_meta(meta: dict, dtype: str, bytes_kind: str = "compulsory") -> list[Roof]:
-    """The roofs a capture is judged against for ``bytes_kind``: compulsory bytes against HBM
+    """The roofs a capture is judged against for ``bytes_kind``, drawn from the roofs its rows were
+    judged against (:meth:`profiler.model.roofs.Roofs.from_meta`): compulsory bytes against HBM
     (datasheet, when the device is known, then the measured matmul and copy); tile bytes against
     the L2 bandwidth ``ceilings`` measured (no datasheet gives one), under the same compute peaks.
     Empty for tile bytes when the capture holds no L2 measurement. On a CPU capture (meta.json's
     ``device_type``) the memory roof is the DRAM copy it measured, and is named so."""
-    sheet = hardware.lookup(meta.get("datasheet_device") or meta.get("device", ""))
-    sheet_peak = None if sheet is None else sheet.peak_flops_or_none(dtype)
-    measured = meta.get("measured_ceilings") or {}
-    matmul = measured.get("matmul_tflops", {}).get(dtype)
+    stored = Roofs.from_meta(meta)
+    sheet, sheet_peak = stored.datasheet, stored.datasheet_peak(dtype)
+    measured, measured_peak = stored.measured, stored.measured_peak(dtype)
     memory = memory_name(meta.get("device_type"))  # a CPU's roof is the DRAM copy it measured
     roofs = []
     if bytes_kind == "tile":
-        l2 = measured.get("l2_copy_gbps")
+        l2 = None if measured is None else measured.l2_bandwidth
         if l2 is None:
             return []
         if sheet_peak is not None:
-            roofs.append(Roof(f"{sheet.name} datasheet compute, measured L2", sheet_peak, l2 * 1e9, memory="L2"))
-        if matmul is not None:
-            roofs.append(Roof("measured, L2", matmul * 1e12, l2 * 1e9, "dash", memory="L2"))
+            roofs.append(Roof(f"{sheet.name} datasheet compute, measured L2", sheet_peak[0], l2, memory="L2"))
+        if measured_peak is not None:
+            roofs.append(Roof("measured, L2", measured_peak[0], l2, "dash", memory="L2"))
         return roofs
     if sheet_peak is not None:
-        roofs.append(Roof(f"{sheet.name} datasheet", sheet_peak, sheet.hbm_bytes_per_s))
-    if matmul is not None:
+        roofs.append(Roof(f"{sheet.name} datasheet", *sheet_peak))
+    if measured_peak is not None:
         label = "measured" if memory == "HBM" else f"measured matmul, {memory} copy"
-        roofs.append(Roof(label, matmul * 1e12, measured["copy_gbps"] * 1e9, "dash", memory=memory))
+        roofs.append(Roof(label, *measured_peak, "dash", memory=memory))
     return roofs
 
 
 def exp_rate(meta: dict) -> float | None:
     """exp2 per second of the capture's GPU (profiler.model.hardware), None where not known."""
-    sheet = hardware.lookup(meta.get("datasheet_device") or meta.get("device", ""))
+    sheet = Roofs.from_meta(meta).datasheet
     return None if sheet is None else sheet.exp2_per_s
 
 
@@ -149,7 +150,7 @@ def _sample(points: pd.DataFrame, limit: int) -> pd.DataFrame:
 
 def above_roof_reason(impl: str, memory: str, bound: str = "memory") -> str:
     """Why a point of ``impl`` sits above its roof: on the sloped part (``bound`` memory) the bytes,
-    the implementation's own reason where it is known (style.ABOVE_ROOF_REASON), else the general
+    the implementation's own reason where its registry entry gives one (Impl.above_roof_reason), else the general
     one for the ``memory`` level; on the flat part (compute) the roof itself, since bytes play no
     part there."""
     if bound == "compute":
@@ -158,8 +159,8 @@ def above_roof_reason(impl: str, memory: str, bound: str = "memory") -> str:
                 "filled earlier: meta.json's measured_ceilings_source says which), or the kernel did less "
                 "arithmetic than the FLOP convention counts")
     below = CACHE_BELOW.get(memory, "a cache below it")
-    known = ABOVE_ROOF_REASON.get(impl)
-    if known is not None and memory == "L2":
+    known = REGISTRY[impl].above_roof_reason if impl in REGISTRY else ""
+    if known and memory == "L2":
         return known
     if memory == "L2":
         return (f"{below} served some of the re-reads the tile bytes charge to L2; the L2 roof is a measured "
@@ -170,8 +171,8 @@ def above_roof_reason(impl: str, memory: str, bound: str = "memory") -> str:
 def _hover(group: pd.DataFrame, memory: str = "HBM") -> list[str]:
     texts = []
     for r in group.itertuples():
-        text = (f"<b>{r.impl}</b> {r.step} ({r.mode})<br>B={r.batch} H={r.heads} N={r.seq_q} D={r.head_dim} "
-                f"{r.dtype}{' causal' if r.causal else ''}<br>{r.time_ms:.4g} ms · {r.tflops:.4g} TFLOP/s"
+        text = (f"<b>{r.impl}</b> {r.step} ({r.mode})<br>{Shape.from_row(r).label}<br>{r.time_ms:.4g} ms · "
+                f"{r.tflops:.4g} TFLOP/s"
                 f"<br>{r.flops:.4g} FLOP / {r.bytes:.4g} B = {r.x:.4g} FLOP/B<br><b>{r.view_bound}-bound</b>")
         if pd.notna(r.of_roof):
             text += f" · {r.of_roof:.1%} of the roof"
@@ -182,6 +183,11 @@ def _hover(group: pd.DataFrame, memory: str = "HBM") -> list[str]:
             text += f"<br><b>{note}</b>:<br>{_wrap(above_roof_reason(r.impl, memory, r.view_bound))}"
         texts.append(text)
     return texts
+
+
+def _length_text(seq_q, seq_kv) -> str:
+    """A point's label: its length N, or Nq×Nkv when they differ (decode points of one Nq stay apart)."""
+    return f"{int(seq_q)}" if seq_q == seq_kv else f"{int(seq_q)}×{int(seq_kv)}"
 
 
 def _wrap(text: str, width: int = 80) -> str:
@@ -323,7 +329,7 @@ def roofline_figure(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "co
     fused_names = list(dict.fromkeys(points[is_fused(points)].impl)) if not points.empty else []
     above = []
     for (impl, step), group in points.groupby(["impl", "step"], sort=False):
-        group = group.sort_values("seq_q")
+        group = group.sort_values(LENGTHS)
         shift = JITTER ** (fused_names.index(impl) - (len(fused_names) - 1) / 2) if (
             step == "total" and impl in fused_names) else 1.0
         symbol = STEP_SYMBOL.get(step, "circle")
@@ -333,7 +339,8 @@ def roofline_figure(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "co
             name=impl if step == "total" else f"{impl}: {step}", legendgroup=impl,
             marker={"color": impl_color(impl), "size": 10, "line": {"width": 1.5, "color": impl_color(impl)},
                     "symbol": [symbol if b == "compute" else f"{symbol}-open" for b in group.view_bound]},
-            text=[f"{n}" for n in group.seq_q] if show_labels else None, textposition="top center",
+            text=[_length_text(q, k) for q, k in zip(group.seq_q, group.seq_kv)] if show_labels else None,
+            textposition="top center",
             textfont={"size": 9}, hovertext=hover, hoverinfo="text",
         ))
         over = (group.of_roof > 1).to_numpy()

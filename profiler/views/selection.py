@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pandas as pd
 
-# The columns a row's shape is made of, in the order its compact label names them.
-LABEL_COLUMNS = ["capture", "mode", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal"]
+from attention_core.shape import Shape
+
+# The columns that tell rows of the dashboard apart, in the order its compact label names them: the
+# capture, then the shape's key.
+LABEL_COLUMNS = ["capture", *Shape.KEY]
 
 
 def checkout_of(app_file: Path | str) -> Path | None:

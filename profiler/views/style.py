@@ -8,32 +8,42 @@ import zlib
 
 import plotly.graph_objects as go
 
-# Colours by implementation: the registry's built-ins in registry order (profiler.registry.BUILTIN;
-# listed here so the dashboard need not load torch), then any other name by a CRC-32 of it.
-IMPL_ORDER = ["naive", "triton_naive", "triton_flash", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "sdpa_math",
-              "sdpa_repeat_kv"]
-PALETTE = ["#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#393b79", "#ad494a"]
+from attention_core.shape import Shape
+from profiler.registry import BUILTIN, REGISTRY
+
+# Colours of names outside the registry (user implementations: picked by a CRC-32 of the name); the
+# registry's entries carry their own (profiler.registry.Impl.color).
+SPARE_COLORS = ["#7f7f7f", "#bcbd22", "#393b79", "#ad494a"]
+PALETTE = [*(REGISTRY[name].color for name in BUILTIN), *SPARE_COLORS]  # the template's colorway
 STEP_SYMBOL = {"total": "circle", "qk_matmul": "triangle-up", "scale_mask": "square", "softmax": "diamond",
                "pv_matmul": "triangle-down"}
 STEP_COLOR = {"qk_matmul": "#1f77b4", "scale_mask": "#9edae5", "softmax": "#d62728", "pv_matmul": "#ff9896"}
-SHAPE_COLUMNS = ["batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "dtype", "causal", "mode"]
-FAMILY_COLUMNS = ["batch", "heads", "kv_heads", "head_dim", "dtype", "causal", "mode"]  # a shape but its lengths
+LENGTHS = ["seq_q", "seq_kv"]
+FAMILY_COLUMNS = [c for c in Shape.KEY if c not in LENGTHS]  # a shape family: the shape's key but its lengths
 
 
 def impl_color(name: str) -> str:
-    """A colour per implementation, the same in every chart, run and process (registry order first,
-    then any other name by its CRC-32: Python's hash() of a str changes from run to run)."""
-    if name in IMPL_ORDER:
-        return PALETTE[IMPL_ORDER.index(name)]
-    spare = PALETTE[len(IMPL_ORDER):]
-    return spare[zlib.crc32(name.encode()) % len(spare)]
+    """A colour per implementation, the same in every chart, run and process: its registry entry's,
+    else one of SPARE_COLORS by the name's CRC-32 (Python's hash() of a str changes from run to run)."""
+    impl = REGISTRY.get(name)
+    if impl is not None and impl.color:
+        return impl.color
+    return SPARE_COLORS[zlib.crc32(name.encode()) % len(SPARE_COLORS)]
 
 
-def family_label(batch, heads, kv_heads, head_dim, dtype, causal, mode) -> str:
+def impl_rank(name: str) -> tuple[int, str]:
+    """Where an implementation sorts in tables: registry order, then any other name alphabetically."""
+    names = list(REGISTRY)
+    return (names.index(name) if name in names else len(names), name)
+
+
+def family_label(family) -> str:
     """'B4 H32 D64 fp16 causal fwd' ('H32/8' with grouped-query attention): a shape family, as titles
-    and legends name it."""
-    return f"B{batch} {heads_label(heads, kv_heads)} D{head_dim} {dtype} {'causal' if causal else 'full'} {mode}"
+    and legends name it. ``family``: a mapping with the FAMILY_COLUMNS (a dict, a row), or their
+    values in that order (a groupby key)."""
+    f = family if hasattr(family, "keys") else dict(zip(FAMILY_COLUMNS, family))
+    return (f"B{f['batch']} {heads_label(f['heads'], f['kv_heads'])} D{f['head_dim']} {f['dtype']} "
+            f"{'causal' if f['causal'] else 'full'} {f['mode']}")
 
 
 def heads_label(heads, kv_heads) -> str:
@@ -136,11 +146,3 @@ def _number(v: float) -> str:
 ABOVE_ROOF_NOTE = "above the roof: the model charges bytes that the cache below serves"
 ABOVE_COMPUTE_NOTE = "above the compute roof: the roof is below what this kernel sustains"
 CACHE_BELOW = {"HBM": "L2", "DRAM": "the CPU caches", "L2": "L1 and registers"}
-# Why, where it is known for an implementation (its costing in profiler.registry says how it is
-# charged; listed here so the views need not import the registry, which loads torch).
-ABOVE_ROOF_REASON = {
-    "triton_naive": "its per-row costing charges K and V once per query row (profiler.model.fused."
-                    "per_row_bytes), but the programs of neighbouring rows of one head run side by side "
-                    "and read the same K and V blocks, so L1 serves most of those re-reads and L2 sees "
-                    "fewer bytes than charged",
-}

@@ -10,8 +10,9 @@ from profiler.model import hardware
 from profiler.model.cost import arithmetic_intensity, cost_of
 from profiler.model.roofs import attainable_flops, bound
 
+# The order profiler.cli.capturing unpacks its groups in; it should group on Shape.KEY (and read each
+# group's shape with Shape.from_row), and then this goes.
 SUMMARY_SHAPE = ["mode", "dtype", "head_dim", "causal", "batch", "heads", "kv_heads", "seq_q", "seq_kv"]
-BENCH_SHAPE = ["mode", "dtype", "head_dim", "causal", "seq_q", "seq_kv", "batch", "heads", "kv_heads"]
 
 
 def summary_frame(rows: list[dict]) -> pd.DataFrame:
@@ -24,10 +25,11 @@ def summary_frame(rows: list[dict]) -> pd.DataFrame:
     if not totals:
         return pd.DataFrame()
     frame = to_frame(totals)  # every column of the schema, also where no case ran
-    naive = frame[(frame.impl == "naive") & (frame.status == "ok")].set_index(SUMMARY_SHAPE)["time_ms"]
+    shape_key = list(Shape.KEY)
+    naive = frame[(frame.impl == "naive") & (frame.status == "ok")].set_index(shape_key)["time_ms"]
     speedups = []
     for _, r in frame.iterrows():
-        key = tuple(r[c] for c in SUMMARY_SHAPE)
+        key = tuple(r[c] for c in shape_key)
         base = naive.get(key) if key in naive.index else None
         ok = (r["status"] == "ok" and not pd.isna(r.get("time_ms")) and base is not None and not pd.isna(base))
         speedups.append(base / r["time_ms"] if ok else None)
@@ -43,9 +45,9 @@ def bench_table(frame: pd.DataFrame, impls: list[str], baseline: str, copy_gbps:
     only: a peer or baseline that did not run, or whose output was 'wrong', has no ratio."""
     totals = frame[(frame.step == "total") & frame.impl.isin(impls)]
     rows = []
-    for key, group in totals.groupby(BENCH_SHAPE, sort=False):
+    for key, group in totals.groupby(list(Shape.KEY), sort=False):
         by_impl = {r.impl: r for r in group.itertuples()}
-        row = dict(zip(BENCH_SHAPE, key))
+        row = dict(zip(Shape.KEY, key))
         # The shape's class, for choosing TFLOP/s or GB/s: the baseline's, else any measured row's (a row
         # that did not run, or ran wrong, has no bound).
         bounds = [r.bound for r in ([by_impl[baseline]] if baseline in by_impl else []) + list(by_impl.values())
