@@ -148,8 +148,8 @@ def test_the_venv_imports_the_installed_package_not_the_checkout(installed):
     assert found["editable"] == []  # deps.pth did not run the editable finder of the dependencies' folder
     # Nothing of the checkout is on sys.path but the dependencies' folder (in CI, .venv lies inside the checkout).
     entries = [(installed.project / p).resolve() for p in found["path"]]
-    assert [e for e in entries if e.is_relative_to(ROOT) and not any(e.is_relative_to(d) for d in installed.dependencies)
-            ] == []
+    deps = installed.dependencies
+    assert [e for e in entries if e.is_relative_to(ROOT) and not any(e.is_relative_to(d) for d in deps)] == []
     assert any(Path(found["torch"]).is_relative_to(d) for d in installed.dependencies)
 
 

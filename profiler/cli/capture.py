@@ -107,14 +107,12 @@ def _print_summary(frame) -> None:
     against naive fp32 attention is shown for every row that has one. Each message is printed
     whole below its table, where it has the console's width."""
     from attention_core.shape import Shape
-    from profiler.views.tables import SUMMARY_SHAPE
 
     if frame.empty:
         return
-    for key, group in frame.groupby(SUMMARY_SHAPE, sort=False):
-        mode, dtype, d, causal, b, h, kvh, n, nk = key
-        shape = Shape(int(b), int(h), int(n), int(nk), int(d), dtype, bool(causal), mode, int(kvh))
-        table = Table(title=f"{shape.label} {'' if causal else 'full '}{mode}")
+    for _, group in frame.groupby(list(Shape.KEY), sort=False):  # in the order the shapes were measured
+        shape = Shape.from_row(group.iloc[0])
+        table = Table(title=f"{shape.label} {'' if shape.causal else 'full '}{shape.mode}")
         table.add_column("impl", overflow="fold")
         # two-line headers keep the table within 100 columns, where rich would otherwise cut cells
         for header in ("ms", "TFLOP/s", "GB/s", "speedup\nvs naive", "peak\nMiB", "max rel\nerr", "bound"):

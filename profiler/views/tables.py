@@ -10,10 +10,6 @@ from profiler.model import hardware
 from profiler.model.cost import arithmetic_intensity, cost_of
 from profiler.model.roofs import attainable_flops, bound
 
-# The order profiler.cli.capturing unpacks its groups in; it should group on Shape.KEY (and read each
-# group's shape with Shape.from_row), and then this goes.
-SUMMARY_SHAPE = ["mode", "dtype", "head_dim", "causal", "batch", "heads", "kv_heads", "seq_q", "seq_kv"]
-
 
 def summary_frame(rows: list[dict]) -> pd.DataFrame:
     """The seed posts' benchmark table: per shape, each implementation's ms, TFLOP/s, speedup over
