@@ -70,7 +70,9 @@ COMMANDS = (demo, bench, capture, sweep, nsys, report, validate, remodel, model,
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m profiler",
+    # The console script names itself; `python -m profiler` (and main() from Python) keeps that name.
+    script = os.path.basename(sys.argv[0]) if sys.argv else ""
+    parser = _Parser(prog="attention-roofline" if script == "attention-roofline" else "python -m profiler",
                      description="Profile attention kernels and place them on a roofline: measure, model, compare.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
