@@ -428,6 +428,10 @@ def merge_parts(folder: Path | str) -> int:
     capture.write_results(to_frame(merged.to_dict("records")))
     for p in parts:
         p.unlink()
+    # A rank stopped during a write leaves its temporary file (write_bytes_atomic): never a committed
+    # row, since the part file it would have replaced holds every row written before.
+    for tmp in capture.parts_dir.glob(".*.tmp"):
+        tmp.unlink()
     capture.parts_dir.rmdir()
     return sum(len(f) for f in from_parts)
 

@@ -134,6 +134,9 @@ def test_result_store_parts_merge_into_the_results(tmp_path):
     # The part sees what results.parquet already holds (every key is unique: only that file has row 0's).
     assert len(part.known) == 1 and part.has({k: rows[0][k] for k in KEY})
     assert capture.part_files() == [capture.part_path("rank-1")] and len(capture.results()) == 1
+    # Rank 0 was stopped (torchrun ends the others when one rank dies) while writing: its temporary file
+    # holds no committed row, and it must not stop the merge.
+    (capture.parts_dir / ".rank-0.parquet.tmp").write_bytes(b"half a parquet file")
     assert merge_parts(capture.path) == 2
     assert len(capture.results()) == 3 and not capture.parts_dir.exists()
     assert capture.meta()["device"] == "NVIDIA H200"
