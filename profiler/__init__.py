@@ -21,3 +21,12 @@ def register(fn=None, **kwargs):
     from profiler.registry import register as _register
 
     return _register(fn, **kwargs)
+
+
+def observe(out, **kwargs):
+    """Observe every attention call made inside a ``with`` block and write a capture folder to ``out``:
+    ``with profiler.observe(out="reports/my-run") as run: model.generate(...)``. See
+    :func:`profiler.observer.run.observe` for the options."""
+    from profiler.observer.run import observe as _observe
+
+    return _observe(out, **kwargs)

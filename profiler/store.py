@@ -84,6 +84,25 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "status": ("string", "ok; wrong (the output failed the correctness check: its times are kept for the record, "
                          "it has no rates, bound or roof fractions and is on no chart); oom, unsupported or error"),
     "message": ("string", "why, when status is not ok (for wrong: the error and the tolerance it exceeded)"),
+    # What `observe` adds (profiler.observer): rows of a real run's attention calls, and their replays.
+    "source": ("string", "measured (capture, sweep, bench), observed (a real run's calls, `observe`: impl is the API "
+                         "called, e.g. sdpa) or replay (an implementation re-run at an observed shape)"),
+    "site": ("string", "observed: where the calls were made, the nn.Module path (model.layers.3.self_attn) or "
+                       "file:line; empty otherwise"),
+    "calls": ("float64", "observed: calls aggregated in the row; time_ms is then their mean time (total_ms / calls) "
+                         "and flops, hbm_bytes the means of exact per-call sums"),
+    "total_ms": ("float64", "observed: GPU time of all the row's calls (kernels inside each call's range with the "
+                            "torch trace, else CUDA events around each call; CPU: wall time)"),
+    "median_ms": ("float64", "observed: median time of one call"),
+    "mask": ("string", "observed: none, causal (top-left, or square), causal-br (bottom-right, Nq != Nkv), mask "
+                       "(explicit attn_mask), block (FlexAttention block mask) or window (sliding window)"),
+    "density": ("float64", "observed: fraction of the Nq×Nkv score pairs the FLOPs count (0.5 square causal, the "
+                           "convention; exact for other masks; computed blocks for a block mask)"),
+    "layout": ("string", "observed: how q lay in memory: bhsd, bshd (a transposed (B, S, H, D) tensor), packed "
+                         "(varlen) or strided"),
+    "seq_kv_min": ("float64", "observed: shortest Nkv of the row's calls (decode rows group growing Nkv into "
+                              "buckets, four per octave; seq_kv is their mean)"),
+    "seq_kv_max": ("float64", "observed: longest Nkv of the row's calls"),
 }
 COLUMNS = list(SCHEMA)
 # Meta keys that describe one run; a resumed capture keeps the earlier runs' values in earlier_runs.
@@ -92,7 +111,8 @@ RUN_KEYS = ("command", "time", "git_revision", "torch", "triton", "cuda", "drive
 # One row per implementation, step and shape (attention_core.shape.ROW_KEY): resumes and merges de-duplicate on it.
 KEY = list(ROW_KEY)
 # Columns added after captures were shipped, and how an older file's rows read without them.
-ADDED_COLUMNS = {"kv_heads": lambda frame: frame["heads"], "path": lambda frame: ""}
+ADDED_COLUMNS = {"kv_heads": lambda frame: frame["heads"], "path": lambda frame: "",
+                 "source": lambda frame: "measured", "site": lambda frame: ""}
 
 
 class CaptureError(ValueError):
@@ -133,6 +153,8 @@ def to_frame(rows: list[dict]) -> pd.DataFrame:
                 frame[column] = fill(frame)
             elif column == "kv_heads":
                 frame[column] = frame[column].fillna(frame["heads"])
+            elif column in ("source", "site"):
+                frame[column] = frame[column].fillna(fill(frame))
     for column, (dtype, _) in SCHEMA.items():
         if column not in frame:
             frame[column] = None

@@ -60,13 +60,14 @@ from profiler.cli import (  # noqa: E402
     demo,
     model,
     nsys,
+    observe,
     remodel,
     report,
     sweep,
     validate,
 )
 
-COMMANDS = (demo, bench, capture, sweep, nsys, report, validate, remodel, model, ceilings, dashboard)
+COMMANDS = (demo, bench, capture, sweep, observe, nsys, report, validate, remodel, model, ceilings, dashboard)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,6 +20,9 @@ All ranges are in domain ``attn`` (Nsight Systems shows ``attn:<name>``):
     <impl>/<mode>/seq=<N>/<step>          one naive step timed alone, inside its case
     <impl>/<mode>/seq=<N>/<step>/call     each repetition of that step
     validate/<impl>/<step>                the one run Nsight Compute profiles (profiler.nsight)
+    observe/<api>/<mode>/<site>           one attention call of an observed run (profiler.observer): the
+                                          API called (sdpa, flex_attention, ...), fwd or its bwd, and the
+                                          call site (model.layers.3.self_attn, or file:line)
     <step>                                qk_matmul, scale_mask, softmax or pv_matmul: opened by naive
                                           attention itself (kernels/reference.py) inside whichever range
                                           runs it, the correctness check's fp32 reference included
@@ -36,6 +39,7 @@ from dataclasses import dataclass
 DOMAIN = "attn"  # = kernels.reference.NVTX_DOMAIN, which opens the ranges (kernels/ cannot import this)
 CALL = "call"
 VALIDATE = "validate"
+OBSERVE = "observe"
 
 
 def case_range(impl: str, mode: str, seq_q: int, seq_kv: int | None = None, kv_heads: int | None = None) -> str:
@@ -63,6 +67,10 @@ def call_range(parent: str) -> str:
 
 def validate_range(impl: str, step: str) -> str:
     return f"{VALIDATE}/{impl}/{step}"
+
+
+def observe_range(api: str, mode: str, site: str) -> str:
+    return f"{OBSERVE}/{api}/{mode}/{site}"
 
 
 def qualified(name: str) -> str:

@@ -1,0 +1,200 @@
+"""``observe``: run a script unchanged, as ``python SCRIPT ARGS`` would, and profile every attention
+call it makes (profiler.observer); optionally replay the observed shapes through other
+implementations and say what each would save."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import shlex
+import sys
+import traceback
+from pathlib import Path
+
+from profiler.cli import UsageError
+from profiler.cli.console import console, dashboard_hint, fmt
+from profiler.cli.options import add_rep_ms, impl_list
+
+HELP = "run a script and profile the attention calls it makes (python -m profiler observe -- script.py ARGS)"
+TOP = 12  # rows of the per-site table
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default=None, help="capture folder (default reports/observed-<script>-<time>)")
+    p.add_argument("--trace", choices=("torch", "none"), default=None,
+                   help="torch: the torch profiler records the run (each call's own kernel time, the GPU's busy "
+                        "time); none: CUDA events around each call, least overhead (default: torch on a GPU, "
+                        "none on a CPU)")
+    p.add_argument("--replay", type=impl_list, default=None, metavar="IMPLS",
+                   help="after the run, re-run each observed shape through these implementations (names, 'all', "
+                        "or module:function / file.py:function) and print what each would save")
+    add_rep_ms(p)
+    p.add_argument("script", nargs=argparse.REMAINDER, metavar="-- SCRIPT [ARGS...]",
+                   help="the script and its arguments (or -m MODULE ARGS), after --")
+
+
+def _script(command: list[str]) -> tuple[str, str, list[str]]:
+    """('path' or 'module', target, argv) of the command after --."""
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("name the script to observe after --, e.g. observe --out reports/run -- train.py --steps 10")
+    if command[0] == "-m":
+        if len(command) < 2:
+            raise UsageError("-m needs a module name, e.g. observe -- -m mypackage.train")
+        return "module", command[1], [command[1], *command[2:]]
+    path = Path(command[0])
+    if not path.is_file():
+        raise UsageError(f"script '{command[0]}' is not a file")
+    return "path", str(path), command
+
+
+def _run_user_code(kind: str, target: str, argv: list[str]) -> BaseException | None:
+    """Run the script as ``python`` would (``__main__``, sys.argv, its folder first on sys.path);
+    the exception it ended with, or None. SystemExit(0) and SystemExit(None) are a clean exit."""
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = argv
+    if kind == "path":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+    try:
+        if kind == "module":
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as err:
+        return None if err.code in (None, 0) else err
+    except BaseException as err:  # noqa: BLE001 - the user's error, reported with its own traceback
+        return err
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    return None
+
+
+def _print_user_traceback(err: BaseException, target: str) -> None:
+    """The script's traceback from its own first frame on (runpy's and ours left out)."""
+    tb = err.__traceback__
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != os.path.abspath(target):
+        tb = tb.tb_next
+    traceback.print_exception(type(err), err, tb or err.__traceback__)
+
+
+def run(args) -> int:
+    kind, target, argv = _script(args.script)
+    import torch
+
+    from profiler.measure.folder import FolderError, default_folder
+    from profiler.observer.run import observe
+
+    stem = Path(target).stem if kind == "path" else target.rsplit(".", 1)[-1]
+    folder = Path(args.out) if args.out else default_folder(f"observed-{stem}")
+    command = " ".join(shlex.quote(a) for a in argv)
+    try:
+        session = observe(folder, trace=args.trace, command=command,
+                          status=lambda text: console.status(text))
+        run_ = session.__enter__()
+    except FolderError as err:
+        raise UsageError(str(err)) from None
+    failure = None
+    try:
+        failure = _run_user_code(kind, target, argv)
+    finally:
+        session.__exit__(None, None, None)
+    if failure is not None:
+        if isinstance(failure, SystemExit):
+            console.print(f"observe: the script exited with status {failure.code}", style="red")
+        else:
+            _print_user_traceback(failure, target)
+        console.print(f"observe: {run_.calls} attention calls observed before the script stopped; written to "
+                      f"{folder}", soft_wrap=True)
+        return failure.code if isinstance(failure, SystemExit) and isinstance(failure.code, int) else 1
+    _print_summary(run_)
+    if args.replay:
+        _replay(run_, args.replay, args.rep_ms, torch)
+    dashboard_hint(folder)
+    return 0
+
+
+def _print_summary(run_) -> None:
+    from rich.table import Table
+
+    s = run_.summary
+    frame = run_.results()
+    console.print(f"Observed {s['calls']} attention calls in {s['wall_s']:.2f} s of wall time "
+                  f"({len(frame)} rows, clock: {s['clock']}); written to {run_.folder}", soft_wrap=True)
+    for line in run_summary_lines(s):
+        console.print(line, soft_wrap=True)
+    if not len(frame):
+        return
+    table = Table(title=f"Attention by site, shape and mode (top {TOP} by total time)")
+    for column in ("site", "api", "mode", "shape", "mask", "calls", "total ms", "median ms", "TFLOP/s", "GB/s",
+                   "bound", "roof"):
+        table.add_column(column, justify="right" if column not in ("site", "api", "shape", "mask") else "left")
+    from attention_core.shape import Shape
+
+    for _, r in frame.sort_values("total_ms", ascending=False).head(TOP).iterrows():
+        label = Shape.from_row(r).label
+        if r["seq_kv_min"] != r["seq_kv_max"]:
+            label += f" (Nkv {int(r['seq_kv_min'])}-{int(r['seq_kv_max'])})"
+        table.add_row(r["site"], r["impl"], r["mode"], label, r["mask"], f"{int(r['calls'])}", fmt(r["total_ms"]),
+                      fmt(r["median_ms"]), fmt(r["tflops"]), fmt(r["gbps"]), r["bound"] or "-",
+                      fmt(r["roof_fraction"] if r["roof_fraction"] == r["roof_fraction"]
+                          else r["roof_fraction_measured"], ".0%"))
+    console.print(table)
+
+
+def run_summary_lines(s: dict) -> list[str]:
+    """What the run's summary (meta.json's ``observed``) says, as sentences."""
+    lines = []
+    if s.get("gpu_busy_ms"):
+        lines.append(f"GPU busy {s['gpu_busy_ms']:.1f} ms ({s['gpu_busy_share_of_wall']:.0%} of wall time); attention "
+                     f"{s['attention_ms']:.1f} ms = {s['attention_share_of_gpu']:.1%} of GPU busy time "
+                     f"(forward {s['attention_fwd_ms']:.1f} ms, backward {s['attention_bwd_ms']:.1f} ms)")
+    else:
+        lines.append(f"Attention {s['attention_ms']:.1f} ms = {s['attention_share_of_wall']:.1%} of wall time "
+                     f"(forward {s['attention_fwd_ms']:.1f} ms, backward {s['attention_bwd_ms']:.1f} ms)")
+    if s.get("compiled_frames"):
+        lines.append(f"torch.compile compiled {s['compiled_frames']} frame(s) during the run: attention inside "
+                     "compiled code runs without Python and is not counted above")
+    if s.get("unobserved_attention_kernels"):
+        lines.append(f"{s['unobserved_attention_kernels']} attention kernels ({s['unobserved_attention_ms']:.1f} ms) "
+                     "ran outside any observed call (compiled regions or other APIs): see kernels.parquet")
+    if s.get("calls_without_kernels"):
+        lines.append(f"{s['calls_without_kernels']} calls had no GPU kernel in the trace (their time counts as 0)")
+    for reason, calls in (s.get("unmodelled_calls") or {}).items():
+        lines.append(f"{calls} calls of {reason} were not modelled (no FLOP or byte model for that dtype)")
+    return lines
+
+
+def _replay(run_, impls: list[str], rep_ms: int, torch) -> None:
+    from rich.table import Table
+
+    from profiler.cli.console import case_line
+    from profiler.observer.replay import replay, replay_cases, savings
+    from profiler.registry import get_impl
+
+    chosen = [get_impl(name) for name in impls]
+    _, stored = run_.capture.load()
+    total = len(replay_cases(stored[(stored["source"] == "observed") & (stored["status"] == "ok")], chosen))
+    done = [0]
+
+    def finished(description, rows):
+        done[0] += 1
+        console.print(case_line(done[0], total, description, rows[0] if rows else None), soft_wrap=True)
+
+    replay(run_.folder, chosen, str(run_.device), run_.roofs, rep_ms=rep_ms, finished=finished)
+    meta, frame = run_.capture.load()
+    per_row, whole = savings(frame, meta["observed"])
+    if not len(whole):
+        console.print("Replay: no observed shape could be replayed (masks our implementations lack)")
+        return
+    table = Table(title="What each implementation would save (observed calls charged at the replayed time)")
+    for column in ("impl", "calls replayed", "attention ms", "would take ms", "saved ms", "run speedup"):
+        table.add_column(column, justify="left" if column == "impl" else "right")
+    for _, w in whole.iterrows():
+        table.add_row(w["impl"], f"{w['calls_replayed']}/{w['calls']}", fmt(w["attention_ms"]),
+                      fmt(w["new_attention_ms"]), fmt(w["saved_ms"]), fmt(w["speedup"], ".3f") + "x")
+    console.print(table)
+    best = whole.sort_values("saved_ms", ascending=False).iloc[0]
+    console.print(f"Attention is {best['attention_share']:.0%} of {best['basis']} time; {best['impl']} would make the "
+                  f"run {best['speedup']:.2f}x {'faster' if best['speedup'] >= 1 else 'slower'}", soft_wrap=True)

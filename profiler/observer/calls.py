@@ -1,0 +1,210 @@
+"""What one intercepted attention call computes: its shape, layout and mask, read off its arguments.
+
+Each attention API has its own conventions, and this module turns them into one :class:`Call`:
+
+- ``F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)``:
+  BHSD (any leading batch dims), K/V heads = k.shape[-3]; ``is_causal`` is top-left aligned
+  (torch.nn.functional docs: "the upper-left causal bias"); an explicit mask is boolean (True
+  keeps) or additive (-inf drops).
+- FlexAttention ``flex_attention(q, k, v, score_mod, block_mask, scale, enable_gqa, ...)``: BHSD; the
+  kernel computes the blocks its ``BlockMask`` lists (full and partial) and skips the rest.
+- flash-attn ``flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, ...)`` (FA2)
+  and FlashAttention-4's ``flash_attn.cute.flash_attn_func``: BSHD; causal and windows are
+  bottom-right aligned (flash-attn README, "causal": "the causal mask is aligned to the bottom right
+  corner of the attention matrix"). ``flash_attn_varlen_func`` packs sequences of different lengths
+  (total, H, D) with cumulative lengths ``cu_seqlens``.
+
+``density`` is the fraction of the Nq×Nkv score pairs whose FLOPs are counted: 1 without a mask,
+0.5 for square causal attention (the convention of the FlashAttention papers, Triton's tutorial and
+tritonbench, as our capture rows count it), the exact fraction of visible pairs for causal attention
+with Nq != Nkv, sliding windows and explicit masks, and the fraction of blocks a block mask computes.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+# The mask kinds a row's ``mask`` column holds.
+MASKS = ("none", "causal", "causal-br", "mask", "block", "window")
+DTYPES = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}
+
+
+class Call(NamedTuple):
+    """One attention call's problem, in BHSD terms (batch folds any extra leading dims)."""
+
+    api: str  # sdpa, flex_attention, flash_attn, flash_attn_varlen, fa4
+    batch: int
+    heads: int
+    kv_heads: int
+    seq_q: int
+    seq_kv: int
+    head_dim: int
+    dtype: str  # fp16, bf16, fp32, or torch's name of another dtype (then the call is not modelled)
+    layout: str  # bhsd, bshd (BHSD view of a BSHD tensor, or a BSHD API), packed (varlen) or strided
+    mask: str  # one of MASKS
+    density: float  # fraction of Nq×Nkv score pairs computed (module docstring)
+    mask_bytes: int = 0  # bytes of an explicit mask tensor (what the kernel reads besides Q, K, V)
+    value_head_dim: int | None = None  # v's head dim when it differs from q's (rare; not modelled)
+
+    @property
+    def causal(self) -> bool:
+        return self.mask in ("causal", "causal-br")
+
+
+def dtype_name(dtype) -> str:
+    return DTYPES.get(str(dtype), str(dtype).removeprefix("torch."))
+
+
+def layout_of(t) -> str:
+    """How a BHSD view lies in memory: 'bhsd' when heads are outside the sequence, 'bshd' when the
+    sequence is outside the heads (a (B, S, H, D) tensor transposed, as most models make it)."""
+    if t.dim() < 3 or t.shape[-3] == 1 or t.shape[-2] == 1:
+        return "bhsd"
+    s_heads, s_seq = t.stride(-3), t.stride(-2)
+    if t.stride(-1) != 1:
+        return "strided"
+    return "bhsd" if s_heads >= s_seq else "bshd"
+
+
+def _batch(t) -> int:
+    return math.prod(t.shape[:-3]) if t.dim() > 3 else 1
+
+
+@functools.lru_cache(maxsize=4096)
+def visible_fraction(seq_q: int, seq_kv: int, causal: str = "", left: int = -1, right: int = -1) -> float:
+    """Fraction of the Nq×Nkv pairs a causal and/or windowed mask keeps, counted row by row.
+    ``causal``: '' (none), 'top-left' (key j visible to query i when j <= i, SDPA) or 'bottom-right'
+    (j <= i + Nkv - Nq, flash-attn). ``left``/``right``: flash-attn's window_size around the aligned
+    diagonal (bottom-right), -1 for unbounded."""
+    rows = np.arange(seq_q, dtype=np.int64)
+    diag = rows if causal == "top-left" else rows + (seq_kv - seq_q)
+    lo = np.zeros_like(rows) if left < 0 else np.maximum(diag - left, 0)
+    hi = np.full_like(rows, seq_kv - 1)
+    if causal:
+        hi = np.minimum(hi, diag)
+    if right >= 0:
+        hi = np.minimum(hi, diag + right)
+    kept = np.clip(hi - lo + 1, 0, None).sum()
+    return float(kept) / (seq_q * seq_kv)
+
+
+def causal_density(seq_q: int, seq_kv: int, align: str) -> float:
+    """0.5 for square causal attention (the FLOP convention our capture rows use), else exact."""
+    return 0.5 if seq_q == seq_kv else visible_fraction(seq_q, seq_kv, align)
+
+
+def _mask_cache_key(mask) -> tuple:
+    return (mask.data_ptr(), mask._version, tuple(mask.shape), tuple(mask.stride()), str(mask.dtype))
+
+
+_mask_density: dict[tuple, tuple[float, int]] = {}
+
+
+def explicit_mask(mask, scores_shape: tuple[int, ...]) -> tuple[float, int]:
+    """(fraction of pairs an SDPA attn_mask keeps, bytes it occupies). Boolean masks keep True;
+    additive float masks keep every entry above -inf. Broadcast dims (stride 0, or size 1) are read
+    once, so they count once in the bytes; the kept fraction is over the broadcast scores. Cached
+    per tensor version, so a mask shared by every layer of a forward is counted once (one sync)."""
+    key = _mask_cache_key(mask)
+    if key in _mask_density:
+        return _mask_density[key]
+    import torch
+
+    kept = mask if mask.dtype == torch.bool else mask > float("-inf")
+    full = kept.expand(scores_shape) if kept.shape != scores_shape else kept
+    fraction = float(full.float().mean().item()) if full.numel() else 1.0
+    stored = math.prod(size for size, stride in zip(mask.shape, mask.stride()) if stride != 0 and size != 1)
+    result = (fraction, stored * mask.element_size())
+    if len(_mask_density) > 256:
+        _mask_density.clear()
+    _mask_density[key] = result
+    return result
+
+
+def sdpa_call(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False) -> Call:
+    batch, heads, seq_q, head_dim = _batch(q), q.shape[-3], q.shape[-2], q.shape[-1]
+    kv_heads, seq_kv = k.shape[-3], k.shape[-2]
+    if attn_mask is not None:
+        density, mask_bytes = explicit_mask(attn_mask, (*q.shape[:-1], seq_kv))
+        mask, extra = "mask", mask_bytes
+    elif is_causal:
+        mask, density, extra = "causal", causal_density(seq_q, seq_kv, "top-left"), 0
+    else:
+        mask, density, extra = "none", 1.0, 0
+    return Call("sdpa", batch, heads, kv_heads, seq_q, seq_kv, head_dim, dtype_name(q.dtype), layout_of(q), mask,
+                density, extra, _value_dim(v, head_dim))
+
+
+def flex_call(q, k, v, score_mod=None, block_mask=None, *args, **kwargs) -> Call:
+    batch, heads, seq_q, head_dim = _batch(q), q.shape[-3], q.shape[-2], q.shape[-1]
+    kv_heads, seq_kv = k.shape[-3], k.shape[-2]
+    if block_mask is None:
+        mask, density = "none", 1.0
+    else:
+        mask, density = "block", block_density(block_mask)
+    return Call("flex_attention", batch, heads, kv_heads, seq_q, seq_kv, head_dim, dtype_name(q.dtype),
+                layout_of(q), mask, density, 0, _value_dim(v, head_dim))
+
+
+def block_density(block_mask) -> float:
+    """Fraction of (query block, key block) pairs a FlexAttention BlockMask computes (partial and
+    full blocks: FlexAttention runs each listed block whole). ``BlockMask.sparsity()`` is the
+    percentage it skips (torch.nn.attention.flex_attention). Cached on the mask object, which
+    models build once and pass to every layer."""
+    cached = getattr(block_mask, "_attention_roofline_density", None)
+    if cached is None:
+        cached = 1.0 - float(block_mask.sparsity()) / 100.0
+        try:
+            block_mask._attention_roofline_density = cached
+        except AttributeError:  # a BlockMask with __slots__: counted again next call
+            pass
+    return cached
+
+
+def flash_attn_call(api: str, q, k, v, *args, causal=False, window_size=(-1, -1), **kwargs) -> Call:
+    """flash-attn (FA2) and FA4: q (B, Sq, H, D), k and v (B, Skv, H_kv, D)."""
+    batch, seq_q, heads, head_dim = q.shape
+    seq_kv, kv_heads = k.shape[1], k.shape[2]
+    left, right = (window_size if window_size is not None else (-1, -1))
+    left, right = (-1 if left is None else int(left)), (-1 if right is None else int(right))
+    if left >= 0 or right >= 0:
+        mask = "window"
+        density = visible_fraction(seq_q, seq_kv, "bottom-right" if causal else "", left, 0 if causal else right)
+    elif causal:
+        mask = "causal" if seq_q == seq_kv else "causal-br"
+        density = causal_density(seq_q, seq_kv, "bottom-right")
+    else:
+        mask, density = "none", 1.0
+    return Call(api, batch, heads, kv_heads, seq_q, seq_kv, head_dim, dtype_name(q.dtype), "bshd", mask, density, 0,
+                _value_dim(v, head_dim, -1))
+
+
+def _value_dim(v, head_dim: int, axis: int = -1) -> int | None:
+    return None if v.shape[axis] == head_dim else int(v.shape[axis])
+
+
+def flash_attn_varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *args,
+                           causal=False, window_size=(-1, -1), **kwargs) -> Call:
+    """flash-attn's packed sequences: q (total_q, H, D), k and v (total_kv, H_kv, D), sequence i owning
+    rows cu_seqlens[i]:cu_seqlens[i + 1]. Recorded as one batch of the packed tokens (B1, Nq = total_q,
+    Nkv = total_kv), so Q, K, V and O bytes are exact, with the density that makes the FLOPs exactly
+    the sum over the sequences' own (bottom-right causal, windowed) attention: every pair across two
+    sequences is masked. Reading the lengths costs one device-to-host copy per call."""
+    lengths_q = np.diff(np.asarray(cu_seqlens_q.tolist(), dtype=np.int64))
+    lengths_k = np.diff(np.asarray(cu_seqlens_k.tolist(), dtype=np.int64))
+    total_q, heads, head_dim = q.shape
+    total_kv, kv_heads = k.shape[0], k.shape[1]
+    left, right = (window_size if window_size is not None else (-1, -1))
+    windowed = left >= 0 or right >= 0
+    kept = 0.0
+    for n_q, n_k in zip(lengths_q.tolist(), lengths_k.tolist()):
+        if n_q and n_k:
+            align = "bottom-right" if causal else ""
+            kept += n_q * n_k * visible_fraction(n_q, n_k, align, left, 0 if causal and windowed else right)
+    mask = "window" if windowed else ("causal-br" if causal else "none")
+    return Call("flash_attn_varlen", 1, heads, kv_heads, total_q, total_kv, head_dim, dtype_name(q.dtype), "packed",
+                mask, kept / (total_q * total_kv) if total_q and total_kv else 1.0, 0, _value_dim(v, head_dim))

@@ -1,0 +1,197 @@
+"""Intercepting attention calls: every name bound to an attention function is re-bound to a wrapper
+while an observation runs, and bound back after.
+
+Intercepted: ``torch.nn.functional.scaled_dot_product_attention``, FlexAttention's
+``flex_attention``, flash-attn's ``flash_attn_func`` and ``flash_attn_varlen_func`` and
+FlashAttention-4's ``flash_attn.cute.flash_attn_func`` where installed, and our own
+``kernels.flash_attention.flash_attention`` (what ``attn_implementation="triton_flash"`` runs).
+Besides the attribute of the defining module, every module that imported the function by name
+before the observation (``from torch.nn.functional import scaled_dot_product_attention``) is
+re-bound too; torch's own modules are left alone, but for the defining ones.
+
+The wrapper records the call's shape (profiler.observer.calls), site (profiler.observer.sites) and
+time (profiler.observer.recorder), inside an NVTX range ``observe/<api>/<mode>/<site>``
+(profiler.measure.ranges.observe_range) so Nsight Systems sees each call. When the output needs a
+gradient, the backward is timed too and charged to the same row in mode ``bwd``: it starts when
+autograd reaches the output's node (a pre-hook) and ends when the gradients of q, k and v that
+need one are all computed (tensor hooks), which covers one fused backward node and the several
+nodes of an unfused (math) backward alike.
+
+Inside a ``torch.compile``d region the wrapper steps aside (``torch.compiler.is_compiling()``): the
+compiled graph runs without Python, so those calls are not seen; the run reports compiled frames.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import nvtx
+import torch
+
+from profiler.measure.ranges import DOMAIN, observe_range
+from profiler.observer import calls as describe
+from profiler.observer.recorder import Recorder
+from profiler.observer.sites import call_site
+
+
+@dataclass(frozen=True)
+class Target:
+    """One attention function to intercept: where it is defined and how to read its arguments."""
+
+    api: str
+    module: str
+    attr: str
+    describe: Callable  # (*args, **kwargs) -> calls.Call
+
+
+def _flash_attn(api):
+    return lambda *args, **kwargs: describe.flash_attn_call(api, *args, **kwargs)
+
+
+def _triton_flash(q, k, v, causal=False, sm_scale=None):
+    """Our kernel reads its arguments as SDPA does (BHSD, top-left causal)."""
+    return describe.sdpa_call(q, k, v, is_causal=causal)._replace(api="triton_flash")
+
+
+TARGETS = (
+    Target("sdpa", "torch.nn.functional", "scaled_dot_product_attention", describe.sdpa_call),
+    Target("flex_attention", "torch.nn.attention.flex_attention", "flex_attention", describe.flex_call),
+    Target("flash_attn", "flash_attn", "flash_attn_func", _flash_attn("flash_attn")),
+    Target("flash_attn_varlen", "flash_attn", "flash_attn_varlen_func", describe.flash_attn_varlen_call),
+    Target("fa4", "flash_attn.cute", "flash_attn_func", _flash_attn("fa4")),
+    Target("triton_flash", "kernels.flash_attention", "flash_attention", _triton_flash),
+)
+
+
+class Interceptor:
+    """Installs the wrappers (:meth:`install`) and removes them (:meth:`remove`)."""
+
+    def __init__(self, recorder: Recorder, targets=TARGETS):
+        self.recorder = recorder
+        self.targets = targets
+        self._bound: list[tuple[object, str, object]] = []  # (namespace, name, original)
+        self._local = threading.local()
+        self._ids = itertools.count()
+        self._attrs: dict[str, object] = {}  # NVTX event attributes by range name
+        self._domain = nvtx.get_domain(DOMAIN)
+        self.installed: list[str] = []
+
+    # ---------------------------------------------------------------- install / remove
+
+    def install(self) -> None:
+        originals = {}
+        for target in self.targets:
+            try:
+                module = importlib.import_module(target.module)
+                original = getattr(module, target.attr)
+            except Exception:  # not installed (flash-attn, FA4), or a build without it
+                continue
+            if getattr(original, "__attention_roofline_wrapped__", False):
+                continue  # an observation is already running
+            wrapper = self._wrap(target, original)
+            originals[id(original)] = (original, wrapper, target.module)
+            self._bind(module, target.attr, original, wrapper)
+            self.installed.append(target.api)
+        # Names bound by `from module import fn` before now, outside torch.
+        for name, module in list(sys.modules.items()):
+            if module is None or name.startswith("torch") or name.startswith("profiler.observer"):
+                continue
+            namespace = getattr(module, "__dict__", None)
+            if not isinstance(namespace, dict):
+                continue
+            for attr, value in list(namespace.items()):
+                found = originals.get(id(value))
+                if found is not None and found[0] is value and name != found[2]:
+                    self._bind(module, attr, value, found[1])
+
+    def _bind(self, namespace, attr: str, original, wrapper) -> None:
+        setattr(namespace, attr, wrapper)
+        self._bound.append((namespace, attr, original))
+
+    def remove(self) -> None:
+        for namespace, attr, original in reversed(self._bound):
+            setattr(namespace, attr, original)
+        self._bound.clear()
+
+    # ---------------------------------------------------------------- the wrapper
+
+    def _wrap(self, target: Target, original):
+        recorder, local = self.recorder, self._local
+
+        def observed(*args, **kwargs):
+            if torch.compiler.is_compiling() or getattr(local, "inside", False):
+                return original(*args, **kwargs)
+            local.inside = True
+            try:
+                call = target.describe(*args, **kwargs)
+                stats = recorder.row_for(call, call_site(2), "fwd")
+                if stats is None:
+                    return original(*args, **kwargs)
+                name = observe_range(call.api, "fwd", stats.site)
+                pending = self._open(name, stats)
+                try:
+                    out = original(*args, **kwargs)
+                finally:
+                    self._close(pending)
+                self._time_backward(call, stats.site, out, args, kwargs)
+                return out
+            finally:
+                local.inside = False
+
+        observed.__attention_roofline_wrapped__ = True
+        observed.__wrapped__ = original
+        observed.__name__ = getattr(original, "__name__", target.attr)
+        observed.__doc__ = getattr(original, "__doc__", None)
+        return observed
+
+    def _open(self, name: str, stats):
+        attrs = self._attrs.get(name)
+        if attrs is None:
+            attrs = self._attrs[name] = self._domain.get_event_attributes(message=name)
+        self._domain.push_range(attrs)
+        if self.recorder.clock != "trace":
+            return self.recorder.start(stats), None
+        unique = f"{name}#{next(self._ids)}"
+        record = torch.profiler.record_function(unique)
+        record.__enter__()
+        return self.recorder.start(stats, unique), record
+
+    def _close(self, opened) -> None:
+        pending, record = opened
+        if record is not None:
+            record.__exit__(None, None, None)
+        self.recorder.stop(pending)
+        self._domain.pop_range()
+
+    def _time_backward(self, call, site: str, out, args, kwargs) -> None:
+        output = out[0] if isinstance(out, tuple) else out
+        node = getattr(output, "grad_fn", None)
+        if node is None:
+            return
+        inputs = [t for t in (*args[:3], *(kwargs.get(k) for k in ("query", "key", "value", "q", "k", "v")))
+                  if isinstance(t, torch.Tensor) and t.requires_grad]
+        if not inputs:
+            return
+        name = observe_range(call.api, "bwd", site)
+        state = {"open": None, "left": 0}
+
+        def start(grad_outputs):
+            if state["open"] is None:
+                stats = self.recorder.row_for(call, site, "bwd")
+                state["open"], state["left"] = self._open(name, stats), len(inputs)
+
+        def done(grad):
+            if state["open"] is not None:
+                state["left"] -= 1
+                if state["left"] == 0:
+                    self._close(state["open"])
+                    state["open"] = None
+
+        node.register_prehook(start)
+        for t in inputs:
+            t.register_hook(done)

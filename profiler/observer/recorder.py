@@ -1,0 +1,206 @@
+"""Observed attention calls, aggregated as they happen: one row per (API, site, shape, mask, mode).
+
+A 1,000-token generate loop makes about 10^5 attention calls, so nothing is kept per call but its
+time (a float, for exact medians and percentiles). Calls whose key length grows call after call
+(decode with a KV cache: Nq < Nkv) are grouped into Nkv buckets, four per octave
+(:func:`kv_bucket`); their FLOPs and bytes are summed exactly over the calls in the bucket, and the
+row's ``seq_kv`` is the calls' mean, with ``seq_kv_min`` and ``seq_kv_max`` beside it.
+
+Times come from one of three clocks, chosen per run:
+- on a CPU, ``time.perf_counter`` around the call (CPU kernels run synchronously);
+- on a GPU with ``trace='none'``, a pair of CUDA events around the call, read back later without a
+  sync (:meth:`Recorder.poll`): the window between them, which includes any wait of the GPU for the
+  CPU to launch the call's kernels (decode steps of a CPU-bound loop);
+- on a GPU with ``trace='torch'``, nothing at the call: each call opens a uniquely named
+  ``record_function`` range, and after the run the torch profiler's kernels inside that range are
+  summed (:meth:`Recorder.times_from_kernels`): GPU time of the call's own kernels, gaps excluded.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from attention_core.shape import DTYPE_BYTES, Shape
+from profiler.model.fused import compulsory_bytes, fused_flops
+from profiler.observer.calls import Call
+
+
+def kv_bucket(seq_kv: int) -> int:
+    """The upper edge of the Nkv bucket of a growing key length: exact up to 16, then four buckets
+    per octave (2^k · {1.25, 1.5, 1.75, 2}), so a bucket's longest call is at most 25% longer than
+    its shortest."""
+    if seq_kv <= 16:
+        return seq_kv
+    base = 1 << ((seq_kv - 1).bit_length() - 1)
+    step = base // 4
+    return base + math.ceil((seq_kv - base) / step) * step
+
+
+@functools.lru_cache(maxsize=8192)
+def call_cost(call: Call, mode: str) -> tuple[float, float, float]:
+    """(FLOPs, HBM bytes, FLOPs without the mask) of one call. FLOPs: 4·B·H·Nq·Nkv·D for the forward, 2.5x for
+    the backward (profiler.model.fused.fused_flops: FlashAttention-2 paper §4), times the call's
+    ``density`` (profiler.observer.calls). Bytes: the compulsory bytes of a fused kernel
+    (profiler.model.fused.compulsory_bytes: inputs read once, outputs written once; the fewest any
+    fused attention moves, whichever backend ran), plus an explicit mask, read once."""
+    shape = Shape(call.batch, call.heads, call.seq_q, call.seq_kv, call.head_dim, call.dtype, False, mode,
+                  call.kv_heads)
+    full = fused_flops(shape)
+    return full * call.density, float(compulsory_bytes(shape) + call.mask_bytes), full
+
+
+def modelled(call: Call) -> bool:
+    return call.dtype in DTYPE_BYTES
+
+
+@dataclass
+class RowStats:
+    """The calls of one row so far."""
+
+    call: Call  # the first call of the row (its shape; seq_kv of the bucket's first call)
+    site: str
+    mode: str
+    calls: int = 0
+    flops: float = 0.0
+    hbm_bytes: float = 0.0
+    full_flops: float = 0.0  # the FLOPs without the mask: the row's density is flops / full_flops
+    seq_kv_sum: int = 0
+    seq_kv_min: int = 1 << 62
+    seq_kv_max: int = 0
+    times_ms: list[float] = field(default_factory=list)
+
+    def add(self, call: Call) -> None:
+        flops, nbytes, full = call_cost(call, self.mode)
+        self.calls += 1
+        self.flops += flops
+        self.hbm_bytes += nbytes
+        self.full_flops += full
+        self.seq_kv_sum += call.seq_kv
+        self.seq_kv_min = min(self.seq_kv_min, call.seq_kv)
+        self.seq_kv_max = max(self.seq_kv_max, call.seq_kv)
+
+
+@dataclass
+class Pending:
+    stats: RowStats
+    start: object  # a CUDA event, or a perf_counter reading, or None (times from the trace)
+    end: object = None
+    name: str = ""  # the call's record_function range, when times come from the trace
+
+
+class Recorder:
+    """Rows of observed calls and the clock that times them (module docstring)."""
+
+    POLL_EVERY = 64  # CUDA events read back once this many are waiting
+
+    def __init__(self, clock: str):
+        if clock not in ("cpu", "events", "trace"):
+            raise ValueError(f"clock '{clock}' is not one of cpu, events, trace")
+        self.clock = clock
+        self.rows: dict[tuple, RowStats] = {}
+        self.unmodelled: dict[str, int] = {}  # reason -> calls
+        self.pending: deque[Pending] = deque()
+        self.by_range: dict[str, RowStats] = {}  # trace clock: range name -> its row
+        self._events: list = []  # CUDA events free for reuse
+        self.calls = 0
+        self.on_call = None  # called after each call (the run's periodic flush)
+
+    # ---------------------------------------------------------------- one call
+
+    def row_for(self, call: Call, site: str, mode: str) -> RowStats | None:
+        if not modelled(call):
+            reason = f"{call.api} in {call.dtype}"
+            self.unmodelled[reason] = self.unmodelled.get(reason, 0) + 1
+            return None
+        growing = call.seq_q < call.seq_kv
+        kv = kv_bucket(call.seq_kv) if growing else call.seq_kv
+        key = (call.api, site, mode, call.batch, call.heads, call.kv_heads, call.seq_q, kv, growing, call.head_dim,
+               call.dtype, call.layout, call.mask)
+        stats = self.rows.get(key)
+        if stats is None:
+            stats = self.rows[key] = RowStats(call, site, mode)
+        stats.add(call)
+        self.calls += 1
+        return stats
+
+    def start(self, stats: RowStats, name: str = "") -> Pending:
+        if self.clock == "cpu":
+            return Pending(stats, time.perf_counter())
+        if self.clock == "trace":
+            pending = Pending(stats, None, name=name)
+            self.by_range[name] = stats
+            return pending
+        event = self._event()
+        event.record()
+        return Pending(stats, event)
+
+    def stop(self, pending: Pending) -> None:
+        if self.clock == "cpu":
+            pending.stats.times_ms.append((time.perf_counter() - pending.start) * 1e3)
+        elif self.clock == "events":
+            pending.end = self._event()
+            pending.end.record()
+            self.pending.append(pending)
+            if len(self.pending) >= self.POLL_EVERY:
+                self.poll()
+        if self.on_call is not None:
+            self.on_call()
+
+    # ---------------------------------------------------------------- CUDA events
+
+    def _event(self):
+        if self._events:
+            return self._events.pop()
+        import torch
+
+        return torch.cuda.Event(enable_timing=True)
+
+    def poll(self, wait: bool = False) -> None:
+        """Read back the times of finished calls, oldest first (all of them, waiting, with ``wait``)."""
+        while self.pending:
+            pending = self.pending[0]
+            if wait:
+                pending.end.synchronize()
+            elif not pending.end.query():
+                return
+            self.pending.popleft()
+            pending.stats.times_ms.append(pending.start.elapsed_time(pending.end))
+            self._events += [pending.start, pending.end]
+
+    # ---------------------------------------------------------------- trace
+
+    def times_from_kernels(self, kernels) -> int:
+        """Each traced call's time: the sum of the GPU kernels inside its range (a kernel table of
+        profiler.measure.torch_trace, with ``ranges`` listing every enclosing range). Returns how
+        many calls had no kernel in the trace (their time is 0)."""
+        per_range: dict[str, float] = {}
+        if len(kernels):
+            for ranges, gpu_us in zip(kernels["ranges"], kernels["gpu_us"]):
+                for name in ranges.split(" > "):
+                    if name in self.by_range:
+                        per_range[name] = per_range.get(name, 0.0) + gpu_us
+                        break
+        for name, stats in self.by_range.items():
+            stats.times_ms.append(per_range.get(name, 0.0) / 1e3)
+        return sum(1 for name in self.by_range if name not in per_range)
+
+    # ---------------------------------------------------------------- results
+
+    def finish(self) -> None:
+        if self.clock == "events":
+            self.poll(wait=True)
+
+    def timed(self) -> list[RowStats]:
+        return [s for s in self.rows.values() if s.times_ms]
+
+
+def row_times(stats: RowStats) -> dict:
+    times = np.asarray(stats.times_ms, dtype=np.float64)
+    return {"calls": stats.calls, "total_ms": float(times.sum()), "median_ms": float(np.median(times)),
+            "time_ms_p10": float(np.percentile(times, 10)), "time_ms_p90": float(np.percentile(times, 90))}

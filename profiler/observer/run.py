@@ -1,0 +1,231 @@
+"""An observed run: intercept attention while a script or a block of code runs, then write a capture.
+
+``with observe(out=DIR) as run: ...`` (also ``profiler.observe``) and ``python -m profiler observe
+--out DIR -- script.py ARGS`` (profiler.cli.observe) both come here. The capture folder is an
+ordinary one (profiler.store.Capture): results.parquet holds one row per (API, call site, shape,
+mask, mode) with ``source`` = observed (the columns in :data:`OBSERVED_COLUMNS`), meta.json the
+run's wall time, the GPU's busy time and attention's share of it (``observed``), and with the torch
+profiler on (``trace='torch'``, the default on a GPU) traces/observed.json and kernels.parquet the
+run's kernels. Rows are written when the run ends, also when it raises, and every
+:data:`FLUSH_S` seconds while it runs (atomically: a killed run keeps its last flush).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from attention_core.shape import ROW_KEY, Shape
+from profiler.measure.ranges import OBSERVE
+from profiler.model.cost import arithmetic_intensity
+from profiler.model.roofs import Roofs, bound, roof_fraction
+from profiler.observer.hooks import Interceptor
+from profiler.observer.recorder import Recorder, RowStats, row_times
+from profiler.store import Capture, to_frame
+
+FLUSH_S = 30.0
+TRACE_FILE = "observed.json"
+# Kernel names that are attention whoever launched them (cuDNN's and FlashAttention's fmha kernels,
+# FlexAttention's and our Triton kernels): counted when they ran outside any observed call.
+ATTENTION_KERNEL = re.compile(r"flash|fmha|attention|attn|flex|sdpa", re.IGNORECASE)
+OBSERVED_COLUMNS = ("source", "site", "calls", "total_ms", "median_ms", "mask", "density", "layout", "seq_kv_min",
+                    "seq_kv_max")
+
+
+@dataclass
+class ObservedRun:
+    """What an observation saw; :func:`observe` yields it and fills it in when the block ends."""
+
+    folder: Path
+    trace: str
+    device: torch.device
+    roofs: Roofs
+    recorder: Recorder
+    interceptor: Interceptor
+    meta: dict
+    rows: list[dict] = field(default_factory=list)
+    wall_s: float = float("nan")
+    summary: dict = field(default_factory=dict)
+
+    @property
+    def calls(self) -> int:
+        return self.recorder.calls
+
+    @property
+    def capture(self) -> Capture:
+        return Capture(self.folder)
+
+    def results(self) -> pd.DataFrame:
+        return to_frame(self.rows)
+
+
+def observed_row(stats: RowStats, roofs: Roofs) -> dict:
+    """One results row of an observed (API, site, shape, mask, mode): FLOPs and bytes per call are
+    the means of exact per-call sums; ``time_ms`` is the mean time per call, so flops / time_ms is
+    the row's rate over all its calls (``median_ms`` beside it)."""
+    call, calls = stats.call, stats.calls
+    seq_kv = round(stats.seq_kv_sum / calls)
+    shape = Shape(call.batch, call.heads, call.seq_q, seq_kv, call.head_dim, call.dtype, call.causal, stats.mode,
+                  call.kv_heads)
+    flops, hbm_bytes = stats.flops / calls, stats.hbm_bytes / calls
+    times = row_times(stats)
+    ai = arithmetic_intensity(flops, hbm_bytes)
+    row = {**dict(zip(ROW_KEY, shape.row_key(call.api))), "path": "", "flops": flops, "hbm_bytes": hbm_bytes,
+           "tile_bytes": float("nan"), "arithmetic_intensity": ai,
+           "time_ms": times["total_ms"] / calls, "time_ms_p10": times["time_ms_p10"],
+           "time_ms_p90": times["time_ms_p90"], "status": "ok", "message": "",
+           "source": "observed", "site": stats.site, "calls": calls, "total_ms": times["total_ms"],
+           "median_ms": times["median_ms"], "mask": call.mask,
+           "density": stats.flops / stats.full_flops if stats.full_flops else 1.0, "layout": call.layout,
+           "seq_kv_min": stats.seq_kv_min, "seq_kv_max": stats.seq_kv_max}
+    if times["total_ms"] <= 0:
+        return row | {"status": "error", "message": "no GPU kernel of these calls was found in the trace"}
+    seconds = times["total_ms"] * 1e-3
+    achieved = stats.flops / seconds
+    row.update(tflops=achieved / 1e12, gbps=stats.hbm_bytes / seconds / 1e9)
+    sheet, measured = roofs.datasheet_peak(call.dtype), roofs.measured_peak(call.dtype)
+    if sheet or measured:
+        row["bound"] = bound(ai, *(sheet or measured))
+    if sheet:
+        row["roof_fraction"] = roof_fraction(achieved, ai, *sheet)
+    if measured:
+        row["roof_fraction_measured"] = roof_fraction(achieved, ai, *measured)
+    return row
+
+
+def busy_ms(kernels: pd.DataFrame) -> float:
+    """GPU time with at least one kernel running: the union of the kernels' intervals."""
+    if not len(kernels):
+        return 0.0
+    spans = kernels[["start_us", "gpu_us"]].to_numpy(dtype=np.float64)
+    spans = spans[np.argsort(spans[:, 0], kind="stable")]
+    total, end = 0.0, -np.inf
+    for start, dur in spans:
+        stop = start + dur
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total / 1e3
+
+
+def _compiled_frames() -> int:
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:  # a torch without dynamo
+        return 0
+    return int(sum(counters["stats"].values())) if "stats" in counters else 0
+
+
+@contextmanager
+def observe(out: str | Path, trace: str | None = None, device: str | None = None, command: str | None = None,
+            meta: dict | None = None, status=None):
+    """Observe every attention call made inside the block; write a capture to ``out``.
+
+    ``trace``: 'torch' (the torch profiler records the run: exact kernel times per call, the GPU's
+    busy time, traces/observed.json) or 'none' (CUDA events around each call: least overhead);
+    default torch on a GPU, none on a CPU. ``device``: the GPU whose roofs judge the rows (default
+    cuda when there is one, else cpu). ``status(text)``: a context manager showing long work."""
+    from profiler.measure.folder import open_capture
+
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    cuda = device.type == "cuda"
+    trace = trace or ("torch" if cuda else "none")
+    if trace not in ("torch", "none"):
+        raise ValueError(f"trace '{trace}' is not one of torch, none")
+    from profiler.measure.ceilings import device_name
+
+    dtypes = ("fp16", "bf16", "fp32") if cuda else ("fp32",)
+    run_meta = {"observed": {"command": command, "trace": trace}, **(meta or {})}
+    store, roofs = open_capture(str(device), Path(out), device_name(device), dtypes, run_meta, resumable=False,
+                                status=status)
+    clock = "trace" if cuda and trace == "torch" else "events" if cuda else "cpu"
+    recorder = Recorder(clock)
+    run = ObservedRun(Path(out), trace, device, roofs, recorder, Interceptor(recorder), store.meta)
+    profile = None
+    if trace == "torch":
+        from torch.profiler import ProfilerActivity, profile as torch_profile
+
+        profile = torch_profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []))
+    compiled_before = _compiled_frames()
+    flusher = _Flusher(run)
+    recorder.on_call = flusher
+    if profile is not None:
+        profile.__enter__()
+    run.interceptor.install()
+    started = time.perf_counter()
+    try:
+        yield run
+    finally:
+        run.interceptor.remove()
+        if cuda:
+            torch.cuda.synchronize(device)
+        run.wall_s = time.perf_counter() - started
+        if profile is not None:
+            profile.__exit__(None, None, None)
+        _finish(run, profile, _compiled_frames() - compiled_before)
+
+
+class _Flusher:
+    """Writes the rows timed so far every FLUSH_S seconds (called after each call)."""
+
+    def __init__(self, run: ObservedRun):
+        self.run = run
+        self.last = time.monotonic()
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if now - self.last >= FLUSH_S and self.run.recorder.clock != "trace":
+            self.last = now
+            self.run.rows = [observed_row(s, self.run.roofs) for s in self.run.recorder.timed()]
+            _write(self.run, partial=True)
+
+
+def _finish(run: ObservedRun, profile, compiled_frames: int) -> None:
+    recorder = run.recorder
+    kernels = None
+    summary = {"wall_s": run.wall_s, "calls": recorder.calls, "rows": 0, "trace": run.trace,
+               "clock": recorder.clock, "compiled_frames": compiled_frames,
+               "unmodelled_calls": dict(recorder.unmodelled), "installed": run.interceptor.installed}
+    if profile is not None:
+        from profiler.measure.torch_trace import kernels_from_chrome_trace
+
+        path = run.capture.trace_path(TRACE_FILE)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        profile.export_chrome_trace(str(path))
+        kernels = kernels_from_chrome_trace(path)
+        if recorder.clock == "trace":
+            summary["calls_without_kernels"] = recorder.times_from_kernels(kernels)
+        run.capture.write_kernels(kernels.assign(trace=TRACE_FILE))
+    recorder.finish()
+    run.rows = [observed_row(s, run.roofs) for s in recorder.timed()]
+    attention_ms = sum(r["total_ms"] for r in run.rows)
+    summary.update(rows=len(run.rows), attention_ms=attention_ms,
+                   attention_fwd_ms=sum(r["total_ms"] for r in run.rows if r["mode"] == "fwd"),
+                   attention_bwd_ms=sum(r["total_ms"] for r in run.rows if r["mode"] == "bwd"),
+                   attention_share_of_wall=attention_ms / (run.wall_s * 1e3) if run.wall_s > 0 else None)
+    if kernels is not None and len(kernels):
+        gpu_busy = busy_ms(kernels)
+        inside = kernels["ranges"].str.contains(f"{OBSERVE}/", regex=False)
+        outside = kernels[~inside & kernels["kernel"].str.contains(ATTENTION_KERNEL)]
+        summary.update(gpu_busy_ms=gpu_busy, gpu_kernel_ms=float(kernels["gpu_us"].sum() / 1e3),
+                       gpu_busy_share_of_wall=gpu_busy / (run.wall_s * 1e3) if run.wall_s > 0 else None,
+                       attention_share_of_gpu=attention_ms / gpu_busy if gpu_busy > 0 else None,
+                       unobserved_attention_kernels=int(len(outside)),
+                       unobserved_attention_ms=float(outside["gpu_us"].sum() / 1e3))
+    run.summary = summary
+    _write(run, partial=False)
+
+
+def _write(run: ObservedRun, partial: bool) -> None:
+    capture = run.capture
+    run.meta["observed"] = {**run.meta.get("observed", {}), **run.summary, "finished": not partial}
+    capture.write_results(to_frame(run.rows) if run.rows else to_frame([]))
+    capture.write_meta(run.meta)
