@@ -151,7 +151,8 @@ def observe(out: str | Path, trace: str | None = None, device: str | None = None
     run = ObservedRun(Path(out), trace, device, roofs, recorder, Interceptor(recorder), store.meta)
     profile = None
     if trace == "torch":
-        from torch.profiler import ProfilerActivity, profile as torch_profile
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as torch_profile
 
         profile = torch_profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []))
     compiled_before = _compiled_frames()
