@@ -340,3 +340,13 @@ def test_bad_input_is_one_line_and_status_2(tmp_path, args, message):
     assert out.stderr.strip().splitlines() == [f"python -m profiler observe: error: {message}" +
                                                (", e.g. observe --out reports/run -- train.py --steps 10"
                                                 if not args else "")]
+
+
+def test_keyword_arguments_and_arguments_it_cannot_read(tmp_path):
+    q = torch.randn(1, 1, 3, 8)
+    with profiler.observe(out=tmp_path / "run") as run:
+        F.scaled_dot_product_attention(query=q, key=q, value=q, is_causal=True)
+        with pytest.raises(TypeError):  # torch's own error, as without observe
+            F.scaled_dot_product_attention(q, q)
+    assert run.calls == 1 and rows(tmp_path / "run").calls.tolist() == [1]
+    assert list(run.summary["unmodelled_calls"].values()) == [1]

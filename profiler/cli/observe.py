@@ -162,7 +162,7 @@ def run_summary_lines(s: dict) -> list[str]:
     if s.get("calls_without_kernels"):
         lines.append(f"{s['calls_without_kernels']} calls had no GPU kernel in the trace (their time counts as 0)")
     for reason, calls in (s.get("unmodelled_calls") or {}).items():
-        lines.append(f"{calls} calls of {reason} were not modelled (no FLOP or byte model for that dtype)")
+        lines.append(f"{calls} calls of {reason} ran but were not modelled")
     return lines
 
 

@@ -125,7 +125,9 @@ def explicit_mask(mask, scores_shape: tuple[int, ...]) -> tuple[float, int]:
     return result
 
 
-def sdpa_call(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False) -> Call:
+def sdpa_call(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
+              ) -> Call:
+    q, k, v = query, key, value
     batch, heads, seq_q, head_dim = _batch(q), q.shape[-3], q.shape[-2], q.shape[-1]
     kv_heads, seq_kv = k.shape[-3], k.shape[-2]
     if attn_mask is not None:
@@ -139,7 +141,8 @@ def sdpa_call(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=Non
                 density, extra, _value_dim(v, head_dim))
 
 
-def flex_call(q, k, v, score_mod=None, block_mask=None, *args, **kwargs) -> Call:
+def flex_call(query, key, value, score_mod=None, block_mask=None, *args, **kwargs) -> Call:
+    q, k, v = query, key, value
     batch, heads, seq_q, head_dim = _batch(q), q.shape[-3], q.shape[-2], q.shape[-1]
     kv_heads, seq_kv = k.shape[-3], k.shape[-2]
     if block_mask is None:

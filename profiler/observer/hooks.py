@@ -68,6 +68,13 @@ TARGETS = (
 )
 
 
+def _first_tensor(args, kwargs) -> torch.Tensor:
+    """The query: the first positional argument, or ``query``/``q`` by keyword."""
+    if args and isinstance(args[0], torch.Tensor):
+        return args[0]
+    return kwargs.get("query", kwargs.get("q"))
+
+
 class Interceptor:
     """Installs the wrappers (:meth:`install`) and removes them (:meth:`remove`)."""
 
@@ -128,17 +135,22 @@ class Interceptor:
                 return original(*args, **kwargs)
             local.inside = True
             try:
-                call = target.describe(*args, **kwargs)
+                try:
+                    call = target.describe(*args, **kwargs)
+                except Exception as err:  # arguments we do not read: the call runs, unrecorded, and is counted
+                    recorder.not_understood(f"{target.api} ({type(err).__name__}: {err})")
+                    return original(*args, **kwargs)
                 stats = recorder.row_for(call, call_site(2), "fwd")
                 if stats is None:
                     return original(*args, **kwargs)
                 name = observe_range(call.api, "fwd", stats.site)
-                pending = self._open(name, stats)
+                on_gpu = _first_tensor(args, kwargs).is_cuda
+                pending = self._open(name, stats, on_gpu)
                 try:
                     out = original(*args, **kwargs)
                 finally:
                     self._close(pending)
-                self._time_backward(call, stats.site, out, args, kwargs)
+                self._time_backward(call, stats.site, on_gpu, out, args, kwargs)
                 return out
             finally:
                 local.inside = False
@@ -149,13 +161,13 @@ class Interceptor:
         observed.__doc__ = getattr(original, "__doc__", None)
         return observed
 
-    def _open(self, name: str, stats):
+    def _open(self, name: str, stats, on_gpu: bool):
         attrs = self._attrs.get(name)
         if attrs is None:
             attrs = self._attrs[name] = self._domain.get_event_attributes(message=name)
         self._domain.push_range(attrs)
-        if self.recorder.clock != "trace":
-            return self.recorder.start(stats), None
+        if self.recorder.clock != "trace" or not on_gpu:
+            return self.recorder.start(stats, on_gpu=on_gpu), None
         unique = f"{name}#{next(self._ids)}"
         record = torch.profiler.record_function(unique)
         record.__enter__()
@@ -168,7 +180,7 @@ class Interceptor:
         self.recorder.stop(pending)
         self._domain.pop_range()
 
-    def _time_backward(self, call, site: str, out, args, kwargs) -> None:
+    def _time_backward(self, call, site: str, on_gpu: bool, out, args, kwargs) -> None:
         output = out[0] if isinstance(out, tuple) else out
         node = getattr(output, "grad_fn", None)
         if node is None:
@@ -183,7 +195,7 @@ class Interceptor:
         def start(grad_outputs):
             if state["open"] is None:
                 stats = self.recorder.row_for(call, site, "bwd")
-                state["open"], state["left"] = self._open(name, stats), len(inputs)
+                state["open"], state["left"] = self._open(name, stats, on_gpu), len(inputs)
 
         def done(grad):
             if state["open"] is not None:

@@ -6,8 +6,8 @@ time (a float, for exact medians and percentiles). Calls whose key length grows 
 (:func:`kv_bucket`); their FLOPs and bytes are summed exactly over the calls in the bucket, and the
 row's ``seq_kv`` is the calls' mean, with ``seq_kv_min`` and ``seq_kv_max`` beside it.
 
-Times come from one of three clocks, chosen per run:
-- on a CPU, ``time.perf_counter`` around the call (CPU kernels run synchronously);
+Times come from one of three clocks, the GPU's chosen per run (the recorder's ``clock``):
+- for a call on CPU tensors, ``time.perf_counter`` around the call (CPU kernels run synchronously);
 - on a GPU with ``trace='none'``, a pair of CUDA events around the call, read back later without a
   sync (:meth:`Recorder.poll`): the window between them, which includes any wait of the GPU for the
   CPU to launch the call's kernels (decode steps of a CPU-bound loop);
@@ -92,6 +92,7 @@ class Pending:
     start: object  # a CUDA event, or a perf_counter reading, or None (times from the trace)
     end: object = None
     name: str = ""  # the call's record_function range, when times come from the trace
+    kind: str = "cpu"  # which clock: cpu (perf_counter), events or trace
 
 
 class Recorder:
@@ -113,6 +114,9 @@ class Recorder:
 
     # ---------------------------------------------------------------- one call
 
+    def not_understood(self, reason: str) -> None:
+        self.unmodelled[reason] = self.unmodelled.get(reason, 0) + 1
+
     def row_for(self, call: Call, site: str, mode: str) -> RowStats | None:
         if not modelled(call):
             reason = f"{call.api} in {call.dtype}"
@@ -129,21 +133,21 @@ class Recorder:
         self.calls += 1
         return stats
 
-    def start(self, stats: RowStats, name: str = "") -> Pending:
-        if self.clock == "cpu":
-            return Pending(stats, time.perf_counter())
+    def start(self, stats: RowStats, name: str = "", on_gpu: bool = True) -> Pending:
+        """Start timing a call; ``on_gpu``: its tensors are on a GPU (else perf_counter, whatever the clock)."""
+        if not on_gpu or self.clock == "cpu":
+            return Pending(stats, time.perf_counter(), kind="cpu")
         if self.clock == "trace":
-            pending = Pending(stats, None, name=name)
             self.by_range[name] = stats
-            return pending
+            return Pending(stats, None, name=name, kind="trace")
         event = self._event()
         event.record()
-        return Pending(stats, event)
+        return Pending(stats, event, kind="events")
 
     def stop(self, pending: Pending) -> None:
-        if self.clock == "cpu":
+        if pending.kind == "cpu":
             pending.stats.times_ms.append((time.perf_counter() - pending.start) * 1e3)
-        elif self.clock == "events":
+        elif pending.kind == "events":
             pending.end = self._event()
             pending.end.record()
             self.pending.append(pending)

@@ -146,7 +146,7 @@ def observe(out: str | Path, trace: str | None = None, device: str | None = None
     run_meta = {"observed": {"command": command, "trace": trace}, **(meta or {})}
     store, roofs = open_capture(str(device), Path(out), device_name(device), dtypes, run_meta, resumable=False,
                                 status=status)
-    clock = "trace" if cuda and trace == "torch" else "events" if cuda else "cpu"
+    clock = "trace" if cuda and trace == "torch" else "events" if cuda else "cpu"  # calls on CPU tensors: cpu
     recorder = Recorder(clock)
     run = ObservedRun(Path(out), trace, device, roofs, recorder, Interceptor(recorder), store.meta)
     profile = None
