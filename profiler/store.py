@@ -113,6 +113,8 @@ KEY = list(ROW_KEY)
 # Columns added after captures were shipped, and how an older file's rows read without them.
 ADDED_COLUMNS = {"kv_heads": lambda frame: frame["heads"], "path": lambda frame: "",
                  "source": lambda frame: "measured", "site": lambda frame: ""}
+# Columns only observed rows fill (profiler.observer): empty in rows of other sources and older files.
+OBSERVED_ONLY = ("calls", "total_ms", "median_ms", "mask", "density", "layout", "seq_kv_min", "seq_kv_max")
 
 
 class CaptureError(ValueError):
@@ -139,6 +141,11 @@ def read_results(path: Path) -> pd.DataFrame:
     for column, fill in ADDED_COLUMNS.items():
         if column not in frame.columns and "heads" in frame.columns:
             frame[column] = fill(frame)
+            if SCHEMA[column][0] == "string":
+                frame[column] = frame[column].astype("string")
+    for column in OBSERVED_ONLY:
+        if column not in frame.columns and "heads" in frame.columns:
+            frame[column] = pd.Series(None, index=frame.index, dtype=SCHEMA[column][0])
     if {"status", "bound"} <= set(frame.columns):
         frame.loc[frame["status"] != "ok", "bound"] = None
     return frame
@@ -163,7 +170,11 @@ def to_frame(rows: list[dict]) -> pd.DataFrame:
         else:
             frame[column] = frame[column].astype(dtype)
     extra = [c for c in frame.columns if c not in SCHEMA]
-    return frame[COLUMNS + extra]
+    columns = COLUMNS
+    if len(frame) == 0 or (frame["source"] == "measured").all():
+        # A capture of measured rows only is stored as before observe existed (read_results fills these in).
+        columns = [c for c in COLUMNS if c not in ("source", "site", *OBSERVED_ONLY)]
+    return frame[columns + extra]
 
 
 def write_parquet_atomic(path: Path, frame: pd.DataFrame) -> None:
