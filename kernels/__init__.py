@@ -5,6 +5,8 @@
 - ``online_softmax``: standalone online-softmax row kernel (online_softmax.py)
 - ``flash_attention`` / ``flash_attention_with_lse``: our Triton FlashAttention-2, with autograd
 - ``sdpa_flash``, ``sdpa_efficient``, ``sdpa_cudnn``, ``sdpa_math``: PyTorch SDPA backends (sdpa.py)
+- ``hf_attention.register()``: ``flash_attention`` as a transformers attention implementation
+  (imported on its own: ``from kernels.hf_attention import register``; transformers only when called)
 
 Set ``TRITON_INTERPRET=1`` before importing this package to run the Triton kernels on a CPU.
 

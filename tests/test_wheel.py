@@ -126,14 +126,14 @@ def test_wheel_holds_every_file_of_the_packages_and_nothing_else(wheel):
     assert {n.split("/")[0] for n in names} == {*PACKAGES, dist_info}  # no tests/, reports/, scripts/
 
 
-def test_wheel_declares_the_console_script_and_the_dashboard_extra(wheel):
+def test_wheel_declares_the_console_script_and_the_dashboard_and_hf_extras(wheel):
     with zipfile.ZipFile(wheel) as z:
         dist_info = next(n.split("/")[0] for n in z.namelist() if n.endswith(".dist-info/METADATA"))
         entry_points = configparser.ConfigParser()
         entry_points.read_string(z.read(f"{dist_info}/entry_points.txt").decode())
         metadata = z.read(f"{dist_info}/METADATA").decode()
     assert dict(entry_points["console_scripts"]) == {SCRIPT: "profiler.cli:main"}
-    assert "Provides-Extra: dashboard" in metadata.splitlines()
+    assert {"Provides-Extra: dashboard", "Provides-Extra: hf"} <= set(metadata.splitlines())
 
 
 def test_the_venv_imports_the_installed_package_not_the_checkout(installed):
