@@ -109,3 +109,14 @@ def test_hf_llama_batch_default_follows_context(hf_llama):
     assert hf_llama.parse_args(["--no-tiny", "--context", "8192"]).batch == 4
     assert hf_llama.parse_args(["--no-tiny", "--context", "8193"]).batch == 1
     assert hf_llama.parse_args(["--tiny"]).batch == 2
+
+
+def test_nanogpt_tiny_trains_two_steps():
+    lines = _run("nanogpt.py")
+    assert lines[0] == ("config: nanogpt layers=2 heads=2 head_dim=16 width=32 vocab=128 dtype=fp32 device=cpu "
+                        "batch=2 context=33")
+    assert len(lines) == 3
+    for step, line in enumerate(lines[1:], start=1):
+        loss = float(re.fullmatch(rf"train step {step}/2: B2 x 33 tokens, loss (\d+\.\d+) in \d+\.\d\d s",
+                                  line).group(1))
+        assert abs(loss - math.log(128)) < 0.1  # GPT-2's 0.02 init: near-uniform logits
