@@ -120,3 +120,33 @@ def test_nanogpt_tiny_trains_two_steps():
         loss = float(re.fullmatch(rf"train step {step}/2: B2 x 33 tokens, loss (\d+\.\d+) in \d+\.\d\d s",
                                   line).group(1))
         assert abs(loss - math.log(128)) < 0.1  # GPT-2's 0.02 init: near-uniform logits
+
+
+def test_flex_window_tiny_runs_forward_steps():
+    lines = _run("flex_window.py")
+    assert lines[0] == ("config: flex_window layers=2 heads=2 head_dim=16 dtype=fp32 device=cpu compile=False "
+                        "backward=False batch=1 seq=64 window=16")
+    assert re.fullmatch(r"block mask: 64 x 64, window 16, 1 of 1 blocks of 128 x 128 visited, built in \d+\.\d\d s",
+                        lines[1])
+    losses = [re.fullmatch(rf"step {step}/2: B1 x 64 tokens, forward only, loss (\d+\.\d+) in \d+\.\d\d s",
+                           line).group(1) for step, line in enumerate(lines[2:], start=1)]
+    assert len(losses) == 2 and losses[0] == losses[1]  # no optimizer step on the CPU: the same forward twice
+
+
+def test_flex_window_compile_needs_cuda(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("--compile is allowed with CUDA")
+    with pytest.raises(SystemExit) as stop:
+        _load("flex_window.py").parse_args(["--compile"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == ("flex_window.py: error: --compile needs CUDA: on the CPU this example runs "
+                                       "flex_attention eagerly; use --no-compile\n")
+
+
+def test_flex_window_counts_the_visited_blocks():
+    """At 4096 tokens and a 256-token window (two 128-blocks), query block i visits kv blocks i-2 (partial),
+    i-1 (full) and i (the diagonal, partial): 32 + 31 + 30 of 32 x 32."""
+    flex_window = _load("flex_window.py")
+    block_mask = flex_window.create_block_mask(flex_window.sliding_window_causal(256), B=None, H=None,
+                                               Q_LEN=4096, KV_LEN=4096, device="cpu")
+    assert flex_window.visited_blocks(block_mask) == (32 + 31 + 30, 32 * 32)
