@@ -153,6 +153,9 @@ def run_summary_lines(s: dict) -> list[str]:
     else:
         lines.append(f"Attention {s['attention_ms']:.1f} ms = {s['attention_share_of_wall']:.1%} of wall time "
                      f"(forward {s['attention_fwd_ms']:.1f} ms, backward {s['attention_bwd_ms']:.1f} ms)")
+    if s.get("window_ms"):
+        lines.append(f"From the first attention call to the last ({s['window_ms']:.1f} ms) the GPU was busy "
+                     f"{s['gpu_busy_share_of_window']:.0%} of the time")
     if s.get("compiled_frames"):
         lines.append(f"torch.compile compiled {s['compiled_frames']} frame(s) during the run: attention inside "
                      "compiled code runs without Python and is not counted above")

@@ -68,6 +68,13 @@ TARGETS = (
 )
 
 
+def _compiled_graphs() -> int:
+    """Graphs torch.compile has made so far (eager FlexAttention compiles its own, inside the call)."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"].get("unique_graphs", 0) if "stats" in counters else 0
+
+
 def _first_tensor(args, kwargs) -> torch.Tensor:
     """The query: the first positional argument, or ``query``/``q`` by keyword."""
     if args and isinstance(args[0], torch.Tensor):
@@ -146,10 +153,12 @@ class Interceptor:
                 name = observe_range(call.api, "fwd", stats.site)
                 on_gpu = _first_tensor(args, kwargs).is_cuda
                 pending = self._open(name, stats, on_gpu)
+                graphs = _compiled_graphs()
                 try:
                     out = original(*args, **kwargs)
                 finally:
                     self._close(pending)
+                    recorder.compiled_inside += _compiled_graphs() - graphs
                 self._time_backward(call, stats.site, on_gpu, out, args, kwargs)
                 return out
             finally:

@@ -111,6 +111,7 @@ class Recorder:
         self._events: list = []  # CUDA events free for reuse
         self.calls = 0
         self.on_call = None  # called after each call (the run's periodic flush)
+        self.compiled_inside = 0  # graphs torch.compile made inside observed calls (eager FlexAttention's own)
 
     # ---------------------------------------------------------------- one call
 

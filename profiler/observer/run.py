@@ -121,7 +121,7 @@ def _compiled_frames() -> int:
         from torch._dynamo.utils import counters
     except ImportError:  # a torch without dynamo
         return 0
-    return int(sum(counters["stats"].values())) if "stats" in counters else 0
+    return int(counters["stats"].get("unique_graphs", 0)) if "stats" in counters else 0
 
 
 @contextmanager
@@ -171,7 +171,7 @@ def observe(out: str | Path, trace: str | None = None, device: str | None = None
         run.wall_s = time.perf_counter() - started
         if profile is not None:
             profile.__exit__(None, None, None)
-        _finish(run, profile, _compiled_frames() - compiled_before)
+        _finish(run, profile, _compiled_frames() - compiled_before - recorder.compiled_inside)
 
 
 class _Flusher:
@@ -216,6 +216,17 @@ def _finish(run: ObservedRun, profile, compiled_frames: int) -> None:
         gpu_busy = busy_ms(kernels)
         inside = kernels["ranges"].str.contains(f"{OBSERVE}/", regex=False)
         outside = kernels[~inside & kernels["kernel"].str.contains(ATTENTION_KERNEL)]
+        # The attention window: from the first observed call's first kernel to the last one's end (the loop
+        # the user profiles, without imports and model construction); how busy the GPU was inside it.
+        ours = kernels[inside]
+        if len(ours):
+            lo, hi = ours["start_us"].min(), (ours["start_us"] + ours["gpu_us"]).max()
+            clipped = kernels.assign(start_us=kernels["start_us"].clip(lo, hi),
+                                     gpu_us=(kernels["start_us"] + kernels["gpu_us"]).clip(lo, hi)
+                                     - kernels["start_us"].clip(lo, hi))
+            window_busy = busy_ms(clipped[clipped["gpu_us"] > 0])
+            summary.update(window_ms=(hi - lo) / 1e3, gpu_busy_in_window_ms=window_busy,
+                           gpu_busy_share_of_window=window_busy / ((hi - lo) / 1e3) if hi > lo else None)
         summary.update(gpu_busy_ms=gpu_busy, gpu_kernel_ms=float(kernels["gpu_us"].sum() / 1e3),
                        gpu_busy_share_of_wall=gpu_busy / (run.wall_s * 1e3) if run.wall_s > 0 else None,
                        attention_share_of_gpu=attention_ms / gpu_busy if gpu_busy > 0 else None,
