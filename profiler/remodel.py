@@ -2,7 +2,8 @@
 
 A capture keeps its measurements (times, status, peak memory, error) and the model's numbers of the
 day it ran; when the model changes, :func:`remodel` recomputes the model's columns and what follows
-from them (intensity, rates, bound, roof fractions) against the roofs the capture recorded.
+from them (intensity, rates, bound, roof fractions) against the roofs the capture recorded. Rows
+observed in a real run are kept as they are (:func:`remodel` says why).
 """
 
 from __future__ import annotations
@@ -29,9 +30,18 @@ def remodel(frame: pd.DataFrame, roofs: Roofs, meta: dict | None = None) -> tupl
     the model. A row whose FLOPs and bytes the model still gives is kept as it is; a row where they
     changed gets its intensity, rates, bound and roof fractions recomputed against ``roofs``, and
     keeps its measured columns (times, status, peak memory, error). Returns the new frame and a
-    mask of the rows that changed."""
+    mask of the rows that changed.
+
+    Rows of a real run's calls (``source`` observed, ``observe``) are left as they are: their FLOPs
+    and bytes are means of exact sums over many calls (decode buckets of growing Nkv, masks counted
+    pair by pair: profiler.observer.recorder), which the row's one shape cannot reproduce. Their
+    replays are ordinary rows of registered implementations, and are remodelled."""
     rows, changed = [], []
     for record in frame.to_dict("records"):
+        if record.get("source") == "observed":
+            rows.append(record)
+            changed.append(False)
+            continue
         costing = costing_for(record["impl"], meta)
         stored_path = _text(record.get("path"))
         # A path the device chose when the case ran (costing.fast_path) is a measured fact, kept;

@@ -85,7 +85,7 @@ def test_app_opens_on_the_reference_with_a_roofline(reference_app):
     at = reference_app
     assert not at.exception
     assert [t.label for t in at.tabs] == ["Roofline", "Scaling", "Bandwidth", "Step breakdown", "Compare", "Trace",
-                                          "What-if", "Validation"]
+                                          "What-if", "Validation", "Observed"]
     roofline = _spec(at.get("plotly_chart")[0])
     assert roofline["layout"]["xaxis"]["type"] == "log" and roofline["layout"]["yaxis"]["type"] == "log"
     assert "B4 H32 D64 fp16 full fwd" in roofline["layout"]["title"]["text"]  # the title names the family

@@ -17,7 +17,6 @@ from profiler.cli.console import console, dashboard_hint, fmt
 from profiler.cli.options import add_rep_ms, impl_list
 
 HELP = "run a script and profile the attention calls it makes (python -m profiler observe -- script.py ARGS)"
-TOP = 12  # rows of the per-site table
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -118,6 +117,8 @@ def run(args) -> int:
 def _print_summary(run_) -> None:
     from rich.table import Table
 
+    from profiler.observer.summary import TOP, run_summary_lines, top_rows
+
     s = run_.summary
     frame = run_.results()
     console.print(f"Observed {s['calls']} attention calls in {s['wall_s']:.2f} s of wall time "
@@ -130,43 +131,11 @@ def _print_summary(run_) -> None:
     for column in ("site", "api", "mode", "shape", "mask", "calls", "total ms", "median ms", "TFLOP/s", "GB/s",
                    "bound", "roof"):
         table.add_column(column, justify="right" if column not in ("site", "api", "shape", "mask") else "left")
-    from attention_core.shape import Shape
-
-    for _, r in frame.sort_values("total_ms", ascending=False).head(TOP).iterrows():
-        label = Shape.from_row(r).label
-        if r["seq_kv_min"] != r["seq_kv_max"]:
-            label += f" (Nkv {int(r['seq_kv_min'])}-{int(r['seq_kv_max'])})"
-        table.add_row(r["site"], r["impl"], r["mode"], label, r["mask"], f"{int(r['calls'])}", fmt(r["total_ms"]),
-                      fmt(r["median_ms"]), fmt(r["tflops"]), fmt(r["gbps"]), r["bound"] or "-",
-                      fmt(r["roof_fraction"] if r["roof_fraction"] == r["roof_fraction"]
-                          else r["roof_fraction_measured"], ".0%"))
+    for _, r in top_rows(frame, TOP).iterrows():
+        table.add_row(r["site"], r["impl"], r["mode"], r["label"], r["mask"], f"{int(r['calls'])}",
+                      fmt(r["total_ms"]), fmt(r["median_ms"]), fmt(r["tflops"]), fmt(r["gbps"]), r["bound"] or "-",
+                      fmt(r["of_roof"], ".0%"))
     console.print(table)
-
-
-def run_summary_lines(s: dict) -> list[str]:
-    """What the run's summary (meta.json's ``observed``) says, as sentences."""
-    lines = []
-    if s.get("gpu_busy_ms"):
-        lines.append(f"GPU busy {s['gpu_busy_ms']:.1f} ms ({s['gpu_busy_share_of_wall']:.0%} of wall time); attention "
-                     f"{s['attention_ms']:.1f} ms = {s['attention_share_of_gpu']:.1%} of GPU busy time "
-                     f"(forward {s['attention_fwd_ms']:.1f} ms, backward {s['attention_bwd_ms']:.1f} ms)")
-    else:
-        lines.append(f"Attention {s['attention_ms']:.1f} ms = {s['attention_share_of_wall']:.1%} of wall time "
-                     f"(forward {s['attention_fwd_ms']:.1f} ms, backward {s['attention_bwd_ms']:.1f} ms)")
-    if s.get("window_ms"):
-        lines.append(f"From the first attention call to the last ({s['window_ms']:.1f} ms) the GPU was busy "
-                     f"{s['gpu_busy_share_of_window']:.0%} of the time")
-    if s.get("compiled_frames"):
-        lines.append(f"torch.compile compiled {s['compiled_frames']} frame(s) during the run: attention inside "
-                     "compiled code runs without Python and is not counted above")
-    if s.get("unobserved_attention_kernels"):
-        lines.append(f"{s['unobserved_attention_kernels']} attention kernels ({s['unobserved_attention_ms']:.1f} ms) "
-                     "ran outside any observed call (compiled regions or other APIs): see kernels.parquet")
-    if s.get("calls_without_kernels"):
-        lines.append(f"{s['calls_without_kernels']} calls had no GPU kernel in the trace (their time counts as 0)")
-    for reason, calls in (s.get("unmodelled_calls") or {}).items():
-        lines.append(f"{calls} calls of {reason} ran but were not modelled")
-    return lines
 
 
 def _replay(run_, impls: list[str], rep_ms: int, torch) -> None:
@@ -174,6 +143,7 @@ def _replay(run_, impls: list[str], rep_ms: int, torch) -> None:
 
     from profiler.cli.console import case_line
     from profiler.observer.replay import replay, replay_cases, savings
+    from profiler.observer.summary import savings_sentence
     from profiler.registry import get_impl
 
     chosen = [get_impl(name) for name in impls]
@@ -198,6 +168,4 @@ def _replay(run_, impls: list[str], rep_ms: int, torch) -> None:
         table.add_row(w["impl"], f"{w['calls_replayed']}/{w['calls']}", fmt(w["attention_ms"]),
                       fmt(w["new_attention_ms"]), fmt(w["saved_ms"]), fmt(w["speedup"], ".3f") + "x")
     console.print(table)
-    best = whole.sort_values("saved_ms", ascending=False).iloc[0]
-    console.print(f"Attention is {best['attention_share']:.0%} of {best['basis']} time; {best['impl']} would make the "
-                  f"run {best['speedup']:.2f}x {'faster' if best['speedup'] >= 1 else 'slower'}", soft_wrap=True)
+    console.print(savings_sentence(whole), soft_wrap=True)

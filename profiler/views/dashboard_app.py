@@ -14,7 +14,8 @@ named, the newest opens: by meta.json's "time", else the folder's modification t
 made is what you see. A name that is not there gets an error naming the captures that are.
 
 Needs no GPU. Loading and maths live in profiler/ (store, model, views); this file is layout and widgets only.
-Every tab follows the sidebar: the selected captures and every filter. Only rows with status ok are drawn;
+Every tab follows the sidebar: the selected captures and every filter; but Observed, which shows a real run
+(`python -m profiler observe`) whole, follows the selected captures only. Only rows with status ok are drawn;
 the others (oom, unsupported, error, and wrong: the output failed the correctness check) are listed under the
 roofline. Figures keep their own colours (``theme=None``), as in the HTML report. ``?tab=Step+breakdown``
 opens a tab by its name.
@@ -39,7 +40,7 @@ from attention_core.presets import PRESETS, preset_of  # noqa: E402
 from attention_core.shape import Shape  # noqa: E402
 from profiler.model import hardware  # noqa: E402
 from profiler.store import KEY, Capture, CaptureError, discover_captures  # noqa: E402
-from profiler.views import plots, rooflines, style  # noqa: E402
+from profiler.views import observed, plots, rooflines, style  # noqa: E402
 from profiler.views.selection import (  # noqa: E402
     apply_filters,
     checkout_of,
@@ -52,7 +53,7 @@ from profiler.views.selection import (  # noqa: E402
     with_capture,
 )
 
-TABS = ["Roofline", "Scaling", "Bandwidth", "Step breakdown", "Compare", "Trace", "What-if", "Validation"]
+TABS = ["Roofline", "Scaling", "Bandwidth", "Step breakdown", "Compare", "Trace", "What-if", "Validation", "Observed"]
 # Filters that pick one value at first (so the first view is one shape family), and which.
 PREFERRED = {"dtype": "fp16", "head_dim": 64, "causal": False, "mode": "fwd"}
 NOT_OK = {"wrong": "failed the correctness check", "oom": "out of memory", "unsupported": "not supported",
@@ -125,10 +126,11 @@ def shared_with(a: tuple[str, tuple], others: tuple[tuple[str, str, tuple], ...]
     return {name: len(keys_a & measured_keys(folder, written, chosen)) for name, folder, written in others}
 
 
-def chart(where, fig) -> None:
+def chart(where, fig, key: str | None = None) -> None:
     """A figure as the HTML report draws it: its own colours and template (profiler.views.style), not
-    Streamlit's theme, which would recolour the traces."""
-    where.plotly_chart(fig, width="stretch", theme=None)
+    Streamlit's theme, which would recolour the traces. ``key`` tells apart charts that may come out
+    alike (one per capture: two copies of a run draw the same figure)."""
+    where.plotly_chart(fig, width="stretch", theme=None, key=key)
 
 
 st.set_page_config(page_title="Attention roofline", layout="wide")
@@ -438,3 +440,43 @@ with tabs["Validation"]:
                 + (f"the captures under `{shown_root}` that have one: {', '.join(validated)}; select one in the "
                    "sidebar's Captures. " if validated else "")
                 + "`python -m profiler validate` on a GPU makes one.")
+
+with tabs["Observed"]:
+    runs = [n for n in chosen_captures if observed.has_observed(captures[n][1])]
+    if not runs:
+        found = [n for n in names if observed.has_observed(captures[n][1])]
+        st.info(f"{', '.join(chosen_captures)} {'holds' if len(chosen_captures) == 1 else 'hold'} no observed run: "
+                f"`{observed.HOW_TO}` records the attention calls of a real run"
+                + (f" (observed here: {', '.join(found)})." if found else "."))
+    for name in runs:
+        run_meta, frame = captures[name]
+        summary = observed.summary_of(run_meta)
+        st.subheader(f"{name}: {summary.get('command') or run_meta.get('command') or 'observed run'}")
+        share, warnings = observed.sentences(run_meta)
+        st.markdown(f"**{share}**")
+        for line in warnings:
+            st.warning(line)
+        st.caption(f"{summary.get('calls', '?')} calls in {len(observed.observed_rows(frame))} rows (one per site, "
+                   f"shape, mask and mode) · clock: {summary.get('clock', '?')} · the whole run: the sidebar's "
+                   "filters do not apply here")
+        chart(st, observed.site_figure(frame), key=f"observed-sites-{name}")
+        st.markdown(f"**The {observed.TOP} rows with the most time**")
+        top = observed.top_table(frame)
+        st.dataframe(top.assign(**{"of roof": top["of roof"] * 100}), hide_index=True, width="stretch",
+                     column_config={"of roof": st.column_config.NumberColumn(format="%.1f%%"),
+                                    **{c: st.column_config.NumberColumn(format="%.4g")
+                                       for c in ("total ms", "median ms", "TFLOP/s", "GB/s")}})
+        fig, note = observed.roofline(frame, run_meta)
+        chart(st, fig, key=f"observed-roofline-{name}")
+        st.caption(note)
+        whole, per_row, sentence = observed.savings_tables(frame, run_meta)
+        if sentence is None:
+            st.caption("No replay yet: `python -m profiler observe --replay IMPLS ...` re-runs the observed shapes "
+                       "through registered implementations and says what each would save.")
+            continue
+        st.markdown(f"**{sentence}**")
+        st.dataframe(whole, hide_index=True, width="stretch", column_config={
+            "run speedup": st.column_config.NumberColumn(format="%.3fx"),
+            **{c: st.column_config.NumberColumn(format="%.4g") for c in ("attention ms", "would take ms", "saved ms")}})
+        with st.expander("Per site, shape and mode"):
+            st.dataframe(per_row, hide_index=True, width="stretch")

@@ -6,6 +6,7 @@ Streamlit here, and plotly is imported only by the views (the capture path never
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -256,6 +257,9 @@ def trace_figure(kernels: pd.DataFrame) -> go.Figure:
         data["start_us"], data["gpu_us"] = data.start_ns / 1e3, data.gpu_ns / 1e3
     if "kernel" not in data:
         data["kernel"] = data["name"]
+    # An observed run names each call's range uniquely (observe/<api>/<mode>/<site>#<n>, profiler.observer.hooks):
+    # one row per site and mode, not one per call.
+    data["range"] = [re.sub(r"#\d+$", "", r) if isinstance(r, str) else r for r in data["range"]]
     data = data.sort_values("start_us")
     data["t0"] = data.start_us - data.start_us.min() if not data.empty else 0
     fig = go.Figure()

@@ -1,5 +1,6 @@
 """A self-contained HTML report of one capture, to read offline or attach to an issue: every shape
-family of the capture (or a chosen set) with a formatted summary table and the dashboard's charts.
+family of the capture (or a chosen set) with a formatted summary table and the dashboard's charts; first,
+for a capture of a real run (``python -m profiler observe``), an "Observed run" section.
 
 A family is the rows that share batch, heads, K/V heads, head_dim, dtype, causal and mode
 (:data:`profiler.views.style.FAMILY_COLUMNS`); its sequence lengths vary. The report always says which
@@ -27,7 +28,7 @@ from plotly.offline import get_plotlyjs
 from attention_core.shape import Shape
 from profiler.model.roofs import Roofs
 from profiler.store import Capture, CaptureError, write_bytes_atomic
-from profiler.views import plots, rooflines, style
+from profiler.views import observed, plots, rooflines, style
 from profiler.views.style import FAMILY_COLUMNS, LENGTHS, family_label, impl_rank
 
 DTYPE_ORDER = {"fp16": 0, "bf16": 1, "fp32": 2}
@@ -267,8 +268,8 @@ def _trace_rows(kernels: pd.DataFrame, key: tuple) -> tuple[pd.DataFrame, str]:
         if column in kernels:
             mask &= kernels[column] == value
     rows = kernels[mask]
-    if rows.empty or not {*LENGTHS, "impl"} <= set(rows.columns):
-        return rows, ""
+    if rows.empty or not {*LENGTHS, "impl"} <= set(rows.columns):  # not one trace per case: an observed run's
+        return rows.iloc[:0], ""
     counts = rows.groupby(LENGTHS).impl.nunique().reset_index()
     seq_q, seq_kv = counts.sort_values(["impl", "seq_kv", "seq_q"]).iloc[-1][["seq_q", "seq_kv"]]
     rows = rows[(rows.seq_q == seq_q) & (rows.seq_kv == seq_kv)].copy()
@@ -407,6 +408,7 @@ tr.status-unsupported td {{ color: rgba(49,51,63,.6); }}
 details {{ margin: .5rem 0; }} summary {{ cursor: pointer; color: rgba(49,51,63,.75); }}
 code, pre {{ font-size: .8rem; background: {SECONDARY_BG}; border-radius: .25rem; padding: .1rem .3rem; }}
 pre {{ white-space: pre-wrap; padding: .5rem .75rem; }}
+.warn {{ color: #b45309; }}
 """
 
 
@@ -481,6 +483,54 @@ def _family_section(label: str, rows: pd.DataFrame, meta: dict, kernels: pd.Data
     return parts
 
 
+OBSERVED_ANCHOR = "observed-run"
+OBSERVED_TEXT = {"site", "api", "mode", "shape", "mask", "bound", "implementation", "calls replayed", "replayed"}
+
+
+def _formatted(table: pd.DataFrame) -> pd.DataFrame:
+    """An observed-run table in human units: fractions as percentages, speedups as 1.066x, calls whole,
+    other numbers to three significant digits."""
+    out = table.copy()
+    for column in out.columns:
+        if column in OBSERVED_TEXT:
+            out[column] = ["-" if _missing(x) else {True: "yes", False: "no"}.get(x, str(x)) for x in out[column]]
+        elif column == "of roof":
+            out[column] = [percent(x) for x in out[column]]
+        elif column == "run speedup":
+            out[column] = ["-" if _missing(x) else f"{float(x):.3f}x" for x in out[column]]
+        elif column == "calls":
+            out[column] = [f"{int(x):,}" for x in out[column]]
+        else:
+            out[column] = [sig3(x) for x in out[column]]
+    return out
+
+
+def _observed_section(meta: dict, frame: pd.DataFrame, charts: _Charts) -> list[str]:
+    """The "Observed run" section of a capture made by ``observe``: attention's share of the run and
+    the warnings, the time by call site, the rows with the most time, the observed calls on the
+    roofline beside their replays, and what each replayed implementation would save (as the
+    dashboard's Observed tab; profiler.views.observed)."""
+    e = html.escape
+    share, warnings = observed.sentences(meta)
+    command = observed.summary_of(meta).get("command") or meta.get("command")
+    parts = [f"<h2 id='{OBSERVED_ANCHOR}'>Observed run</h2>",
+             *([f"<p class='caption'>{e(str(command))}</p>"] if command else []),
+             f"<p><b>{e(share)}</b></p>", *(f"<p class='warn'>{e(line)}</p>" for line in warnings),
+             charts.div(observed.site_figure(frame)),
+             f"<h3>The {observed.TOP} rows with the most time</h3>",
+             html_table(_formatted(observed.top_table(frame)), set(observed.TOP_COLUMNS.values()) - OBSERVED_TEXT)]
+    fig, note = observed.roofline(frame, meta)
+    parts += ["<h3>Roofline</h3>", charts.div(fig), f"<p class='caption'>{e(note)}</p>"]
+    whole, per_row, sentence = observed.savings_tables(frame, meta)
+    parts.append("<h3>What a replayed implementation would save</h3>")
+    if sentence is None:
+        return parts + ["<p class='caption'>No replay in this capture: <code>python -m profiler observe --replay IMPLS"
+                        "</code> re-runs the observed shapes through registered implementations.</p>"]
+    return parts + [f"<p><b>{e(sentence)}</b></p>", html_table(_formatted(whole), set(whole.columns) - OBSERVED_TEXT),
+                    "<details><summary>Per site, shape and mode</summary>"
+                    + html_table(_formatted(per_row), set(per_row.columns) - OBSERVED_TEXT) + "</details>"]
+
+
 def build_report(folder: Path | str, family: list[str] | None = None) -> str:
     """The report of the capture in ``folder`` as one HTML page: every family, or those ``family``
     selects (see :func:`select_families`; FamilyNotFound, a CaptureError, when an item matches none)."""
@@ -504,9 +554,13 @@ def build_report(folder: Path | str, family: list[str] | None = None) -> str:
                      + "".join(f"<pre>{e(str(c))}</pre>" for c in commands)
                      + "".join(f"<p class='caption'>{e(str(c))}</p>" for c in meta.get("corrections") or [])
                      + "</details>")
-    parts.append("<h3>Contents</h3><ol class='toc'>" + "".join(
+    run = observed.has_observed(frame)
+    parts.append("<h3>Contents</h3><ol class='toc'>"
+                 + (f"<li><a href='#{OBSERVED_ANCHOR}'>Observed run</a></li>" if run else "") + "".join(
         f"<li><a href='#{anchor(label)}'>{e(label)}</a> <span class='caption'>{len(families[label]):,} rows</span></li>"
         for label in shown) + "</ol>")
+    if run:
+        parts += _observed_section(meta, frame, charts)
     for label in shown:
         parts += _family_section(label, families[label], meta, kernels, validation, charts)
     return "\n".join([

@@ -24,6 +24,7 @@ from profiler.views.style import (
     ABOVE_ROOF_NOTE,
     CACHE_BELOW,
     LENGTHS,
+    OBSERVED_SYMBOL,
     PLOTLY_TEMPLATE,
     STEP_SYMBOL,
     families_title,
@@ -176,6 +177,10 @@ def _hover(group: pd.DataFrame, memory: str = "HBM") -> list[str]:
                 f"<br>{r.flops:.4g} FLOP / {r.bytes:.4g} B = {r.x:.4g} FLOP/B<br><b>{r.view_bound}-bound</b>")
         if pd.notna(r.of_roof):
             text += f" · {r.of_roof:.1%} of the roof"
+        if getattr(r, "source", "") == "observed":  # a real run's calls: where, how many, the time per call is a mean
+            text += f"<br>observed at <b>{r.site}</b>: {int(r.calls):,} calls, {r.total_ms:.4g} ms in all ({r.mask})"
+        elif getattr(r, "source", "") == "replay":
+            text += "<br>replayed at an observed shape"
         if r.binds:
             text += f"<br>binding ceiling: {r.binds} ({r.ceiling_tflops:.4g} TFLOP/s, reached {r.of_ceiling:.1%})"
         if r.of_roof > 1:
@@ -253,13 +258,15 @@ def roofline_figure(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "co
     """Log-log roofline: x = arithmetic intensity, y = achieved TFLOP/s. Roofs with each ridge
     labelled in the band above the highest roof, an arrow to its own marker (no measured point is
     up there); the memory- and compute-bound regions shaded and named inside the plot; for fused
-    kernels the exp ceiling of each head_dim and mode; one trace per implementation and step
+    kernels the exp ceiling of each head_dim and mode; one trace per implementation, step and source
     (coloured by implementation, shaped by step, filled when compute-bound and open when
-    memory-bound). A point above its roof is ringed, says why in its hover, and the legend carries
-    the note (style.ABOVE_ROOF_NOTE). Fused kernels sharing an intensity are spread a little along
-    x (the hover gives the true value); past MAX_MARKERS points an even sample is drawn, and the
-    chart says so. ``device_type`` (meta.json's; default: the roofs' memory, else a GPU's) names
-    the memory of compulsory bytes: HBM on a GPU, DRAM on a CPU."""
+    memory-bound; a star for a real run's observed calls, whose hover names their site and count,
+    and '(replay)' in the legend for implementations re-run at those shapes). A point above its roof
+    is ringed, says why in its hover, and the legend carries the note (style.ABOVE_ROOF_NOTE). Fused
+    kernels sharing an intensity are spread a little along x (the hover gives the true value); past
+    MAX_MARKERS points an even sample is drawn, and the chart says so. ``device_type`` (meta.json's;
+    default: the roofs' memory, else a GPU's) names the memory of compulsory bytes: HBM on a GPU,
+    DRAM on a CPU."""
     points = roofline_points(rows, roofs, bytes_kind, exp2_per_s)
     memory = roofs[0].memory if roofs else ("L2" if bytes_kind == "tile" else memory_name(device_type))
     total = len(points)
@@ -328,15 +335,20 @@ def roofline_figure(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "co
         notes.append("sequence lengths are in the hover text")
     fused_names = list(dict.fromkeys(points[is_fused(points)].impl)) if not points.empty else []
     above = []
-    for (impl, step), group in points.groupby(["impl", "step"], sort=False):
+    # Observed calls (source observed) and their replays (source replay) get traces of their own: a
+    # star for what the run did, the usual marker for what an implementation did at its shapes.
+    sources = (points["source"] if "source" in points else pd.Series(index=points.index, dtype=object)).fillna(
+        "measured")
+    for (impl, step, source), group in points.groupby([points.impl, points.step, sources], sort=False):
         group = group.sort_values(LENGTHS)
         shift = JITTER ** (fused_names.index(impl) - (len(fused_names) - 1) / 2) if (
             step == "total" and impl in fused_names) else 1.0
-        symbol = STEP_SYMBOL.get(step, "circle")
+        symbol = OBSERVED_SYMBOL if source == "observed" else STEP_SYMBOL.get(step, "circle")
         hover = _hover(group, memory)
+        name = impl if step == "total" else f"{impl}: {step}"
         fig.add_trace(go.Scatter(
             x=group.x * shift, y=group.tflops, mode="markers+text" if show_labels else "markers",
-            name=impl if step == "total" else f"{impl}: {step}", legendgroup=impl,
+            name=name if source == "measured" else f"{name} ({source})", legendgroup=impl,
             marker={"color": impl_color(impl), "size": 10, "line": {"width": 1.5, "color": impl_color(impl)},
                     "symbol": [symbol if b == "compute" else f"{symbol}-open" for b in group.view_bound]},
             text=[_length_text(q, k) for q, k in zip(group.seq_q, group.seq_kv)] if show_labels else None,

@@ -17,6 +17,7 @@ SPARE_COLORS = ["#7f7f7f", "#bcbd22", "#393b79", "#ad494a"]
 PALETTE = [*(REGISTRY[name].color for name in BUILTIN), *SPARE_COLORS]  # the template's colorway
 STEP_SYMBOL = {"total": "circle", "qk_matmul": "triangle-up", "scale_mask": "square", "softmax": "diamond",
                "pv_matmul": "triangle-down"}
+OBSERVED_SYMBOL = "star"  # a real run's calls (source observed) on a roofline, beside measured and replayed rows
 STEP_COLOR = {"qk_matmul": "#1f77b4", "scale_mask": "#9edae5", "softmax": "#d62728", "pv_matmul": "#ff9896"}
 LENGTHS = ["seq_q", "seq_kv"]
 FAMILY_COLUMNS = [c for c in Shape.KEY if c not in LENGTHS]  # a shape family: the shape's key but its lengths
