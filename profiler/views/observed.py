@@ -73,7 +73,8 @@ def site_figure(frame: pd.DataFrame) -> go.Figure:
     shown = "" if every <= len(sites) else f" (the {len(sites)} of {every} sites with the most time)"
     fig.update_layout(template=PLOTLY_TEMPLATE, barmode="stack", height=max(260, 24 * len(sites) + 140),
                       title=f"Attention time by call site{shown}", xaxis_title="ms (all calls)",
-                      legend={"orientation": "h", "traceorder": "normal", "y": -0.15 if len(sites) < 8 else -0.05})
+                      legend={"orientation": "h", "traceorder": "normal", "x": 1, "xanchor": "right", "y": 1.0,
+                              "yanchor": "bottom"})
     fig.update_yaxes(categoryorder="array", categoryarray=sites, autorange="reversed", title=None, ticksuffix=" ")
     return fig
 
