@@ -46,7 +46,7 @@ def test_every_command_module_is_one_subcommand():
     from profiler.cli import COMMANDS, build_parser
 
     names = [command.__name__.rsplit(".", 1)[-1] for command in COMMANDS]
-    assert names == ["demo", "bench", "capture", "sweep", "nsys", "report", "validate", "remodel", "model",
+    assert names == ["demo", "bench", "capture", "sweep", "observe", "nsys", "report", "validate", "remodel", "model",
                      "ceilings", "dashboard"]
     for command in COMMANDS:
         assert command.__doc__ and command.HELP and callable(command.add_arguments) and callable(command.run)
