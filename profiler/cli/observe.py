@@ -80,7 +80,6 @@ def _print_user_traceback(err: BaseException, target: str) -> None:
 
 def run(args) -> int:
     kind, target, argv = _script(args.script)
-    import torch
 
     from profiler.measure.folder import FolderError, default_folder
     from profiler.observer.run import observe
@@ -109,7 +108,7 @@ def run(args) -> int:
         return failure.code if isinstance(failure, SystemExit) and isinstance(failure.code, int) else 1
     _print_summary(run_)
     if args.replay:
-        _replay(run_, args.replay, args.rep_ms, torch)
+        _replay(run_, args.replay, args.rep_ms)
     dashboard_hint(folder)
     return 0
 
@@ -138,7 +137,7 @@ def _print_summary(run_) -> None:
     console.print(table)
 
 
-def _replay(run_, impls: list[str], rep_ms: int, torch) -> None:
+def _replay(run_, impls: list[str], rep_ms: int) -> None:
     from rich.table import Table
 
     from profiler.cli.console import case_line

@@ -53,18 +53,24 @@ def capture_row(impl: str, costing: Costing, shape: Shape, step: str, roofs: Roo
         row.update(time_ms=timing.median_ms, time_ms_p10=timing.p10_ms, time_ms_p90=timing.p90_ms)
     if timing is None or status != "ok":
         return row
-    sheet, measured = roofs.datasheet_peak(shape.dtype), roofs.measured_peak(shape.dtype)
-    judge = sheet or measured
-    if judge:
-        row["bound"] = bound(ai, *judge)
-    seconds = timing.median_ms * 1e-3
+    return row | rates(flops, hbm_bytes, timing.median_ms * 1e-3, shape.dtype, roofs)
+
+
+def rates(flops: float, hbm_bytes: float, seconds: float, dtype: str, roofs: Roofs) -> dict:
+    """A measured point on the roofline: TFLOP/s and GB/s of ``flops`` and ``hbm_bytes`` done in
+    ``seconds``, the bound (against the datasheet roof, else the measured one) and the fraction of
+    each roof reached at this intensity."""
+    ai = arithmetic_intensity(flops, hbm_bytes)
     achieved = flops / seconds
-    row.update(tflops=achieved / 1e12, gbps=hbm_bytes / seconds / 1e9)
+    out = {"tflops": achieved / 1e12, "gbps": hbm_bytes / seconds / 1e9}
+    sheet, measured = roofs.datasheet_peak(dtype), roofs.measured_peak(dtype)
+    if sheet or measured:
+        out["bound"] = bound(ai, *(sheet or measured))
     if sheet:
-        row["roof_fraction"] = roof_fraction(achieved, ai, *sheet)
+        out["roof_fraction"] = roof_fraction(achieved, ai, *sheet)
     if measured:
-        row["roof_fraction_measured"] = roof_fraction(achieved, ai, *measured)
-    return row
+        out["roof_fraction_measured"] = roof_fraction(achieved, ai, *measured)
+    return out
 
 
 def same_number(a, b) -> bool:

@@ -28,9 +28,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from profiler.measure.ceilings import TORCH_DTYPES
+
 # The mask kinds a row's ``mask`` column holds.
 MASKS = ("none", "causal", "causal-br", "mask", "block", "window")
-DTYPES = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}
+DTYPES = {str(dtype): name for name, dtype in TORCH_DTYPES.items()}  # torch.float16 -> fp16, ...
 
 
 class Call(NamedTuple):

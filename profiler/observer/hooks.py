@@ -68,11 +68,14 @@ TARGETS = (
 )
 
 
-def _compiled_graphs() -> int:
-    """Graphs torch.compile has made so far (eager FlexAttention compiles its own, inside the call)."""
-    from torch._dynamo.utils import counters
-
-    return counters["stats"].get("unique_graphs", 0) if "stats" in counters else 0
+def compiled_graphs() -> int:
+    """Graphs torch.compile has made so far in this process (eager FlexAttention compiles its own,
+    inside the call); 0 on a torch without dynamo."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return 0
+    return int(counters["stats"].get("unique_graphs", 0)) if "stats" in counters else 0
 
 
 def _first_tensor(args, kwargs) -> torch.Tensor:
@@ -153,12 +156,12 @@ class Interceptor:
                 name = observe_range(call.api, "fwd", stats.site)
                 on_gpu = _first_tensor(args, kwargs).is_cuda
                 pending = self._open(name, stats, on_gpu)
-                graphs = _compiled_graphs()
+                graphs = compiled_graphs()
                 try:
                     out = original(*args, **kwargs)
                 finally:
                     self._close(pending)
-                    recorder.compiled_inside += _compiled_graphs() - graphs
+                    recorder.compiled_inside += compiled_graphs() - graphs
                 self._time_backward(call, stats.site, on_gpu, out, args, kwargs)
                 return out
             finally:

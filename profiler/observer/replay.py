@@ -15,7 +15,7 @@ from __future__ import annotations
 import pandas as pd
 
 from attention_core.shape import Shape
-from profiler.store import Capture, ResultStore, read_results, to_frame
+from profiler.store import Capture, ResultStore, to_frame
 
 REPLAYABLE_MASKS = ("none", "causal")
 PART = "replay"
@@ -92,7 +92,3 @@ def savings(frame: pd.DataFrame, summary: dict) -> tuple[pd.DataFrame, pd.DataFr
                           "calls": int(group["calls"].sum())})
     return per_row, pd.DataFrame(whole)
 
-
-def read_observed(folder) -> tuple[dict, pd.DataFrame]:
-    capture = Capture(folder)
-    return capture.meta(), read_results(capture.results_path)

@@ -25,8 +25,9 @@ import torch
 from attention_core.shape import ROW_KEY, Shape
 from profiler.measure.ranges import OBSERVE
 from profiler.model.cost import arithmetic_intensity
-from profiler.model.roofs import Roofs, bound, roof_fraction
-from profiler.observer.hooks import Interceptor
+from profiler.model.roofs import Roofs
+from profiler.model.rows import rates
+from profiler.observer.hooks import Interceptor, compiled_graphs
 from profiler.observer.recorder import Recorder, RowStats, row_times
 from profiler.store import Capture, to_frame
 
@@ -87,17 +88,8 @@ def observed_row(stats: RowStats, roofs: Roofs) -> dict:
            "seq_kv_min": stats.seq_kv_min, "seq_kv_max": stats.seq_kv_max}
     if times["total_ms"] <= 0:
         return row | {"status": "error", "message": "no GPU kernel of these calls was found in the trace"}
-    seconds = times["total_ms"] * 1e-3
-    achieved = stats.flops / seconds
-    row.update(tflops=achieved / 1e12, gbps=stats.hbm_bytes / seconds / 1e9)
-    sheet, measured = roofs.datasheet_peak(call.dtype), roofs.measured_peak(call.dtype)
-    if sheet or measured:
-        row["bound"] = bound(ai, *(sheet or measured))
-    if sheet:
-        row["roof_fraction"] = roof_fraction(achieved, ai, *sheet)
-    if measured:
-        row["roof_fraction_measured"] = roof_fraction(achieved, ai, *measured)
-    return row
+    # The rate over every call: summed FLOPs and bytes over summed time.
+    return row | rates(stats.flops, stats.hbm_bytes, times["total_ms"] * 1e-3, call.dtype, roofs)
 
 
 def busy_ms(kernels: pd.DataFrame) -> float:
@@ -114,14 +106,6 @@ def busy_ms(kernels: pd.DataFrame) -> float:
         total += stop - max(start, end)
         end = stop
     return total / 1e3
-
-
-def _compiled_frames() -> int:
-    try:
-        from torch._dynamo.utils import counters
-    except ImportError:  # a torch without dynamo
-        return 0
-    return int(counters["stats"].get("unique_graphs", 0)) if "stats" in counters else 0
 
 
 @contextmanager
@@ -155,7 +139,7 @@ def observe(out: str | Path, trace: str | None = None, device: str | None = None
         from torch.profiler import profile as torch_profile
 
         profile = torch_profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []))
-    compiled_before = _compiled_frames()
+    compiled_before = compiled_graphs()
     flusher = _Flusher(run)
     recorder.on_call = flusher
     if profile is not None:
@@ -171,7 +155,7 @@ def observe(out: str | Path, trace: str | None = None, device: str | None = None
         run.wall_s = time.perf_counter() - started
         if profile is not None:
             profile.__exit__(None, None, None)
-        _finish(run, profile, _compiled_frames() - compiled_before - recorder.compiled_inside)
+        _finish(run, profile, compiled_graphs() - compiled_before - recorder.compiled_inside)
 
 
 class _Flusher:
@@ -239,5 +223,5 @@ def _finish(run: ObservedRun, profile, compiled_frames: int) -> None:
 def _write(run: ObservedRun, partial: bool) -> None:
     capture = run.capture
     run.meta["observed"] = {**run.meta.get("observed", {}), **run.summary, "finished": not partial}
-    capture.write_results(to_frame(run.rows) if run.rows else to_frame([]))
+    capture.write_results(to_frame(run.rows))
     capture.write_meta(run.meta)
