@@ -21,6 +21,7 @@ file, then ``os.replace``), so a sweep killed at any point leaves every finished
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import os
@@ -137,7 +138,7 @@ def read_results(path: Path) -> pd.DataFrame:
     (:data:`ADDED_COLUMNS`: a capture from before grouped-query attention has kv_heads = heads).
     A bound is a judgement of a measured point: files written before that rule gave rows that did
     not run the model's bound, which reads as empty here."""
-    frame = pd.read_parquet(path)
+    frame = read_parquet_snapshot(path)
     for column, fill in ADDED_COLUMNS.items():
         if column not in frame.columns and "heads" in frame.columns:
             frame[column] = fill(frame)
@@ -181,8 +182,15 @@ def write_parquet_atomic(path: Path, frame: pd.DataFrame) -> None:
     write_bytes_atomic(path, frame.to_parquet(index=False))
 
 
+def read_parquet_snapshot(path: Path) -> pd.DataFrame:
+    """A parquet file read from one open: pyarrow opens a path more than once (footer, then pages), so
+    a writer's ``os.replace`` in between (a sweep adding a row while the dashboard or a poll reads)
+    would mix two files; the bytes of one file are always whole (:func:`write_bytes_atomic`)."""
+    return pd.read_parquet(io.BytesIO(Path(path).read_bytes()))
+
+
 def _read_parquet_or_none(path: Path) -> pd.DataFrame | None:
-    return pd.read_parquet(path) if path.is_file() else None
+    return read_parquet_snapshot(path) if path.is_file() else None
 
 
 def _mtime_ns(path: Path) -> int:

@@ -19,7 +19,7 @@ from profiler.measure.torch_trace import kernels_from_chrome_trace, kernels_of_c
 from profiler.model.fused import compulsory_bytes, fused_flops
 from profiler.model.naive import naive_step_bytes, naive_step_flops
 from profiler.registry import BUILTIN
-from profiler.store import COLUMNS, SCHEMA, CaptureError, ResultStore, load_capture
+from profiler.store import COLUMNS, SCHEMA, CaptureError, ResultStore, load_capture, read_results
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -148,7 +148,7 @@ def test_interrupted_sweep_keeps_every_finished_row(tmp_path):
     try:
         deadline = time.time() + 120
         while time.time() < deadline:
-            if (out / "results.parquet").exists() and len(pd.read_parquet(out / "results.parquet")) >= 6:
+            if (out / "results.parquet").exists() and len(read_results(out / "results.parquet")) >= 6:
                 break
             time.sleep(0.05)
         else:
