@@ -327,6 +327,7 @@ def test_a_script_that_raises_keeps_its_traceback_and_its_calls(tmp_path):
     assert "profiler/cli" not in out.stderr  # the user's frames only
     assert f"3 attention calls observed before the script stopped; written to {tmp_path / 'run'}" in out.stdout
     assert rows(tmp_path / "run").calls.tolist() == [3]
+    assert Capture(tmp_path / "run").meta()["observed"]["script_failed"] == "raised RuntimeError: the user's own error"
 
 
 @pytest.mark.parametrize("args,message", [

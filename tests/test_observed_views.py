@@ -186,7 +186,7 @@ def test_the_savings_say_how_much_faster_the_run_would_be(app, run):
     share = frame[frame.source == "observed"].total_ms.sum() / (meta["observed"]["wall_s"] * 1e3)
     tab = _tab(app, "Observed")
     outcome = f"{speedup:.2f}x faster" if speedup >= 1 else f"{1 / speedup:.2f}x slower"
-    sentence = f"**Attention is {share:.0%} of wall time; sdpa_math would make the run {outcome}**"
+    sentence = f"**Attention is {share:.1%} of wall time; sdpa_math would make the run {outcome}**"
     assert sentence in _texts(tab, "markdown")
     whole = tab.get("dataframe")[1].value
     assert whole.implementation.tolist() == ["sdpa_math"] and whole["calls replayed"].tolist() == ["14/14"]

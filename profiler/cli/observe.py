@@ -105,12 +105,22 @@ def run(args) -> int:
             _print_user_traceback(failure, target)
         console.print(f"observe: {run_.calls} attention calls observed before the script stopped; written to "
                       f"{folder}", soft_wrap=True)
+        _record_script_failure(run_, failure)
         return failure.code if isinstance(failure, SystemExit) and isinstance(failure.code, int) else 1
     _print_summary(run_)
     if args.replay:
         _replay(run_, args.replay, args.rep_ms)
     dashboard_hint(folder)
     return 0
+
+
+def _record_script_failure(run_, failure: BaseException) -> None:
+    """meta.json's ``observed`` says the script failed (``finished`` says only that the observation
+    wrote everything it saw)."""
+    what = f"exited with status {failure.code}" if isinstance(failure, SystemExit) else \
+        f"raised {type(failure).__name__}: {failure}"
+    run_.meta["observed"]["script_failed"] = what
+    run_.capture.write_meta(run_.meta)
 
 
 def _print_summary(run_) -> None:
@@ -158,7 +168,9 @@ def _replay(run_, impls: list[str], rep_ms: int) -> None:
     meta, frame = run_.capture.load()
     per_row, whole = savings(frame, meta["observed"])
     if not len(whole):
-        console.print("Replay: no observed shape could be replayed (masks our implementations lack)")
+        why = ("no implementation ran at an observed shape (see the lines above)" if total else
+               "no observed shape can be replayed (their masks are ones our implementations lack)")
+        console.print(f"Replay: {why}")
         return
     table = Table(title="What each implementation would save (observed calls charged at the replayed time)")
     for column in ("impl", "calls replayed", "attention ms", "would take ms", "saved ms", "run speedup"):

@@ -92,4 +92,4 @@ def savings_sentence(whole: pd.DataFrame) -> str | None:
         # A slowdown as a factor above 1 (1.25x slower, not 0.80x slower).
         outcome = (f"would make the run {speedup:.2f}x faster" if speedup >= 1 else
                    f"would make the run {1 / speedup:.2f}x slower")
-    return f"Attention is {share:.0%} of {best['basis']} time; {best['impl']} {outcome}"
+    return f"Attention is {share:.1%} of {best['basis']} time; {best['impl']} {outcome}"  # as share_line rounds
