@@ -35,7 +35,8 @@ def remodel(frame: pd.DataFrame, roofs: Roofs, meta: dict | None = None) -> tupl
     Rows of a real run's calls (``source`` observed, ``observe``) are left as they are: their FLOPs
     and bytes are means of exact sums over many calls (decode buckets of growing Nkv, masks counted
     pair by pair: profiler.observer.recorder), which the row's one shape cannot reproduce. Their
-    replays are ordinary rows of registered implementations, and are remodelled."""
+    replays are ordinary rows of registered implementations, and are remodelled. A row with a
+    ``device`` (a sweep over ranks on different GPUs) is judged against that device's roofs."""
     rows, changed = [], []
     for record in frame.to_dict("records"):
         if record.get("source") == "observed":
@@ -55,12 +56,15 @@ def remodel(frame: pd.DataFrame, roofs: Roofs, meta: dict | None = None) -> tupl
             continue
         timed = not pd.isna(record["time_ms"])  # ok rows, and 'wrong' rows, which keep their times
         measured = {k: (None if pd.isna(record[k]) else record[k]) for k in MEASURED}
-        row = capture_row(record["impl"], costing, Shape.from_row(record), record["step"], roofs,
+        device = _text(record.get("device"))
+        row_roofs = Roofs.from_meta(meta, device) if device and meta else roofs
+        row = capture_row(record["impl"], costing, Shape.from_row(record), record["step"], row_roofs,
                            timing=Timing(record["time_ms"], record["time_ms_p10"], record["time_ms_p90"]) if timed
                            else None, status=measured["status"],
                            message=measured["message"] or "", peak_mem_bytes=measured["peak_mem_bytes"],
                            max_rel_err=measured["max_rel_err"], path=path)
-        rows.append(row | {k: v for k, v in record.items() if k not in COLUMNS})  # e.g. nsys_gpu_ms
+        # what says where the row came from is kept (source, site, device), and columns beyond the schema (nsys_gpu_ms)
+        rows.append(row | {k: v for k, v in record.items() if k not in COLUMNS or k in ("source", "site", "device")})
         changed.append(True)
     return to_frame(rows), pd.Series(changed, index=frame.index)
 

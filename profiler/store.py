@@ -82,6 +82,9 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "max_rel_err": ("float64", "the largest norm-wise relative error against naive fp32 attention (output, and "
                                "grads when bwd); above the tolerance (the dtype's, kernels.reference.TOLERANCE, or "
                                "one the implementation registered; both in meta.json) the status is wrong"),
+    "device": ("string", "the GPU that measured the row, where the ranks of a distributed sweep ran on different "
+                         "GPUs (--allow-mixed: meta.json's devices holds each one's roofs); empty when one kind of "
+                         "device measured every row (meta.json's device)"),
     "status": ("string", "ok; wrong (the output failed the correctness check: its times are kept for the record, "
                          "it has no rates, bound or roof fractions and is on no chart); oom, unsupported or error"),
     "message": ("string", "why, when status is not ok (for wrong: the error and the tolerance it exceeded)"),
@@ -113,7 +116,7 @@ RUN_KEYS = ("command", "time", "git_revision", "torch", "triton", "cuda", "drive
 KEY = list(ROW_KEY)
 # Columns added after captures were shipped, and how an older file's rows read without them.
 ADDED_COLUMNS = {"kv_heads": lambda frame: frame["heads"], "path": lambda frame: "",
-                 "source": lambda frame: "measured", "site": lambda frame: ""}
+                 "source": lambda frame: "measured", "site": lambda frame: "", "device": lambda frame: ""}
 # Columns only observed rows fill (profiler.observer): empty in rows of other sources and older files.
 OBSERVED_ONLY = ("calls", "total_ms", "median_ms", "mask", "density", "layout", "seq_kv_min", "seq_kv_max")
 
@@ -149,7 +152,7 @@ def read_results(path: Path) -> pd.DataFrame:
             frame[column] = pd.Series(None, index=frame.index, dtype=SCHEMA[column][0])
     if {"status", "bound"} <= set(frame.columns):
         frame.loc[frame["status"] != "ok", "bound"] = None
-    return frame
+    return frame[[c for c in COLUMNS if c in frame.columns] + [c for c in frame.columns if c not in SCHEMA]]
 
 
 def to_frame(rows: list[dict]) -> pd.DataFrame:
@@ -161,7 +164,7 @@ def to_frame(rows: list[dict]) -> pd.DataFrame:
                 frame[column] = fill(frame)
             elif column == "kv_heads":
                 frame[column] = frame[column].fillna(frame["heads"])
-            elif column in ("source", "site"):
+            elif column in ("source", "site", "device"):
                 frame[column] = frame[column].fillna(fill(frame))
     for column, (dtype, _) in SCHEMA.items():
         if column not in frame:
@@ -175,6 +178,8 @@ def to_frame(rows: list[dict]) -> pd.DataFrame:
     if len(frame) == 0 or (frame["source"] == "measured").all():
         # A capture of measured rows only is stored as before observe existed (read_results fills these in).
         columns = [c for c in COLUMNS if c not in ("source", "site", *OBSERVED_ONLY)]
+    if len(frame) == 0 or (frame["device"].fillna("") == "").all():
+        columns = [c for c in columns if c != "device"]  # one kind of device: meta.json names it
     return frame[columns + extra]
 
 
@@ -393,11 +398,13 @@ class ResultStore:
     """Append-only rows of one capture folder, each append persisted atomically. With ``part`` the
     rows go to ``parts/<part>.parquet`` (one rank of a distributed sweep, profiler.measure.distributed)
     and ``has`` also sees what the merged results and the other parts hold; ``write_meta`` False
-    leaves meta.json to another process (rank 0)."""
+    leaves meta.json to another process (rank 0). ``fields`` are set in every row appended (the
+    device of a rank whose GPU differs from the others')."""
 
     def __init__(self, folder: Path | str, meta: dict, resume: bool = False, part: str | None = None,
-                 write_meta: bool = True):
+                 write_meta: bool = True, fields: dict | None = None):
         self.capture = Capture(folder)
+        self.fields = dict(fields or {})
         self.folder = self.capture.path
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.capture.results_path if part is None else self.capture.part_path(part)
@@ -438,6 +445,7 @@ class ResultStore:
         """Add rows; a stored row with the same key (a case measured again on --resume, e.g. after
         an error) is replaced, so every key stays unique. A row without kv_heads has as many as heads."""
         rows = [r if r.get("kv_heads") is not None or "heads" not in r else {**r, "kv_heads": r["heads"]} for r in rows]
+        rows = [{**r, **self.fields} for r in rows]
         new_keys = {tuple(r.get(k) for k in KEY) for r in rows}
         self.rows = [r for r in self.rows if tuple(r.get(k) for k in KEY) not in new_keys]
         self.rows.extend(rows)

@@ -1,11 +1,17 @@
 """Sweeps spread over ranks with torchrun (gloo on the CPU here): the plan, the merge of part
-files, a 2-rank capture against a serial one, and a rank killed mid-sweep then resumed."""
+files, a 2-rank capture against a serial one, and a rank killed mid-sweep then resumed; the same
+over two "hosts" that share no folder (two torchrun launches with --nnodes=2, each in its own
+mount namespace), and over ranks that report different devices (--allow-mixed)."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import socket
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -70,9 +76,10 @@ def test_merge_parts_replaces_by_key_and_removes_the_parts(tmp_path):
 def test_ranks_on_different_gpus_are_refused_unless_allowed(monkeypatch, tmp_path):
     from profiler.measure.folder import FolderError
 
-    monkeypatch.setattr(distributed, "gather", lambda value: ["NVIDIA H200", "NVIDIA H100 80GB HBM3"])
+    monkeypatch.setattr(distributed, "gather", lambda value: [value | {"device": "NVIDIA H200"},
+                                                              value | {"device": "NVIDIA H100 80GB HBM3"}])
     with pytest.raises(FolderError, match="the ranks run on different devices .*pass --allow-mixed"):
-        distributed.open_shared_capture(distributed.Ranks(0, 2, 0), "cuda:0", tmp_path / "x", "NVIDIA H200",
+        distributed.open_shared_capture(distributed.Ranks(0, 2, 0), "cpu", tmp_path / "x", "NVIDIA H200",
                                         ["fp16"], {})
 
 
@@ -120,3 +127,134 @@ def test_shipped_two_gpu_sweep_matches_the_one_gpu_sweep():
     joined = a.merge(b, on=KEY, suffixes=("_1", "_2"))
     ratio = joined.time_ms_2 / joined.time_ms_1
     assert abs(ratio.median() - 1) < 0.01 and ((ratio - 1).abs() < 0.05).mean() > 0.95
+
+
+# -- two hosts that share no folder ------------------------------------------------------------------
+
+UNSHARE = ["unshare", "-m", "--propagation", "private"] + ([] if os.geteuid() == 0 else ["-r"])
+# In its own mount namespace each "host" binds its own folder over the common --out path, so the
+# two see different folders at one path, as two machines without a shared filesystem do.
+BIND_THEN_RUN = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("localhost", 0))
+        return sock.getsockname()[1]
+
+
+def _two_hosts(args: list[str], out: Path, homes: list[Path], program: list[str] | None = None
+               ) -> list[subprocess.CompletedProcess]:
+    """Two torchrun launches (--nnodes=2, one rank each, c10d rendezvous on localhost), each
+    seeing its own folder of ``homes`` at ``out``; rank 0 lands on either. Returns both results."""
+    out.mkdir(exist_ok=True)
+    port, run_id = _free_port(), uuid.uuid4().hex[:8]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
+                "--rdzv-backend=c10d", f"--rdzv-endpoint=localhost:{port}", f"--rdzv-id={run_id}"]
+    launches = []
+    for home in homes:
+        home.mkdir(exist_ok=True)
+        command = [*UNSHARE, "sh", "-c", BIND_THEN_RUN, "sh", str(home), str(out), *torchrun,
+                   *(program or ["-m", "profiler"]), *args]
+        launches.append(subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True))
+    done = []
+    for launch in launches:
+        stdout, stderr = launch.communicate(timeout=600)
+        done.append(subprocess.CompletedProcess(launch.args, launch.returncode, stdout, stderr))
+    return done
+
+
+def _where_the_capture_is(homes: list[Path]) -> tuple[Path, Path]:
+    """(the folder rank 0 wrote the capture into, the other host's folder)."""
+    holding = [h for h in homes if (h / "results.parquet").exists()]
+    assert len(holding) == 1, [sorted(p.name for p in h.rglob("*")) for h in homes]
+    return holding[0], next(h for h in homes if h != holding[0])
+
+
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("serial") / "capture"
+    done = _run([*SWEEP, "--out", str(folder)])
+    assert done.returncode == 0, done.stderr[-2000:]
+    return folder
+
+
+def test_mount_namespaces_are_available():
+    """The two-host tests need `unshare -m`; say so plainly where a machine refuses it."""
+    probe = subprocess.run([*UNSHARE, "true"], capture_output=True, text=True)
+    assert probe.returncode == 0, f"unshare -m is refused here: {probe.stderr.strip()}"
+
+
+def test_two_hosts_without_a_shared_folder_give_the_serial_capture(serial, tmp_path):
+    out, homes = tmp_path / "out", [tmp_path / "host-a", tmp_path / "host-b"]
+    done = _two_hosts([*SWEEP, "--out", str(out)], out, homes)
+    assert [d.returncode for d in done] == [0, 0], "\n".join(d.stderr[-2000:] for d in done)
+    capture, other = _where_the_capture_is(homes)
+    pd.testing.assert_frame_equal(_cases(capture), _cases(serial))
+    meta, frame = load_capture(capture)
+    assert frame.duplicated(KEY).sum() == 0 and meta["finished"]
+    assert meta["results_via"] == "process group" and meta["folder_views"] == [[0], [1]]
+    assert [r["rank"] for r in meta["ranks"]] == [0, 1]
+    assert all(r["host"] and r["device"] and r["measured_ceilings"]["copy_gbps"] > 0 for r in meta["ranks"])
+    assert sum(p["cases"] for p in meta["plan"]) == 24 and all(p["cases"] for p in meta["plan"])
+    # The other host keeps no copy of what rank 0 now holds; nothing was written at the common path.
+    assert list(other.iterdir()) == [] and list(out.iterdir()) == []
+    said = next(d.stdout for d in done if "Capture written" in d.stdout)
+    assert "saw 2 different folders" in said and "through the process group" in said
+
+
+def test_a_killed_host_loses_nothing_and_both_resume_it(serial, tmp_path):
+    out, homes = tmp_path / "out", [tmp_path / "host-a", tmp_path / "host-b"]
+    # Rank 1 dies abruptly once it has written 3 rows; its host's torchrun fails, and rank 0 with it.
+    died = _two_hosts([*SWEEP, "--out", str(out)], out, homes,
+                      program=[str(ROOT / "tests" / "kill_rank.py"), "1", "3"])
+    assert all(d.returncode != 0 for d in died)
+    assert any(re.search(r"rank\s*: 1 .*\n\s*exitcode\s*: 17 ", d.stderr) for d in died)
+    parts = [p for h in homes for p in (h / "parts").glob("*.parquet")]
+    before = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+    assert len(pd.read_parquet(next(p for p in parts if p.name == "rank-1.parquet"))) >= 3
+    # Both hosts come back (ranks may swap): every row either wrote is kept, only the rest is measured.
+    resumed = _two_hosts([*SWEEP, "--out", str(out), "--resume"], out, homes)
+    assert [d.returncode for d in resumed] == [0, 0], "\n".join(d.stderr[-2000:] for d in resumed)
+    capture, other = _where_the_capture_is(homes)
+    pd.testing.assert_frame_equal(_cases(capture), _cases(serial))
+    meta, kept = load_capture(capture)
+    assert meta["finished"] and kept.duplicated(KEY).sum() == 0 and list(other.iterdir()) == []
+    joined = before.merge(kept, on=KEY, suffixes=("_before", ""))
+    assert len(joined) == len(before) and (joined.time_ms_before == joined.time_ms).all()
+    planned = sum(p["cases"] for p in meta["plan"])
+    assert planned == 24 - before[before.step == "total"].shape[0]  # the resumed plan holds what was missing
+
+
+def test_a_host_with_another_gpu_is_refused_unless_allowed_then_judged_by_its_own_roofs(tmp_path):
+    """Rank 1 reports an H100 (tests/fake_device.py): refused without --allow-mixed; with it, rank 1's
+    rows carry the H100 and are judged against its datasheet roofs, rank 0's against none (a CPU),
+    and remodel, which reads each row's device, changes nothing."""
+    from profiler.remodel import remodel_capture
+
+    fake = [str(ROOT / "tests" / "fake_device.py"), "1", "NVIDIA H100 80GB HBM3"]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    env = {**os.environ, "ATTN_ROOFLINE_CACHE": str(tmp_path / "cache")}  # ceilings stored under the fake name
+
+    def sweep(*extra):
+        return subprocess.run([*launcher, *fake, *SWEEP, "--impl", "sdpa_math", "--mode", "fwd", *extra], cwd=ROOT,
+                              capture_output=True, text=True, timeout=600, env=env)
+
+    refused = sweep("--out", str(tmp_path / "refused"))
+    assert refused.returncode != 0
+    assert "the ranks run on different devices (CPU" in refused.stderr and "pass --allow-mixed" in refused.stderr
+    assert not (tmp_path / "refused" / "results.parquet").exists()
+    mixed = tmp_path / "mixed"
+    done = sweep("--out", str(mixed), "--allow-mixed")
+    assert done.returncode == 0, done.stderr[-2000:]
+    meta, frame = load_capture(mixed)
+    h100 = "NVIDIA H100 80GB HBM3"
+    assert set(meta["devices"]) == {h100, meta["device"]} and meta["devices"][h100]["datasheet_device"]
+    assert [r["device"] for r in meta["ranks"]] == [meta["device"], h100]
+    on_h100 = frame.device == h100
+    assert on_h100.any() and (frame.loc[~on_h100, "device"] == meta["device"]).all()
+    assert frame.loc[on_h100, "roof_fraction"].notna().all() and frame.loc[~on_h100, "roof_fraction"].isna().all()
+    _, changed = remodel_capture(mixed, write=False)
+    assert not changed.any()
+    assert json.loads((mixed / "meta.json").read_text())["finished"]

@@ -78,8 +78,9 @@ def start_capture(args, device_label: str, dtypes, meta: dict, impls=(), head_di
         if ranks is None:
             store, roofs = open_capture(args.device, folder, device_label, dtypes, meta, **common)
         else:
-            store, roofs = distributed.open_shared_capture(ranks, args.device, folder, device_label, dtypes, meta,
-                                                           allow_mixed=args.allow_mixed, **common)
+            store, roofs, args.ranks = distributed.open_shared_capture(
+                ranks, args.device, folder, device_label, dtypes, meta, allow_mixed=args.allow_mixed, **common)
+            ranks = args.ranks
     except FolderError as err:
         raise UsageError(str(err)) from None
     source = store.meta.get("measured_ceilings_source", "")
@@ -132,12 +133,16 @@ def measure_with_progress(store, shapes, impls, device: str, roofs, rep_ms: int,
     """profiler.measure.cases.measure_cases with a progress bar; marks the capture finished. Under
     torchrun each rank measures its share of the plan (profiler.measure.distributed) and rank 0
     merges the parts; rank 0 returns every row of the capture, the others their own."""
+    from attention_core.shape import ROW_KEY
     from profiler.measure import distributed
     from profiler.measure.cases import cases_of, measure_cases
 
     cases = cases_of(shapes, impls)
     mine = cases
     if ranks is not None:
+        # What the capture holds already (--resume) is left out of the plan, so the shares stay balanced.
+        cases = [(shape, impl) for shape, impl in cases
+                 if not store.has(dict(zip(ROW_KEY, shape.row_key(impl.name))))]
         plan = distributed.share(ranks, [(shape, impl.name) for shape, impl in cases],
                                  [distributed.predicted_seconds(impl, shape, roofs, rep_ms) for shape, impl in cases])
         mine = [cases[i] for i in plan.mine]
@@ -157,6 +162,10 @@ def measure_with_progress(store, shapes, impls, device: str, roofs, rep_ms: int,
         rows = measure_cases(store, mine, device, roofs, finished=PlainProgress(len(mine), label, enabled=shown),
                              **common)
     if ranks is not None:
-        return distributed.finish_capture(ranks, store, plan.as_meta())
+        rows = distributed.finish_capture(ranks, store, plan.as_meta())
+        if ranks.main and not ranks.shared:
+            console.print(f"The ranks saw {len(ranks.views)} different folders at {store.folder} (hosts that do not "
+                          "share it): their rows reached rank 0 through the process group.", soft_wrap=True)
+        return rows
     store.update_meta(finished=True)
     return rows

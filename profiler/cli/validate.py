@@ -100,8 +100,12 @@ def run(args) -> int:
             raise UsageError(str(err)) from None
     if ranks is not None:
         from profiler.measure import distributed
+        from profiler.store import NCU
 
         distributed.barrier()  # every rank's CSVs are written
+        distributed.collect_files(ranks, store.folder, f"{NCU}/*.csv")  # from hosts that do not share the folder
+        distributed.barrier()
+        distributed.release_view(ranks, store.folder, (f"{NCU}/*.csv",))
         if not ranks.main:
             return 0
     try:

@@ -1,13 +1,28 @@
-"""One capture over every GPU of a host: ``torchrun --nproc-per-node=G -m profiler sweep ...``.
+"""One capture over many GPUs, on one host or several: ``torchrun [--nnodes=N] --nproc-per-node=G -m
+profiler sweep ...``.
 
-torch.distributed is used only to agree and to wait: every rank computes the same plan (cases
-sorted by the cost model's predicted time, longest first, each given to the rank with the least
-predicted work so far: the LPT rule of Graham, "Bounds on multiprocessing timing anomalies", 1969),
-checks that the others computed the same, measures its share on its own GPU (``cuda:<local
-rank>``) into its own part file (``parts/rank-<r>.parquet``, written atomically row by row), and
-waits at a barrier; rank 0 then merges the parts into the one ``results.parquet``. A rank that
-dies loses nothing the others wrote: ``--resume`` (with torchrun or without) merges every part
-left behind and measures only what is missing. Without torchrun none of this runs.
+torch.distributed is used only to agree, to wait and to move results: every rank computes the same
+plan (the cases not yet in the capture, sorted by the cost model's predicted time, longest first,
+each given to the rank with the least predicted work so far: the LPT rule of Graham, "Bounds on
+multiprocessing timing anomalies", 1969), checks that the others computed the same, measures its
+share on its own GPU (``cuda:<local rank>``) into its own part file (``parts/rank-<r>.parquet``,
+written atomically row by row), and waits at a barrier; rank 0 then merges the parts into the one
+``results.parquet``.
+
+Hosts need not share the capture folder. Each rank leaves a probe file in the folder as it sees it
+and reads which probes it finds: ranks that find the same ones see one folder (a *view*: the ranks
+of one host, or every rank on a shared filesystem). With one view the part files meet in it; with
+several, rank 0 receives the other views' rows and traces through the process group (gloo object
+collectives) at the end and writes them as parts before merging. meta.json says which
+(``results_via``) and lists every rank's host, GPU, driver and measured ceilings.
+
+A rank that dies loses nothing it wrote: its rows stay in its view's part file. ``--resume`` (with
+torchrun or without, on whatever hosts come back) first brings every view's rows to rank 0, then
+measures only what is still missing. Without torchrun none of this runs.
+
+Ranks on different GPUs (an H100 host beside an H200 host) measure one capture only with
+``--allow-mixed``: then each kind of GPU measures its own roofs, every row is judged against its own
+device's and records it (the ``device`` column), and meta.json's ``devices`` holds each one's roofs.
 """
 
 from __future__ import annotations
@@ -15,19 +30,29 @@ from __future__ import annotations
 import hashlib
 import heapq
 import os
-from dataclasses import dataclass
+import shutil
+import uuid
+from dataclasses import dataclass, replace
+from datetime import timedelta
 from pathlib import Path
 
 import torch
 
 from attention_core.shape import Shape
-from profiler.measure.folder import FolderError, open_capture
+from profiler.measure.folder import FolderError, check_folder, measure_roofs, open_capture
+from profiler.measure.meta import run_metadata
 from profiler.measure.torch_trace import kernels_of_capture
 from profiler.model.cost import cost_of
 from profiler.model.roofs import Roofs
-from profiler.store import ResultStore, merge_parts
+from profiler.store import KEY, TRACES, Capture, ResultStore, merge_parts, read_results, to_frame, write_bytes_atomic
 
 WARMUP_MS = 25  # do_bench's warm-up (profiler.measure.timing)
+# How long a rank waits for the others at a barrier: the end of a sweep waits for the slowest share,
+# and shares are balanced by predicted, not measured, time. A rank that dies ends the wait at once
+# (torchrun stops the others), so this bounds only a rank that hangs.
+WAIT = timedelta(hours=12)
+# What describes a rank in meta.json (of profiler.measure.meta.run_metadata).
+RANK_KEYS = ("host", "device", "compute_capability", "driver", "torch", "triton", "cuda")
 
 
 @dataclass(frozen=True)
@@ -35,6 +60,9 @@ class Ranks:
     rank: int
     world: int
     local_rank: int
+    # The groups of ranks that see one capture folder (set by open_shared_capture): one group when
+    # the folder is shared by every rank, else one per host (or per shared filesystem).
+    views: tuple[tuple[int, ...], ...] = ()
 
     @property
     def main(self) -> bool:
@@ -43,6 +71,20 @@ class Ranks:
     @property
     def part(self) -> str:
         return f"rank-{self.rank}"
+
+    @property
+    def shared(self) -> bool:
+        """Whether every rank writes into the one folder rank 0 merges."""
+        return len(self.views) <= 1
+
+    @property
+    def view(self) -> tuple[int, ...]:
+        return next((v for v in self.views if self.rank in v), (self.rank,))
+
+    @property
+    def view_leader(self) -> bool:
+        """The lowest rank of its view: the one that speaks for its folder."""
+        return self.rank == min(self.view)
 
 
 def from_env() -> Ranks | None:
@@ -55,7 +97,10 @@ def from_env() -> Ranks | None:
 
 
 def start(ranks: Ranks, device_type: str) -> str:
-    """Join the process group (NCCL between GPUs, gloo on CPUs) and return this rank's device."""
+    """Join the process group and return this rank's device. The group is gloo's even between GPUs:
+    the ranks exchange Python objects (plans, rows, files) and wait at barriers, nothing goes from
+    GPU to GPU, so NCCL would only put its buffers and streams on the GPUs being timed; gloo also
+    runs over plain TCP between hosts."""
     import torch.distributed as dist
 
     if device_type == "cuda":
@@ -64,8 +109,7 @@ def start(ranks: Ranks, device_type: str) -> str:
     else:
         device = "cpu"
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if device_type == "cuda" else "gloo",
-                                device_id=torch.device(device) if device_type == "cuda" else None)
+        dist.init_process_group("gloo", timeout=WAIT)
     return device
 
 
@@ -75,6 +119,15 @@ def gather(value) -> list:
 
     values = [None] * dist.get_world_size()
     dist.all_gather_object(values, value)
+    return values
+
+
+def gather_to_main(value) -> list | None:
+    """Every rank's ``value`` in rank order on rank 0 (None on the others): for what only rank 0 keeps."""
+    import torch.distributed as dist
+
+    values = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(value, values, dst=0)
     return values
 
 
@@ -151,46 +204,187 @@ def share(ranks: Ranks, items: list, costs: list[float]) -> Share:
     return Share(shares[ranks.rank], shares, costs)
 
 
+def describe_rank(device: str) -> dict:
+    """What meta.json says of one rank: its host, GPU, driver and software (:data:`RANK_KEYS`)."""
+    meta = run_metadata(device)
+    return {key: meta.get(key) for key in RANK_KEYS}
+
+
+def agree(ranks: Ranks, error: str | None) -> None:
+    """Raise FolderError on every rank when any rank found an error (so none is left waiting)."""
+    errors = [e for e in gather(error) if e]
+    if errors:
+        raise FolderError(errors[0])
+
+
+def find_views(ranks: Ranks, folder: Path) -> tuple[tuple[int, ...], ...]:
+    """The groups of ranks that see one folder at ``folder``: each rank leaves a probe file
+    ``.view-<token>-<rank>`` there and reads which probes it finds."""
+    token = broadcast(uuid.uuid4().hex if ranks.main else None)
+    probe = folder / f".view-{token}-{ranks.rank}"
+    probe.write_bytes(b"")
+    barrier()
+    seen = tuple(sorted(int(p.name.rsplit("-", 1)[1]) for p in folder.glob(f".view-{token}-*")))
+    barrier()  # every rank has looked before any probe goes
+    probe.unlink()
+    return tuple(sorted(set(gather(seen))))
+
+
+def view_rows(folder: Path) -> list[dict]:
+    """Every row a folder holds as this host sees it: results.parquet and the part files."""
+    capture = Capture(folder)
+    paths = [capture.results_path, *capture.part_files()] if folder.is_dir() else []
+    return [r for p in paths if p.exists() for r in read_results(p).to_dict("records")]
+
+
+def bring_views_to_main(ranks: Ranks, folder: Path) -> int:
+    """Before a resumed sweep whose folder is not shared: rank 0 receives each other view's meta.json
+    (kept where its own folder has none) and the rows it holds that rank 0's folder lacks, written
+    as ``parts/view-<r>.parquet`` for open_capture to merge. Returns how many rows came (rank 0)."""
+    capture = Capture(folder)
+    state = None
+    if ranks.view_leader and not ranks.main and folder.is_dir():
+        state = (capture.meta() if capture.meta_path.is_file() else None, view_rows(folder))
+    states = gather_to_main(state)
+    if not ranks.main:
+        return 0
+    have = {tuple(r[k] for k in KEY) for r in view_rows(folder) if r.get("status") != "error"}
+    came = 0
+    for rank, received in enumerate(states):
+        if received is None:
+            continue
+        meta, rows = received
+        if meta is not None and not capture.meta_path.exists():
+            capture.write_meta(meta)
+        new = [r for r in rows if tuple(r[k] for k in KEY) not in have]
+        if new:
+            capture.parts_dir.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(capture.part_path(f"view-{rank}"), to_frame(new).to_parquet(index=False))
+            have |= {tuple(r[k] for k in KEY) for r in new if r.get("status") != "error"}
+            came += len(new)
+    return came
+
+
 def open_shared_capture(ranks: Ranks, device: str, folder: Path, label: str, dtypes, meta: dict, *, impls=(),
                         head_dims=(), resume: bool = False, resumable: bool = True, allow_mixed: bool = False,
-                        status=None) -> tuple[ResultStore, Roofs]:
-    """The distributed counterpart of profiler.measure.folder.open_capture: rank 0 checks the
-    folder, measures the roofs and writes meta.json (every rank's device under ``ranks``); every
-    rank gets the same roofs and a store of its own part file that skips what the folder already
-    holds. A refusal (a bad folder, ranks on different devices without ``allow_mixed``) is raised
-    as FolderError on every rank, so none is left waiting."""
-    devices = gather(label)
-    if len(set(devices)) > 1 and not allow_mixed:
-        raise FolderError(f"the ranks run on different devices ({', '.join(sorted(set(devices)))}); one capture "
+                        status=None) -> tuple[ResultStore, Roofs, Ranks]:
+    """The distributed counterpart of profiler.measure.folder.open_capture. Every rank checks the
+    folder as its host sees it; the ranks find which of them share it (:func:`find_views`); the
+    first rank of each kind of GPU measures that kind's roofs; rank 0 writes meta.json (every rank
+    under ``ranks``, how results reach it under ``results_via``); every rank gets its own device's
+    roofs and a store of its own part file that skips what the capture already holds. A refusal (a
+    bad folder on any host, ranks on different devices without ``allow_mixed``) is raised as
+    FolderError on every rank, so none is left waiting. Returns the store, the roofs and ``ranks``
+    with its views."""
+    described = gather(describe_rank(device) | {"device": label, "local_rank": ranks.local_rank})
+    labels = [d["device"] for d in described]
+    mixed = len(set(labels)) > 1
+    if mixed and not allow_mixed:
+        raise FolderError(f"the ranks run on different devices ({', '.join(sorted(set(labels)))}); one capture "
                           "compares like with like: pass --allow-mixed to measure across them anyway")
     folder = Path(broadcast(str(folder)))  # one default name for all ranks
-    error = roofs = stored_meta = None
+    error = None
+    try:
+        check_folder(folder, resume=resume, resumable=resumable)
+    except FolderError as err:
+        error = f"{err} (on {described[ranks.rank]['host']})" if ranks.world > 1 else str(err)
+    agree(ranks, error)
+    ranks = replace(ranks, views=find_views(ranks, folder))
+    if resume and not ranks.shared:
+        bring_views_to_main(ranks, folder)
+    # Each kind of GPU measures its roofs once, on its first rank, while the others wait.
+    first = {name: labels.index(name) for name in labels}
+    measured = gather(measure_roofs(device, label, dtypes, status if ranks.main else None)
+                      if first[label] == ranks.rank else None)
+    roofs_of = {name: measured[rank] for name, rank in first.items()}
+    roofs, _ = roofs_of[label]
+    error = stored_meta = None
     if ranks.main:
+        rank_meta = [{"rank": r, **d, "measured_ceilings": roofs_of[d["device"]][0].as_meta()["measured_ceilings"]}
+                     for r, d in enumerate(described)]
+        how = {"results_via": "shared folder" if ranks.shared else "process group",
+               "folder_views": [list(v) for v in ranks.views]}
+        devices = {name: r.as_meta() | {"measured_ceilings_source": source}
+                   for name, (r, source) in roofs_of.items()} if mixed else {}
         try:
-            store, roofs = open_capture(device, folder, label, dtypes,
-                                        meta | {"ranks": [{"rank": r, "device": d} for r, d in enumerate(devices)]},
-                                        impls=impls, head_dims=head_dims, resume=resume, resumable=resumable,
-                                        status=status)
+            store, _ = open_capture(device, folder, label, dtypes,
+                                    meta | {"ranks": rank_meta} | how | ({"devices": devices} if mixed else {}),
+                                    impls=impls, head_dims=head_dims, resume=resume, status=status,
+                                    roofs=roofs_of[label], checked=True, any_device=mixed)
             stored_meta = store.meta
         except FolderError as err:
             error = str(err)
-    error, roofs, stored_meta = broadcast((error, roofs, stored_meta))
-    if error:
-        raise FolderError(error)
-    return ResultStore(folder, stored_meta, resume=True, part=ranks.part, write_meta=False), roofs
+    agree(ranks, error)
+    stored_meta = broadcast(stored_meta)
+    fields = {"device": label} if mixed else {}
+    store = ResultStore(folder, stored_meta, resume=True, part=ranks.part, write_meta=False, fields=fields)
+    if not ranks.shared:  # what the capture already holds is in rank 0's folder only
+        held = None
+        if ranks.main:
+            held = [{k: r[k] for k in [*KEY, "status"]} for r in view_rows(folder)]
+        store.known = broadcast(held)
+    return store, roofs, ranks
+
+
+def collect_files(ranks: Ranks, folder: Path, pattern: str) -> int:
+    """Files matching ``pattern`` (e.g. traces/*.json) in other views' folders copied into rank 0's,
+    where it lacks them; a no-op when the folder is shared. Returns how many came (rank 0)."""
+    if ranks.shared:
+        return 0
+    files = None
+    if ranks.view_leader and not ranks.main:
+        files = {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.glob(pattern))}
+    received = gather_to_main(files)
+    if not ranks.main:
+        return 0
+    came = 0
+    for files in filter(None, received):
+        for name, data in files.items():
+            path = folder / name
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_bytes_atomic(path, data)
+                came += 1
+    return came
+
+
+def release_view(ranks: Ranks, folder: Path, patterns: tuple[str, ...] = ()) -> None:
+    """After rank 0 merged everything: another view's copies of what rank 0 now holds (its part
+    files, and files matching ``patterns``) are removed, and the folder too when that empties it,
+    so a later sweep into the same path on that host is not refused as unfinished."""
+    if ranks.shared or not ranks.view_leader or 0 in ranks.view:
+        return
+    capture = Capture(folder)
+    if capture.parts_dir.is_dir():
+        shutil.rmtree(capture.parts_dir)
+    for pattern in patterns:
+        for path in folder.glob(pattern):
+            path.unlink()
+    for directory in sorted({p.parent for pattern in patterns for p in [folder / pattern]}, reverse=True):
+        if directory.is_dir() and directory != folder and not any(directory.iterdir()):
+            directory.rmdir()
 
 
 def finish_capture(ranks: Ranks, store: ResultStore, plan_meta: list[dict]) -> list[dict]:
-    """Wait for every rank; rank 0 then merges the parts into results.parquet, rebuilds the kernel
-    table from the traces, records the plan and marks the capture finished. Rank 0 returns every
-    row of the capture (and keeps them in ``store.rows``), the others their own."""
+    """Wait for every rank; rank 0 then receives the rows and traces of other views (a folder not
+    shared), merges the parts into results.parquet, rebuilds the kernel table from the traces,
+    records the plan and marks the capture finished; other views then drop their copies. Rank 0
+    returns every row of the capture (and keeps them in ``store.rows``), the others their own."""
     barrier()  # every part is complete
     rows = store.rows
+    if not ranks.shared:
+        received = gather_to_main(rows)
+        collect_files(ranks, store.folder, f"{TRACES}/*.json")
+        if ranks.main:
+            for rank, theirs in enumerate(received):
+                if rank not in ranks.view and theirs:
+                    ResultStore(store.folder, {}, part=f"rank-{rank}", write_meta=False).append(theirs)
     if ranks.main:
         merge_parts(store.folder)
         if store.capture.traces_dir.is_dir():
             store.write_kernels(kernels_of_capture(store.folder))
         store.update_meta(finished=True, plan=plan_meta)
         rows = store.rows = store.capture.results().to_dict("records")
-    barrier()
+    barrier()  # rank 0 holds every row
+    release_view(ranks, store.folder, (f"{TRACES}/*.json",))
     return rows

@@ -95,8 +95,11 @@ class Roofs:
         return self.measured.peak_flops(dtype), self.measured.bandwidth
 
     @classmethod
-    def from_meta(cls, meta: dict) -> Roofs:
-        """The roofs a stored capture was judged against, from its meta.json."""
+    def from_meta(cls, meta: dict, device: str | None = None) -> Roofs:
+        """The roofs a stored capture was judged against, from its meta.json; with ``device``, the
+        roofs of that one of the capture's devices (a sweep over ranks on different GPUs keeps each
+        device's in meta.json's ``devices``)."""
+        meta = meta_for_device(meta, device)
         sheet = hardware.lookup(meta.get("datasheet_device") or meta.get("device") or "")
         stored = meta.get("measured_ceilings")
         measured = None if not stored else Ceilings(
@@ -122,3 +125,12 @@ class Roofs:
                     "l2_copy_gbps": self.measured.l2_copy_gbps, "l2_copy_bytes": self.measured.l2_copy_bytes}),
             },
         }
+
+
+def meta_for_device(meta: dict, device: str | None) -> dict:
+    """A capture's meta.json as one of its devices sees it: where ranks on different GPUs measured
+    one capture (--allow-mixed), ``devices`` holds each one's datasheet and measured ceilings, which
+    replace the top-level ones (rank 0's); otherwise, or for a device it does not list, ``meta``."""
+    if not device or device not in (meta.get("devices") or {}):
+        return meta
+    return {**meta, "device": device, **meta["devices"][device]}
