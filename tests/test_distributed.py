@@ -258,3 +258,16 @@ def test_a_host_with_another_gpu_is_refused_unless_allowed_then_judged_by_its_ow
     _, changed = remodel_capture(mixed, write=False)
     assert not changed.any()
     assert json.loads((mixed / "meta.json").read_text())["finished"]
+
+
+def test_shipped_two_host_sweep_matches_the_one_gpu_sweep():
+    """reports/sweep-h200-2nodes: two torchrun nodes (--nnodes=2, one H200 each) that shared no folder
+    (scripts/hosts_on_one_machine.sh): its rows came to rank 0 through the process group, and it
+    holds the one-GPU sweep's cases with their statuses."""
+    two, one = ROOT / "reports" / "sweep-h200-2nodes", ROOT / "reports" / "sweep-h200-1rank"
+    pd.testing.assert_frame_equal(_cases(two), _cases(one))
+    meta, frame = load_capture(two)
+    assert meta["results_via"] == "process group" and meta["folder_views"] == [[0], [1]]
+    assert [(r["rank"], r["device"]) for r in meta["ranks"]] == [(0, "NVIDIA H200"), (1, "NVIDIA H200")]
+    assert all(r["driver"] and r["measured_ceilings"]["copy_gbps"] > 0 for r in meta["ranks"])
+    assert [p["cases"] for p in meta["plan"]] == [64, 64] and frame.duplicated(KEY).sum() == 0
