@@ -188,10 +188,13 @@ def test_mount_namespaces_are_available():
 
 def test_two_hosts_without_a_shared_folder_give_the_serial_capture(serial, tmp_path):
     out, homes = tmp_path / "out", [tmp_path / "host-a", tmp_path / "host-b"]
-    done = _two_hosts([*SWEEP, "--out", str(out)], out, homes)
+    done = _two_hosts([*SWEEP, "--out", str(out), "--trace", "torch"], out, homes)
     assert [d.returncode for d in done] == [0, 0], "\n".join(d.stderr[-2000:] for d in done)
     capture, other = _where_the_capture_is(homes)
     pd.testing.assert_frame_equal(_cases(capture), _cases(serial))
+    # a sweep traces its middle length's first setting, once per implementation, on whichever rank ran it
+    assert sorted(p.name for p in (capture / "traces").iterdir()) == ["naive-fwd-B1H1N24D16-fp32.json",
+                                                                       "sdpa_math-fwd-B1H1N24D16-fp32.json"]
     meta, frame = load_capture(capture)
     assert frame.duplicated(KEY).sum() == 0 and meta["finished"]
     assert meta["results_via"] == "process group" and meta["folder_views"] == [[0], [1]]
@@ -202,6 +205,32 @@ def test_two_hosts_without_a_shared_folder_give_the_serial_capture(serial, tmp_p
     assert list(other.iterdir()) == [] and list(out.iterdir()) == []
     said = next(d.stdout for d in done if "Capture written" in d.stdout)
     assert "saw 2 different folders" in said and "through the process group" in said
+
+
+def test_files_of_another_view_come_to_rank_0_and_leave_their_host(monkeypatch, tmp_path):
+    main, other = tmp_path / "main", tmp_path / "other"
+    (other / "traces").mkdir(parents=True)
+    (other / "parts").mkdir()
+    (other / "traces" / "t.json").write_text("{}")
+    (other / "parts" / "rank-1.parquet").write_bytes(b"rows")
+    views = ((0,), (1,))
+    # rank 1, the only rank of its view, sends what it has and keeps it until rank 0 has merged
+    sent = []
+    monkeypatch.setattr(distributed, "gather_to_main", lambda value: sent.append(value))
+    assert distributed.collect_files(distributed.Ranks(1, 2, 0, views), other, "traces/*.json") == 0
+    assert sent == [{"traces/t.json": b"{}"}] and (other / "traces" / "t.json").exists()
+    # rank 0 writes what it lacks, and only that
+    main.mkdir()
+    monkeypatch.setattr(distributed, "gather_to_main", lambda value: [value, *sent])
+    assert distributed.collect_files(distributed.Ranks(0, 2, 0, views), main, "traces/*.json") == 1
+    assert (main / "traces" / "t.json").read_text() == "{}"
+    assert distributed.collect_files(distributed.Ranks(0, 2, 0, views), main, "traces/*.json") == 0
+    # then rank 1's host drops its copies (parts and traces), keeping the folder itself
+    distributed.release_view(distributed.Ranks(1, 2, 0, views), other, ("traces/*.json",))
+    assert other.is_dir() and list(other.iterdir()) == []
+    # one shared folder: nothing moves, nothing is removed
+    distributed.release_view(distributed.Ranks(1, 2, 0, ((0, 1),)), main, ("traces/*.json",))
+    assert (main / "traces" / "t.json").exists()
 
 
 def test_a_killed_host_loses_nothing_and_both_resume_it(serial, tmp_path):
