@@ -143,13 +143,13 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _two_hosts(args: list[str], out: Path, homes: list[Path], program: list[str] | None = None
+def _two_hosts(args: list[str], out: Path, homes: list[Path], program: list[str] | None = None, per_host: int = 1
                ) -> list[subprocess.CompletedProcess]:
-    """Two torchrun launches (--nnodes=2, one rank each, c10d rendezvous on localhost), each
-    seeing its own folder of ``homes`` at ``out``; rank 0 lands on either. Returns both results."""
+    """Two torchrun launches (--nnodes=2, ``per_host`` ranks each, c10d rendezvous on localhost),
+    each seeing its own folder of ``homes`` at ``out``; rank 0 lands on either. Returns both results."""
     out.mkdir(exist_ok=True)
     port, run_id = _free_port(), uuid.uuid4().hex[:8]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--nproc-per-node={per_host}",
                 "--rdzv-backend=c10d", f"--rdzv-endpoint=localhost:{port}", f"--rdzv-id={run_id}"]
     launches = []
     for home in homes:
@@ -205,6 +205,18 @@ def test_two_hosts_without_a_shared_folder_give_the_serial_capture(serial, tmp_p
     assert list(other.iterdir()) == [] and list(out.iterdir()) == []
     said = next(d.stdout for d in done if "Capture written" in d.stdout)
     assert "saw 2 different folders" in said and "through the process group" in said
+
+
+def test_two_hosts_of_two_ranks_each_share_a_folder_within_a_host_only(serial, tmp_path):
+    out, homes = tmp_path / "out", [tmp_path / "host-a", tmp_path / "host-b"]
+    done = _two_hosts([*SWEEP, "--out", str(out)], out, homes, per_host=2)
+    assert [d.returncode for d in done] == [0, 0], "\n".join(d.stderr[-2000:] for d in done)
+    capture, other = _where_the_capture_is(homes)
+    pd.testing.assert_frame_equal(_cases(capture), _cases(serial))
+    meta, frame = load_capture(capture)
+    assert meta["folder_views"] == [[0, 1], [2, 3]] and meta["results_via"] == "process group"
+    assert [r["local_rank"] for r in meta["ranks"]] == [0, 1, 0, 1] and frame.duplicated(KEY).sum() == 0
+    assert list(other.iterdir()) == []
 
 
 def test_files_of_another_view_come_to_rank_0_and_leave_their_host(monkeypatch, tmp_path):
