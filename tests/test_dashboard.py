@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -24,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "dashboards" / "roofline.py")  # the checkout's launcher of PACKAGED_APP, as documented
 PACKAGED_APP = str(ROOT / "profiler" / "views" / "dashboard_app.py")
 REFERENCE = ROOT / "reports" / "reference-h200"
+MIXED = ROOT / "tests" / "data" / "mixed-cpu-h100"  # ranks on a CPU and a (fake) H100: its README.md
+H100 = "NVIDIA H100 80GB HBM3"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -58,6 +61,13 @@ def _point_traces(spec: dict) -> dict[str, int]:
     """Measured-point traces of a roofline figure: name -> number of points (counted by their
     hover texts: plotly sends numeric arrays base64-encoded)."""
     return {t["name"]: len(t["hovertext"]) for t in spec["data"] if t.get("hovertext")}
+
+
+def _values(array) -> list[float]:
+    """A plotly array as the chart's JSON holds it: a list, or numpy's base64 form (plotly sends arrays so)."""
+    if isinstance(array, dict):
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"]).tolist()
+    return list(array)
 
 
 def _select(at: AppTest, label: str, values) -> AppTest:
@@ -408,6 +418,37 @@ def test_a_cpu_capture_names_its_timer_and_memory(tmp_path, monkeypatch):
     assert "DRAM bytes (model)" in columns and not [c for c in columns if "HBM" in c]
     gpu = [e.value for e in _app(ROOT / "reports", monkeypatch, "--select", "reference-h200").caption]
     assert any("timed by CUDA events" in t for t in gpu)
+
+
+def test_a_capture_of_two_devices_is_drawn_one_device_at_a_time_against_its_roofs(tmp_path, monkeypatch):
+    """tests/data/mixed-cpu-h100: a Device filter, rank 0's CPU at first; the H100 chosen, its rows alone
+    against the H100's datasheet roof (fp32 67 TFLOP/s, 3.35 TB/s: meta.json's devices), as they were judged."""
+    shutil.copytree(MIXED, tmp_path / "mixed")
+    at = _app(tmp_path, monkeypatch)
+    assert not at.exception
+    meta, frame = load_capture(MIXED)
+    device = next(m for m in at.multiselect if m.label == "Device")
+    assert device.options == [meta["device"], H100] and device.value == [meta["device"]]
+    assert not [t for t in _chart(at, "Roofline")["data"] if "datasheet" in t["name"]]  # a CPU: measured roofs
+    _select(at, "Device", [H100])
+    assert not at.exception
+    roofline = _chart(at, "Roofline")
+    sheet = hardware.lookup(H100)
+    roof = next(t for t in roofline["data"] if t["name"] == f"roof: {sheet.name} datasheet")
+    assert max(_values(roof["y"])) == pytest.approx(67.0) == sheet.fp32_tflops
+    assert f"ridge {67 / 3.35:.0f} FLOP/B ({sheet.name} datasheet)" in {a["text"] for a in
+                                                                        roofline["layout"]["annotations"]}
+    assert any(f"device {H100} ·" in c.value for c in at.caption)
+    on_h100 = frame[(frame.device == H100) & (frame.status == "ok")]
+    assert sum(_point_traces(roofline).values()) == len(on_h100) == 6
+    table = at.dataframe[0].value.set_index(["impl", "step", "seq_q"])
+    stored = on_h100.set_index(["impl", "step", "seq_q"]).roof_fraction * 100
+    assert table.loc[stored.index, "% of roof"].to_numpy() == pytest.approx(stored.to_numpy())
+
+
+def test_one_device_has_no_device_filter(reference_app):
+    assert "Device" not in [m.label for m in reference_app.multiselect]
+    assert any("device NVIDIA H200 ·" in c.value for c in reference_app.caption)
 
 
 def test_compare_defaults_b_to_the_capture_sharing_the_most_rows(reference_app):

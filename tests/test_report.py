@@ -4,6 +4,7 @@ Against the captures shipped in reports/."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shutil
@@ -22,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "reports" / "reference-h200"
 DECODE = ROOT / "reports" / "decode-capture-h100"
 VALIDATE = ROOT / "reports" / "validate-h200"
+MIXED = ROOT / "tests" / "data" / "mixed-cpu-h100"  # ranks on a CPU and a (fake) H100: its README.md
 RATES = ["TFLOP/s", "GB/s", "intensity (FLOP/B)", "of datasheet roof", "of measured roof", "of binding ceiling",
          "speedup over naive"]
 PERCENTS = ["of datasheet roof", "of measured roof", "of binding ceiling", "of measured copy"]
@@ -47,6 +49,13 @@ def _cells(page: str) -> list[str]:
 def _figures(page: str) -> list[dict]:
     blocks = re.findall(r"<script type='application/json' id='chart-\d+-data'>(.*?)</script>", page, re.S)
     return [json.loads(b.replace("<\\/", "</")) for b in blocks]
+
+
+def _values(array) -> list[float]:
+    """A plotly array as the chart's JSON holds it: a list, or numpy's base64 form (plotly sends arrays so)."""
+    if isinstance(array, dict):
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"]).tolist()
+    return list(array)
 
 
 def _title(fig: dict) -> str:
@@ -324,6 +333,28 @@ def test_report_out_may_name_a_new_folder(tmp_path):
 
     out = write_report(ROOT / "reports" / "validate-h200-n2048", tmp_path / "new" / "deeper" / "r.html")
     assert out.exists() and out.read_text(encoding="utf-8").startswith("<!doctype html>")
+
+
+def test_a_capture_of_two_devices_has_a_section_per_device_against_its_roofs():
+    """tests/data/mixed-cpu-h100: one family measured on a CPU (rank 0) and an H100 (rank 1) is two sections,
+    the H100's drawn against its datasheet roof (fp32 67 TFLOP/s, 3.35 TB/s: meta.json's devices)."""
+    meta, frame = load_capture(MIXED)
+    cpu, h100 = meta["device"], "NVIDIA H100 80GB HBM3"
+    labels = [f"B1 H1 D16 fp32 full fwd · {cpu}", f"B1 H1 D16 fp32 full fwd · {h100}"]
+    page = report.build_report(MIXED)
+    assert _sections(page) == labels and f"<p class='meta'>{cpu}, {h100} · torch" in page
+    assert report.select_families(labels, ["h100"]) == labels[1:]
+    rooflines_drawn = [f for f in _figures(page) if _title(f).startswith("Roofline, compulsory bytes")]
+    assert len(rooflines_drawn) == 2
+    on_cpu, on_h100 = ([t for t in f["data"] if t["name"].startswith("roof: ")] for f in rooflines_drawn)
+    assert [t["name"] for t in on_cpu] == ["roof: measured matmul, DRAM copy"]  # a CPU has no datasheet
+    sheet = next(t for t in on_h100 if t["name"] == "roof: H100-SXM datasheet")
+    assert max(_values(sheet["y"])) == pytest.approx(67.0)
+    assert "ridge 20 FLOP/B (H100-SXM datasheet)" in {a["text"] for a in rooflines_drawn[1]["layout"]["annotations"]}
+    # The summary's datasheet fractions are the rows' own, judged against the H100 when measured.
+    cells = _cells(page.split(f"<h2 id='{report.anchor(labels[1])}'>")[1])
+    judged = frame[(frame.device == h100) & (frame.step == "total")].roof_fraction
+    assert len(judged) == 2 and all(report.percent(x) in cells for x in judged)
 
 
 def test_a_cpu_capture_report_names_its_timer_and_memory(tmp_path):

@@ -18,7 +18,9 @@ Every tab follows the sidebar: the selected captures and every filter; but Obser
 (`python -m profiler observe`) whole, follows the selected captures only. Only rows with status ok are drawn;
 the others (oom, unsupported, error, and wrong: the output failed the correctness check) are listed under the
 roofline. Figures keep their own colours (``theme=None``), as in the HTML report. ``?tab=Step+breakdown``
-opens a tab by its name.
+opens a tab by its name. Where the selected captures hold rows of more than one device (captures of different
+GPUs, or one sweep over ranks on different GPUs: --allow-mixed), a Device filter shows, one device at first,
+and everything drawn from meta.json (roofs, ceilings, the caption) is the first chosen device's.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ if str(ROOT) not in sys.path:  # `streamlit run` from a checkout without `pip in
 from attention_core.presets import PRESETS, preset_of  # noqa: E402
 from attention_core.shape import Shape  # noqa: E402
 from profiler.model import hardware  # noqa: E402
+from profiler.model.roofs import meta_for_device  # noqa: E402
 from profiler.store import KEY, Capture, CaptureError, discover_captures  # noqa: E402
 from profiler.views import observed, plots, rooflines, style  # noqa: E402
 from profiler.views.selection import (  # noqa: E402
@@ -181,10 +184,7 @@ with st.sidebar:
         st.info("Pick at least one capture.")
         st.stop()
     data = pd.concat([with_capture(n, *captures[n]) for n in chosen_captures], ignore_index=True)
-    meta = captures[chosen_captures[0]][0]
-    device_type = meta.get("device_type")
-    memory = style.memory_name(device_type)
-    timer = meta.get("timer") or style.timer_name(device_type)
+    first = captures[chosen_captures[0]][0]
     st.header("Filters")
     filters: dict[str, list] = {}
     # A model preset picks heads, K/V heads and head_dim at once (those of the models the data has).
@@ -193,20 +193,32 @@ with st.sidebar:
     preset = st.selectbox("Model preset", presets, help="; ".join(f"{n}: {p.heads} heads, {p.kv_heads} K/V heads, "
                                                                  f"D{p.head_dim}" for n, p in PRESETS.items()))
     fixed = {} if preset == "any" else dict(zip(("heads", "kv_heads", "head_dim"), PRESETS[preset][:3]))
+    preferred = {**PREFERRED, "device": first.get("device")}  # rank 0's of the first capture
 
     def choose(label: str, column: str):
         options = sorted_values(data[column].dropna().unique().tolist())
         if column in fixed:
             filters[column] = [fixed[column]]
             return
-        prefer = PREFERRED.get(column)
-        start = options if column not in PREFERRED else ([prefer] if prefer in options else options[:1])
+        if column == "device" and len(options) == 1:  # one device: the caption names it
+            return
+        prefer = preferred.get(column)
+        start = options if column not in preferred else ([prefer] if prefer in options else options[:1])
         filters[column] = st.multiselect(label, options, default=start)
 
     for label, column in (("Device", "device"), ("dtype", "dtype"), ("head_dim", "head_dim"), ("causal", "causal"),
                           ("Mode", "mode"), ("Batch", "batch"), ("Heads", "heads"), ("K/V heads", "kv_heads"),
                           ("Query length", "seq_q"), ("Implementation", "impl"), ("Step", "step")):
         choose(label, column)
+    # Rows of several devices (captures of different GPUs, or one sweep over ranks on different GPUs with
+    # --allow-mixed): the roofs and all else drawn from meta.json are the first chosen device's, as its
+    # capture holds them (meta_for_device), since each row was judged against its own device's roofs.
+    drawn_device = (filters.get("device") or [first.get("device")])[0]
+    holders = data.capture[data.device == drawn_device]
+    meta = meta_for_device(captures[holders.iloc[0]][0], drawn_device) if len(holders) else first
+    device_type = meta.get("device_type")
+    memory = style.memory_name(device_type)
+    timer = meta.get("timer") or style.timer_name(device_type)
     seqs = sorted(data.seq_kv.unique().tolist())
     lo, hi = st.select_slider("Key length (N for square shapes)", options=seqs, value=(seqs[0], seqs[-1])) \
         if len(seqs) > 1 else (seqs[0], seqs[0])
@@ -234,6 +246,8 @@ if view.empty:
     st.stop()
 if view.dtype.nunique() > 1:
     st.info(f"Several dtypes are selected: the roofs drawn are those of {dtype}.")
+if view.device.nunique() > 1:
+    st.info(f"Several devices are selected: the roofs drawn are those of {drawn_device}.")
 drawn = view[view.status != "wrong"]  # a wrong output's time is kept for the record, never drawn
 
 tabs = dict(zip(TABS, st.tabs(TABS, key="tab", bind="query-params")))

@@ -3,7 +3,9 @@ family of the capture (or a chosen set) with a formatted summary table and the d
 for a capture of a real run (``python -m profiler observe``), an "Observed run" section.
 
 A family is the rows that share batch, heads, K/V heads, head_dim, dtype, causal and mode
-(:data:`profiler.views.style.FAMILY_COLUMNS`); its sequence lengths vary. The report always says which
+(:data:`profiler.views.style.FAMILY_COLUMNS`); its sequence lengths vary. In a capture measured on more than
+one device (a sweep over ranks on different GPUs, --allow-mixed) a family is also one device's, its label ends
+in " · DEVICE", and its section is drawn against that device's roofs. The report always says which
 families it shows and which it leaves out. The charts come from the dashboard's own builders
 (profiler.views.plots and rooflines), so they only ever draw rows with status ``ok``; the tables show
 every row, with the status and its message where a case did not run or failed the correctness check.
@@ -26,7 +28,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from attention_core.shape import Shape
-from profiler.model.roofs import Roofs
+from profiler.model.roofs import Roofs, meta_for_device
 from profiler.store import Capture, CaptureError, write_bytes_atomic
 from profiler.views import observed, plots, rooflines, style
 from profiler.views.style import FAMILY_COLUMNS, LENGTHS, family_label, impl_rank
@@ -55,16 +57,23 @@ def family_key(row) -> tuple:
 
 def families_of(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """label -> rows of each family in ``frame``, in reading order: batch, heads, K/V heads, head_dim,
-    then fp16, bf16, fp32, full before causal, fwd, bwd, fwd+bwd."""
-    groups = {tuple(key): rows for key, rows in frame.groupby(FAMILY_COLUMNS, sort=False, dropna=False)}
+    then fp16, bf16, fp32, full before causal, fwd, bwd, fwd+bwd; where the rows name more than one
+    device (profiler.store SCHEMA "device"), one family per device, labelled 'B4 H32 D64 fp16 full fwd ·
+    DEVICE', the devices of a shape side by side."""
+    mixed = "device" in frame and frame.device.nunique() > 1
+    columns = FAMILY_COLUMNS + ["device"] * mixed
+    groups = {tuple(key): rows for key, rows in frame.groupby(columns, sort=False, dropna=False)}
 
     def order(key):
-        values = dict(zip(FAMILY_COLUMNS, key))
+        values = dict(zip(columns, key))
         return (values["batch"], values["heads"], -values["kv_heads"], values["head_dim"],
                 DTYPE_ORDER.get(values["dtype"], 9), str(values["dtype"]), bool(values["causal"]),
-                MODE_ORDER.get(values["mode"], 9), str(values["mode"]))
+                MODE_ORDER.get(values["mode"], 9), str(values["mode"]), str(values.get("device", "")))
 
-    return {family_label(key): groups[key] for key in sorted(groups, key=order)}
+    def label(key):
+        return family_label(key[:len(FAMILY_COLUMNS)]) + (f" · {key[-1]}" if mixed else "")
+
+    return {label(key): groups[key] for key in sorted(groups, key=order)}
 
 
 def _available(labels: list[str]) -> str:
@@ -543,7 +552,7 @@ def build_report(folder: Path | str, family: list[str] | None = None) -> str:
     charts = _Charts()
     e = html.escape
     title = f"Attention roofline: {capture.name}"
-    facts = [meta.get("device"), meta.get("torch") and f"torch {meta['torch']}",
+    facts = [", ".join(meta.get("devices") or []) or meta.get("device"), meta.get("torch") and f"torch {meta['torch']}",
              meta.get("triton") and f"triton {meta['triton']}", meta.get("time") and f"measured {meta['time']}",
              meta.get("git_revision") and f"git {str(meta['git_revision'])[:12]}"]
     commands = meta.get("commands") or ([meta["command"]] if meta.get("command") else [])
@@ -562,7 +571,9 @@ def build_report(folder: Path | str, family: list[str] | None = None) -> str:
     if run:
         parts += _observed_section(meta, frame, charts)
     for label in shown:
-        parts += _family_section(label, families[label], meta, kernels, validation, charts)
+        rows = families[label]  # judged against its own device's roofs where the capture is mixed
+        device_meta = meta_for_device(meta, rows.device.iloc[0] if "device" in rows else None)
+        parts += _family_section(label, rows, device_meta, kernels, validation, charts)
     return "\n".join([
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",

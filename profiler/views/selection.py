@@ -106,8 +106,11 @@ def shape_labels(rows: pd.DataFrame) -> tuple[pd.Series, list[str]]:
 
 
 def with_capture(name: str, meta: dict, frame: pd.DataFrame) -> pd.DataFrame:
+    """A capture's rows named by capture and device: the device a row names (a capture measured on
+    several kinds of GPU: profiler.store SCHEMA "device"), else meta.json's."""
     frame = frame.copy()
-    frame["capture"], frame["device"] = name, meta.get("device", "?")
+    own = frame["device"].fillna("") if "device" in frame else pd.Series("", index=frame.index)
+    frame["capture"], frame["device"] = name, own.where(own != "", meta.get("device", "?"))
     return frame
 
 
