@@ -312,3 +312,27 @@ def test_shipped_two_host_sweep_matches_the_one_gpu_sweep():
     assert [(r["rank"], r["device"]) for r in meta["ranks"]] == [(0, "NVIDIA H200"), (1, "NVIDIA H200")]
     assert all(r["driver"] and r["measured_ceilings"]["copy_gbps"] > 0 for r in meta["ranks"])
     assert [p["cases"] for p in meta["plan"]] == [64, 64] and frame.duplicated(KEY).sum() == 0
+
+
+def test_a_rank_whose_peer_died_says_what_is_kept_in_one_line(monkeypatch, capsys):
+    """gloo raises in a rank waiting on a peer that died (when torchrun has not stopped it first):
+    one line on what is kept and how to finish, not a traceback; any other error still raises."""
+    from profiler import cli
+    from profiler.cli import sweep
+
+    def dies(error):
+        def run(args):
+            args.ranks = distributed.Ranks(0, 2, 0)
+            raise error
+        return run
+
+    lost = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:2946. This is "
+                        "typically caused by a remote worker crashing.")
+    monkeypatch.setattr(sweep, "run", dies(lost))
+    monkeypatch.setattr(distributed, "stop", lambda: None)
+    assert cli.main(["sweep"]) == cli.EXIT_PEER_LOST
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and "rank 0: another rank stopped" in said and "--resume" in said
+    monkeypatch.setattr(sweep, "run", dies(RuntimeError("something else")))
+    with pytest.raises(RuntimeError, match="something else"):
+        cli.main(["sweep"])

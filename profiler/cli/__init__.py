@@ -21,6 +21,8 @@ EXIT_USAGE = 2
 # Exit status when stdout closed before the output ended (`... --json | head -1`): what a shell
 # reports for a tool that SIGPIPE ended (128 + 13), so a script can tell a cut output from a whole one.
 EXIT_BROKEN_PIPE = 141
+# Exit status of a torchrun rank whose peer went away mid-sweep: a failure, with the rows kept for --resume.
+EXIT_PEER_LOST = 1
 
 
 class UsageError(ValueError):
@@ -98,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
 
 
+def _peer_lost(err: RuntimeError) -> bool:
+    """Whether a collective failed because another rank went away (gloo's words for it)."""
+    return any(words in str(err) for words in ("Connection closed by peer", "Connection reset by peer"))
+
+
 def _run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     args.ranks = None  # set by the commands that spread over torchrun's ranks (console.join_ranks)
@@ -109,6 +116,14 @@ def _run(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except RuntimeError as err:
+        if args.ranks is None or not _peer_lost(err):
+            raise
+        # torchrun prints which rank failed and why; this rank only says what is left and how to finish.
+        print(f"python -m profiler {args.command}: rank {args.ranks.rank}: another rank stopped "
+              f"({str(err).splitlines()[0][-160:]}); every row written so far is kept in its host's part "
+              "files: run the same command with --resume to measure the rest", file=sys.stderr)
+        return EXIT_PEER_LOST
     finally:
         if args.ranks is not None:
             from profiler.measure import distributed
