@@ -150,10 +150,12 @@ def _fa4_tiles(head_dim: int, dtype: str) -> Tiles:
     to 256. From 72 to 96 it is 192 × 144 without a causal mask and 192 × 128 with one, which a
     costing's tiles cannot tell apart: None there. Grouped-query heads share a tile's rows in FA4
     (PackGQA: the query rows of a K/V head's group stacked), where the model tiles each query head
-    alone: the same K/V re-reads when Nq fills whole tiles, up to the group size times more for a
-    short Nq (decode). Its backward is one kernel (dK, dV per key tile, dQ added atomically in fp32;
-    ``_tile_size_bwd_sm90``: 128 × 128 to 64, 64 × 128 to 96, 80 × 128 or causal 64 × 128 to 128),
-    not our two, so it is not modelled, as FA2's is not. On sm_100 FA4 runs other tiles; these are sm_90's."""
+    alone: it charges the same K/V re-reads where Nq fills whole tiles without a causal mask, up to
+    the group size times more for a short Nq (decode), and other diagonal tiles with a causal mask
+    (at 192 × 128, group 4, Nq 768: 64 key tiles a K/V head against FA4's 58). Its backward is one
+    kernel (dK, dV per key tile, dQ added atomically in fp32; ``_tile_size_bwd_sm90``: 128 × 128 to
+    head_dim 64, 64 × 128 to 96, 80 × 128 or causal 64 × 128 to 128), not our two, so it is not
+    modelled, as FA2's is not. On sm_100 FA4 runs other tiles; these are sm_90's."""
     if head_dim <= 64:
         return Tiles((192, 128))
     if head_dim <= 96:
