@@ -31,7 +31,7 @@ import torch
 
 from attention_core.costing import Costing, Tiles
 from attention_core.shape import Shape
-from kernels import flash_bwd, flash_fwd, flash_fwd_hopper, reference, sdpa, triton_naive
+from kernels import fa4, flash_bwd, flash_fwd, flash_fwd_hopper, reference, sdpa, triton_naive
 from kernels._checks import dtype_name
 from kernels.flash_attention import flash_attention
 
@@ -72,6 +72,10 @@ class Impl:
     kernel_tile: Callable[[str, str, Shape], tuple[int, int] | None] | None = None
     # A production kernel ours are measured against (tritonbench's baseline=True): bench's peers.
     baseline: bool = False
+    # (device, head_dim) -> why it cannot run there beyond what the fields above say (an optional
+    # package missing, a GPU generation it has no kernel for), or None. Asked first, so a missing
+    # package is named on any device.
+    unsupported_here: Callable[[torch.device, int], str | None] | None = None
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -96,6 +100,9 @@ class Impl:
         """Why this implementation cannot run this case here, or None when it can (``grouped``: K and
         V have fewer heads than Q)."""
         device_type = torch.device(device).type
+        here = self.unsupported_here(torch.device(device), head_dim) if self.unsupported_here else None
+        if here:
+            return here
         if self.needs_cuda and device_type != "cuda":
             return f"{self.name} needs a CUDA device"
         if self.is_triton and device_type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
@@ -136,6 +143,26 @@ def _cudnn_tiles(head_dim: int, dtype: str) -> Tiles:
     return Tiles((128, 128) if head_dim in (64, 128) else None)
 
 
+def _fa4_tiles(head_dim: int, dtype: str) -> Tiles:
+    """FlashAttention-4's sm_90 forward tile (tile_m, tile_n): ``_tile_size_fwd_sm90`` in
+    flash_attn/cute/interface.py (flash-attn-4 4.0.0b36, and Dao-AILab/flash-attention 0251105a):
+    192 × 128 to head_dim 64, 128 × 128 to 128, 128 × 112 to 192 (head_dim_v > 128, as ours), 128 × 80
+    to 256. From 72 to 96 it is 192 × 144 without a causal mask and 192 × 128 with one, which a
+    costing's tiles cannot tell apart: None there. Grouped-query heads share a tile's rows in FA4
+    (PackGQA: the query rows of a K/V head's group stacked), where the model tiles each query head
+    alone: it charges the same K/V re-reads where Nq fills whole tiles without a causal mask, up to
+    the group size times more for a short Nq (decode), and other diagonal tiles with a causal mask
+    (at 192 × 128, group 4, Nq 768: 64 key tiles a K/V head against FA4's 58). Its backward is one
+    kernel (dK, dV per key tile, dQ added atomically in fp32; ``_tile_size_bwd_sm90``: 128 × 128 to
+    head_dim 64, 64 × 128 to 96, 80 × 128 or causal 64 × 128 to 128), not our two, so it is not
+    modelled, as FA2's is not. On sm_100 FA4 runs other tiles; these are sm_90's."""
+    if head_dim <= 64:
+        return Tiles((192, 128))
+    if head_dim <= 96:
+        return Tiles(None)
+    return Tiles((128, 128) if head_dim <= 128 else (128, 112) if head_dim <= 192 else (128, 80))
+
+
 def _flash_kernel_tile(kernel: str, grid: str, shape: Shape) -> tuple[int, int] | None:
     """Our forward's tile from what ran: the sm_90 Gluon kernel (``_attn_fwd_hopper``, a 1-D grid of
     tiles or of SMs) runs its costing's fast tile; the tiled kernel launches cdiv(Nq, BLOCK_M) programs
@@ -155,7 +182,8 @@ def _fa2_kernel_tile(kernel: str, grid: str, shape: Shape) -> tuple[int, int] | 
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-# Each entry's colour is one of matplotlib's tab10 (its default colour cycle), one per entry.
+# Each entry's colour is one of matplotlib's tab10 (its default colour cycle), one per entry; fa4's is
+# tab20b's dark green (tab10's last two are profiler.views.style's spare colours).
 REGISTRY: dict[str, Impl] = {
     impl.name: impl
     for impl in [
@@ -215,6 +243,15 @@ REGISTRY: dict[str, Impl] = {
             Costing("fused", repeats_kv=True, source="tiles not modelled: SDPA picks the backend"),
             supports_backward=True, needs_cuda=False, is_triton=False, color="#e377c2",
             kernel_tile=_fa2_kernel_tile,  # SDPA's own backend choice: FlashAttention-2's kernel where it picks it
+        ),
+        Impl(
+            "fa4", fa4.fa4_attention,
+            "FlashAttention-4 (flash-attn-4, CuTe DSL) for Hopper and Blackwell; causal only at Nq == Nkv",
+            # writes_lse as a training forward: without a gradient FA4 skips the logsumexp (4 bytes a query row).
+            Costing("fused", _fa4_tiles, source="FA4's sm_90 forward tile (_tile_size_fwd_sm90, flash_attn/cute/"
+                    "interface.py of flash-attn-4 4.0.0b36); its one-kernel backward not modelled"),
+            supports_backward=True, needs_cuda=True, is_triton=False, dtypes=fa4.DTYPES, head_dims=fa4.HEAD_DIMS,
+            backward_head_dims=fa4.BACKWARD_HEAD_DIMS, color="#637939", unsupported_here=fa4.unsupported_reason,
         ),
     ]
 }

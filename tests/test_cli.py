@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from profiler.cli import main
+from profiler.registry import BUILTIN
 
 
 def run_cli(*args, env=None):
@@ -118,8 +119,9 @@ def test_demo_on_the_cpu_runs_the_pytorch_implementations():
     assert "needs a CUDA device" in out.stdout  # the Triton rows say why they did not run
     # stdout is a pipe, not a terminal: a plain line per implementation as it finishes, not a progress bar
     progress = [line for line in out.stdout.splitlines() if line.startswith("[")]
-    assert len(progress) == 8 and progress[0].startswith("[1/8] naive fwd B1 H4 N=512 D64 fp32: ok ")
-    assert "[2/8] triton_naive fwd B1 H4 N=512 D64 fp32: unsupported: " in progress[1]
+    n = len(BUILTIN)  # one case for each implementation
+    assert len(progress) == n and progress[0].startswith(f"[1/{n}] naive fwd B1 H4 N=512 D64 fp32: ok ")
+    assert f"[2/{n}] triton_naive fwd B1 H4 N=512 D64 fp32: unsupported: " in progress[1]
 
 
 def test_bench_tokens_below_the_longest_seq_is_a_usage_error():

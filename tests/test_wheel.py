@@ -133,7 +133,8 @@ def test_wheel_declares_the_console_script_and_the_dashboard_and_hf_extras(wheel
         entry_points.read_string(z.read(f"{dist_info}/entry_points.txt").decode())
         metadata = z.read(f"{dist_info}/METADATA").decode()
     assert dict(entry_points["console_scripts"]) == {SCRIPT: "profiler.cli:main"}
-    assert {"Provides-Extra: dashboard", "Provides-Extra: hf"} <= set(metadata.splitlines())
+    assert {"Provides-Extra: dashboard", "Provides-Extra: hf", "Provides-Extra: fa4",
+            'Requires-Dist: flash-attn-4>=4.0.0b36; extra == "fa4"'} <= set(metadata.splitlines())
 
 
 def test_the_venv_imports_the_installed_package_not_the_checkout(installed):

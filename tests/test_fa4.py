@@ -1,0 +1,225 @@
+"""fa4: FlashAttention-4 as a peer, checked on the CPU against a stand-in ``flash_attn.cute``.
+
+FA4 itself needs an sm_90 or sm_100 GPU (tests/gpu/test_fa4_gpu.py runs it there). The stand-in has
+FA4's calling convention, as read in flash_attn/cute/interface.py of flash-attn-4 4.0.0b36: BSHD
+tensors, K/V with fewer heads for grouped-query attention, ``softmax_scale`` and ``causal`` by keyword,
+a bottom-right causal mask, ``(out, lse)`` returned; it computes attention in fp64 and records what
+it was given, so the tests see the strides, pointers and arguments our wrapper passes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import types
+
+import pytest
+import torch
+
+import profiler
+from attention_core.shape import Shape
+from kernels import Unsupported
+from kernels.fa4 import HEAD_DIMS, fa4_attention
+from kernels.reference import attention_oracle, oracle_with_grads, relative_error
+from profiler.cli import main
+from profiler.measure.runner import run_case
+from profiler.registry import REGISTRY
+from profiler.store import Capture, load_capture
+
+FP16_ROUNDING = 2.0**-11  # unit roundoff of fp16: the stand-in's fp64 result rounded once to the input dtype
+MISSING = ("fa4 needs the flash-attn-4 package (pip install 'attention-roofline[fa4]'): "
+           "ModuleNotFoundError: import of flash_attn.cute halted; None in sys.modules")
+
+
+class StandIn(types.SimpleNamespace):
+    """What the stand-in was called with (``calls``), and whether it returns ``(out, lse)`` or ``out``."""
+
+
+@pytest.fixture
+def fa4(monkeypatch) -> StandIn:
+    state = StandIn(calls=[], returns_lse=True)
+
+    def flash_attn_func(q, k, v, qv=None, gather_kv_indices=None, softmax_scale=None, causal=False, **unused):
+        q64, k64, v64 = (t.transpose(1, 2).to(torch.float64) for t in (q, k, v))  # BSHD -> BHSD
+        group = q64.shape[1] // k64.shape[1]
+        k64, v64 = k64.repeat_interleave(group, 1), v64.repeat_interleave(group, 1)
+        s = q64 @ k64.transpose(-2, -1) * softmax_scale
+        if causal:  # FA4's alignment: key j visible to query i when j <= i + Nkv - Nq
+            n_q, n_kv = s.shape[-2:]
+            s = s.masked_fill(~torch.ones(n_q, n_kv, dtype=torch.bool).tril(n_kv - n_q), float("-inf"))
+        lse = torch.logsumexp(s, -1)
+        out = (torch.softmax(s, -1) @ v64).transpose(1, 2).contiguous().to(q.dtype)  # allocated BSHD, as FA4's
+        state.calls.append({"tensors": [(t.data_ptr(), tuple(t.shape), t.stride()) for t in (q, k, v)],
+                            "softmax_scale": softmax_scale, "causal": causal, "out": out.data_ptr()})
+        return (out, lse.float()) if state.returns_lse else out
+
+    package, cute = types.ModuleType("flash_attn"), types.ModuleType("flash_attn.cute")
+    cute.flash_attn_func, package.cute = flash_attn_func, cute
+    monkeypatch.setitem(sys.modules, "flash_attn", package)
+    monkeypatch.setitem(sys.modules, "flash_attn.cute", cute)
+    return state
+
+
+def _inputs(batch=2, heads=4, kv_heads=2, seq_q=5, seq_kv=7, head_dim=16, requires_grad=False):
+    g = torch.Generator().manual_seed(0)
+    shapes = [(batch, heads, seq_q, head_dim), *[(batch, kv_heads, seq_kv, head_dim)] * 2]
+    return [torch.randn(s, generator=g).half().requires_grad_(requires_grad) for s in shapes]
+
+
+# ------------------------------------------------------------------------------------- the wrapper
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1], ids=["mha", "gqa", "mqa"])
+def test_bshd_views_go_in_uncopied_and_bhsd_values_come_out(fa4, kv_heads):
+    q, k, v = _inputs(kv_heads=kv_heads)
+    o = fa4_attention(q, k, v)
+    (call,) = fa4.calls
+    for (ptr, shape, stride), t in zip(call["tensors"], (q, k, v)):  # the BHSD tensor's memory, read as BSHD
+        assert (ptr, shape, stride) == (t.data_ptr(), tuple(t.transpose(1, 2).shape), t.transpose(1, 2).stride())
+    assert call["tensors"][1][1] == (2, 7, kv_heads, 16)  # grouped-query: fewer K/V heads, not repeated
+    assert o.shape == (2, 4, 5, 16) and o.dtype == torch.float16 and o.data_ptr() == call["out"]  # a view of FA4's
+    assert relative_error(o, attention_oracle(q, k, v)) <= FP16_ROUNDING
+
+
+@pytest.mark.parametrize("sm_scale,passed", [(None, 1 / math.sqrt(16)), (0.3, 0.3)])
+def test_sm_scale_passes_through(fa4, sm_scale, passed):
+    q, k, v = _inputs()
+    o = fa4_attention(q, k, v, sm_scale=sm_scale)
+    assert fa4.calls[0]["softmax_scale"] == passed
+    assert relative_error(o, attention_oracle(q, k, v, sm_scale=sm_scale)) <= FP16_ROUNDING
+
+
+@pytest.mark.parametrize("returns_lse", [True, False], ids=["out-lse", "out"])
+def test_either_return_form_gives_the_output(fa4, returns_lse):
+    fa4.returns_lse = returns_lse
+    q, k, v = _inputs(seq_kv=5)
+    o = fa4_attention(q, k, v, causal=True)
+    assert fa4.calls[0]["causal"] is True
+    assert relative_error(o, attention_oracle(q, k, v, causal=True)) <= FP16_ROUNDING
+
+
+def test_gradients_flow_back_through_the_views(fa4):
+    q, k, v = _inputs(seq_kv=5, requires_grad=True)
+    do = torch.randn(2, 4, 5, 16, generator=torch.Generator().manual_seed(1)).half()
+    fa4_attention(q, k, v, causal=True).backward(do)
+    _, *grads = oracle_with_grads(q, k, v, do, causal=True)
+    for got, want in zip((q.grad, k.grad, v.grad), grads):
+        assert got.shape == want.shape and relative_error(got, want) <= FP16_ROUNDING
+
+
+@pytest.mark.parametrize("seq_q,seq_kv", [(5, 7), (7, 5), (1, 9)])
+def test_causal_with_nq_not_nkv_is_unsupported_not_bottom_right(fa4, seq_q, seq_kv):
+    q, k, v = _inputs(seq_q=seq_q, seq_kv=seq_kv)
+    with pytest.raises(Unsupported, match=rf"bottom-right .* ours top-left .* Nq {seq_q} != Nkv {seq_kv}$"):
+        fa4_attention(q, k, v, causal=True)
+    assert fa4.calls == []
+    assert relative_error(fa4_attention(q, k, v), attention_oracle(q, k, v)) <= FP16_ROUNDING  # not causal: runs
+
+
+def test_bad_input_is_one_line_before_fa4_is_called(fa4):
+    q, k, v = _inputs()
+    with pytest.raises(TypeError, match="dtype torch.float32 is not supported here; allowed: torch.float16, "):
+        fa4_attention(q.float(), k.float(), v.float())
+    with pytest.raises(ValueError, match="head_dim 12 is not supported; allowed: 8, 16, 24,"):
+        fa4_attention(*(t[..., :12] for t in (q, k, v)))
+    with pytest.raises(ValueError, match="sm_scale must be a positive finite number or None, got -1"):
+        fa4_attention(q, k, v, sm_scale=-1)
+    assert fa4.calls == []
+
+
+def test_without_the_package_the_wrapper_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "flash_attn.cute", None)  # importing it now raises ModuleNotFoundError
+    with pytest.raises(Unsupported) as caught:
+        fa4_attention(*_inputs())
+    assert str(caught.value) == MISSING
+
+
+def test_an_observed_call_of_ours_is_recorded_once_as_fa4s(fa4, tmp_path):
+    """profiler.observe intercepts flash_attn.cute.flash_attn_func; our wrapper looks it up at each
+    call, so an observed run of the fa4 implementation records its one FA4 call, read as BSHD."""
+    q, k, v = _inputs(seq_kv=5)
+    original = sys.modules["flash_attn.cute"].flash_attn_func
+    REGISTRY["fa4"].fn(q, k, v, causal=True)  # a call before the observation (a warm-up) binds nothing
+    with profiler.observe(out=tmp_path / "run") as run:
+        REGISTRY["fa4"].fn(q, k, v, causal=True)
+    assert run.calls == 1 and len(fa4.calls) == 2
+    (row,) = Capture(tmp_path / "run").results().itertuples()
+    assert (row.impl, row.layout, row.mask) == ("fa4", "bshd", "causal")
+    assert (row.batch, row.heads, row.kv_heads, row.seq_q, row.seq_kv, row.head_dim) == (2, 4, 2, 5, 5, 16)
+    assert sys.modules["flash_attn.cute"].flash_attn_func is original  # bound back after
+
+
+# ------------------------------------------------------------------------------------- the registry
+
+
+def test_the_registry_lists_fa4_as_a_cuda_peer():
+    fa4 = REGISTRY["fa4"]
+    assert fa4.fn is fa4_attention and fa4.needs_cuda and not fa4.is_triton and not fa4.baseline
+    assert fa4.dtypes == (torch.float16, torch.bfloat16) and fa4.gqa and fa4.supports_backward
+    assert fa4.head_dims == HEAD_DIMS == tuple(range(8, 257, 8)) and fa4.backward_head_dims == tuple(range(8, 129, 8))
+    assert fa4.color and fa4.fused
+
+
+@pytest.mark.parametrize("head_dim,tile", [(8, (192, 128)), (64, (192, 128)), (72, None), (96, None),
+                                           (104, (128, 128)), (128, (128, 128)), (136, (128, 112)),
+                                           (192, (128, 112)), (200, (128, 80)), (256, (128, 80))])
+def test_tiles_are_fa4s_sm90_forward_tiles(head_dim, tile):
+    """_tile_size_fwd_sm90 in flash_attn/cute/interface.py (flash-attn-4 4.0.0b36), head_dim_v = head_dim;
+    at 72 to 96 its tile depends on causal, which a costing cannot see. The backward is not modelled."""
+    tiles = REGISTRY["fa4"].costing.tiles_for(head_dim, "bf16")
+    assert tiles.fwd == tile and tiles.dkdv is None and tiles.dq is None
+
+
+def test_without_the_package_every_device_says_so(monkeypatch):
+    monkeypatch.setitem(sys.modules, "flash_attn.cute", None)
+    for device in ("cpu", "cuda"):
+        assert REGISTRY["fa4"].unsupported_reason(device, torch.float16, 64) == MISSING
+
+
+@pytest.mark.parametrize("capability,head_dim,backward,reason", [
+    ((9, 0), 64, True, None),
+    ((9, 0), 256, False, None),
+    ((9, 0), 256, True, f"fa4 backward takes head_dim in {tuple(range(8, 129, 8))}, not 256"),
+    ((10, 0), 128, True, None),
+    ((10, 0), 192, False, "fa4 on sm_100 takes head_dim 8 to 128 in steps of 8 or 256, not 192"),
+    ((8, 0), 64, False, "fa4 runs on sm_90 (Hopper) and sm_100/sm_110 (Blackwell) GPUs; this one is sm_80"),
+    ((12, 0), 64, False, "fa4 runs on sm_90 (Hopper) and sm_100/sm_110 (Blackwell) GPUs; this one is sm_120"),
+])
+def test_reasons_on_each_gpu(fa4, monkeypatch, capability, head_dim, backward, reason):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert REGISTRY["fa4"].unsupported_reason("cuda", torch.bfloat16, head_dim, backward=backward,
+                                              grouped=True) == reason
+
+
+def test_with_the_package_a_cpu_and_fp32_are_refused_by_the_registry(fa4, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert REGISTRY["fa4"].unsupported_reason("cpu", torch.float16, 64) == "fa4 needs a CUDA device"
+    assert REGISTRY["fa4"].unsupported_reason("cuda", torch.float32, 64) == "fa4 does not take fp32"
+
+
+@pytest.mark.parametrize("installed", [False, True], ids=["missing", "stand-in"])
+def test_capture_on_a_cpu_records_fa4_unsupported_with_its_reason(fa4, monkeypatch, tmp_path, installed):
+    if not installed:
+        monkeypatch.setitem(sys.modules, "flash_attn.cute", None)
+    out = tmp_path / "cap"
+    assert main(["capture", "--device", "cpu", "--seq", "16", "--heads", "2", "--batch", "1", "--dtype", "fp16",
+                 "--impl", "fa4", "--out", str(out), "--rep-ms", "5"]) == 0
+    _, frame = load_capture(out)
+    (row,) = frame.itertuples()
+    assert (row.impl, row.status) == ("fa4", "unsupported")
+    assert row.message == (MISSING if not installed else "fa4 needs a CUDA device")
+
+
+@pytest.mark.parametrize("seq_kv,status", [(24, "ok"), (40, "unsupported")])
+@pytest.mark.parametrize("mode", ["fwd", "fwd+bwd"])
+def test_the_runner_checks_times_or_refuses_a_case(fa4, seq_kv, status, mode):
+    """The whole measuring path with the stand-in run on a CPU (the registry asks for CUDA): a square
+    causal case is checked and timed, a causal one with Nq != Nkv recorded unsupported with why."""
+    impl = dataclasses.replace(REGISTRY["fa4"], needs_cuda=False, unsupported_here=None)
+    result = run_case(impl, Shape(1, 4, 24, seq_kv, 16, "fp16", causal=True, mode=mode, kv_heads=2), "cpu", rep_ms=5)
+    assert result.status == status, result.message
+    if status == "ok":
+        assert result.max_rel_err < 1e-3 and result.timing.median_ms > 0
+    else:
+        assert "bottom-right" in result.message and "Nq 24 != Nkv 40" in result.message and result.timing is None
