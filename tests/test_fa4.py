@@ -223,3 +223,31 @@ def test_the_runner_checks_times_or_refuses_a_case(fa4, seq_kv, status, mode):
         assert result.max_rel_err < 1e-3 and result.timing.median_ms > 0
     else:
         assert "bottom-right" in result.message and "Nq 24 != Nkv 40" in result.message and result.timing is None
+
+
+def test_shipped_h200_capture_holds_every_shape_and_the_readme_quotes_it():
+    """reports/fa4-peers-h200: ours, cuDNN and FA4, forward and backward, over N 2048-16384, D64 and
+    D128, fp16 and bf16, causal both, every row ok; the README's ratio ranges are the capture's."""
+    from pathlib import Path
+
+    from profiler.store import load_capture
+
+    root = Path(__file__).resolve().parents[1]
+    meta, frame = load_capture(root / "reports" / "fa4-peers-h200")
+    assert meta["device"] == "NVIDIA H200"
+    totals = frame[frame.step == "total"]
+    assert (totals.status == "ok").all() and len(totals) == 3 * 64
+    assert set(totals.impl) == {"triton_flash", "sdpa_cudnn", "fa4"}
+    times = totals.pivot_table(index=["mode", "dtype", "head_dim", "causal", "seq_q"], columns="impl", values="time_ms")
+    assert len(times) == 64 and set(times.index.get_level_values("seq_q")) == {2048, 4096, 8192, 16384}
+    readme = (root / "README.md").read_text().replace("\n", " ")
+
+    def span(ratio):
+        return f"{ratio.min():.2f}x to {ratio.max():.2f}x"
+
+    forward, backward = times.xs("fwd"), times.xs("bwd")
+    assert f"our forward runs at {span(forward.fa4 / forward.triton_flash)} FA4" in readme
+    assert f"and {span(forward.sdpa_cudnn / forward.triton_flash)} cuDNN (at or above cuDNN on " \
+           f"{(forward.sdpa_cudnn >= forward.triton_flash).sum()} of 32" in readme
+    assert f"our backward at {span(backward.fa4 / backward.triton_flash)} FA4 and " \
+           f"{span(backward.sdpa_cudnn / backward.triton_flash)} cuDNN" in readme
