@@ -77,7 +77,7 @@ def _decode_inner(
 
 @triton.jit
 def _decode_split(
-    Q, K, V, O, LSE, O_PART, LSE_PART, COUNTER,
+    Q, K, V, O, LSE, O_PART, LSE_PART,
     qk_scale,  # sm_scale · log2(e)
     stride_qz, stride_qh, stride_qm, stride_qd,
     stride_kz, stride_kh, stride_kn, stride_kd,
@@ -88,7 +88,6 @@ def _decode_split(
     HEAD_DIM: tl.constexpr,
     CAUSAL: tl.constexpr,
     DIRECT: tl.constexpr,  # one split: write O and LSE, no partials
-    FOLD: tl.constexpr,  # the last split of each (batch, K/V head) to finish merges the partials (no second kernel)
     DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -145,42 +144,6 @@ def _decode_split(
         part = row * splits + split
         tl.store(O_PART + part[:, None] * HEAD_DIM + offs_d[None, :], o, mask=row_ok[:, None])
         tl.store(LSE_PART + part, lse, mask=row_ok)
-        if FOLD:
-            # A counter per (batch, K/V head) says how many splits have stored their partials: every
-            # thread's stores are done (barrier) before the acq_rel atomic publishes them, and the
-            # program that sees splits - 1 before its own increment is the last, so it merges every
-            # split's rows and resets the counter for the next call (no memset launch).
-            tl.debug_barrier()
-            done = tl.atomic_add(COUNTER + off_zk, 1, sem="acq_rel")
-            if done == splits - 1:
-                tl.debug_barrier()
-                _merge_rows(O, LSE, O_PART, LSE_PART, row, row_ok, splits, HEAD_DIM)
-                tl.atomic_xchg(COUNTER + off_zk, 0, sem="relaxed")
-
-
-@triton.jit
-def _merge_rows(O, LSE, O_PART, LSE_PART, row, row_ok, splits, HEAD_DIM: tl.constexpr):
-    """The merge of _decode_combine for a block of rows, one split at a time with a running maximum
-    (the online-softmax rescaling, in the natural-log domain of the stored logsumexps)."""
-    offs_d = tl.arange(0, HEAD_DIM)
-    m = tl.full(row.shape, float("-inf"), dtype=tl.float32)
-    total = tl.zeros(row.shape, dtype=tl.float32)
-    acc = tl.zeros([row.shape[0], HEAD_DIM], dtype=tl.float32)
-    for s in range(0, splits):
-        part = row * splits + s
-        lse_s = tl.load(LSE_PART + part, mask=row_ok, other=float("-inf"))
-        o_s = tl.load(O_PART + part[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-        m_new = tl.maximum(m, lse_s)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a split that saw no key of a row adds nothing
-        kept = tl.exp(m - m_safe)
-        w = tl.exp(lse_s - m_safe)
-        acc = acc * kept[:, None] + w[:, None] * o_s
-        total = total * kept + w
-        m = m_new
-    total_safe = tl.where(total == 0.0, 1.0, total)
-    tl.store(O + row[:, None] * HEAD_DIM + offs_d[None, :], (acc / total_safe[:, None]).to(O.dtype.element_ty),
-             mask=row_ok[:, None])
-    tl.store(LSE + row, m + tl.log(total_safe), mask=row_ok)
 
 
 @triton.jit
@@ -203,30 +166,14 @@ def _decode_combine(
     tl.store(LSE + row, m + tl.log(total))
 
 
-# Whether the last split merges the partials (FOLD) instead of a second kernel: an experiment of
-# docs/perf-notes.md ("FlashAttention-4 as a peer", decode); off until it measures faster.
-FOLD_MERGE = False
-_COUNTERS: dict[torch.device, torch.Tensor] = {}
-
-
-def _counters(device: torch.device, n: int) -> torch.Tensor:
-    """Zeroed int32 counters, one per (batch, K/V head), kept per device: each call leaves them at
-    zero again (the merging program resets its counter), so no memset is launched per call. Calls on
-    two streams of one device at once would share them: the folded merge is for one stream."""
-    counters = _COUNTERS.get(device)
-    if counters is None or counters.numel() < n:
-        counters = _COUNTERS[device] = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
-    return counters
-
-
 def flash_decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                         plan: split_kv.SplitPlan, launch: tuple[int, int] | None = None, strided: bool | None = None,
-                         fold: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                         plan: split_kv.SplitPlan, launch: tuple[int, int] | None = None, strided: bool | None = None
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
     """The split-KV forward on checked inputs (kernels.flash_fwd.flash_attention_forward calls it
     when attention_core.split_kv.plan gives a plan). q: (B, H, Nq, D); k, v: (B, Hkv, Nkv, D).
     Returns o (B, H, Nq, D) contiguous in q's dtype and lse (B, H, Nq) fp32, natural log.
-    ``launch`` = (num_warps, num_stages) overrides :data:`LAUNCH`, ``strided`` the plan's tile
-    assignment and ``fold`` :data:`FOLD_MERGE` (for sweeps)."""
+    ``launch`` = (num_warps, num_stages) overrides :data:`LAUNCH` and ``strided`` the plan's tile
+    assignment (for sweeps)."""
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     o = torch.empty((batch, heads, seq_q, head_dim), dtype=q.dtype, device=q.device)
@@ -238,18 +185,16 @@ def flash_decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
         o_part = torch.empty((batch, heads, seq_q, plan.splits, head_dim), dtype=torch.float32, device=q.device)
         lse_part = torch.empty((batch, heads, seq_q, plan.splits), dtype=torch.float32, device=q.device)
     num_warps, num_stages = launch or LAUNCH[head_dim]
-    fold = (FOLD_MERGE if fold is None else fold) and not direct
-    counters = _counters(q.device, batch * kv_heads) if fold else lse  # unused unless folded
     _decode_split[(plan.splits, batch * kv_heads)](
-        q, k, v, o, lse, o_part, lse_part, counters, scale * LOG2E,
+        q, k, v, o, lse, o_part, lse_part, scale * LOG2E,
         *q.stride(), *k.stride(), *v.stride(),
         kv_heads, seq_q, seq_kv, plan.chunk, plan.splits,
         GROUP=heads // kv_heads, STRIDED=plan.strided if strided is None else strided, HEAD_DIM=head_dim,
-        CAUSAL=bool(causal), DIRECT=direct, FOLD=fold,
+        CAUSAL=bool(causal), DIRECT=direct,
         DOT_PRECISION=dot_precision(dtype_name(q.dtype)), BLOCK_M=plan.block_m, BLOCK_N=split_kv.BLOCK_N,
         num_warps=num_warps, num_stages=num_stages,
     )
-    if not direct and not fold:
+    if not direct:
         _decode_combine[(batch * heads * seq_q,)](
             o, lse, o_part, lse_part, plan.splits,
             HEAD_DIM=head_dim, BLOCK_S=triton.next_power_of_2(plan.splits), num_warps=4,

@@ -49,25 +49,6 @@ def test_triton_forward_gqa_decode_matches_oracle(split, seq_q, seq_kv, kv_heads
     torch.testing.assert_close(lse.double(), ref_lse, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("seq_q,seq_kv,kv_heads", [(1, 1000, 2), (3, 1000, 1), (1, 777, 2)])
-def test_split_kv_with_the_merge_folded_into_the_last_split(seq_q, seq_kv, kv_heads, causal):
-    """FOLD: the last split of each (batch, K/V head) merges the partials (a counter per pair, no
-    second kernel); the same values as the oracle, and the counters are zero again after each call,
-    so a second call merges as the first."""
-    from kernels import flash_decode
-
-    q, k, v = _qkv(2, 8, kv_heads, seq_q, seq_kv, 32, torch.float32, seed=seq_kv + seq_q)
-    ref, ref_lse = attention_oracle(q, k, v, causal=causal, return_lse=True)
-    plan = split_kv.plan(2, kv_heads, 8 // kv_heads, seq_q, seq_kv)
-    assert plan.splits > 1
-    for _ in range(2):
-        o, lse = flash_decode.flash_decode_forward(q, k, v, causal, 32 ** -0.5, plan, fold=True)
-        assert relative_error(o, ref) < TOL[torch.float32]
-        torch.testing.assert_close(lse.double(), ref_lse, rtol=0, atol=1e-5)
-        assert int(flash_decode._COUNTERS[q.device].abs().sum()) == 0
-
-
 @pytest.mark.parametrize("seq_q,seq_kv,kv_heads,causal", [(1, 1000, 1, False), (3, 77, 2, True)])
 def test_split_kv_fp16_and_noncontiguous(seq_q, seq_kv, kv_heads, causal):
     """fp16 inputs, and BSHD storage with padded rows seen as BHSD (strided views, nothing copied)."""
