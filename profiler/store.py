@@ -126,7 +126,7 @@ class CaptureError(ValueError):
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # writers on one filesystem do not share it
     tmp.write_bytes(data)
     os.replace(tmp, path)
 
@@ -405,6 +405,7 @@ class ResultStore:
                  write_meta: bool = True, fields: dict | None = None):
         self.capture = Capture(folder)
         self.fields = dict(fields or {})
+        self.appended: list[dict] = []  # the rows this process measured (not those --resume found)
         self.folder = self.capture.path
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.capture.results_path if part is None else self.capture.part_path(part)
@@ -447,6 +448,7 @@ class ResultStore:
         rows = [r if r.get("kv_heads") is not None or "heads" not in r else {**r, "kv_heads": r["heads"]} for r in rows]
         rows = [{**r, **self.fields} for r in rows]
         new_keys = {tuple(r.get(k) for k in KEY) for r in rows}
+        self.appended = [r for r in self.appended if tuple(r.get(k) for k in KEY) not in new_keys] + rows
         self.rows = [r for r in self.rows if tuple(r.get(k) for k in KEY) not in new_keys]
         self.rows.extend(rows)
         frame = to_frame(self.rows)

@@ -253,8 +253,15 @@ def test_a_killed_host_loses_nothing_and_both_resume_it(serial, tmp_path):
     assert all(d.returncode != 0 for d in died)
     assert any(re.search(r"rank\s*: 1 .*\n\s*exitcode\s*: 17 ", d.stderr) for d in died)
     parts = [p for h in homes for p in (h / "parts").glob("*.parquet")]
+    # One case rank 1 finished is marked as an error, as a case that failed would be: resume measures it again.
+    dead = next(p for p in parts if p.name == "rank-1.parquet")
+    rows = pd.read_parquet(dead)
+    assert len(rows) >= 3
+    case = [k for k in KEY if k != "step"]  # every step of its case
+    again = (rows[case] == rows.iloc[0][case]).all(axis=1)
+    rows.loc[again, "status"] = "error"
+    rows.to_parquet(dead, index=False)
     before = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
-    assert len(pd.read_parquet(next(p for p in parts if p.name == "rank-1.parquet"))) >= 3
     # Both hosts come back (ranks may swap): every row either wrote is kept, only the rest is measured.
     resumed = _two_hosts([*SWEEP, "--out", str(out), "--resume"], out, homes)
     assert [d.returncode for d in resumed] == [0, 0], "\n".join(d.stderr[-2000:] for d in resumed)
@@ -263,9 +270,13 @@ def test_a_killed_host_loses_nothing_and_both_resume_it(serial, tmp_path):
     meta, kept = load_capture(capture)
     assert meta["finished"] and kept.duplicated(KEY).sum() == 0 and list(other.iterdir()) == []
     joined = before.merge(kept, on=KEY, suffixes=("_before", ""))
-    assert len(joined) == len(before) and (joined.time_ms_before == joined.time_ms).all()
+    assert len(joined) == len(before)
+    kept_as_were = joined.status_before != "error"  # the failed case's steps were measured again too
+    assert (joined.time_ms_before == joined.time_ms)[kept_as_were].all()
+    assert (joined.status[~kept_as_were] == "ok").all() and (~kept_as_were).sum() >= 1  # the error was measured again
     planned = sum(p["cases"] for p in meta["plan"])
-    assert planned == 24 - before[before.step == "total"].shape[0]  # the resumed plan holds what was missing
+    done = before[(before.step == "total") & (before.status != "error")].shape[0]
+    assert planned == 24 - done  # the resumed plan holds what was missing, and the failed case
 
 
 def test_a_host_with_another_gpu_is_refused_unless_allowed_then_judged_by_its_own_roofs(tmp_path):
@@ -336,3 +347,31 @@ def test_a_rank_whose_peer_died_says_what_is_kept_in_one_line(monkeypatch, capsy
     monkeypatch.setattr(sweep, "run", dies(RuntimeError("something else")))
     with pytest.raises(RuntimeError, match="something else"):
         cli.main(["sweep"])
+
+
+def test_resume_adds_another_device_only_when_allowed_and_names_every_row(tmp_path):
+    """A one-device capture resumed with rows of another device (--allow-mixed): refused without it;
+    with it, the stored rows get their device, meta.json's devices holds both, new rows name theirs."""
+    from profiler.measure.folder import FolderError, open_capture
+
+    folder = tmp_path / "capture"
+    h200 = Roofs(hardware.get_device("H200"), None)
+    store, _ = open_capture("cpu", folder, "NVIDIA H200", ["fp32"], {"command": "first", "device": "NVIDIA H200"},
+                            devices={"NVIDIA H200": (h200, "test")})
+    row = {"impl": "naive", "step": "total", "mode": "fwd", "batch": 1, "heads": 1, "seq_q": 8, "seq_kv": 8,
+           "head_dim": 16, "dtype": "fp32", "causal": False, "status": "ok"}
+    store.append([row])
+    assert "device" not in pd.read_parquet(folder / "results.parquet")  # one device: not stored
+    here = {"CPU test": (Roofs(None, None), "test")}
+    with pytest.raises(FolderError, match="was captured on 'NVIDIA H200', this is 'CPU test'.*--allow-mixed"):
+        open_capture("cpu", folder, "CPU test", ["fp32"], {"command": "second", "device": "CPU test"}, resume=True,
+                     devices=here)
+    second = {"command": "second", "device": "CPU test"}
+    store, _ = open_capture("cpu", folder, "CPU test", ["fp32"], second, resume=True, devices=here, allow_mixed=True)
+    store.append([row | {"seq_q": 16, "seq_kv": 16}])
+    meta, frame = load_capture(folder)
+    assert set(meta["devices"]) == {"NVIDIA H200", "CPU test"} and meta["devices"]["NVIDIA H200"]["datasheet_device"]
+    assert dict(zip(frame.seq_q, frame.device)) == {8: "NVIDIA H200", 16: "CPU test"}
+    # the capture now holds both: resuming on either needs no --allow-mixed
+    open_capture("cpu", folder, "NVIDIA H200", ["fp32"], {"command": "third", "device": "NVIDIA H200"}, resume=True,
+                 devices={"NVIDIA H200": (h200, "test")})

@@ -121,8 +121,9 @@ def _run(argv: list[str] | None) -> int:
             raise
         # torchrun prints which rank failed and why; this rank only says what is left and how to finish.
         print(f"python -m profiler {args.command}: rank {args.ranks.rank}: another rank stopped "
-              f"({str(err).splitlines()[0][-160:]}); every row written so far is kept in its host's part "
-              "files: run the same command with --resume to measure the rest", file=sys.stderr)
+              f"({str(err).splitlines()[0][-160:]}); what was written so far is kept on each host"
+              + ("; run the same command with --resume to measure the rest" if hasattr(args, "resume") else ""),
+              file=sys.stderr)
         return EXIT_PEER_LOST
     finally:
         if args.ranks is not None:

@@ -76,10 +76,12 @@ def start_capture(args, device_label: str, dtypes, meta: dict, impls=(), head_di
               "resumable": resumable, "status": lambda text: console.status(escape(text))}
     try:
         if ranks is None:
-            store, roofs = open_capture(args.device, folder, device_label, dtypes, meta, **common)
+            store, roofs = open_capture(args.device, folder, device_label, dtypes, meta,
+                                        allow_mixed=getattr(args, "allow_mixed", False), **common)
         else:
             store, roofs, args.ranks = distributed.open_shared_capture(
-                ranks, args.device, folder, device_label, dtypes, meta, allow_mixed=args.allow_mixed, **common)
+                ranks, args.device, folder, device_label, dtypes, meta, allow_mixed=getattr(args, "allow_mixed", False),
+                **common)
             ranks = args.ranks
     except FolderError as err:
         raise UsageError(str(err)) from None

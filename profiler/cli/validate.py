@@ -14,7 +14,7 @@ from rich.table import Table
 
 from profiler.cli import UsageError
 from profiler.cli.console import console, fmt, join_ranks, start_capture
-from profiler.cli.options import add_allow_mixed, impl_list
+from profiler.cli.options import impl_list
 from profiler.cli.shapes import Default, ShapeOptions, add_shape_arguments, shape_grid
 
 HELP = "DRAM/L2 bytes and tensor FLOPs from Nsight Compute vs the model"
@@ -43,7 +43,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="no GPU: re-read FOLDER's ncu/*.csv and compare them with the current model, into "
                         "--out (default FOLDER-rebuilt-<time>)")
     p.add_argument("--in-place", action="store_true", help="with --rebuild: rewrite FOLDER's own tables")
-    add_allow_mixed(p)
 
 
 def run(args) -> int:

@@ -48,8 +48,9 @@ from profiler.store import KEY, TRACES, Capture, ResultStore, merge_parts, read_
 
 WARMUP_MS = 25  # do_bench's warm-up (profiler.measure.timing)
 # How long a rank waits for the others at a barrier: the end of a sweep waits for the slowest share,
-# and shares are balanced by predicted, not measured, time. A rank that dies ends the wait at once
-# (torchrun stops the others), so this bounds only a rank that hangs.
+# and shares are balanced by predicted, not measured, time. A rank whose process dies ends the wait
+# at once (its connections close; torchrun stops the others); a host that vanishes without closing
+# them (power lost, network cut) leaves the others waiting up to this long, their rows safe on disk.
 WAIT = timedelta(hours=12)
 # What describes a rank in meta.json (of profiler.measure.meta.run_metadata).
 RANK_KEYS = ("host", "device", "compute_capability", "driver", "torch", "triton", "cuda")
@@ -197,7 +198,9 @@ class Share:
 
 def share(ranks: Ranks, items: list, costs: list[float]) -> Share:
     """This rank's share of ``items`` (each with its predicted cost) by :func:`plan`, after checking
-    that every rank planned the same items the same way."""
+    that every rank planned the same items the same way. The costs are rank 0's: ranks on different
+    GPUs (--allow-mixed) predict with their own roofs, and one plan needs one set of predictions."""
+    costs = broadcast(costs)
     shares = plan(costs, ranks.world)
     if len(set(gather(fingerprint(items, shares)))) > 1:
         raise RuntimeError("the ranks planned different cases: give every rank the same arguments")
@@ -219,12 +222,13 @@ def agree(ranks: Ranks, error: str | None) -> None:
 
 def find_views(ranks: Ranks, folder: Path) -> tuple[tuple[int, ...], ...]:
     """The groups of ranks that see one folder at ``folder``: each rank leaves a probe file
-    ``.view-<token>-<rank>`` there and reads which probes it finds."""
+    ``.view-<token>-<rank>`` there and looks up every rank's."""
     token = broadcast(uuid.uuid4().hex if ranks.main else None)
     probe = folder / f".view-{token}-{ranks.rank}"
     probe.write_bytes(b"")
     barrier()
-    seen = tuple(sorted(int(p.name.rsplit("-", 1)[1]) for p in folder.glob(f".view-{token}-*")))
+    # each probe looked up by name: a directory listing may be served stale by a network filesystem
+    seen = tuple(r for r in range(ranks.world) if (folder / f".view-{token}-{r}").exists())
     barrier()  # every rank has looked before any probe goes
     probe.unlink()
     return tuple(sorted(set(gather(seen))))
@@ -300,23 +304,22 @@ def open_shared_capture(ranks: Ranks, device: str, folder: Path, label: str, dty
     roofs, _ = roofs_of[label]
     error = stored_meta = None
     if ranks.main:
-        rank_meta = [{"rank": r, **d, "measured_ceilings": roofs_of[d["device"]][0].as_meta()["measured_ceilings"]}
-                     for r, d in enumerate(described)]
+        # each kind of GPU's ceilings, as its first rank measured them (ceilings_measured_by)
+        rank_meta = [{"rank": r, **d, "measured_ceilings": roofs_of[d["device"]][0].as_meta()["measured_ceilings"],
+                      "ceilings_measured_by": first[d["device"]]} for r, d in enumerate(described)]
         how = {"results_via": "shared folder" if ranks.shared else "process group",
                "folder_views": [list(v) for v in ranks.views]}
-        devices = {name: r.as_meta() | {"measured_ceilings_source": source}
-                   for name, (r, source) in roofs_of.items()} if mixed else {}
         try:
-            store, _ = open_capture(device, folder, label, dtypes,
-                                    meta | {"ranks": rank_meta} | how | ({"devices": devices} if mixed else {}),
+            store, _ = open_capture(device, folder, label, dtypes, meta | {"ranks": rank_meta} | how,
                                     impls=impls, head_dims=head_dims, resume=resume, status=status,
-                                    roofs=roofs_of[label], checked=True, any_device=mixed)
+                                    devices=roofs_of, checked=True,
+                                    allow_mixed=allow_mixed)
             stored_meta = store.meta
         except FolderError as err:
             error = str(err)
     agree(ranks, error)
     stored_meta = broadcast(stored_meta)
-    fields = {"device": label} if mixed else {}
+    fields = {"device": label} if stored_meta.get("devices") else {}  # rows of several devices: each names its own
     store = ResultStore(folder, stored_meta, resume=True, part=ranks.part, write_meta=False, fields=fields)
     if not ranks.shared:  # what the capture already holds is in rank 0's folder only
         held = None
@@ -350,8 +353,9 @@ def collect_files(ranks: Ranks, folder: Path, pattern: str) -> int:
 
 def release_view(ranks: Ranks, folder: Path, patterns: tuple[str, ...] = ()) -> None:
     """After rank 0 merged everything: another view's copies of what rank 0 now holds (its part
-    files, and files matching ``patterns``) are removed, and the folder too when that empties it,
-    so a later sweep into the same path on that host is not refused as unfinished."""
+    files, and files matching ``patterns``) are removed, and the subfolders that empties (not the
+    capture folder itself, which may be a mount point), so a later sweep into the same path on that
+    host is not refused as unfinished or as holding other files."""
     if ranks.shared or not ranks.view_leader or 0 in ranks.view:
         return
     capture = Capture(folder)
@@ -372,8 +376,8 @@ def finish_capture(ranks: Ranks, store: ResultStore, plan_meta: list[dict]) -> l
     returns every row of the capture (and keeps them in ``store.rows``), the others their own."""
     barrier()  # every part is complete
     rows = store.rows
-    if not ranks.shared:
-        received = gather_to_main(rows)
+    if not ranks.shared:  # each rank sends what it measured now: what --resume found is in rank 0's capture
+        received = gather_to_main(store.appended)
         collect_files(ranks, store.folder, f"{TRACES}/*.json")
         if ranks.main:
             for rank, theirs in enumerate(received):

@@ -16,7 +16,7 @@ from profiler.measure.meta import run_metadata
 from profiler.model import hardware
 from profiler.model.roofs import Roofs
 from profiler.registry import Impl
-from profiler.store import Capture, CaptureError, ResultStore, merge_parts
+from profiler.store import Capture, CaptureError, ResultStore, merge_parts, to_frame
 
 
 class FolderError(ValueError):
@@ -62,19 +62,54 @@ def check_folder(folder: Path, *, resume: bool = False, resumable: bool = True) 
             raise FolderError(f"--resume: {err}") from None
 
 
-def check_same_device(folder: Path, label: str) -> None:
-    """--resume adds rows to a capture of this device only: its meta.json (device, datasheet, ceilings)
-    describes every row, so rows of another machine would be judged against the wrong roofs."""
+def capture_devices(meta: dict) -> set[str]:
+    """The devices whose rows a capture holds: meta.json's device, and every one of ``devices``
+    (a capture measured on ranks with different GPUs, --allow-mixed)."""
+    return set(meta.get("devices") or {}) | ({meta["device"]} if meta.get("device") else set())
+
+
+def check_resume_devices(folder: Path, labels, allow_mixed: bool = False) -> dict | None:
+    """--resume adds rows of the devices the capture already holds: its meta.json (device, datasheet,
+    ceilings) describes them, so rows of another machine would be judged against the wrong roofs;
+    another device joins only with ``allow_mixed`` (rows then carry their device). Returns the
+    stored meta.json, None when there is none."""
     capture = Capture(folder)
     if not capture.meta_path.exists():
-        return
+        return None
     try:
-        stored = capture.meta().get("device")
+        stored = capture.meta()
     except CaptureError as err:  # names the file and why
         raise FolderError(f"--resume: {err}") from None
-    if stored and stored != label:
-        raise FolderError(f"--resume: '{folder}' was captured on '{stored}', this is '{label}'; resume it on that "
-                          "device, or measure here into another --out")
+    known = capture_devices(stored)
+    new = sorted(set(labels) - known)
+    if known and new and not allow_mixed:
+        raise FolderError(f"--resume: '{folder}' was captured on '{', '.join(sorted(known))}', this is "
+                          f"'{', '.join(new)}'; resume it on that device, or measure here into another --out "
+                          "(under torchrun, --allow-mixed adds another device's rows)")
+    return stored
+
+
+def mixed_meta(stored: dict | None, devices: dict[str, tuple[Roofs, str]]) -> dict:
+    """meta.json's ``devices`` when a capture holds rows of several devices: each one's datasheet and
+    ceilings, those measured now replacing the stored ones of the same device, the others kept."""
+    earlier = dict((stored or {}).get("devices") or {})
+    if stored and stored.get("device") and stored["device"] not in earlier:  # it was a one-device capture
+        earlier[stored["device"]] = {k: stored.get(k) for k in ("datasheet_device", "datasheet", "measured_ceilings",
+                                                                "measured_ceilings_source")}
+    return earlier | {name: r.as_meta() | {"measured_ceilings_source": source} for name, (r, source) in devices.items()}
+
+
+def name_devices(folder: Path, device: str) -> None:
+    """Rows stored without a device (measured when the capture had one device) get that device, as the
+    capture becomes one of several devices."""
+    capture = Capture(folder)
+    if not capture.results_path.exists():
+        return
+    frame = capture.results()
+    empty = frame["device"].fillna("") == ""
+    if empty.any():
+        frame.loc[empty, "device"] = device
+        capture.write_results(to_frame(frame.to_dict("records")))
 
 
 def user_impls_meta(impls: list[Impl], head_dims=()) -> dict:
@@ -105,23 +140,30 @@ def measure_roofs(device: str, label: str, dtypes, status=None) -> tuple[Roofs, 
 
 def open_capture(device: str, folder: Path, label: str, dtypes, meta: dict, *, impls: list[Impl] = (),
                  head_dims=(), resume: bool = False, resumable: bool = True, status=None,
-                 roofs: tuple[Roofs, str] | None = None, checked: bool = False, any_device: bool = False
-                 ) -> tuple[ResultStore, Roofs]:
+                 devices: dict[str, tuple[Roofs, str]] | None = None, checked: bool = False,
+                 allow_mixed: bool = False) -> tuple[ResultStore, Roofs]:
     """The folder's store and the roofs its rows are judged against. ``impls`` and ``head_dims``
     say what to record of user implementations; ``status(text)`` is a context manager that shows
-    long work. ``roofs`` (roofs, source) are ones already measured (by :func:`measure_roofs`, on
-    another rank); ``checked`` says the folder was already checked (:func:`check_folder`);
-    ``any_device`` resumes a capture of other devices (ranks on several kinds of GPU, --allow-mixed)."""
+    long work. ``devices`` are the roofs (roofs, source) of every device of this run, already
+    measured (by :func:`measure_roofs`, on the ranks of a distributed sweep); ``checked`` says the
+    folder was already checked (:func:`check_folder`). Where the capture holds rows of several
+    devices (this run's, and on --resume the stored ones; only with ``allow_mixed``), meta.json gets
+    ``devices`` and the store sets each row's device (``store.fields``)."""
     if not checked:
         check_folder(folder, resume=resume, resumable=resumable)
-    if resume and not any_device:
-        check_same_device(folder, label)
+    devices = devices or {label: measure_roofs(device, label, dtypes, status)}
+    stored = None
+    if resume:
+        stored = check_resume_devices(folder, devices, allow_mixed)
         merge_parts(folder)  # rows an interrupted distributed sweep left in parts/
-    roofs, source = roofs or measure_roofs(device, label, dtypes, status)
+    roofs, source = devices[label]
+    mixed = len(capture_devices(stored or {}) | set(devices)) > 1
+    if mixed and stored and not stored.get("devices") and stored.get("device"):
+        name_devices(folder, stored["device"])  # the rows of the capture's one device until now
     users = user_impls_meta(list(impls), head_dims)
     # The correctness gate a row passed (profiler.measure.runner): each dtype's largest relative error, and an
     # implementation's own where it registered one (user_impls).
     gate = {"max_rel_err_tolerance": dict(TOLERANCE)}
     meta = (run_metadata(device) | roofs.as_meta() | {"measured_ceilings_source": source} | gate | meta
-            | ({"user_impls": users} if users else {}))
-    return ResultStore(folder, meta, resume=resume), roofs
+            | ({"user_impls": users} if users else {}) | ({"devices": mixed_meta(stored, devices)} if mixed else {}))
+    return ResultStore(folder, meta, resume=resume, fields={"device": label} if mixed else None), roofs
