@@ -44,7 +44,17 @@ from profiler.measure.meta import run_metadata
 from profiler.measure.torch_trace import kernels_of_capture
 from profiler.model.cost import cost_of
 from profiler.model.roofs import Roofs
-from profiler.store import KEY, TRACES, Capture, ResultStore, merge_parts, read_results, to_frame, write_bytes_atomic
+from profiler.store import (
+    KEY,
+    TRACES,
+    Capture,
+    ResultStore,
+    merge_parts,
+    read_results,
+    to_frame,
+    write_bytes_atomic,
+    write_parquet_atomic,
+)
 
 WARMUP_MS = 25  # do_bench's warm-up (profiler.measure.timing)
 # How long a rank waits for the others at a barrier: the end of a sweep waits for the slowest share,
@@ -263,7 +273,7 @@ def bring_views_to_main(ranks: Ranks, folder: Path) -> int:
         new = [r for r in rows if tuple(r[k] for k in KEY) not in have]
         if new:
             capture.parts_dir.mkdir(parents=True, exist_ok=True)
-            write_bytes_atomic(capture.part_path(f"view-{rank}"), to_frame(new).to_parquet(index=False))
+            write_parquet_atomic(capture.part_path(f"view-{rank}"), to_frame(new))
             have |= {tuple(r[k] for k in KEY) for r in new if r.get("status") != "error"}
             came += len(new)
     return came
@@ -382,7 +392,8 @@ def finish_capture(ranks: Ranks, store: ResultStore, plan_meta: list[dict]) -> l
         if ranks.main:
             for rank, theirs in enumerate(received):
                 if rank not in ranks.view and theirs:
-                    ResultStore(store.folder, {}, part=f"rank-{rank}", write_meta=False).append(theirs)
+                    store.capture.parts_dir.mkdir(exist_ok=True)
+                    write_parquet_atomic(store.capture.part_path(f"rank-{rank}"), to_frame(theirs))
     if ranks.main:
         merge_parts(store.folder)
         if store.capture.traces_dir.is_dir():

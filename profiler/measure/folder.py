@@ -92,11 +92,13 @@ def check_resume_devices(folder: Path, labels, allow_mixed: bool = False) -> dic
 def mixed_meta(stored: dict | None, devices: dict[str, tuple[Roofs, str]]) -> dict:
     """meta.json's ``devices`` when a capture holds rows of several devices: each one's datasheet and
     ceilings, those measured now replacing the stored ones of the same device, the others kept."""
+    def entry(roofs: Roofs, source: str | None) -> dict:
+        return roofs.as_meta() | {"measured_ceilings_source": source}
+
     earlier = dict((stored or {}).get("devices") or {})
     if stored and stored.get("device") and stored["device"] not in earlier:  # it was a one-device capture
-        earlier[stored["device"]] = {k: stored.get(k) for k in ("datasheet_device", "datasheet", "measured_ceilings",
-                                                                "measured_ceilings_source")}
-    return earlier | {name: r.as_meta() | {"measured_ceilings_source": source} for name, (r, source) in devices.items()}
+        earlier[stored["device"]] = entry(Roofs.from_meta(stored), stored.get("measured_ceilings_source"))
+    return earlier | {name: entry(roofs, source) for name, (roofs, source) in devices.items()}
 
 
 def name_devices(folder: Path, device: str) -> None:
