@@ -83,8 +83,8 @@ SCHEMA: dict[str, tuple[str, str]] = {
                                "grads when bwd); above the tolerance (the dtype's, kernels.reference.TOLERANCE, or "
                                "one the implementation registered; both in meta.json) the status is wrong"),
     "device": ("string", "the GPU that measured the row, where the ranks of a distributed sweep ran on different "
-                         "GPUs (--allow-mixed: meta.json's devices holds each one's roofs); empty when one kind of "
-                         "device measured every row (meta.json's device)"),
+                         "GPUs (--allow-mixed: meta.json's devices holds each one's roofs); not stored when one kind "
+                         "of device measured every row (meta.json's device; read_results gives it as empty)"),
     "status": ("string", "ok; wrong (the output failed the correctness check: its times are kept for the record, "
                          "it has no rates, bound or roof fractions and is on no chart); oom, unsupported or error"),
     "message": ("string", "why, when status is not ok (for wrong: the error and the tolerance it exceeded)"),

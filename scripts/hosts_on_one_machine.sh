@@ -20,6 +20,10 @@ if ! [[ "$nodes" =~ ^[1-9][0-9]*$ ]]; then
   echo "$0: error: NODES must be a positive whole number, not '$nodes'" >&2
   exit 2
 fi
+if [[ -e "$out" && ! -d "$out" ]]; then
+  echo "$0: error: OUT '$out' is a file; name a folder (the path every node's --out names)" >&2
+  exit 2
+fi
 unshare=(unshare -m --propagation private)
 [[ $(id -u) -eq 0 ]] || unshare+=(-r)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("localhost", 0)); print(s.getsockname()[1])')
@@ -40,5 +44,10 @@ status=0
 for pid in "${pids[@]}"; do
   wait "$pid" || { code=$?; [[ $status -ne 0 ]] || status=$code; }
 done
-for ((i = 0; i < nodes; i++)); do echo "== node $i (log $homes/node-$i.log)"; tail -n 3 "$homes/node-$i.log"; done
+for ((i = 0; i < nodes; i++)); do
+  echo "== node $i (log $homes/node-$i.log)"
+  # the command's own one-line error, where it stopped on one; else how its log ends
+  grep -m 1 -E '^python -m profiler [a-z]+: (error|rank)' "$homes/node-$i.log" || tail -n 3 "$homes/node-$i.log"
+  [[ -f "$homes/node-$i/results.parquet" ]] && echo "The capture is in $homes/node-$i (what node $i saw at $out)."
+done
 exit $status

@@ -301,7 +301,7 @@ def open_shared_capture(ranks: Ranks, device: str, folder: Path, label: str, dty
     try:
         check_folder(folder, resume=resume, resumable=resumable)
     except FolderError as err:
-        error = f"{err} (on {described[ranks.rank]['host']})" if ranks.world > 1 else str(err)
+        error = f"{err} (as rank {ranks.rank} on {described[ranks.rank]['host']} sees it)"
     agree(ranks, error)
     ranks = replace(ranks, views=find_views(ranks, folder))
     if resume and not ranks.shared:
