@@ -25,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import flash_bwd_hopper
 from kernels._autotune import LOG2E, LOG2E_C, autotune, configs_from, default_tile, dot_precision, pruner, seq_bucket
 from kernels._checks import check_backward_inputs, check_triton_device, dtype_name
 
@@ -291,25 +292,38 @@ def flash_attention_backward(
     lse: torch.Tensor,
     causal: bool,
     sm_scale: float,
+    gluon: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) of o = attention(q, k, v) for upstream ``do``.
 
     do, o: (batch, heads, seq_q, head_dim); q likewise; k, v: (batch, kv_heads, seq_kv, head_dim), with
     kv_heads dividing heads (dk and dv then sum over each K/V head's group of query heads);
     lse: (batch, heads, seq_q) fp32 from :func:`kernels.flash_fwd.flash_attention_forward`.
+
+    On an H100/H200, fp16/bf16 inputs with head_dim 64 or 128 and contiguous q, k, v, o take the
+    Gluon kernel of kernels.flash_bwd_hopper (one pass, dQ by TMA reduce-add); ``gluon`` False
+    forces the portable kernels below, True the Gluon one, refusing (ValueError) inputs it does not
+    cover. :func:`backward_path` names the path a call takes.
     """
     batch, heads, seq_q, seq_kv, head_dim = check_backward_inputs(do, q, k, v, o, lse, head_dims=HEAD_DIMS)
     check_triton_device(q)
-    precision = dot_precision(dtype_name(q.dtype))
-    qk_scale = sm_scale * LOG2E  # as in the forward
-    bucket = seq_bucket(seq_q, seq_kv)
+    gluon_reason = None
+    if gluon is not False:
+        gluon_reason = flash_bwd_hopper.unsupported_reason(q, k, v, o)
+        if gluon and gluon_reason is not None:
+            raise ValueError(gluon_reason)
 
     delta = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
     pre_block = 64
     _attn_bwd_preprocess[(triton.cdiv(seq_q, pre_block), batch * heads)](
         o, do, delta, *o.stride(), *do.stride(), heads, seq_q, HEAD_DIM=head_dim, BLOCK_M=pre_block,
     )
+    if gluon is not False and gluon_reason is None:
+        return flash_bwd_hopper.hopper_backward(do, q, k, v, o, lse, causal, sm_scale, delta)
 
+    precision = dot_precision(dtype_name(q.dtype))
+    qk_scale = sm_scale * LOG2E  # as in the forward
+    bucket = seq_bucket(seq_q, seq_kv)
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     kv_heads = k.shape[1]
     dk = torch.empty((batch, kv_heads, seq_kv, head_dim), dtype=k.dtype, device=k.device)
@@ -328,3 +342,8 @@ def flash_attention_backward(
     )
     return dq, dk, dv
 
+
+def backward_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
+    """The path :func:`flash_attention_backward` takes for these inputs (with o as the forward
+    returns it, contiguous): 'gluon-ws' (kernels.flash_bwd_hopper) or 'tiled'."""
+    return "tiled" if flash_bwd_hopper.unsupported_reason(q, k, v, q) else "gluon-ws"

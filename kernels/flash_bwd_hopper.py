@@ -1,0 +1,417 @@
+"""FlashAttention backward for Hopper (sm_90) in Gluon: FlashAttention-3's structure, in one kernel.
+
+The portable backward (kernels.flash_bwd) runs two kernels so that nothing needs atomics: one holds
+K and V and walks the query tiles for dK and dV, the other holds Q and walks the key tiles for dQ.
+Each recomputes S = QKᵀ and dP = dO Vᵀ, so it issues 7 tile matmuls where the gradients need 5, and
+its warps run the exponentials and the matmuls one after the other. FlashAttention-3 (Shah et al.,
+"FlashAttention-3: Fast and Accurate Attention with Asynchrony and Low-precision", 2024, section 3
+and its hopper/ sources) does the backward in one pass, which this kernel follows:
+
+- One program per key block of ``BLOCK_N`` = 64 · consumers keys of one (batch, K/V head), its K and
+  V stationary in shared memory; each consumer warpgroup owns 64 of those keys and keeps their dK and
+  dV in fp32 registers for the whole run (grouped-query heads: the program walks every query head of
+  its group, so dK and dV sum over the group without atomics).
+- A loader warp (``gl.warp_specialize``) brings K and V once, then each query tile's Q and dO by TMA
+  into a ring of ``STAGES`` shared-memory buffers (``mbarrier`` handshakes: ``q_ready``/``do_ready``
+  when a copy lands, ``empty`` when every consumer is done with the slot).
+- Per query tile each consumer issues Sᵀ = K Qᵀ and dPᵀ = V dOᵀ as asynchronous wgmma (keys are the
+  M dimension, so P and dS come out transposed, as dV = Pᵀ dO and dK = dSᵀ Q want them), recomputes
+  Pᵀ = exp2(Sᵀ·scale·log2e − lse·log2e) from the forward's logsumexp while dPᵀ is in flight, feeds Pᵀ
+  from registers into dV's wgmma, forms dSᵀ = Pᵀ ∘ (dPᵀ − delta) and feeds it from registers into dK's.
+- dQ = dS K needs every key block's share: each consumer writes dSᵀ to shared memory, multiplies it by
+  its K rows (dS as the transposed A operand) and adds the fp32 tile into a zeroed (B·H·Nq_pad, D)
+  buffer with one TMA reduce-add (``cp.reduce.async.bulk.tensor``: the adds happen in L2, no
+  per-element atomics). A last kernel scales that buffer by sm_scale into dq's dtype.
+- delta_i = Σ_d O_id dO_id comes from kernels.flash_bwd's preprocess kernel.
+- Causal: a key block sees the query tiles from its own position on; programs take every head's
+  first key block first (the longest work first), and only the tiles on the diagonal or past a
+  ragged end are masked.
+
+Inputs: fp16 or bf16, head_dim 64 or 128, contiguous BHSD q, k, v, o, do (the TMA descriptors view
+them as (rows, D) matrices); any Nq, Nkv; grouped-query heads; causal top-left aligned. Rows of a
+ragged tile read the next head's rows or TMA's zero fill: their P is masked to 0, so they add nothing
+to dK, dV or dQ, and the padded dQ buffer keeps every head's tiles apart. Everything else takes the
+portable kernel (:func:`unsupported_reason`); the interpreter cannot run Gluon, so the CPU tests run
+the portable kernel and tests/gpu runs this one against the fp64 oracle.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._autotune import INTERPRET, LOG2E, LOG2E_C
+
+try:  # Gluon's Hopper API as triton 3.6 ships it; other versions may lack or rename parts of it
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language._core import builtin
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    GLUON_IMPORT_ERROR = None
+except ImportError as error:  # pragma: no cover - depends on the installed triton
+    GLUON_IMPORT_ERROR = f"triton {triton.__version__} has no Gluon Hopper API ({error})"
+    gluon = types.SimpleNamespace(jit=lambda fn: fn)
+    builtin = None
+
+HEAD_DIMS = (64, 128)
+KEYS_PER_WG = 64  # keys per consumer warpgroup: one wgmma M of 4 warps × 16 rows
+
+
+class BackwardConfig(NamedTuple):
+    """One launch configuration of the Gluon backward."""
+
+    block_m: int  # query rows per step (BLOCK_M): the N of Sᵀ's wgmma, the M of dQ's
+    consumers: int  # consumer warpgroups of KEYS_PER_WG keys each (NUM_WG)
+    stages: int  # Q/dO tiles in the shared-memory ring (STAGES)
+
+    @property
+    def block_n(self) -> int:
+        """Keys per program: every consumer's KEYS_PER_WG."""
+        return self.consumers * KEYS_PER_WG
+
+
+# By head_dim. Shared memory per program (bytes): Q and dO rings 2·STAGES·BLOCK_M·D·2, K and V
+# 2·BLOCK_N·D·2, dSᵀ staging consumers·64·BLOCK_M·2, dQ staging consumers·BLOCK_M·D·4; 192 KB at
+# D64 and 208 KB at D128, under sm_90's 227 KB.
+CONFIGS = {
+    64: BackwardConfig(block_m=64, consumers=2, stages=2),
+    128: BackwardConfig(block_m=64, consumers=2, stages=2),
+}
+# Registers per thread of the worker partitions (setmaxnreg): the consumers hold dK and dV (2·64·D
+# fp32 per warpgroup) plus Sᵀ and dPᵀ; the loader warp almost nothing.
+WORKER_REGS = {2: (240, 24)}
+
+
+if builtin is not None and not hasattr(tma, "async_atomic_add"):
+    # triton 3.6's Gluon has the TMA reduce op (ttng.async_tma_reduce) but no Python wrapper for it;
+    # later versions call this tma.async_atomic_add (same arguments).
+    from triton._C.libtriton import ir as _ir
+
+    @builtin
+    def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+        _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord,
+                                                  src.handle)
+elif builtin is not None:
+    _tma_reduce_add = tma.async_atomic_add
+
+
+def backward_tile(head_dim: int, dtype: str = "fp16") -> tuple[int, int] | None:
+    """(BLOCK_M, BLOCK_N) this kernel runs with at ``head_dim`` (None where it does not run)."""
+    if head_dim not in HEAD_DIMS or dtype not in ("fp16", "bf16"):
+        return None
+    config = CONFIGS[head_dim]
+    return config.block_m, config.block_n
+
+
+def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> str | None:
+    """Why this kernel cannot take these (already checked) inputs, or None when it can. (The
+    upstream gradient is made contiguous on the way in: autograd often hands over an expanded one.)"""
+    if GLUON_IMPORT_ERROR is not None:
+        return GLUON_IMPORT_ERROR
+    if INTERPRET or os.environ.get("ATTN_GLUON", "1") == "0":
+        return "Gluon kernels are off (TRITON_INTERPRET=1 or ATTN_GLUON=0)"
+    if not q.is_cuda or torch.cuda.get_device_capability(q.device) != (9, 0):
+        return "the Gluon backward needs an sm_90 GPU (H100/H200)"
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return f"the Gluon backward takes fp16 or bf16, not {q.dtype}"
+    if q.shape[-1] not in HEAD_DIMS:
+        return f"the Gluon backward takes head_dim in {HEAD_DIMS}, not {q.shape[-1]}"
+    if not all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v, o)):
+        return "the Gluon backward's TMA descriptors need contiguous, 16-byte aligned q, k, v, o"
+    return None
+
+
+@gluon.jit
+def _phase(i, STAGES: gl.constexpr):
+    """Parity of the mbarrier phase that use i of a ring of STAGES buffers completes (see
+    kernels.flash_fwd_hopper._phase): consumers wait for it, the producer for ``_phase(i) ^ 1``."""
+    return (i // STAGES) & 1
+
+
+@gluon.jit
+def _key_block(n_blocks, bh_kv, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """This program's (batch·K/V head, first key). Causal: every head's first key block (which sees
+    every query tile) first, then every head's second, ...; otherwise head by head, so a head's Q and
+    dO stay in L2 while its key blocks run."""
+    t = gl.program_id(0)
+    if CAUSAL:
+        off_bhk = t % bh_kv
+        block = t // bh_kv
+    else:
+        off_bhk = t // n_blocks
+        block = t % n_blocks
+    return off_bhk, block * BLOCK_N
+
+
+@gluon.jit
+def _first_query_tile(start_n, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
+    """Causal (top-left): queries before the block's first key see none of it."""
+    if CAUSAL:
+        return start_n // BLOCK_M
+    return 0
+
+
+@gluon.jit
+def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, n_blocks, bh_kv,
+                        BLOCK_M: gl.constexpr, STAGES: gl.constexpr, NUM_WG: gl.constexpr,
+                        KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr):
+    """One warp: K and V of this key block once, then Q and dO of every query tile it sees, for each
+    query head of its group, into the ring."""
+    q_desc, do_desc, k_desc, v_desc, dq_desc = descs
+    q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem = bufs
+    kv_ready, q_ready, do_ready, empty = bars
+
+    off_bhk, start_n = _key_block(n_blocks, bh_kv, NUM_WG * KEYS_PER_WG, CAUSAL)
+    kv_row = off_bhk * seq_kv + start_n
+    mbarrier.expect(kv_ready, 2 * NUM_WG * k_desc.block_type.nbytes)
+    for w in gl.static_range(NUM_WG):
+        tma.async_copy_global_to_shared(k_desc, [kv_row + w * KEYS_PER_WG, 0], kv_ready, k_smem.index(w))
+        tma.async_copy_global_to_shared(v_desc, [kv_row + w * KEYS_PER_WG, 0], kv_ready, v_smem.index(w))
+
+    kv_heads = heads // group
+    off_z = off_bhk // kv_heads
+    off_hk = off_bhk % kv_heads
+    m_lo = _first_query_tile(start_n, BLOCK_M, CAUSAL)
+    n_m = gl.cdiv(seq_q, BLOCK_M)
+    count = 0
+    for g in range(group):
+        q_row = (off_z * heads + off_hk * group + g) * seq_q
+        for i in range(m_lo, n_m):
+            slot = count % STAGES
+            mbarrier.wait(empty.index(slot), _phase(count, STAGES) ^ 1)  # every consumer is done with it
+            mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [q_row + i * BLOCK_M, 0], q_ready.index(slot),
+                                            q_smem.index(slot))
+            mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(do_desc, [q_row + i * BLOCK_M, 0], do_ready.index(slot),
+                                            do_smem.index(slot))
+            count += 1
+
+
+@gluon.jit
+def _probs(s_t, lse2, keys, cols, seq_q, seq_kv, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+    """Pᵀ = exp2(Sᵀ·scale·log2e − lse·log2e) of a (keys, queries) score tile; 0 where a query does
+    not see a key (past either end, or above the causal diagonal) when MASKED."""
+    p_t = gl.exp2(s_t * qk_scale - lse2[None, :])
+    if MASKED:
+        visible = (keys[:, None] < seq_kv) & (cols[None, :] < seq_q)
+        if CAUSAL:
+            visible = visible & (keys[:, None] <= cols[None, :])
+        p_t = gl.where(visible, p_t, 0.0)
+    return p_t
+
+
+@gluon.jit
+def _bwd_consumer_partition(descs, bufs, bars, DK, DV, LSE, DELTA, heads, group, seq_q, seq_kv, q_pad,
+                            n_blocks, bh_kv, qk_scale, sm_scale,
+                            WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                            STAGES: gl.constexpr, NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr,
+                            CAUSAL: gl.constexpr):
+    """One warpgroup: keys start_n + WG·64 ... + 63 against every query tile they see; dK and dV of
+    those keys at the end, and a dQ share per query tile."""
+    q_desc, do_desc, k_desc, v_desc, dq_desc = descs
+    q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem = bufs
+    kv_ready, q_ready, do_ready, empty = bars
+
+    # Sᵀ and dPᵀ: (64 keys, BLOCK_M queries); dK, dV: (64 keys, D); dQ's share: (BLOCK_M, D).
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_M, 16])
+    kv_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, HEAD_DIM, 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
+    dtype: gl.constexpr = q_smem.dtype
+
+    off_bhk, start_n = _key_block(n_blocks, bh_kv, NUM_WG * KEYS_PER_WG, CAUSAL)
+    first_key = start_n + WG * KEYS_PER_WG
+    keys = first_key + gl.arange(0, KEYS_PER_WG, layout=gl.SliceLayout(1, s_layout))
+    offs_m = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+    s_zero = gl.zeros([KEYS_PER_WG, BLOCK_M], gl.float32, s_layout)
+    dq_zero = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, kv_layout)
+    dk = gl.zeros([KEYS_PER_WG, HEAD_DIM], gl.float32, kv_layout)
+    dv = gl.zeros([KEYS_PER_WG, HEAD_DIM], gl.float32, kv_layout)
+    k = k_smem.index(WG)
+    v = v_smem.index(WG)
+    ds_buf = ds_smem.index(WG)
+    dq_buf = dq_smem.index(WG)
+
+    kv_heads = heads // group
+    off_z = off_bhk // kv_heads
+    off_hk = off_bhk % kv_heads
+    m_lo = _first_query_tile(start_n, BLOCK_M, CAUSAL)
+    n_m = gl.cdiv(seq_q, BLOCK_M)
+    # Tiles i in [m_clean, m_whole) need no mask: every query row is at or past every key of this
+    # warpgroup (causal), and the tile and the keys end inside the sequences.
+    m_whole = seq_q // BLOCK_M
+    if first_key + KEYS_PER_WG > seq_kv:
+        m_whole = 0
+    m_clean = 0
+    if CAUSAL:
+        m_clean = gl.cdiv(first_key + KEYS_PER_WG - 1, BLOCK_M)
+
+    mbarrier.wait(kv_ready, 0)
+    count = 0
+    for g in range(group):
+        off_hz = off_z * heads + off_hk * group + g
+        for i in range(m_lo, n_m):
+            slot = count % STAGES
+            phase = _phase(count, STAGES)
+            cols = i * BLOCK_M + offs_m
+            lse2 = gl.load(LSE + off_hz * seq_q + cols, mask=cols < seq_q, other=0.0) * LOG2E_C
+            delta = gl.load(DELTA + off_hz * seq_q + cols, mask=cols < seq_q, other=0.0)
+            q = q_smem.index(slot)
+            do = do_smem.index(slot)
+            mbarrier.wait(q_ready.index(slot), phase)
+            s_t = warpgroup_mma(k, q.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            mbarrier.wait(do_ready.index(slot), phase)
+            dp_t = warpgroup_mma(v, do.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            s_t = warpgroup_mma_wait(1, deps=(s_t,))  # Sᵀ done; dPᵀ may still run
+            if (i >= m_clean) & (i < m_whole):
+                p_t = _probs(s_t, lse2, keys, cols, seq_q, seq_kv, qk_scale, False, CAUSAL)
+            else:
+                p_t = _probs(s_t, lse2, keys, cols, seq_q, seq_kv, qk_scale, True, CAUSAL)
+            p_op = gl.convert_layout(p_t.to(dtype), a_layout)
+            dv = warpgroup_mma(p_op, do, dv, is_async=True)
+            dp_t = warpgroup_mma_wait(1, deps=(dp_t,))  # dPᵀ done; dV may still run
+            ds_t = (p_t * (dp_t - delta[None, :])).to(dtype)
+            ds_op = gl.convert_layout(ds_t, a_layout)
+            dk = warpgroup_mma(ds_op, q, dk, is_async=True)
+            ds_buf.store(ds_t)
+            fence_async_shared()
+            dq = warpgroup_mma(ds_buf.permute((1, 0)), k, dq_zero, use_acc=False, is_async=True)
+            dv, dk, p_op, ds_op = warpgroup_mma_wait(1, deps=(dv, dk, p_op, ds_op))  # dQ's may still run
+            mbarrier.arrive(empty.index(slot), count=1)  # done with this slot's Q and dO
+            dq = warpgroup_mma_wait(0, deps=(dq,))
+            # This warpgroup's share of dQ for the tile: into shared memory, then one TMA reduce-add
+            # into the fp32 buffer once the previous one has read its source.
+            tma.store_wait(0)
+            gl.thread_barrier()
+            dq_buf.store(dq)
+            fence_async_shared()
+            gl.thread_barrier()
+            _tma_reduce_add(dq_desc, [off_hz * q_pad + i * BLOCK_M, 0], dq_buf)
+            count += 1
+    tma.store_wait(0)
+
+    # dK = scale · Σ dSᵀ Q (dS was taken w.r.t. the scaled scores); rows past seq_kv not stored.
+    rows = first_key + gl.arange(0, KEYS_PER_WG, layout=gl.SliceLayout(1, kv_layout))
+    offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
+    ptrs = (off_bhk * seq_kv + rows).to(gl.int64)[:, None] * HEAD_DIM + offs_d[None, :]
+    row_ok = (rows < seq_kv)[:, None]
+    gl.store(DK + ptrs, (dk * sm_scale).to(dtype), mask=row_ok)
+    gl.store(DV + ptrs, dv.to(dtype), mask=row_ok)
+
+
+@gluon.jit
+def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, DK, DV, LSE, DELTA, qk_scale, sm_scale,
+                     heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv,
+                     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+                     NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr,
+                     CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
+    """One program per (key block, batch·K/V head): n_blocks · bh_kv programs."""
+    dtype: gl.constexpr = q_desc.dtype
+    ds_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], do_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_WG, KEYS_PER_WG, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_WG, KEYS_PER_WG, HEAD_DIM], v_desc.layout)
+    ds_smem = gl.allocate_shared_memory(dtype, [NUM_WG, KEYS_PER_WG, BLOCK_M], ds_layout)
+    dq_smem = gl.allocate_shared_memory(gl.float32, [NUM_WG, BLOCK_M, HEAD_DIM], dq_desc.layout)
+    kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_ready, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(do_ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=NUM_WG)  # every consumer warpgroup releases a slot
+
+    descs = (q_desc, do_desc, k_desc, v_desc, dq_desc)
+    bufs = (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem)
+    bars = (kv_ready, q_ready, do_ready, empty)
+    gl.warp_specialize(
+        [
+            (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, LSE, DELTA, heads, group, seq_q, seq_kv, q_pad,
+                                       n_blocks, bh_kv, qk_scale, sm_scale, 0, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                                       KEYS_PER_WG, CAUSAL)),
+            (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, LSE, DELTA, heads, group, seq_q, seq_kv, q_pad,
+                                       n_blocks, bh_kv, qk_scale, sm_scale, 1, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                                       KEYS_PER_WG, CAUSAL)),
+            (_bwd_load_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, n_blocks, bh_kv,
+                                   BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL)),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, LOADER_REGS],
+    )
+
+
+@triton.jit
+def _dq_convert(DQ_ACC, DQ, sm_scale, seq_q, q_pad, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
+    """dq = sm_scale · the fp32 buffer, in dq's dtype, dropping each head's padding rows."""
+    off_hz = tl.program_id(1).to(tl.int64)
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    offs_d = tl.arange(0, HEAD_DIM)
+    ok = (rows < seq_q)[:, None]
+    acc = tl.load(DQ_ACC + (off_hz * q_pad + rows)[:, None] * HEAD_DIM + offs_d[None, :], mask=ok, other=0.0)
+    tl.store(DQ + (off_hz * seq_q + rows)[:, None] * HEAD_DIM + offs_d[None, :],
+             (acc * sm_scale).to(DQ.dtype.element_ty), mask=ok)
+
+
+def descriptors(q, k, v, do, dq_acc, config: BackwardConfig):
+    """TMA descriptors: Q and dO as (B·H·Nq, D) in BLOCK_M rows, K and V as (B·Hkv·Nkv, D) in 64
+    rows, the dQ buffer as (B·H·Nq_pad, D) fp32 in BLOCK_M rows (no swizzle: the reduce-add reads it
+    as the registers left it)."""
+    head_dim = q.shape[-1]
+    dtype = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
+    q_layout = gl.NVMMASharedLayout.get_default_for([config.block_m, head_dim], dtype)
+    kv_layout = gl.NVMMASharedLayout.get_default_for([KEYS_PER_WG, head_dim], dtype)
+    dq_layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+    return (TensorDescriptor.from_tensor(q.view(-1, head_dim), [config.block_m, head_dim], q_layout),
+            TensorDescriptor.from_tensor(do.view(-1, head_dim), [config.block_m, head_dim], q_layout),
+            TensorDescriptor.from_tensor(k.view(-1, head_dim), [KEYS_PER_WG, head_dim], kv_layout),
+            TensorDescriptor.from_tensor(v.view(-1, head_dim), [KEYS_PER_WG, head_dim], kv_layout),
+            TensorDescriptor.from_tensor(dq_acc.view(-1, head_dim), [config.block_m, head_dim], dq_layout))
+
+
+def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: torch.Tensor,
+                    config: BackwardConfig | None = None):
+    """The Gluon backward on inputs :func:`unsupported_reason` accepts, given delta (B, H, Nq) fp32
+    from kernels.flash_bwd's preprocess. Returns (dq, dk, dv) as kernels.flash_bwd does."""
+    batch, heads, seq_q, head_dim = q.shape
+    kv_heads, seq_kv = k.shape[1], k.shape[2]
+    config = config or CONFIGS[head_dim]
+    consumer_regs, loader_regs = WORKER_REGS[config.consumers]
+    do = do.contiguous()
+    q_pad = triton.cdiv(seq_q, config.block_m) * config.block_m
+    dq_acc = torch.zeros((batch, heads, q_pad, head_dim), dtype=torch.float32, device=q.device)
+    dk = torch.empty_like(k)
+    dv = torch.empty_like(v)
+    descs = descriptors(q, k, v, do, dq_acc, config)
+    n_blocks = triton.cdiv(seq_kv, config.block_n)
+    bh_kv = batch * kv_heads
+    _attn_bwd_hopper[(n_blocks * bh_kv,)](
+        *descs, dk, dv, lse, delta, sm_scale * LOG2E, sm_scale,
+        heads, heads // kv_heads, seq_q, seq_kv, q_pad, n_blocks, bh_kv,
+        HEAD_DIM=head_dim, BLOCK_M=config.block_m, STAGES=config.stages, NUM_WG=config.consumers,
+        KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
+        num_warps=4,
+    )
+    dq = torch.empty_like(q)
+    block = 64
+    _dq_convert[(triton.cdiv(seq_q, block), batch * heads)](dq_acc, dq, sm_scale, seq_q, q_pad,
+                                                            HEAD_DIM=head_dim, BLOCK=block)
+    return dq, dk, dv
