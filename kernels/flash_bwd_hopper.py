@@ -63,7 +63,7 @@ try:  # Gluon's Hopper API as triton 3.6 ships it; other versions may lack or re
     GLUON_IMPORT_ERROR = None
 except ImportError as error:  # pragma: no cover - depends on the installed triton
     GLUON_IMPORT_ERROR = f"triton {triton.__version__} has no Gluon Hopper API ({error})"
-    gluon = types.SimpleNamespace(jit=lambda fn: fn)
+    gluon = types.SimpleNamespace(jit=lambda fn=None, **options: fn if fn is not None else (lambda f: f))
     builtin = None
 
 HEAD_DIMS = (64, 128)
@@ -76,6 +76,12 @@ class BackwardConfig(NamedTuple):
     block_m: int  # query rows per step (BLOCK_M): the N of Sᵀ's wgmma, the M of dQ's
     consumers: int  # consumer warpgroups of KEYS_PER_WG keys each (NUM_WG)
     stages: int  # Q/dO tiles in the shared-memory ring (STAGES)
+    persistent: bool = True  # one program per SM looping over key blocks, instead of one per block
+    dq_cols: bool = True  # dQ split by columns over the consumers (else alternate consumers take it whole)
+
+    def dq_tile(self, head_dim: int) -> tuple[int, int]:
+        """(rows, columns) of one dQ share: what one consumer multiplies and reduce-adds per query tile."""
+        return self.block_m, head_dim // self.consumers if self.dq_cols else head_dim
 
     @property
     def block_n(self) -> int:
@@ -87,8 +93,8 @@ class BackwardConfig(NamedTuple):
 # 2·BLOCK_N·D·2, dSᵀ staging consumers·64·BLOCK_M·2, dQ staging consumers·BLOCK_M·D·4; 192 KB at
 # D64 and 208 KB at D128, under sm_90's 227 KB.
 CONFIGS = {
-    64: BackwardConfig(block_m=64, consumers=2, stages=2),
-    128: BackwardConfig(block_m=64, consumers=2, stages=2),
+    64: BackwardConfig(block_m=64, consumers=2, stages=2, dq_cols=False),
+    128: BackwardConfig(block_m=64, consumers=2, stages=2, dq_cols=True),
 }
 # Registers per thread of the worker partitions (setmaxnreg): the consumers hold dK and dV (2·64·D
 # fp32 per warpgroup) plus Sᵀ and dPᵀ; the loader warp almost nothing.
@@ -143,11 +149,11 @@ def _phase(i, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _key_block(n_blocks, bh_kv, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
-    """This program's (batch·K/V head, first key). Causal: every head's first key block (which sees
-    every query tile) first, then every head's second, ...; otherwise head by head, so a head's Q and
+def _key_block(t, n_blocks, bh_kv, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """Key block t as (batch·K/V head, first key). Causal: every head's first key block (which sees
+    every query tile) first, then every head's second, ... (longest processing time first, also for
+    persistent programs taking every programs-th block); otherwise head by head, so a head's Q and
     dO stay in L2 while its key blocks run."""
-    t = gl.program_id(0)
     if CAUSAL:
         off_bhk = t % bh_kv
         block = t // bh_kv
@@ -173,33 +179,39 @@ def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, n_blocks
     query head of its group, into the ring."""
     q_desc, do_desc, k_desc, v_desc, dq_desc = descs
     q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem = bufs
-    kv_ready, q_ready, do_ready, empty = bars
-
-    off_bhk, start_n = _key_block(n_blocks, bh_kv, NUM_WG * KEYS_PER_WG, CAUSAL)
-    kv_row = off_bhk * seq_kv + start_n
-    mbarrier.expect(kv_ready, 2 * NUM_WG * k_desc.block_type.nbytes)
-    for w in gl.static_range(NUM_WG):
-        tma.async_copy_global_to_shared(k_desc, [kv_row + w * KEYS_PER_WG, 0], kv_ready, k_smem.index(w))
-        tma.async_copy_global_to_shared(v_desc, [kv_row + w * KEYS_PER_WG, 0], kv_ready, v_smem.index(w))
+    kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready = bars
 
     kv_heads = heads // group
-    off_z = off_bhk // kv_heads
-    off_hk = off_bhk % kv_heads
-    m_lo = _first_query_tile(start_n, BLOCK_M, CAUSAL)
     n_m = gl.cdiv(seq_q, BLOCK_M)
-    count = 0
-    for g in range(group):
-        q_row = (off_z * heads + off_hk * group + g) * seq_q
-        for i in range(m_lo, n_m):
-            slot = count % STAGES
-            mbarrier.wait(empty.index(slot), _phase(count, STAGES) ^ 1)  # every consumer is done with it
-            mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [q_row + i * BLOCK_M, 0], q_ready.index(slot),
-                                            q_smem.index(slot))
-            mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(do_desc, [q_row + i * BLOCK_M, 0], do_ready.index(slot),
-                                            do_smem.index(slot))
-            count += 1
+    count = 0  # query tiles loaded: the position in the ring
+    done = 0  # key blocks
+    for t in range(gl.program_id(0), n_blocks * bh_kv, gl.num_programs(0)):
+        off_bhk, start_n = _key_block(t, n_blocks, bh_kv, NUM_WG * KEYS_PER_WG, CAUSAL)
+        kv_row = off_bhk * seq_kv + start_n
+        # The consumers are done with the previous block's K and V (their dK/dV stores still run).
+        mbarrier.wait(kv_empty, _phase(done, 1) ^ 1)
+        mbarrier.expect(kv_ready, 2 * NUM_WG * k_desc.block_type.nbytes)
+        for w in gl.static_range(NUM_WG):
+            tma.async_copy_global_to_shared(k_desc, [kv_row + w * KEYS_PER_WG, 0], kv_ready,
+                                            k_smem.slice(w * KEYS_PER_WG, KEYS_PER_WG))
+            tma.async_copy_global_to_shared(v_desc, [kv_row + w * KEYS_PER_WG, 0], kv_ready,
+                                            v_smem.slice(w * KEYS_PER_WG, KEYS_PER_WG))
+        off_z = off_bhk // kv_heads
+        off_hk = off_bhk % kv_heads
+        m_lo = _first_query_tile(start_n, BLOCK_M, CAUSAL)
+        for g in range(group):
+            q_row = (off_z * heads + off_hk * group + g) * seq_q
+            for i in range(m_lo, n_m):
+                slot = count % STAGES
+                mbarrier.wait(empty.index(slot), _phase(count, STAGES) ^ 1)  # every consumer is done with it
+                mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(q_desc, [q_row + i * BLOCK_M, 0], q_ready.index(slot),
+                                                q_smem.index(slot))
+                mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(do_desc, [q_row + i * BLOCK_M, 0], do_ready.index(slot),
+                                                do_smem.index(slot))
+                count += 1
+        done += 1
 
 
 @gluon.jit
@@ -216,125 +228,187 @@ def _probs(s_t, lse2, keys, cols, seq_q, seq_kv, qk_scale, MASKED: gl.constexpr,
 
 
 @gluon.jit
+def _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE, DELTA,
+              seq_q, seq_kv, q_pad, qk_scale,
+              WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+              NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
+              CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr):
+    """Query tile i (the ring's count-th) against this warpgroup's keys: dV and dK accumulate, and
+    this warpgroup's share of the tile's dQ goes to the fp32 buffer."""
+    q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem = bufs
+    kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready = bars
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_M, 16])
+    kv_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, HEAD_DIM, 16])
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, DQ_N, 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
+    dtype: gl.constexpr = q_smem.dtype
+
+    slot = count % STAGES
+    phase = _phase(count, STAGES)
+    cols = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+    lse2 = gl.load(LSE + off_hz * seq_q + cols, mask=cols < seq_q, other=0.0) * LOG2E_C
+    delta = gl.load(DELTA + off_hz * seq_q + cols, mask=cols < seq_q, other=0.0)
+    q = q_smem.index(slot)
+    do = do_smem.index(slot)
+    mbarrier.wait(q_ready.index(slot), phase)
+    # (use_acc=False: the zero accumulators are made here, not held across the loop)
+    s_t = warpgroup_mma(k, q.permute((1, 0)), gl.zeros([KEYS_PER_WG, BLOCK_M], gl.float32, s_layout),
+                        use_acc=False, is_async=True)
+    mbarrier.wait(do_ready.index(slot), phase)
+    dp_t = warpgroup_mma(v, do.permute((1, 0)), gl.zeros([KEYS_PER_WG, BLOCK_M], gl.float32, s_layout),
+                         use_acc=False, is_async=True)
+    s_t = warpgroup_mma_wait(1, deps=(s_t,))  # Sᵀ done; dPᵀ may still run
+    p_t = _probs(s_t, lse2, keys, cols, seq_q, seq_kv, qk_scale, MASKED, CAUSAL)
+    p_op = gl.convert_layout(p_t.to(dtype), a_layout)
+    dv = warpgroup_mma(p_op, do, dv, is_async=True)
+    dp_t = warpgroup_mma_wait(1, deps=(dp_t,))  # dPᵀ done; dV may still run
+    ds_t = (p_t * (dp_t - delta[None, :])).to(dtype)
+    ds_op = gl.convert_layout(ds_t, a_layout)
+    dk = warpgroup_mma(ds_op, q, dk, is_async=True)
+    # dSᵀ of every consumer meets in one (BLOCK_N, BLOCK_M) tile, double-buffered: a consumer
+    # overwrites buffer b only after passing the next tile's ds_ready, which the other consumers
+    # reach only once their dQ of this tile is done.
+    ds_all = ds_smem.index(count % 2)
+    ds_all.slice(WG * KEYS_PER_WG, KEYS_PER_WG).store(ds_t)
+    fence_async_shared()
+    mbarrier.arrive(ds_ready.index(count % 2), count=1)
+    dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv, dk, p_op, ds_op))
+    mbarrier.arrive(empty.index(slot), count=1)  # done with this slot's Q and dO
+    mbarrier.wait(ds_ready.index(count % 2), _phase(count, 2))
+    # dQ = dS K over the whole key block: this warpgroup's columns of it (DQ_COLS), or all of it on
+    # every NUM_WG-th query tile.
+    if DQ_COLS or (count % NUM_WG == WG):
+        dq = warpgroup_mma(ds_all.permute((1, 0)), k_dq, gl.zeros([BLOCK_M, DQ_N], gl.float32, dq_layout),
+                           use_acc=False, is_async=True)
+        dq = warpgroup_mma_wait(0, deps=(dq,))
+        # Into shared memory, then one TMA reduce-add into the fp32 buffer once the previous one
+        # has read its source.
+        tma.store_wait(0)
+        gl.thread_barrier()
+        dq_buf.store(dq)
+        fence_async_shared()
+        gl.thread_barrier()
+        dq_col = 0
+        if DQ_COLS:
+            dq_col = WG * DQ_N
+        _tma_reduce_add(dq_desc, [off_hz * q_pad + i * BLOCK_M, dq_col], dq_buf)
+    return dk, dv
+
+
+@gluon.jit
 def _bwd_consumer_partition(descs, bufs, bars, DK, DV, LSE, DELTA, heads, group, seq_q, seq_kv, q_pad,
                             n_blocks, bh_kv, qk_scale, sm_scale,
                             WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                             STAGES: gl.constexpr, NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr,
-                            CAUSAL: gl.constexpr):
+                            CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr):
     """One warpgroup: keys start_n + WG·64 ... + 63 against every query tile they see; dK and dV of
     those keys at the end, and a dQ share per query tile."""
     q_desc, do_desc, k_desc, v_desc, dq_desc = descs
     q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem = bufs
-    kv_ready, q_ready, do_ready, empty = bars
+    kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready = bars
 
     # Sᵀ and dPᵀ: (64 keys, BLOCK_M queries); dK, dV: (64 keys, D); dQ's share: (BLOCK_M, D).
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_M, 16])
     kv_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, HEAD_DIM, 16])
-    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
     dtype: gl.constexpr = q_smem.dtype
-
-    off_bhk, start_n = _key_block(n_blocks, bh_kv, NUM_WG * KEYS_PER_WG, CAUSAL)
-    first_key = start_n + WG * KEYS_PER_WG
-    keys = first_key + gl.arange(0, KEYS_PER_WG, layout=gl.SliceLayout(1, s_layout))
-    offs_m = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-    s_zero = gl.zeros([KEYS_PER_WG, BLOCK_M], gl.float32, s_layout)
-    dq_zero = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, kv_layout)
-    dk = gl.zeros([KEYS_PER_WG, HEAD_DIM], gl.float32, kv_layout)
-    dv = gl.zeros([KEYS_PER_WG, HEAD_DIM], gl.float32, kv_layout)
-    k = k_smem.index(WG)
-    v = v_smem.index(WG)
-    ds_buf = ds_smem.index(WG)
+    offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
+    k = k_smem.slice(WG * KEYS_PER_WG, KEYS_PER_WG)
+    v = v_smem.slice(WG * KEYS_PER_WG, KEYS_PER_WG)
     dq_buf = dq_smem.index(WG)
-
+    DQ_N: gl.constexpr = HEAD_DIM // NUM_WG if DQ_COLS else HEAD_DIM  # dQ columns this warpgroup multiplies
+    if DQ_COLS:
+        k_dq = k_smem.slice(WG * DQ_N, DQ_N, dim=1)
+    else:
+        k_dq = k_smem
     kv_heads = heads // group
-    off_z = off_bhk // kv_heads
-    off_hk = off_bhk % kv_heads
-    m_lo = _first_query_tile(start_n, BLOCK_M, CAUSAL)
     n_m = gl.cdiv(seq_q, BLOCK_M)
-    # Tiles i in [m_clean, m_whole) need no mask: every query row is at or past every key of this
-    # warpgroup (causal), and the tile and the keys end inside the sequences.
-    m_whole = seq_q // BLOCK_M
-    if first_key + KEYS_PER_WG > seq_kv:
-        m_whole = 0
-    m_clean = 0
-    if CAUSAL:
-        m_clean = gl.cdiv(first_key + KEYS_PER_WG - 1, BLOCK_M)
 
-    mbarrier.wait(kv_ready, 0)
-    count = 0
-    for g in range(group):
-        off_hz = off_z * heads + off_hk * group + g
-        for i in range(m_lo, n_m):
-            slot = count % STAGES
-            phase = _phase(count, STAGES)
-            cols = i * BLOCK_M + offs_m
-            lse2 = gl.load(LSE + off_hz * seq_q + cols, mask=cols < seq_q, other=0.0) * LOG2E_C
-            delta = gl.load(DELTA + off_hz * seq_q + cols, mask=cols < seq_q, other=0.0)
-            q = q_smem.index(slot)
-            do = do_smem.index(slot)
-            mbarrier.wait(q_ready.index(slot), phase)
-            s_t = warpgroup_mma(k, q.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            mbarrier.wait(do_ready.index(slot), phase)
-            dp_t = warpgroup_mma(v, do.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            s_t = warpgroup_mma_wait(1, deps=(s_t,))  # Sᵀ done; dPᵀ may still run
-            if (i >= m_clean) & (i < m_whole):
-                p_t = _probs(s_t, lse2, keys, cols, seq_q, seq_kv, qk_scale, False, CAUSAL)
-            else:
-                p_t = _probs(s_t, lse2, keys, cols, seq_q, seq_kv, qk_scale, True, CAUSAL)
-            p_op = gl.convert_layout(p_t.to(dtype), a_layout)
-            dv = warpgroup_mma(p_op, do, dv, is_async=True)
-            dp_t = warpgroup_mma_wait(1, deps=(dp_t,))  # dPᵀ done; dV may still run
-            ds_t = (p_t * (dp_t - delta[None, :])).to(dtype)
-            ds_op = gl.convert_layout(ds_t, a_layout)
-            dk = warpgroup_mma(ds_op, q, dk, is_async=True)
-            ds_buf.store(ds_t)
-            fence_async_shared()
-            dq = warpgroup_mma(ds_buf.permute((1, 0)), k, dq_zero, use_acc=False, is_async=True)
-            dv, dk, p_op, ds_op = warpgroup_mma_wait(1, deps=(dv, dk, p_op, ds_op))  # dQ's may still run
-            mbarrier.arrive(empty.index(slot), count=1)  # done with this slot's Q and dO
-            dq = warpgroup_mma_wait(0, deps=(dq,))
-            # This warpgroup's share of dQ for the tile: into shared memory, then one TMA reduce-add
-            # into the fp32 buffer once the previous one has read its source.
-            tma.store_wait(0)
-            gl.thread_barrier()
-            dq_buf.store(dq)
-            fence_async_shared()
-            gl.thread_barrier()
-            _tma_reduce_add(dq_desc, [off_hz * q_pad + i * BLOCK_M, 0], dq_buf)
-            count += 1
+    count = 0  # query tiles consumed: the position in the ring
+    done = 0  # key blocks
+    for t in range(gl.program_id(0), n_blocks * bh_kv, gl.num_programs(0)):
+        off_bhk, start_n = _key_block(t, n_blocks, bh_kv, NUM_WG * KEYS_PER_WG, CAUSAL)
+        first_key = start_n + WG * KEYS_PER_WG
+        keys = first_key + gl.arange(0, KEYS_PER_WG, layout=gl.SliceLayout(1, s_layout))
+        off_z = off_bhk // kv_heads
+        off_hk = off_bhk % kv_heads
+        m_lo = _first_query_tile(start_n, BLOCK_M, CAUSAL)
+        # Tiles i in [m_clean, m_whole) need no mask: every query row is at or past every key of this
+        # warpgroup (causal), and the tile and the keys end inside the sequences.
+        m_whole = seq_q // BLOCK_M
+        if first_key + KEYS_PER_WG > seq_kv:
+            m_whole = 0
+        m_clean = 0
+        if CAUSAL:
+            m_clean = gl.cdiv(first_key + KEYS_PER_WG - 1, BLOCK_M)
+        dk = gl.zeros([KEYS_PER_WG, HEAD_DIM], gl.float32, kv_layout)
+        dv = gl.zeros([KEYS_PER_WG, HEAD_DIM], gl.float32, kv_layout)
+
+        mbarrier.wait(kv_ready, _phase(done, 1))
+        for g in range(group):
+            off_hz = off_z * heads + off_hk * group + g
+            # The causal diagonal's tiles (masked), the clean ones, then a ragged end (masked).
+            diag_hi = gl.minimum(gl.maximum(m_clean, m_lo), n_m)
+            clean_hi = gl.maximum(diag_hi, m_whole)
+            for i in range(m_lo, diag_hi):
+                dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE, DELTA,
+                                   seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                                   KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS)
+                count += 1
+            for i in range(diag_hi, clean_hi):
+                dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE, DELTA,
+                                   seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                                   KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS)
+                count += 1
+            for i in range(clean_hi, n_m):
+                dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE, DELTA,
+                                   seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                                   KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS)
+                count += 1
+        mbarrier.arrive(kv_empty, count=1)  # the loader may bring the next block's K and V
+
+        # dK = scale · Σ dSᵀ Q (dS was taken w.r.t. the scaled scores); rows past seq_kv not stored.
+        rows = first_key + gl.arange(0, KEYS_PER_WG, layout=gl.SliceLayout(1, kv_layout))
+        ptrs = (off_bhk * seq_kv + rows).to(gl.int64)[:, None] * HEAD_DIM + offs_d[None, :]
+        row_ok = (rows < seq_kv)[:, None]
+        gl.store(DK + ptrs, (dk * sm_scale).to(dtype), mask=row_ok)
+        gl.store(DV + ptrs, dv.to(dtype), mask=row_ok)
+        done += 1
     tma.store_wait(0)
 
-    # dK = scale · Σ dSᵀ Q (dS was taken w.r.t. the scaled scores); rows past seq_kv not stored.
-    rows = first_key + gl.arange(0, KEYS_PER_WG, layout=gl.SliceLayout(1, kv_layout))
-    offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
-    ptrs = (off_bhk * seq_kv + rows).to(gl.int64)[:, None] * HEAD_DIM + offs_d[None, :]
-    row_ok = (rows < seq_kv)[:, None]
-    gl.store(DK + ptrs, (dk * sm_scale).to(dtype), mask=row_ok)
-    gl.store(DV + ptrs, dv.to(dtype), mask=row_ok)
 
-
-@gluon.jit
+# Triton compiles an int argument equal to 1 as a constant (a 1-row sequence, one block, one head);
+# the warp-specialized kernel does not lower with those constants, so none of them is specialised.
+@gluon.jit(do_not_specialize=["heads", "group", "seq_q", "seq_kv", "q_pad", "n_blocks", "bh_kv"])
 def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, DK, DV, LSE, DELTA, qk_scale, sm_scale,
                      heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv,
                      HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                      NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr,
-                     CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
-    """One program per (key block, batch·K/V head): n_blocks · bh_kv programs."""
+                     DQ_COLS: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
+    """Program p takes key blocks p, p + programs, ... of the n_blocks · bh_kv (one each when the
+    grid has a program per block; persistent when it has one per SM)."""
     dtype: gl.constexpr = q_desc.dtype
     ds_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], do_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [NUM_WG, KEYS_PER_WG, HEAD_DIM], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [NUM_WG, KEYS_PER_WG, HEAD_DIM], v_desc.layout)
-    ds_smem = gl.allocate_shared_memory(dtype, [NUM_WG, KEYS_PER_WG, BLOCK_M], ds_layout)
-    dq_smem = gl.allocate_shared_memory(gl.float32, [NUM_WG, BLOCK_M, HEAD_DIM], dq_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_WG * KEYS_PER_WG, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_WG * KEYS_PER_WG, HEAD_DIM], v_desc.layout)
+    ds_smem = gl.allocate_shared_memory(dtype, [2, NUM_WG * KEYS_PER_WG, BLOCK_M], ds_layout)
+    dq_smem = gl.allocate_shared_memory(gl.float32, [NUM_WG] + dq_desc.block_type.shape, dq_desc.layout)
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(ds_ready.index(i), count=NUM_WG)  # every consumer's dSᵀ is in the tile
     mbarrier.init(kv_ready, count=1)
+    mbarrier.init(kv_empty, count=NUM_WG)
     for i in gl.static_range(STAGES):
         mbarrier.init(q_ready.index(i), count=1)
         mbarrier.init(do_ready.index(i), count=1)
@@ -342,15 +416,15 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, DK, DV, LSE, DELT
 
     descs = (q_desc, do_desc, k_desc, v_desc, dq_desc)
     bufs = (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem)
-    bars = (kv_ready, q_ready, do_ready, empty)
+    bars = (kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready)
     gl.warp_specialize(
         [
             (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, LSE, DELTA, heads, group, seq_q, seq_kv, q_pad,
                                        n_blocks, bh_kv, qk_scale, sm_scale, 0, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, CAUSAL)),
+                                       KEYS_PER_WG, CAUSAL, DQ_COLS)),
             (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, LSE, DELTA, heads, group, seq_q, seq_kv, q_pad,
                                        n_blocks, bh_kv, qk_scale, sm_scale, 1, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, CAUSAL)),
+                                       KEYS_PER_WG, CAUSAL, DQ_COLS)),
             (_bwd_load_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, n_blocks, bh_kv,
                                    BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL)),
         ],
@@ -373,18 +447,18 @@ def _dq_convert(DQ_ACC, DQ, sm_scale, seq_q, q_pad, HEAD_DIM: tl.constexpr, BLOC
 
 def descriptors(q, k, v, do, dq_acc, config: BackwardConfig):
     """TMA descriptors: Q and dO as (B·H·Nq, D) in BLOCK_M rows, K and V as (B·Hkv·Nkv, D) in 64
-    rows, the dQ buffer as (B·H·Nq_pad, D) fp32 in BLOCK_M rows (no swizzle: the reduce-add reads it
-    as the registers left it)."""
+    rows, the dQ buffer as (B·H·Nq_pad, D) fp32 in dQ shares (:meth:`BackwardConfig.dq_tile`)."""
     head_dim = q.shape[-1]
     dtype = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
     q_layout = gl.NVMMASharedLayout.get_default_for([config.block_m, head_dim], dtype)
     kv_layout = gl.NVMMASharedLayout.get_default_for([KEYS_PER_WG, head_dim], dtype)
-    dq_layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+    dq_block = list(config.dq_tile(head_dim))
+    dq_layout = gl.NVMMASharedLayout.get_default_for(dq_block, gl.float32)
     return (TensorDescriptor.from_tensor(q.view(-1, head_dim), [config.block_m, head_dim], q_layout),
             TensorDescriptor.from_tensor(do.view(-1, head_dim), [config.block_m, head_dim], q_layout),
             TensorDescriptor.from_tensor(k.view(-1, head_dim), [KEYS_PER_WG, head_dim], kv_layout),
             TensorDescriptor.from_tensor(v.view(-1, head_dim), [KEYS_PER_WG, head_dim], kv_layout),
-            TensorDescriptor.from_tensor(dq_acc.view(-1, head_dim), [config.block_m, head_dim], dq_layout))
+            TensorDescriptor.from_tensor(dq_acc.view(-1, head_dim), dq_block, dq_layout))
 
 
 def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: torch.Tensor,
@@ -403,11 +477,15 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
     descs = descriptors(q, k, v, do, dq_acc, config)
     n_blocks = triton.cdiv(seq_kv, config.block_n)
     bh_kv = batch * kv_heads
-    _attn_bwd_hopper[(n_blocks * bh_kv,)](
+    programs = n_blocks * bh_kv
+    if config.persistent:
+        programs = min(programs, torch.cuda.get_device_properties(q.device).multi_processor_count)
+    _attn_bwd_hopper[(programs,)](
         *descs, dk, dv, lse, delta, sm_scale * LOG2E, sm_scale,
         heads, heads // kv_heads, seq_q, seq_kv, q_pad, n_blocks, bh_kv,
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, STAGES=config.stages, NUM_WG=config.consumers,
-        KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
+        KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols,
+        CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
         num_warps=4,
     )
     dq = torch.empty_like(q)
