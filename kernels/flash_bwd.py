@@ -283,6 +283,17 @@ def _attn_bwd_dq(
              + offs_d[None, :] * stride_dqd, dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])
 
 
+def backward_delta(o: torch.Tensor, do: torch.Tensor) -> torch.Tensor:
+    """delta = Σ_d O·dO per query row, (batch, heads, seq_q) fp32: the preprocess both backwards share."""
+    batch, heads, seq_q, head_dim = o.shape
+    delta = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=o.device)
+    pre_block = 64
+    _attn_bwd_preprocess[(triton.cdiv(seq_q, pre_block), batch * heads)](
+        o, do, delta, *o.stride(), *do.stride(), heads, seq_q, HEAD_DIM=head_dim, BLOCK_M=pre_block,
+    )
+    return delta
+
+
 def flash_attention_backward(
     do: torch.Tensor,
     q: torch.Tensor,
@@ -313,11 +324,7 @@ def flash_attention_backward(
         if gluon and gluon_reason is not None:
             raise ValueError(gluon_reason)
 
-    delta = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
-    pre_block = 64
-    _attn_bwd_preprocess[(triton.cdiv(seq_q, pre_block), batch * heads)](
-        o, do, delta, *o.stride(), *do.stride(), heads, seq_q, HEAD_DIM=head_dim, BLOCK_M=pre_block,
-    )
+    delta = backward_delta(o, do)
     if gluon is not False and gluon_reason is None:
         return flash_bwd_hopper.hopper_backward(do, q, k, v, o, lse, causal, sm_scale, delta)
 

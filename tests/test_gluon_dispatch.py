@@ -11,7 +11,9 @@ import torch
 
 from attention_core.costing import Tiles
 from attention_core.shape import Shape
+from kernels import flash_bwd_hopper as bwd_hopper
 from kernels import flash_fwd_hopper as hopper
+from kernels.flash_bwd import backward_path, flash_attention_backward
 from kernels.flash_fwd import flash_attention_forward, forward_path
 from profiler.model.cost import cost_of, kernel_path
 from profiler.model.fused import tile_bytes
@@ -114,3 +116,39 @@ def test_shipped_h100_forward_grid_against_cudnn_and_the_portable_kernel():
     # Gluon rows against the portable kernel measured in its own run: never slower.
     gluon_rows = gluon[(gluon.impl == "triton_flash") & (gluon.path == "gluon-ws")].set_index(key).tflops
     assert (gluon_rows / before).dropna().min() >= 1.0
+
+
+# The Gluon backward (kernels/flash_bwd_hopper.py): its configs and where it runs. The kernel itself runs
+# only on sm_90 (tests/gpu/test_gpu_kernels.py::test_gluon_backward_*); the CPU runs the portable one.
+
+SM90_SHARED_BYTES = 227 * 1024  # largest dynamic shared memory per block on sm_90 (CUDA C++ Programming
+# Guide, "Technical Specifications per Compute Capability": 227 KB for 9.0)
+
+
+@pytest.mark.parametrize("head_dim", bwd_hopper.HEAD_DIMS)
+def test_backward_configs_fit_shared_memory_and_split_dq_exactly(head_dim):
+    config = bwd_hopper.CONFIGS[head_dim]
+    assert config.consumers in bwd_hopper.WORKER_REGS and config.stages >= 2
+    assert config.block_n == config.consumers * bwd_hopper.KEYS_PER_WG
+    rows, cols = config.dq_tile(head_dim)
+    assert rows == config.block_m and cols * (config.consumers if config.dq_cols else 1) == head_dim
+    elem = 2  # fp16/bf16
+    shared = (2 * config.stages * config.block_m * head_dim * elem  # Q and dO rings
+              + 2 * config.block_n * head_dim * elem  # K and V
+              + 2 * config.block_n * config.block_m * elem  # dSᵀ, double-buffered
+              + config.consumers * rows * cols * 4)  # each consumer's fp32 dQ staging tile
+    assert shared <= SM90_SHARED_BYTES
+    assert bwd_hopper.backward_tile(head_dim) == (config.block_m, config.block_n)
+    assert bwd_hopper.backward_tile(head_dim, "fp32") is None and bwd_hopper.backward_tile(32) is None
+
+
+def test_backward_off_sm90_takes_the_portable_kernel_and_refuses_gluon_true():
+    q = torch.randn(1, 2, 300, 64)
+    o = torch.randn_like(q)
+    lse = torch.zeros(1, 2, 300)
+    reason = bwd_hopper.unsupported_reason(q, q, q, o)
+    assert reason is not None
+    assert backward_path(q, q, q) == "tiled"
+    with pytest.raises(ValueError, match=reason.split(" (")[0][:20]):
+        flash_attention_backward(torch.randn_like(q), q, q, q, o, lse, False, 0.125, gluon=True)
+    assert all(g.shape == q.shape for g in flash_attention_backward(torch.randn_like(q), q, q, q, o, lse, False, 0.125))

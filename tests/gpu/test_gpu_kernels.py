@@ -240,3 +240,55 @@ def test_capture_row_names_the_gluon_path():
     assert result.status == "ok" and result.path == "gluon-ws fwd, tiled bwd"
     costing = REGISTRY["triton_flash"].costing
     assert cost_of(costing, shape, path=result.path).tile_bytes != cost_of(costing, shape).tile_bytes
+
+
+def _assert_gluon_backward_like_naive(q, k, v, causal, dtype, config=None):
+    """dq, dk, dv of the Gluon backward (sm_90) against the fp64 oracle, each within twice naive's
+    error; the forward is ours, as in a training step."""
+    from kernels.flash_bwd import backward_delta, flash_attention_backward
+    from kernels.flash_bwd_hopper import hopper_backward
+    from kernels.flash_fwd import flash_attention_forward
+
+    do = torch.randn_like(q)
+    ref = oracle_with_grads(q, k, v, do, causal=causal)
+    qn, kn, vn = (t.clone().requires_grad_(True) for t in (q, k, v))
+    naive_attention(qn, kn, vn, causal=causal).backward(do)
+    scale = q.shape[-1] ** -0.5
+    o, lse = flash_attention_forward(q, k, v, causal=causal, sm_scale=scale)
+    if config is None:
+        grads = flash_attention_backward(do, q, k, v, o, lse, causal, scale, gluon=True)
+    else:
+        grads = hopper_backward(do, q, k, v, o, lse, causal, scale, backward_delta(o, do), config)
+    for name, got, naive, want in zip(("dq", "dk", "dv"), grads, (qn.grad, kn.grad, vn.grad), ref[1:]):
+        err, naive_err = relative_error(got, want), relative_error(naive, want)
+        assert err <= 2 * naive_err + FLOOR[dtype], f"{name}: {err:.2e} vs naive {naive_err:.2e}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("heads,kv_heads,seq_q,seq_kv", [(2, 2, 1, 1), (2, 2, 100, 100), (3, 3, 1000, 1000),
+                                                          (4, 4, 128, 128), (8, 2, 777, 777), (4, 1, 200, 333),
+                                                          (4, 2, 333, 200), (4, 4, 64, 1000), (2, 2, 4096, 4096)])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gluon_backward_matches_oracle(head_dim, heads, kv_heads, seq_q, seq_kv, causal, dtype):
+    """The sm_90 Gluon backward (kernels/flash_bwd_hopper.py) at one row, ragged tiles, grouped and
+    multi-query heads, Nq != Nkv both ways, causal: the cases of scripts/perf_experiments/gluon_bwd_probe.py."""
+    _needs_sm90()
+    q, k, v = _inputs(2 if seq_q == 1000 else 1, heads, seq_q, seq_kv, head_dim, dtype, seed=seq_q + head_dim,
+                      kv_heads=kv_heads)
+    _assert_gluon_backward_like_naive(q, k, v, causal, dtype)
+
+
+@pytest.mark.parametrize("persistent,dq_cols", [(False, False), (True, True), (False, True)])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gluon_backward_variants_match_oracle(head_dim, persistent, dq_cols):
+    """The variants docs/perf-notes.md ("Gluon backward") timed, causal with grouped heads, bf16.
+    (dQ by columns at head_dim 64 would split K inside one 128-byte swizzle row: not run.)"""
+    from kernels.flash_bwd_hopper import CONFIGS
+
+    _needs_sm90()
+    if head_dim == 64 and dq_cols:
+        pytest.skip("dQ by columns needs head_dim 128")
+    config = CONFIGS[head_dim]._replace(persistent=persistent, dq_cols=dq_cols)
+    q, k, v = _inputs(1, 4, 1000, 1000, head_dim, torch.bfloat16, kv_heads=2)
+    _assert_gluon_backward_like_naive(q, k, v, True, torch.bfloat16, config)

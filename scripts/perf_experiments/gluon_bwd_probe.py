@@ -1,0 +1,130 @@
+"""The Gluon backward (kernels/flash_bwd_hopper.py) on an H100/H200: fp64-oracle checks, then timings.
+
+    python3 scripts/perf_experiments/gluon_bwd_probe.py [all|check|bench]
+
+``check``: the default config against the fp64 oracle (kernels.reference) on 160 cases, each within twice
+naive attention's error plus a floor, as tests/gpu does. ``bench``: bf16, 32768 tokens per shape (D64 H32,
+D128 H16), N 2048-16384, causal both: the whole backward of the portable kernels, the Gluon kernel with
+its defaults and each variant of ``VARIANTS="name,D,BLOCK_M,consumers,stages,persistent,dq_cols;..."``
+(0/1 flags), and cuDNN through SDPA, in TFLOP/s (2.5x the forward's 4·B·H·N²·D, halved causal). Writes
+``$OUT/bwd_probe.json``; reports/perf-h100/gluon_bwd_round*.json are its runs (docs/perf-notes.md).
+"""
+import json
+import os
+import sys
+import traceback
+from functools import partial
+
+sys.path.insert(0, os.getcwd())
+import torch
+import torch.nn.functional as F
+import triton
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from kernels import flash_bwd_hopper as HB
+from kernels.flash_bwd import backward_delta, flash_attention_backward
+from kernels.flash_fwd import flash_attention_forward
+from kernels.reference import naive_attention, oracle_with_grads, relative_error
+
+OUT = os.environ.get("OUT", "/tmp")
+dev = torch.cuda.get_device_name()
+print(dev, torch.__version__, triton.__version__, flush=True)
+FLOOR = {torch.float16: 1e-3, torch.bfloat16: 8e-3}
+
+def grads(q, k, v, do, causal, gluon, config=None):
+    scale = q.shape[-1] ** -0.5
+    o, lse = flash_attention_forward(q, k, v, causal=causal, sm_scale=scale)
+    if config is not None:
+        return (o, *HB.hopper_backward(do, q, k, v, o, lse, causal, scale, backward_delta(o, do), config))
+    return (o, *flash_attention_backward(do, q, k, v, o, lse, causal, scale, gluon=gluon))
+
+def check(B, H, Hkv, Nq, Nkv, D, causal, dtype, config=None, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(B, H, Nq, D, device="cuda", dtype=dtype, generator=g)
+    k = torch.randn(B, Hkv, Nkv, D, device="cuda", dtype=dtype, generator=g)
+    v = torch.randn(B, Hkv, Nkv, D, device="cuda", dtype=dtype, generator=g)
+    do = torch.randn(B, H, Nq, D, device="cuda", dtype=dtype, generator=g)
+    ref = oracle_with_grads(q, k, v, do, causal=causal)
+    qn, kn, vn = (t.clone().requires_grad_(True) for t in (q, k, v))
+    on = naive_attention(qn, kn, vn, causal=causal)
+    on.backward(do)
+    naive = [relative_error(a, b) for a, b in zip((on, qn.grad, kn.grad, vn.grad), ref)]
+    got = grads(q, k, v, do, causal, True, config)
+    errs = [relative_error(a, b) for a, b in zip(got, ref)]
+    ok = all(e <= 2 * n + FLOOR[dtype] for e, n in zip(errs[1:], naive[1:]))
+    return ok, errs, naive
+
+results = {"device": dev}
+fails = 0
+which = sys.argv[1] if len(sys.argv) > 1 else "all"
+if which in ("all", "check"):
+    shapes = [(1, 2, 2, 1, 1), (1, 2, 2, 100, 100), (1, 2, 2, 300, 300), (2, 3, 3, 1000, 1000), (1, 4, 4, 128, 128),
+              (1, 8, 2, 777, 777), (1, 4, 1, 200, 333), (1, 4, 2, 333, 200), (1, 2, 2, 4096, 4096), (1, 4, 4, 64, 1000)]
+    for D in (64, 128):
+        for dtype in (torch.float16, torch.bfloat16):
+            for causal in (False, True):
+                for (B, H, Hkv, Nq, Nkv) in shapes:
+                    try:
+                        ok, errs, naive = check(B, H, Hkv, Nq, Nkv, D, causal, dtype, seed=Nq + D)
+                    except Exception as e:
+                        ok, errs, naive = False, [str(e)[:300]], []
+                        traceback.print_exc()
+                    fails += not ok
+                    if not ok or (B, H, Nq) == (2, 3, 1000):
+                        print(("ok  " if ok else "FAIL"), D, str(dtype)[6:], "causal" if causal else "full",
+                              (B, H, Hkv, Nq, Nkv), [f"{e:.1e}" if isinstance(e, float) else e for e in errs],
+                              [f"{e:.1e}" for e in naive], flush=True)
+    print("oracle checks failed:", fails, flush=True)
+    results["check_fails"] = fails
+
+def variant_backward(do, q, k, v, o, lse, causal, scale, config):
+    return HB.hopper_backward(do, q, k, v, o, lse, causal, scale, backward_delta(o, do), config)
+
+
+def bench(fn):
+    return triton.testing.do_bench(fn, warmup=50, rep=200)
+
+if which in ("all", "bench"):
+    rows = []
+    variants = {"default": None}
+    extra = os.environ.get("VARIANTS")
+    if extra:
+        for item in extra.split(";"):
+            name, d, bm, wg, st, pers, cols = item.split(",")
+            variants[name] = (int(d), HB.BackwardConfig(int(bm), int(wg), int(st), pers == "1", cols == "1"))
+    for D, H in ((64, 32), (128, 16)):
+        for N in (2048, 4096, 8192, 16384):
+            B = 32768 // N
+            for causal in (False, True):
+                dtype = torch.bfloat16
+                q = torch.randn(B, H, N, D, device="cuda", dtype=dtype)
+                k, v, do = torch.randn_like(q), torch.randn_like(q), torch.randn_like(q)
+                scale = D ** -0.5
+                o, lse = flash_attention_forward(q, k, v, causal=causal, sm_scale=scale)
+                flops = 2.5 * 4 * B * H * N * N * D * (0.5 if causal else 1.0)
+                row = {"D": D, "N": N, "B": B, "H": H, "causal": causal}
+                args = (do, q, k, v, o, lse, causal, scale)
+                row["portable"] = flops / bench(partial(flash_attention_backward, *args, gluon=False)) / 1e9
+                for name, cfg in variants.items():
+                    if cfg is not None:
+                        if cfg[0] != D:
+                            continue
+                        cfg = cfg[1]
+                    try:
+                        if cfg is None:
+                            fn = partial(flash_attention_backward, *args, gluon=True)
+                        else:  # the preprocess too, as the default's timing has it
+                            fn = partial(variant_backward, *args, cfg)
+                        row["gluon_" + name] = flops / bench(fn) / 1e9
+                    except Exception as e:
+                        row["gluon_" + name] = str(e)[:100]
+                qs, ks, vs = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    out = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal)
+                    row["cudnn"] = flops / bench(partial(torch.autograd.grad, out, (qs, ks, vs), do,
+                                                         retain_graph=True)) / 1e9
+                rows.append(row)
+                print({k_: (round(v_, 1) if isinstance(v_, float) else v_) for k_, v_ in row.items()}, flush=True)
+                del q, k, v, do, o, lse, qs, ks, vs, out
+    results["bench"] = rows
+json.dump(results, open(os.path.join(OUT, "bwd_probe.json"), "w"), indent=1)
