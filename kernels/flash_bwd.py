@@ -311,21 +311,21 @@ def flash_attention_backward(
     kv_heads dividing heads (dk and dv then sum over each K/V head's group of query heads);
     lse: (batch, heads, seq_q) fp32 from :func:`kernels.flash_fwd.flash_attention_forward`.
 
-    On an H100/H200, fp16/bf16 inputs with head_dim 64 or 128 and contiguous q, k, v, o take the
-    Gluon kernel of kernels.flash_bwd_hopper (one pass, dQ by TMA reduce-add); ``gluon`` False
-    forces the portable kernels below, True the Gluon one, refusing (ValueError) inputs it does not
-    cover. :func:`backward_path` names the path a call takes.
+    ``gluon`` True takes the one-pass Gluon kernel of kernels.flash_bwd_hopper (sm_90, fp16/bf16,
+    head_dim 64 or 128, contiguous q, k, v, o; dQ by TMA reduce-add), refusing (ValueError) inputs
+    it does not cover. It is opt-in: on an H100 it is slower than the portable kernels below on most
+    shapes (docs/perf-notes.md, "Gluon backward"), so None and False take those.
+    :func:`backward_path` names the path a call takes.
     """
     batch, heads, seq_q, seq_kv, head_dim = check_backward_inputs(do, q, k, v, o, lse, head_dims=HEAD_DIMS)
     check_triton_device(q)
-    gluon_reason = None
-    if gluon is not False:
-        gluon_reason = flash_bwd_hopper.unsupported_reason(q, k, v, o)
-        if gluon and gluon_reason is not None:
-            raise ValueError(gluon_reason)
+    if gluon:
+        reason = flash_bwd_hopper.unsupported_reason(q, k, v, o)
+        if reason is not None:
+            raise ValueError(reason)
 
     delta = backward_delta(o, do)
-    if gluon is not False and gluon_reason is None:
+    if gluon:
         return flash_bwd_hopper.hopper_backward(do, q, k, v, o, lse, causal, sm_scale, delta)
 
     precision = dot_precision(dtype_name(q.dtype))
@@ -350,7 +350,7 @@ def flash_attention_backward(
     return dq, dk, dv
 
 
-def backward_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
-    """The path :func:`flash_attention_backward` takes for these inputs (with o as the forward
-    returns it, contiguous): 'gluon-ws' (kernels.flash_bwd_hopper) or 'tiled'."""
-    return "tiled" if flash_bwd_hopper.unsupported_reason(q, k, v, q) else "gluon-ws"
+def backward_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gluon: bool | None = None) -> str:
+    """The path :func:`flash_attention_backward` takes for these inputs and ``gluon`` (o as the
+    forward returns it, contiguous): 'gluon-ws' (kernels.flash_bwd_hopper) or 'tiled'."""
+    return "gluon-ws" if gluon and flash_bwd_hopper.unsupported_reason(q, k, v, q) is None else "tiled"

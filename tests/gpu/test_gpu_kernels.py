@@ -292,3 +292,14 @@ def test_gluon_backward_variants_match_oracle(head_dim, persistent, dq_cols):
     config = CONFIGS[head_dim]._replace(persistent=persistent, dq_cols=dq_cols)
     q, k, v = _inputs(1, 4, 1000, 1000, head_dim, torch.bfloat16, kv_heads=2)
     _assert_gluon_backward_like_naive(q, k, v, True, torch.bfloat16, config)
+
+
+def test_gluon_backward_is_opt_in():
+    """The default backward stays the portable kernel on sm_90: backward_path says so, and only
+    gluon=True takes the Gluon one."""
+    from kernels.flash_bwd import backward_path
+
+    _needs_sm90()
+    q, k, v = _inputs(1, 2, 256, 256, 64, torch.bfloat16)
+    assert backward_path(q, k, v) == backward_path(q, k, v, gluon=False) == "tiled"
+    assert backward_path(q, k, v, gluon=True) == "gluon-ws"
