@@ -37,7 +37,6 @@ the portable kernel and tests/gpu runs this one against the fp64 oracle.
 
 from __future__ import annotations
 
-import os
 import types
 from typing import NamedTuple
 
@@ -45,7 +44,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._autotune import INTERPRET, LOG2E, LOG2E_C
+from kernels._autotune import LOG2E, LOG2E_C
+from kernels.flash_fwd_hopper import _phase, sm90_reason  # the ring's mbarrier phase, the sm_90 checks
 
 try:  # Gluon's Hopper API as triton 3.6 ships it; other versions may lack or rename parts of it
     from triton.experimental import gluon
@@ -126,26 +126,7 @@ def backward_tile(head_dim: int, dtype: str = "fp16") -> tuple[int, int] | None:
 def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> str | None:
     """Why this kernel cannot take these (already checked) inputs, or None when it can. (The
     upstream gradient is made contiguous on the way in: autograd often hands over an expanded one.)"""
-    if GLUON_IMPORT_ERROR is not None:
-        return GLUON_IMPORT_ERROR
-    if INTERPRET or os.environ.get("ATTN_GLUON", "1") == "0":
-        return "Gluon kernels are off (TRITON_INTERPRET=1 or ATTN_GLUON=0)"
-    if not q.is_cuda or torch.cuda.get_device_capability(q.device) != (9, 0):
-        return "the Gluon backward needs an sm_90 GPU (H100/H200)"
-    if q.dtype not in (torch.float16, torch.bfloat16):
-        return f"the Gluon backward takes fp16 or bf16, not {q.dtype}"
-    if q.shape[-1] not in HEAD_DIMS:
-        return f"the Gluon backward takes head_dim in {HEAD_DIMS}, not {q.shape[-1]}"
-    if not all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v, o)):
-        return "the Gluon backward's TMA descriptors need contiguous, 16-byte aligned q, k, v, o"
-    return None
-
-
-@gluon.jit
-def _phase(i, STAGES: gl.constexpr):
-    """Parity of the mbarrier phase that use i of a ring of STAGES buffers completes (see
-    kernels.flash_fwd_hopper._phase): consumers wait for it, the producer for ``_phase(i) ^ 1``."""
-    return (i // STAGES) & 1
+    return sm90_reason("backward", HEAD_DIMS, q=q, k=k, v=v, o=o)
 
 
 @gluon.jit

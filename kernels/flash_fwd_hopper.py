@@ -114,21 +114,29 @@ def forward_tile(head_dim: int, dtype: str = "fp16") -> tuple[int, int] | None:
     return config.block_m, config.block_n
 
 
-def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
-    """Why this kernel cannot take these (already checked) inputs, or None when it can."""
+def sm90_reason(kernel: str, head_dims: tuple[int, ...], **tensors: torch.Tensor) -> str | None:
+    """Why a Gluon sm_90 kernel (``kernel``: 'forward', 'backward') cannot take these tensors (q
+    first), or None when it can: Gluon present and on, an sm_90 GPU, fp16/bf16, a head_dim it has,
+    and every tensor contiguous and 16-byte aligned for its TMA descriptors."""
+    q = next(iter(tensors.values()))
     if GLUON_IMPORT_ERROR is not None:
         return GLUON_IMPORT_ERROR
     if INTERPRET or os.environ.get("ATTN_GLUON", "1") == "0":
         return "Gluon kernels are off (TRITON_INTERPRET=1 or ATTN_GLUON=0)"
     if not q.is_cuda or torch.cuda.get_device_capability(q.device) != (9, 0):
-        return "the Gluon forward needs an sm_90 GPU (H100/H200)"
+        return f"the Gluon {kernel} needs an sm_90 GPU (H100/H200)"
     if q.dtype not in (torch.float16, torch.bfloat16):
-        return f"the Gluon forward takes fp16 or bf16, not {q.dtype}"
-    if q.shape[-1] not in HEAD_DIMS:
-        return f"the Gluon forward takes head_dim in {HEAD_DIMS}, not {q.shape[-1]}"
-    if not all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v)):
-        return "the Gluon forward's TMA descriptors need contiguous, 16-byte aligned q, k, v"
+        return f"the Gluon {kernel} takes fp16 or bf16, not {q.dtype}"
+    if q.shape[-1] not in head_dims:
+        return f"the Gluon {kernel} takes head_dim in {head_dims}, not {q.shape[-1]}"
+    if not all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in tensors.values()):
+        return f"the Gluon {kernel}'s TMA descriptors need contiguous, 16-byte aligned {', '.join(tensors)}"
     return None
+
+
+def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
+    """Why this kernel cannot take these (already checked) inputs, or None when it can."""
+    return sm90_reason("forward", HEAD_DIMS, q=q, k=k, v=v)
 
 
 @gluon.jit
