@@ -23,9 +23,9 @@ and its hopper/ sources) does the backward in one pass, which this kernel follow
   buffer with one TMA reduce-add (``cp.reduce.async.bulk.tensor``: the adds happen in L2, no
   per-element atomics). A last kernel scales that buffer by sm_scale into dq's dtype.
 - delta_i = Σ_d O_id dO_id comes from kernels.flash_bwd's preprocess kernel.
-- Causal: a key block sees the query tiles from its own position on; programs take every head's
-  first key block first (the longest work first), and only the tiles on the diagonal or past a
-  ragged end are masked.
+- Causal: a key block sees the query tiles from its own position on; programs take the first key
+  blocks first (the longest work first) within sections of heads whose Q, dO and dQ fit in L2
+  (kernels.tile_schedule), and only the tiles on the diagonal or past a ragged end are masked.
 
 Inputs: fp16 or bf16, head_dim 64 or 128, contiguous BHSD q, k, v, o, do (the TMA descriptors view
 them as (rows, D) matrices); any Nq, Nkv; grouped-query heads; causal top-left aligned. Rows of a
@@ -44,8 +44,11 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import tile_schedule
 from kernels._autotune import LOG2E, LOG2E_C
-from kernels.flash_fwd_hopper import _phase, sm90_reason  # the ring's mbarrier phase, the sm_90 checks
+
+# The ring's mbarrier phase, the tile order and the sm_90 checks, shared with the forward.
+from kernels.flash_fwd_hopper import _phase, _swizzled_tile, sm90_reason
 
 try:  # Gluon's Hopper API as triton 3.6 ships it; other versions may lack or rename parts of it
     from triton.experimental import gluon
@@ -130,17 +133,12 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: tor
 
 
 @gluon.jit
-def _key_block(t, n_blocks, bh_kv, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
-    """Key block t as (batch·K/V head, first key). Causal: every head's first key block (which sees
-    every query tile) first, then every head's second, ... (longest processing time first, also for
-    persistent programs taking every programs-th block); otherwise head by head, so a head's Q and
-    dO stay in L2 while its key blocks run."""
-    if CAUSAL:
-        off_bhk = t % bh_kv
-        block = t // bh_kv
-    else:
-        off_bhk = t // n_blocks
-        block = t % n_blocks
+def _key_block(t, n_blocks, bh_kv, section, snake, BLOCK_N: gl.constexpr):
+    """Key block t as (batch·K/V head, first key), in _swizzled_tile's order: not causal head by
+    head (``section`` 1), so a head's Q and dO stay in L2 while its key blocks run; causal the
+    first key block (which sees every query tile) first, within L2-sized sections of heads
+    (kernels.tile_schedule)."""
+    off_bhk, block = _swizzled_tile(t, n_blocks, bh_kv, section, snake)
     return off_bhk, block * BLOCK_N
 
 
@@ -153,7 +151,7 @@ def _first_query_tile(start_n, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
 
 
 @gluon.jit
-def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, n_blocks, bh_kv,
+def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, n_blocks, bh_kv, section, snake,
                         BLOCK_M: gl.constexpr, STAGES: gl.constexpr, NUM_WG: gl.constexpr,
                         KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr):
     """One warp: K and V of this key block once, then Q and dO of every query tile it sees, for each
@@ -167,7 +165,7 @@ def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, n_blocks
     count = 0  # query tiles loaded: the position in the ring
     done = 0  # key blocks
     for t in range(gl.program_id(0), n_blocks * bh_kv, gl.num_programs(0)):
-        off_bhk, start_n = _key_block(t, n_blocks, bh_kv, NUM_WG * KEYS_PER_WG, CAUSAL)
+        off_bhk, start_n = _key_block(t, n_blocks, bh_kv, section, snake, NUM_WG * KEYS_PER_WG)
         kv_row = off_bhk * seq_kv + start_n
         # The consumers are done with the previous block's K and V (their dK/dV stores still run).
         mbarrier.wait(kv_empty, _phase(done, 1) ^ 1)
@@ -281,7 +279,7 @@ def _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq
 
 @gluon.jit
 def _bwd_consumer_partition(descs, bufs, bars, DK, DV, LSE, DELTA, heads, group, seq_q, seq_kv, q_pad,
-                            n_blocks, bh_kv, qk_scale, sm_scale,
+                            n_blocks, bh_kv, section, snake, qk_scale, sm_scale,
                             WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                             STAGES: gl.constexpr, NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr,
                             CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr):
@@ -312,7 +310,7 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, LSE, DELTA, heads, group,
     count = 0  # query tiles consumed: the position in the ring
     done = 0  # key blocks
     for t in range(gl.program_id(0), n_blocks * bh_kv, gl.num_programs(0)):
-        off_bhk, start_n = _key_block(t, n_blocks, bh_kv, NUM_WG * KEYS_PER_WG, CAUSAL)
+        off_bhk, start_n = _key_block(t, n_blocks, bh_kv, section, snake, NUM_WG * KEYS_PER_WG)
         first_key = start_n + WG * KEYS_PER_WG
         keys = first_key + gl.arange(0, KEYS_PER_WG, layout=gl.SliceLayout(1, s_layout))
         off_z = off_bhk // kv_heads
@@ -364,9 +362,9 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, LSE, DELTA, heads, group,
 
 # Triton compiles an int argument equal to 1 as a constant (a 1-row sequence, one block, one head);
 # the warp-specialized kernel does not lower with those constants, so none of them is specialised.
-@gluon.jit(do_not_specialize=["heads", "group", "seq_q", "seq_kv", "q_pad", "n_blocks", "bh_kv"])
+@gluon.jit(do_not_specialize=["heads", "group", "seq_q", "seq_kv", "q_pad", "n_blocks", "bh_kv", "section", "snake"])
 def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, DK, DV, LSE, DELTA, qk_scale, sm_scale,
-                     heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv,
+                     heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section, snake,
                      HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                      NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr,
                      DQ_COLS: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
@@ -401,12 +399,12 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, DK, DV, LSE, DELT
     gl.warp_specialize(
         [
             (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, LSE, DELTA, heads, group, seq_q, seq_kv, q_pad,
-                                       n_blocks, bh_kv, qk_scale, sm_scale, 0, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, CAUSAL, DQ_COLS)),
+                                       n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 0, HEAD_DIM, BLOCK_M,
+                                       STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS)),
             (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, LSE, DELTA, heads, group, seq_q, seq_kv, q_pad,
-                                       n_blocks, bh_kv, qk_scale, sm_scale, 1, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, CAUSAL, DQ_COLS)),
-            (_bwd_load_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, n_blocks, bh_kv,
+                                       n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 1, HEAD_DIM, BLOCK_M,
+                                       STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS)),
+            (_bwd_load_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, n_blocks, bh_kv, section, snake,
                                    BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL)),
         ],
         [4, 1],
@@ -443,9 +441,11 @@ def descriptors(q, k, v, do, dq_acc, config: BackwardConfig):
 
 
 def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: torch.Tensor,
-                    config: BackwardConfig | None = None):
+                    config: BackwardConfig | None = None, schedule: tile_schedule.Schedule | None = None):
     """The Gluon backward on inputs :func:`unsupported_reason` accepts, given delta (B, H, Nq) fp32
-    from kernels.flash_bwd's preprocess. Returns (dq, dk, dv) as kernels.flash_bwd does."""
+    from kernels.flash_bwd's preprocess. Returns (dq, dk, dv) as kernels.flash_bwd does. ``config``
+    overrides :data:`CONFIGS` and ``schedule`` the tile order of :func:`kernels.tile_schedule.plan`
+    (for sweeps)."""
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     config = config or CONFIGS[head_dim]
@@ -458,12 +458,19 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
     descs = descriptors(q, k, v, do, dq_acc, config)
     n_blocks = triton.cdiv(seq_kv, config.block_n)
     bh_kv = batch * kv_heads
+    props = torch.cuda.get_device_properties(q.device)
     programs = n_blocks * bh_kv
     if config.persistent:
-        programs = min(programs, torch.cuda.get_device_properties(q.device).multi_processor_count)
+        programs = min(programs, props.multi_processor_count)
+    # Per K/V head, what its key blocks read and reduce into: Q and dO of its query heads, and
+    # their fp32 dQ rows (FA3's SingleTileBwdLPTScheduler counts the same three).
+    head_bytes = (heads // kv_heads) * seq_q * head_dim * (2 * q.element_size() + 4)
+    schedule = schedule or tile_schedule.plan(n_blocks, bh_kv, head_bytes, props.L2_cache_size,
+                                              tile_schedule.BACKWARD_L2_SHARE, programs, bool(causal),
+                                              config.persistent)
     _attn_bwd_hopper[(programs,)](
         *descs, dk, dv, lse, delta, sm_scale * LOG2E, sm_scale,
-        heads, heads // kv_heads, seq_q, seq_kv, q_pad, n_blocks, bh_kv,
+        heads, heads // kv_heads, seq_q, seq_kv, q_pad, n_blocks, bh_kv, schedule.section, int(schedule.snake),
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, STAGES=config.stages, NUM_WG=config.consumers,
         KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols,
         CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,

@@ -16,7 +16,8 @@ did not get there on triton 3.6):
   a copy lands, ``k_empty``/``v_empty`` when every consumer is done with a slot's K or V, so the
   next K can land while the current V is still in use; ``q_empty`` when a consumer is done with
   its Q), and two or three consumer warpgroups of 64 query rows each, which run the wgmma
-  instructions and the online softmax. Tiles go head by head; causal ones longest block first.
+  instructions and the online softmax. Tiles go head by head; causal ones longest block first,
+  within sections of heads whose K and V fit in L2 (kernels.tile_schedule).
 - ``OVERLAP``: a consumer issues the next tile's QKᵀ and the current PV as asynchronous wgmma
   before it runs the softmax of the tile it just waited for, so its exponentials run while its own
   matmuls are in flight (FA3's intra-warpgroup pipelining, their Algorithm 2).
@@ -43,6 +44,7 @@ from typing import NamedTuple
 import torch
 import triton
 
+from kernels import tile_schedule
 from kernels._autotune import INTERPRET, LN2_C, LOG2E
 
 try:  # Gluon's Hopper API as triton 3.6 ships it; other versions may lack or rename parts of it
@@ -150,21 +152,28 @@ def _phase(i, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _tile(t, m_blocks, heads, group, seq_q, seq_kv, bh,
-          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_MAJOR: gl.constexpr):
-    """Query tile t as (off_m, q_row, kv_row, key tiles). Tiles go head by head, so a head's K and
-    V stay in L2 while its query blocks run; causal ones longest block first. ``BLOCK_MAJOR``
-    (persistent causal): every head's longest block, then every head's next, ..., so programs
-    that take every programs-th tile get equal work (longest processing time first).
-    ``bh`` = batch·heads."""
-    if BLOCK_MAJOR:
-        off_hz = t % bh
-        block = t // bh
-    else:
-        off_hz = t // m_blocks
-        block = t % m_blocks
+def _swizzled_tile(t, n_blocks, bh, section, snake):
+    """Tile t as (batch·head, rank), rank 0 its longest block: heads in sections of ``section``,
+    each section rank by rank and head by head within a rank, every other section reversed when
+    ``snake`` (kernels.tile_schedule.tile is the reference and says why)."""
+    per_section = section * n_blocks
+    sec = t // per_section
+    r = t % per_section
+    heads_here = gl.minimum(section, bh - sec * section)  # the last section may be short
+    rank = r // heads_here
+    flip = snake * (sec % 2)
+    return sec * section + r % heads_here, rank + flip * (n_blocks - 1 - 2 * rank)
+
+
+@gluon.jit
+def _tile(t, m_blocks, heads, group, seq_q, seq_kv, bh, section, snake,
+          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """Query tile t as (off_m, q_row, kv_row, key tiles), in :func:`_swizzled_tile`'s order: not
+    causal head by head (``section`` 1), so a head's K and V stay in L2 while its query blocks run;
+    causal longest block first within L2-sized sections of heads. ``bh`` = batch·heads."""
+    off_hz, block = _swizzled_tile(t, m_blocks, bh, section, snake)
     if CAUSAL:
-        block = m_blocks - 1 - block
+        block = m_blocks - 1 - block  # rank 0: the last query block, which sees every key
     off_z = off_hz // heads
     off_h = off_hz % heads
     off_m = block * BLOCK_M
@@ -177,9 +186,9 @@ def _tile(t, m_blocks, heads, group, seq_q, seq_kv, bh,
 
 
 @gluon.jit
-def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv,
+def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
-                    CAUSAL: gl.constexpr, BLOCK_MAJOR: gl.constexpr):
+                    CAUSAL: gl.constexpr):
     """One warp: for each query tile of this program, each consumer's Q rows (once the consumer
     is done with the previous ones), then K and V of each key tile into the ring."""
     q_desc, k_desc, v_desc = descs
@@ -190,7 +199,7 @@ def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq
     done = 0  # query tiles
     for t in range(gl.program_id(0), total, gl.num_programs(0)):
         off_m, q_row, kv_row, n_tiles = _tile(t, m_blocks, heads, group, seq_q, seq_kv, total // m_blocks,
-                                              NUM_WG * SPLIT_M, BLOCK_N, CAUSAL, BLOCK_MAJOR)
+                                              section, snake, NUM_WG * SPLIT_M, BLOCK_N, CAUSAL)
         for wg in gl.static_range(NUM_WG):
             mbarrier.wait(q_empty.index(wg), _phase(done, 1) ^ 1)  # the consumer is done with its last Q
             mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
@@ -267,11 +276,10 @@ def _pass_turn(turns, WG: gl.constexpr, NUM_WG: gl.constexpr, PINGPONG: gl.const
 
 
 @gluon.jit
-def _consumer_partition(bufs, bars, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv, qk_scale,
-                        WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+def _consumer_partition(bufs, bars, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
+                        qk_scale, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
                         STAGES: gl.constexpr, SPLIT_M: gl.constexpr, CAUSAL: gl.constexpr,
-                        OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr,
-                        BLOCK_MAJOR: gl.constexpr):
+                        OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr):
     """One warpgroup: for each query tile of this program, rows off_m + WG·64 ... + 63 against
     every key tile, then O and the logsumexp of those rows."""
     q_smem, k_smem, v_smem = bufs
@@ -293,7 +301,7 @@ def _consumer_partition(bufs, bars, turns, O, LSE, m_blocks, total, heads, group
     done = 0  # query tiles
     for t in range(gl.program_id(0), total, gl.num_programs(0)):
         off_m, q_row, kv_row, n_tiles = _tile(t, m_blocks, heads, group, seq_q, seq_kv, total // m_blocks,
-                                              NUM_WG * SPLIT_M, BLOCK_N, CAUSAL, BLOCK_MAJOR)
+                                              section, snake, NUM_WG * SPLIT_M, BLOCK_N, CAUSAL)
         rows = off_m + WG * SPLIT_M + gl.arange(0, SPLIT_M, layout=row_layout)
         # Key tiles before n_full are visible to every row of this warpgroup: no mask.
         n_full = seq_kv // BLOCK_N
@@ -368,14 +376,17 @@ def _consumer_partition(bufs, bars, turns, O, LSE, m_blocks, total, heads, group
         done += 1
 
 
-@gluon.jit
+# section and snake are not specialised (Triton would make a 1 a constant), so every schedule
+# runs the same compiled kernel.
+@gluon.jit(do_not_specialize=["section", "snake"])
 def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, LSE, qk_scale, heads, group, seq_q, seq_kv, m_blocks, total,
-                     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                     section, snake, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
-                     SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr, BLOCK_MAJOR: gl.constexpr,
+                     SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
     """Program p takes query tiles p, p + programs, ... of the ``total`` = m_blocks · batch·heads
-    (one each when the grid has a program per tile; persistent when it has one per SM)."""
+    in :func:`_tile`'s order (one each when the grid has a program per tile; persistent when it
+    has one per SM)."""
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, SPLIT_M, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
@@ -407,13 +418,13 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, LSE, qk_scale, heads, group, seq
         gl.warp_specialize(
             [
                 (_consumer_partition, (bufs, bars, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv,
-                                       qk_scale, 0, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG,
-                                       NUM_WG, BLOCK_MAJOR)),
+                                       section, snake, qk_scale, 0, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL,
+                                       OVERLAP, PINGPONG, NUM_WG)),
                 (_consumer_partition, (bufs, bars, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv,
-                                       qk_scale, 1, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG,
-                                       NUM_WG, BLOCK_MAJOR)),
-                (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv,
-                                   BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, BLOCK_MAJOR)),
+                                       section, snake, qk_scale, 1, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL,
+                                       OVERLAP, PINGPONG, NUM_WG)),
+                (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
+                                   BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL)),
             ],
             [4, 1],
             [CONSUMER_REGS, LOADER_REGS],
@@ -422,16 +433,16 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, LSE, qk_scale, heads, group, seq
         gl.warp_specialize(
             [
                 (_consumer_partition, (bufs, bars, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv,
-                                       qk_scale, 0, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG,
-                                       NUM_WG, BLOCK_MAJOR)),
+                                       section, snake, qk_scale, 0, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL,
+                                       OVERLAP, PINGPONG, NUM_WG)),
                 (_consumer_partition, (bufs, bars, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv,
-                                       qk_scale, 1, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG,
-                                       NUM_WG, BLOCK_MAJOR)),
+                                       section, snake, qk_scale, 1, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL,
+                                       OVERLAP, PINGPONG, NUM_WG)),
                 (_consumer_partition, (bufs, bars, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv,
-                                       qk_scale, 2, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG,
-                                       NUM_WG, BLOCK_MAJOR)),
-                (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv,
-                                   BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, BLOCK_MAJOR)),
+                                       section, snake, qk_scale, 2, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL,
+                                       OVERLAP, PINGPONG, NUM_WG)),
+                (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
+                                   BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL)),
             ],
             [4, 4, 1],
             [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS],
@@ -451,10 +462,12 @@ def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_n: int)
 
 
 def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                   config: HopperConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   config: HopperConfig | None = None,
+                   schedule: tile_schedule.Schedule | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The Gluon forward on inputs :func:`unsupported_reason` accepts. Returns o (B, H, Nq, D) in q's
     dtype and lse (B, H, Nq) fp32, natural log, as kernels.flash_fwd.flash_attention_forward.
-    ``config`` overrides :data:`CONFIGS` (for sweeps)."""
+    ``config`` overrides :data:`CONFIGS` and ``schedule`` the tile order of
+    :func:`kernels.tile_schedule.plan` (for sweeps)."""
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     config = config or CONFIGS[head_dim, bool(causal)]
@@ -464,15 +477,18 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     q_desc, k_desc, v_desc = descriptors(q, k, v, config.block_n)
     m_blocks = triton.cdiv(seq_q, config.block_m)
     total = m_blocks * batch * heads
-    if config.persistent:
-        programs = min(total, torch.cuda.get_device_properties(q.device).multi_processor_count)
-    else:
-        programs = total
+    props = torch.cuda.get_device_properties(q.device)
+    programs = min(total, props.multi_processor_count) if config.persistent else total
+    # Per query head, the K and V its tiles read (a K/V head's, shared by its group of query heads).
+    head_bytes = 2 * seq_kv * head_dim * q.element_size() * kv_heads // heads
+    schedule = schedule or tile_schedule.plan(m_blocks, batch * heads, head_bytes, props.L2_cache_size,
+                                              tile_schedule.FORWARD_L2_SHARE, programs, bool(causal),
+                                              config.persistent)
     _attn_fwd_hopper[(programs,)](
         q_desc, k_desc, v_desc, o, lse, scale * LOG2E, heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total,
+        schedule.section, int(schedule.snake),
         HEAD_DIM=head_dim, BLOCK_N=config.block_n, STAGES=config.stages, CAUSAL=bool(causal),
         OVERLAP=config.overlap, PINGPONG=config.pingpong, SPLIT_M=SPLIT_M, NUM_WG=config.consumers,
-        BLOCK_MAJOR=bool(causal and config.persistent), CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
-        num_warps=4,
+        CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs, num_warps=4,
     )
     return o, lse

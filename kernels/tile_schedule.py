@@ -1,0 +1,90 @@
+"""The order in which the Gluon kernels take their tiles: longest first, in L2-sized head sections.
+
+A causal tile's work depends on where it sits on the diagonal: the forward's query block m sees
+m + 1 key blocks, the backward's key block n sees every query block from n on. Taking the longest
+tiles first evens out the programs (longest processing time first). Taking them longest first
+over *every* head, though, spreads the programs that run at once over as many heads as there are
+programs, and their K and V (forward) or Q, dO and the dQ accumulator (backward) then no longer
+fit in L2: docs/perf-notes.md measured that loss on the forward ("Gluon forward") and the
+backward. FlashAttention-3 (hopper/tile_scheduler.hpp, its LPT schedulers) cuts the heads into
+sections whose data fits in a share of L2 and goes longest first inside each section; so do we.
+
+One more step matters for persistent programs that take every programs-th tile of that order (a
+static round robin, not FA3's atomic counter): when a section holds a multiple of the programs'
+count of tiles, each program meets the same block index in every section, and some programs get
+only long blocks. ``snake`` reverses the order of every other section, so the long blocks a program
+took in one section are paired with short ones in the next. :func:`plan` keeps whichever of the
+two orders gives the smaller largest per-program share of work on the launch's own shape.
+
+:func:`tile` is the reference for the ``_swizzled_tile`` Gluon function in kernels.flash_fwd_hopper
+(the kernels' mapping); tests check it visits every tile once and the plan's balance. Pure Python:
+no GPU or triton needed.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+# Shares of L2 that FlashAttention-3 budgets for one section's data on an H100's 50 MB L2
+# (hopper/tile_scheduler.hpp: "32 MB for K & V" in the forward's scheduler, "40 MB for Q, dO,
+# and dQaccum" in SingleTileBwdLPTScheduler). We scale them to the device's own L2.
+FORWARD_L2_SHARE = 32 / 50
+BACKWARD_L2_SHARE = 40 / 50
+
+
+class Schedule(NamedTuple):
+    """How a launch orders its tiles (the kernels' ``section`` and ``snake`` arguments)."""
+
+    section: int  # (batch·head)s per section; tiles go longest first within one
+    snake: bool  # every other section shortest first (persistent programs only)
+
+
+def tile(t: int, n_blocks: int, bh: int, section: int, snake: bool) -> tuple[int, int]:
+    """Tile t of bh · n_blocks as (batch·head, rank), rank 0 the longest block. Section s holds
+    heads s·section ... and its tiles go rank by rank, head by head within a rank."""
+    per_section = section * n_blocks
+    sec, r = divmod(t, per_section)
+    heads_here = min(section, bh - sec * section)  # the last section may be short
+    rank, head = divmod(r, heads_here)
+    if snake and sec % 2 == 1:
+        rank = n_blocks - 1 - rank
+    return sec * section + head, rank
+
+
+def section_heads(bh: int, head_bytes: int, l2_bytes: int, share: float) -> int:
+    """Heads whose data fits in ``share`` of L2, rounded down to a power of two as FA3 does ("seems
+    faster if swizzle is a power of 2", hopper/tile_scheduler.hpp); at least 1, at most bh."""
+    fit = int(l2_bytes * share) // max(1, head_bytes)
+    if fit < 1:
+        return 1
+    return min(bh, 1 << (fit.bit_length() - 1))
+
+
+def largest_share(n_blocks: int, bh: int, programs: int, schedule: Schedule, causal: bool = True) -> float:
+    """The largest program's work over the mean, for ``programs`` persistent programs each taking
+    every programs-th tile, with a tile's work = the blocks it visits + 1 (its start and its
+    epilogue, about one block's time: a coarse model, used only to choose between orders)."""
+    work = [0] * programs
+    for t in range(n_blocks * bh):
+        _, rank = tile(t, n_blocks, bh, schedule.section, schedule.snake)
+        work[t % programs] += 1 + (n_blocks - rank if causal else n_blocks)
+    return max(work) * programs / sum(work)
+
+
+@functools.lru_cache(maxsize=256)
+def plan(n_blocks: int, bh: int, head_bytes: int, l2_bytes: int, share: float, programs: int,
+         causal: bool, persistent: bool) -> Schedule:
+    """The order for one launch: head by head when not causal (every tile is as long, and a head's
+    data stays in L2 while its tiles run); causal in sections of :func:`section_heads`, snaked
+    when that evens out the persistent programs' work."""
+    if not causal:
+        return Schedule(1, False)
+    section = section_heads(bh, head_bytes, l2_bytes, share)
+    straight = Schedule(section, False)
+    if not persistent or programs >= n_blocks * bh:
+        return straight  # one program per tile: the hardware hands the next tile to a free SM
+    snaked = Schedule(section, True)
+    if largest_share(n_blocks, bh, programs, snaked) < largest_share(n_blocks, bh, programs, straight):
+        return snaked
+    return straight

@@ -1,0 +1,85 @@
+"""kernels.tile_schedule: the Gluon kernels' tile order (the reference of their _swizzled_tile)."""
+
+import itertools
+
+import pytest
+
+from kernels import tile_schedule as ts
+from kernels.tile_schedule import Schedule
+
+H100_SMS, H100_L2 = 132, 50 * 2**20  # the H100 SXM's SM count and L2 size (NVIDIA's H100 whitepaper)
+
+
+@pytest.mark.parametrize("bh,n_blocks,section,snake", [
+    (1, 1, 1, False), (7, 5, 3, False), (7, 5, 3, True), (512, 11, 32, True), (6, 4, 8, False), (5, 9, 1, True),
+])
+def test_every_tile_once(bh, n_blocks, section, snake):
+    """The order is a permutation of (head, rank), the last short section included."""
+    seen = [ts.tile(t, n_blocks, bh, section, snake) for t in range(bh * n_blocks)]
+    assert sorted(seen) == sorted(itertools.product(range(bh), range(n_blocks)))
+
+
+def test_sections_go_longest_first_and_snake_reverses_every_other():
+    order = [ts.tile(t, 3, 4, 2, False) for t in range(12)]
+    assert order == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2),
+                     (2, 0), (3, 0), (2, 1), (3, 1), (2, 2), (3, 2)]
+    snaked = [ts.tile(t, 3, 4, 2, True) for t in range(12)]
+    assert snaked[:6] == order[:6]
+    assert snaked[6:] == [(2, 2), (3, 2), (2, 1), (3, 1), (2, 0), (3, 0)]
+
+
+def test_section_heads_fit_the_share_of_l2_as_a_power_of_two():
+    # Backward, D128 N2048 bf16: Q, dO (2 B) and dQ (4 B) per row: 2 MiB a head; 40 MB of 50 MB.
+    assert ts.section_heads(256, 2048 * 128 * 8, H100_L2, ts.BACKWARD_L2_SHARE) == 16  # 20 fit
+    assert ts.section_heads(4, 2048 * 128 * 8, H100_L2, ts.BACKWARD_L2_SHARE) == 4  # no more than there are
+    assert ts.section_heads(32, 64 * 2**20, H100_L2, ts.BACKWARD_L2_SHARE) == 1  # one head already overflows
+
+
+def test_not_causal_goes_head_by_head():
+    assert ts.plan(16, 256, 2**20, H100_L2, 0.8, H100_SMS, False, True) == Schedule(1, False)
+
+
+def _heads_in_flight(schedule, n_blocks, bh, programs):
+    """Most heads among any `programs` consecutive tiles: the heads whose data is live at once."""
+    heads = [ts.tile(t, n_blocks, bh, *schedule)[0] for t in range(n_blocks * bh)]
+    return max(len(set(heads[i:i + programs])) for i in range(0, len(heads), programs // 2))
+
+
+# The bench grid at 32768 tokens (docs/perf-notes.md): (what, n_blocks, batch·heads, bytes a head, share).
+GRID = [
+    ("fwd D64 N2048 (192-row tiles)", 11, 16 * 32, 2 * 2048 * 64 * 2, ts.FORWARD_L2_SHARE),
+    ("fwd D64 N4096", 22, 8 * 32, 2 * 4096 * 64 * 2, ts.FORWARD_L2_SHARE),
+    ("fwd D128 N2048 (128-row tiles)", 16, 16 * 16, 2 * 2048 * 128 * 2, ts.FORWARD_L2_SHARE),
+    ("fwd D128 N4096", 32, 8 * 16, 2 * 4096 * 128 * 2, ts.FORWARD_L2_SHARE),
+    ("bwd D64 N2048 (128-key blocks)", 16, 16 * 32, 2048 * 64 * 8, ts.BACKWARD_L2_SHARE),
+    ("bwd D128 N2048", 16, 16 * 16, 2048 * 128 * 8, ts.BACKWARD_L2_SHARE),
+    ("bwd D128 N8192", 64, 4 * 16, 8192 * 128 * 8, ts.BACKWARD_L2_SHARE),
+    ("bwd D128 N16384", 128, 2 * 16, 16384 * 128 * 8, ts.BACKWARD_L2_SHARE),
+]
+
+
+@pytest.mark.parametrize("what,n_blocks,bh,head_bytes,share", GRID, ids=[g[0] for g in GRID])
+def test_causal_plan_balances_programs_and_keeps_data_in_l2(what, n_blocks, bh, head_bytes, share):
+    schedule = ts.plan(n_blocks, bh, head_bytes, H100_L2, share, H100_SMS, True, True)
+    # Work is even: no program more than 7% above the mean (a static round robin cannot do better
+    # than a tile's length over the programs' share).
+    assert ts.largest_share(n_blocks, bh, H100_SMS, schedule) < 1.07
+    # A section's data fits in its share of L2, and the tiles in flight span at most two sections,
+    assert schedule.section * head_bytes <= share * H100_L2 or schedule.section == 1
+    assert _heads_in_flight(schedule, n_blocks, bh, H100_SMS) <= 2 * schedule.section
+    # where the old order (rank by rank over every head) had a program per head in flight.
+    assert _heads_in_flight(Schedule(bh, False), n_blocks, bh, H100_SMS) >= min(bh, H100_SMS // 2)
+
+
+def test_snake_breaks_the_resonance_of_round_robin():
+    """D64 N2048 forward: 11 blocks a head and 132 = 12 · 11 programs; a straight order with
+    sections of 32 heads gives some programs only long blocks, the snaked one evens them out."""
+    straight = ts.largest_share(11, 512, H100_SMS, Schedule(32, False))
+    snaked = ts.largest_share(11, 512, H100_SMS, Schedule(32, True))
+    assert straight > 1.10 and snaked < 1.03
+    assert ts.plan(11, 512, 2 * 2048 * 64 * 2, H100_L2, ts.FORWARD_L2_SHARE, H100_SMS, True, True).snake
+
+
+def test_one_program_per_tile_needs_no_snake():
+    schedule = ts.plan(11, 512, 2 * 2048 * 64 * 2, H100_L2, ts.FORWARD_L2_SHARE, 11 * 512, True, False)
+    assert schedule.section > 1 and not schedule.snake
