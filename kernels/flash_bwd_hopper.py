@@ -92,12 +92,16 @@ class BackwardConfig(NamedTuple):
         return self.consumers * KEYS_PER_WG
 
 
-# By head_dim. Shared memory per program (bytes): Q and dO rings 2·STAGES·BLOCK_M·D·2, K and V
+# By (head_dim, causal). Shared memory per program (bytes): Q and dO rings 2·STAGES·BLOCK_M·D·2, K and V
 # 2·BLOCK_N·D·2, dSᵀ staging consumers·64·BLOCK_M·2, dQ staging consumers·BLOCK_M·D·4; 192 KB at
-# D64 and 208 KB at D128, under sm_90's 227 KB.
+# D64 and 208 KB at D128, under sm_90's 227 KB. Causal runs a program per key block, in
+# kernels.tile_schedule's sectioned order, which measured faster than persistent programs on the
+# H100 at N >= 4096 and within 3% at N2048 (docs/perf-notes.md, "Gluon backward", round 4).
 CONFIGS = {
-    64: BackwardConfig(block_m=64, consumers=2, stages=2, dq_cols=False),
-    128: BackwardConfig(block_m=64, consumers=2, stages=2, dq_cols=True),
+    (64, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=True, dq_cols=False),
+    (64, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=False),
+    (128, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=True, dq_cols=True),
+    (128, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=True),
 }
 # Registers per thread of the worker partitions (setmaxnreg): the consumers hold dK and dV (2·64·D
 # fp32 per warpgroup) plus Sᵀ and dPᵀ; the loader warp almost nothing.
@@ -122,7 +126,7 @@ def backward_tile(head_dim: int, dtype: str = "fp16") -> tuple[int, int] | None:
     """(BLOCK_M, BLOCK_N) this kernel runs with at ``head_dim`` (None where it does not run)."""
     if head_dim not in HEAD_DIMS or dtype not in ("fp16", "bf16"):
         return None
-    config = CONFIGS[head_dim]
+    config = CONFIGS[head_dim, False]
     return config.block_m, config.block_n
 
 
@@ -448,7 +452,7 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
     (for sweeps)."""
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
-    config = config or CONFIGS[head_dim]
+    config = config or CONFIGS[head_dim, bool(causal)]
     consumer_regs, loader_regs = WORKER_REGS[config.consumers]
     do = do.contiguous()
     q_pad = triton.cdiv(seq_q, config.block_m) * config.block_m

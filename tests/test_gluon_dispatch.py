@@ -125,9 +125,10 @@ SM90_SHARED_BYTES = 227 * 1024  # largest dynamic shared memory per block on sm_
 # Guide, "Technical Specifications per Compute Capability": 227 KB for 9.0)
 
 
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", bwd_hopper.HEAD_DIMS)
-def test_backward_configs_fit_shared_memory_and_split_dq_exactly(head_dim):
-    config = bwd_hopper.CONFIGS[head_dim]
+def test_backward_configs_fit_shared_memory_and_split_dq_exactly(head_dim, causal):
+    config = bwd_hopper.CONFIGS[head_dim, causal]
     assert config.consumers in bwd_hopper.WORKER_REGS and config.stages >= 2
     assert config.block_n == config.consumers * bwd_hopper.KEYS_PER_WG
     rows, cols = config.dq_tile(head_dim)
@@ -138,7 +139,7 @@ def test_backward_configs_fit_shared_memory_and_split_dq_exactly(head_dim):
               + 2 * config.block_n * config.block_m * elem  # dSᵀ, double-buffered
               + config.consumers * rows * cols * 4)  # each consumer's fp32 dQ staging tile
     assert shared <= SM90_SHARED_BYTES
-    assert bwd_hopper.backward_tile(head_dim) == (config.block_m, config.block_n)
+    assert bwd_hopper.backward_tile(head_dim) == (config.block_m, config.block_n)  # causal or not
     assert bwd_hopper.backward_tile(head_dim, "fp32") is None and bwd_hopper.backward_tile(32) is None
 
 

@@ -4,13 +4,16 @@
 
 ``check``: the forward (persistent, causal) and the backward under forced small sections, snaked and
 not, with a short last section, against the fp64 oracle (kernels.reference): the order the kernels
-compute must visit every tile once. ``bench``: bf16 and fp16, 32768 tokens a shape (D64 H32, D128 H16),
-causal, N 2048-8192. Forward: the default config one program per tile (as shipped), persistent with the
-old order (every head's longest block, then every head's next: ``Schedule(bh, False)``), persistent with
-:func:`kernels.tile_schedule.plan`; the portable kernel and cuDNN. Backward (bf16): the portable kernels,
-the Gluon one persistent with the old order, with the plan, and one program per block with the plan;
-cuDNN. TFLOP/s by the convention of docs/perf-notes.md (forward 4·B·H·N²·D, backward 2.5x that, halved
-causal); times by triton.testing.do_bench. One JSON line per measurement in ``$OUT/schedule_probe.jsonl``.
+compute must visit every tile once. ``bench``: bf16 and fp16, 32768 tokens a shape (D64 H32, D128
+H16), causal, N 2048-8192.
+- Forward: one program per tile, head by head (as shipped before) and in sections; persistent with
+  the old order (every head's longest block, then every head's next: ``Schedule(bh, False)``) and
+  with :func:`kernels.tile_schedule.plan`; the portable kernel and cuDNN.
+- Backward (bf16): the portable kernels; the Gluon one persistent with the old order and with the
+  plan, one program per block head by head and with the plan; cuDNN.
+TFLOP/s by the convention of docs/perf-notes.md (forward 4·B·H·N²·D, backward 2.5x that, halved
+causal); times by triton.testing.do_bench. One JSON line per measurement in
+``$OUT/schedule_probe.jsonl``.
 """
 import json
 import os
@@ -48,7 +51,7 @@ def fwd_config(head_dim, persistent):
 
 
 def bwd_config(head_dim, persistent):
-    return HB.CONFIGS[head_dim]._replace(persistent=persistent)
+    return HB.CONFIGS[head_dim, True]._replace(persistent=persistent)
 
 
 def check():
@@ -104,7 +107,9 @@ def timings():
                 shape = {"D": head_dim, "N": seq, "B": batch, "H": heads, "dtype": str(dtype)[6:], "causal": True}
                 runs = {
                     "fwd portable": partial(flash_attention_forward, q, k, v, causal=True, sm_scale=scale, gluon=False),
-                    "fwd gluon per-tile (shipped)": partial(HF.hopper_forward, q, k, v, True, scale,
+                    "fwd gluon per-tile, head by head": partial(HF.hopper_forward, q, k, v, True, scale,
+                                                                fwd_config(head_dim, False), Schedule(1, False)),
+                    "fwd gluon per-tile, sections": partial(HF.hopper_forward, q, k, v, True, scale,
                                                             fwd_config(head_dim, False)),
                     "fwd gluon persistent, all-heads order": partial(HF.hopper_forward, q, k, v, True, scale,
                                                                      fwd_config(head_dim, True), Schedule(bh, False)),
@@ -125,6 +130,8 @@ def timings():
                     "bwd gluon persistent, all-heads order": partial(gluon_bwd, args, bwd_config(head_dim, True),
                                                                      Schedule(bh, False)),
                     "bwd gluon persistent, sections": partial(gluon_bwd, args, bwd_config(head_dim, True)),
+                    "bwd gluon per-block, head by head": partial(gluon_bwd, args, bwd_config(head_dim, False),
+                                                                 Schedule(1, False)),
                     "bwd gluon per-block, sections": partial(gluon_bwd, args, bwd_config(head_dim, False)),
                 }
                 for name, fn in runs.items():
