@@ -1,6 +1,6 @@
 """The Gluon kernels' causal tile order on an H100/H200: L2-sized head sections against the old order.
 
-    python3 scripts/perf_experiments/gluon_schedule_probe.py [all|check|bench]
+    python3 scripts/perf_experiments/gluon_schedule_probe.py [all|check|bench|sections]
 
 ``check``: the forward (persistent, causal) and the backward under forced small sections, snaked and
 not, with a short last section, against the fp64 oracle (kernels.reference): the order the kernels
@@ -11,6 +11,7 @@ H16), causal, N 2048-8192.
   with :func:`kernels.tile_schedule.plan`; the portable kernel and cuDNN.
 - Backward (bf16): the portable kernels; the Gluon one persistent with the old order and with the
   plan, one program per block head by head and with the plan; cuDNN.
+``sections``: persistent programs with sections of 1-16 heads (:func:`section_sizes`).
 TFLOP/s by the convention of docs/perf-notes.md (forward 4·B·H·N²·D, backward 2.5x that, halved
 causal); times by triton.testing.do_bench. One JSON line per measurement in
 ``$OUT/schedule_probe.jsonl``.
@@ -143,9 +144,38 @@ def timings():
                 emit({**shape, "impl": "bwd cudnn", "tflops": 2.5 * flops / ms / 1e9})
 
 
+def section_sizes():
+    """Persistent programs with sections of 1 to 16 heads, straight and snaked, against one program
+    per tile head by head (bf16, causal, the short shapes)."""
+    for head_dim, heads, seq in ((64, 32, 2048), (64, 32, 4096), (128, 16, 2048), (128, 16, 4096)):
+        batch = 32768 // seq
+        q, k, v, do = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16)
+                       for _ in range(4))
+        scale = head_dim ** -0.5
+        flops = 4 * batch * heads * seq * seq * head_dim / 2
+        shape = {"D": head_dim, "N": seq, "B": batch, "H": heads, "dtype": "bfloat16", "causal": True}
+        o, lse = flash_attention_forward(q, k, v, causal=True, sm_scale=scale)
+        args = (do, q, k, v, o, lse, True, scale)
+        runs = {"fwd gluon per-tile, head by head": partial(HF.hopper_forward, q, k, v, True, scale,
+                                                            fwd_config(head_dim, False), Schedule(1, False)),
+                "bwd gluon per-block, head by head": partial(gluon_bwd, args, bwd_config(head_dim, False),
+                                                             Schedule(1, False))}
+        for section in (1, 2, 4, 8, 16):
+            for snake in (False, True):
+                schedule = Schedule(section, snake)
+                runs[f"fwd gluon persistent, {tuple(schedule)}"] = partial(
+                    HF.hopper_forward, q, k, v, True, scale, fwd_config(head_dim, True), schedule)
+                runs[f"bwd gluon persistent, {tuple(schedule)}"] = partial(
+                    gluon_bwd, args, bwd_config(head_dim, True), schedule)
+        for name, fn in runs.items():
+            emit({**shape, "impl": name, "tflops": (2.5 if name.startswith("bwd") else 1) * flops / bench(fn) / 1e9})
+
+
 if __name__ == "__main__":
     which = sys.argv[1] if len(sys.argv) > 1 else "all"
     failed = check() if which in ("all", "check") else 0
     if which in ("all", "bench"):
         timings()
+    if which == "sections":
+        section_sizes()
     sys.exit(1 if failed else 0)
