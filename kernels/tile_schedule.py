@@ -13,8 +13,10 @@ One more step matters for persistent programs that take every programs-th tile o
 static round robin, not FA3's atomic counter): when a section holds a multiple of the programs'
 count of tiles, each program meets the same block index in every section, and some programs get
 only long blocks. ``snake`` reverses the order of every other section, so the long blocks a program
-took in one section are paired with short ones in the next. :func:`plan` keeps whichever of the
-two orders gives the smaller largest per-program share of work on the launch's own shape.
+took in one section are paired with short ones in the next. On the H100 the snaked order measured
+at or above the straight one at every section size, and smaller sections (fewer heads in flight)
+faster than larger ones once the work is even, so :func:`plan` takes the smallest section whose
+snaked order balances the programs on the launch's own shape (:func:`largest_share`).
 
 :func:`tile` is the reference for the ``_swizzled_tile`` Gluon function in kernels.flash_fwd_hopper
 (the kernels' mapping); tests check it visits every tile once and the plan's balance. Pure Python:
@@ -72,19 +74,27 @@ def largest_share(n_blocks: int, bh: int, programs: int, schedule: Schedule, cau
     return max(work) * programs / sum(work)
 
 
+# A persistent launch takes the smallest section whose snaked order keeps the largest program's
+# work within this factor of the mean (or, when none does, the most even one). On the H100, the
+# smallest such section was the fastest measured or within 2% of it on every causal shape of
+# reports/perf-h100/gluon_schedule_sections.jsonl (docs/perf-notes.md, "Gluon backward", round 4).
+BALANCE = 1.04
+
+
 @functools.lru_cache(maxsize=256)
 def plan(n_blocks: int, bh: int, head_bytes: int, l2_bytes: int, share: float, programs: int,
          causal: bool, persistent: bool) -> Schedule:
-    """The order for one launch: head by head when not causal (every tile is as long, and a head's
-    data stays in L2 while its tiles run); causal in sections of :func:`section_heads`, snaked
-    when that evens out the persistent programs' work."""
-    if not causal:
+    """The order for one launch. Head by head when not causal (every tile is as long, and a head's
+    data stays in L2 while its tiles run), and when causal with one program per tile (the hardware
+    hands the next tile to a free SM, so the tail evens out by itself; head by head measured faster
+    than sections there). Persistent causal: snaked sections, the smallest that balance the
+    programs' work (:data:`BALANCE`), no larger than :func:`section_heads` lets fit in L2."""
+    if not causal or not persistent or programs >= n_blocks * bh:
         return Schedule(1, False)
-    section = section_heads(bh, head_bytes, l2_bytes, share)
-    straight = Schedule(section, False)
-    if not persistent or programs >= n_blocks * bh:
-        return straight  # one program per tile: the hardware hands the next tile to a free SM
-    snaked = Schedule(section, True)
-    if largest_share(n_blocks, bh, programs, snaked) < largest_share(n_blocks, bh, programs, straight):
-        return snaked
-    return straight
+    largest = section_heads(bh, head_bytes, l2_bytes, share)
+    candidates = [Schedule(min(1 << i, bh), True) for i in range(largest.bit_length())]
+    shares = [largest_share(n_blocks, bh, programs, schedule) for schedule in candidates]
+    for schedule, work in zip(candidates, shares):
+        if work <= BALANCE:
+            return schedule
+    return candidates[shares.index(min(shares))]

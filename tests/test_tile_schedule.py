@@ -64,9 +64,12 @@ def test_causal_plan_balances_programs_and_keeps_data_in_l2(what, n_blocks, bh, 
     # Work is even: no program more than 7% above the mean (a static round robin cannot do better
     # than a tile's length over the programs' share).
     assert ts.largest_share(n_blocks, bh, H100_SMS, schedule) < 1.07
-    # A section's data fits in its share of L2, and the tiles in flight span at most two sections,
+    # A section's data fits in its share of L2; the tiles in flight span the heads that hold that
+    # many tiles plus a section at each end, and those heads' data fits in L2,
     assert schedule.section * head_bytes <= share * H100_L2 or schedule.section == 1
-    assert _heads_in_flight(schedule, n_blocks, bh, H100_SMS) <= 2 * schedule.section
+    in_flight = _heads_in_flight(schedule, n_blocks, bh, H100_SMS)
+    assert in_flight <= -(-H100_SMS // n_blocks) + 2 * schedule.section
+    assert in_flight * head_bytes <= H100_L2
     # where the old order (rank by rank over every head) had a program per head in flight.
     assert _heads_in_flight(Schedule(bh, False), n_blocks, bh, H100_SMS) >= min(bh, H100_SMS // 2)
 
@@ -80,6 +83,17 @@ def test_snake_breaks_the_resonance_of_round_robin():
     assert ts.plan(11, 512, 2 * 2048 * 64 * 2, H100_L2, ts.FORWARD_L2_SHARE, H100_SMS, True, True).snake
 
 
-def test_one_program_per_tile_needs_no_snake():
-    schedule = ts.plan(11, 512, 2 * 2048 * 64 * 2, H100_L2, ts.FORWARD_L2_SHARE, 11 * 512, True, False)
-    assert schedule.section > 1 and not schedule.snake
+def test_plan_takes_the_smallest_balanced_section():
+    """D64 N2048 forward: sections of 1 or 2 heads resonate even snaked (132 programs, 11 and 22
+    tiles a section: an even number of sections a round); 4 is the first that balances."""
+    shares = {s: ts.largest_share(11, 512, H100_SMS, Schedule(s, True)) for s in (1, 2, 4)}
+    assert shares[1] > 1.5 and shares[2] > 1.5 and shares[4] < ts.BALANCE
+    assert ts.plan(11, 512, 2 * 2048 * 64 * 2, H100_L2, ts.FORWARD_L2_SHARE, H100_SMS, True, True) == Schedule(4, True)
+    # D128 N2048: one head a section already balances.
+    assert ts.plan(16, 256, 2 * 2048 * 128 * 2, H100_L2, ts.FORWARD_L2_SHARE, H100_SMS, True, True) == Schedule(1, True)
+
+
+def test_one_program_per_tile_goes_head_by_head():
+    head_bytes = 2 * 2048 * 64 * 2
+    for programs in (11 * 512, H100_SMS):
+        assert ts.plan(11, 512, head_bytes, H100_L2, ts.FORWARD_L2_SHARE, programs, True, False) == Schedule(1, False)

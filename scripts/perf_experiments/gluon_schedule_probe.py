@@ -5,16 +5,14 @@
 ``check``: the forward (persistent, causal) and the backward under forced small sections, snaked and
 not, with a short last section, against the fp64 oracle (kernels.reference): the order the kernels
 compute must visit every tile once. ``bench``: bf16 and fp16, 32768 tokens a shape (D64 H32, D128
-H16), causal, N 2048-8192.
-- Forward: one program per tile, head by head (as shipped before) and in sections; persistent with
-  the old order (every head's longest block, then every head's next: ``Schedule(bh, False)``) and
-  with :func:`kernels.tile_schedule.plan`; the portable kernel and cuDNN.
-- Backward (bf16): the portable kernels; the Gluon one persistent with the old order and with the
-  plan, one program per block head by head and with the plan; cuDNN.
-``sections``: persistent programs with sections of 1-16 heads (:func:`section_sizes`).
-TFLOP/s by the convention of docs/perf-notes.md (forward 4·B·H·N²·D, backward 2.5x that, halved
-causal); times by triton.testing.do_bench. One JSON line per measurement in
-``$OUT/schedule_probe.jsonl``.
+H16), causal, N 2048-16384. Forward: the portable kernel, the Gluon one with one program per tile
+(head by head) and persistent (:func:`kernels.tile_schedule.plan`), cuDNN. Backward (bf16): the
+portable kernels, the Gluon one persistent (the plan) and with one program per key block (head by
+head), cuDNN. ``sections``: persistent programs with sections of 1-16 heads, straight and snaked.
+(The first runs, in reports/perf-h100/gluon_schedule_*.jsonl, also timed the old order, every head's
+longest block first: ``Schedule(bh, False)``.) TFLOP/s by the convention of docs/perf-notes.md
+(forward 4·B·H·N²·D, backward 2.5x that, halved causal); times by triton.testing.do_bench. One JSON
+line per measurement in ``$OUT/schedule_probe.jsonl``.
 """
 import json
 import os
@@ -96,11 +94,10 @@ def bench(fn):
     return triton.testing.do_bench(fn, warmup=50, rep=200)
 
 
-def timings():
+def timings(seqs=(2048, 4096, 8192, 16384)):
     for head_dim, heads in ((64, 32), (128, 16)):
-        for seq in (2048, 4096, 8192):
+        for seq in seqs:
             batch = 32768 // seq
-            bh = batch * heads
             for dtype in (torch.bfloat16, torch.float16):
                 q, k, v, do = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=dtype) for _ in range(4))
                 scale = head_dim ** -0.5
@@ -109,13 +106,9 @@ def timings():
                 runs = {
                     "fwd portable": partial(flash_attention_forward, q, k, v, causal=True, sm_scale=scale, gluon=False),
                     "fwd gluon per-tile, head by head": partial(HF.hopper_forward, q, k, v, True, scale,
-                                                                fwd_config(head_dim, False), Schedule(1, False)),
-                    "fwd gluon per-tile, sections": partial(HF.hopper_forward, q, k, v, True, scale,
-                                                            fwd_config(head_dim, False)),
-                    "fwd gluon persistent, all-heads order": partial(HF.hopper_forward, q, k, v, True, scale,
-                                                                     fwd_config(head_dim, True), Schedule(bh, False)),
-                    "fwd gluon persistent, sections": partial(HF.hopper_forward, q, k, v, True, scale,
-                                                              fwd_config(head_dim, True)),
+                                                                fwd_config(head_dim, False)),
+                    "fwd gluon persistent, plan": partial(HF.hopper_forward, q, k, v, True, scale,
+                                                          fwd_config(head_dim, True)),
                 }
                 for name, fn in runs.items():
                     emit({**shape, "impl": name, "tflops": flops / bench(fn) / 1e9})
@@ -128,12 +121,8 @@ def timings():
                 args = (do, q, k, v, o, lse, True, scale)
                 runs = {
                     "bwd portable": partial(flash_attention_backward, *args, gluon=False),
-                    "bwd gluon persistent, all-heads order": partial(gluon_bwd, args, bwd_config(head_dim, True),
-                                                                     Schedule(bh, False)),
-                    "bwd gluon persistent, sections": partial(gluon_bwd, args, bwd_config(head_dim, True)),
-                    "bwd gluon per-block, head by head": partial(gluon_bwd, args, bwd_config(head_dim, False),
-                                                                 Schedule(1, False)),
-                    "bwd gluon per-block, sections": partial(gluon_bwd, args, bwd_config(head_dim, False)),
+                    "bwd gluon persistent, plan": partial(gluon_bwd, args, bwd_config(head_dim, True)),
+                    "bwd gluon per-block, head by head": partial(gluon_bwd, args, bwd_config(head_dim, False)),
                 }
                 for name, fn in runs.items():
                     emit({**shape, "impl": name, "tflops": 2.5 * flops / bench(fn) / 1e9})
