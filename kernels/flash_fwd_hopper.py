@@ -99,6 +99,21 @@ WORKER_REGS = {2: (240, 24), 3: (160, 24)}
 PORTABLE_UP_TO = {(64, True): 4096}
 
 
+# Where persistent programs (kernels.tile_schedule's snaked sections) measured faster than one program
+# per tile with a causal mask, by head_dim: Nq up to this. On the H100, head_dim 128 at N2048 gained
+# 5-12% over two runs; at N4096 one run gained 3% and the other lost 3-5%; longer shapes lost 3-18%
+# (reports/perf-h100/gluon_schedule_*.jsonl, docs/perf-notes.md "Gluon backward", round 4).
+PERSISTENT_CAUSAL_UP_TO = {128: 2048}
+
+
+def default_config(head_dim: int, causal: bool, seq_q: int) -> HopperConfig:
+    """The configuration :func:`hopper_forward` runs a shape with by default."""
+    config = CONFIGS[head_dim, bool(causal)]
+    if causal and seq_q <= PERSISTENT_CAUSAL_UP_TO.get(head_dim, 0):
+        config = config._replace(persistent=True)
+    return config
+
+
 def slower_reason(q: torch.Tensor, causal: bool) -> str | None:
     """Why the portable kernel is preferred for this shape although the Gluon one could run it."""
     limit = PORTABLE_UP_TO.get((q.shape[-1], bool(causal)))
@@ -470,7 +485,7 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     :func:`kernels.tile_schedule.plan` (for sweeps)."""
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
-    config = config or CONFIGS[head_dim, bool(causal)]
+    config = config or default_config(head_dim, causal, seq_q)
     consumer_regs, loader_regs = WORKER_REGS[config.consumers]
     o = torch.empty_like(q)
     lse = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)

@@ -39,6 +39,18 @@ def test_configs_cover_every_head_dim_and_share_the_tile_the_model_charges():
     assert hopper.forward_tile(32) is None and hopper.forward_tile(64, "fp32") is None
 
 
+def test_short_causal_head_dim_128_runs_persistent_programs():
+    """hopper.PERSISTENT_CAUSAL_UP_TO: causal D128 up to N2048 on persistent programs (measured faster),
+    longer shapes and D64 one program per tile; non-causal as CONFIGS says. The tile stays the same."""
+    assert hopper.default_config(128, True, 2048) == hopper.CONFIGS[128, True]._replace(persistent=True)
+    assert hopper.default_config(128, True, 1).persistent
+    assert hopper.default_config(128, True, 2049) == hopper.CONFIGS[128, True]
+    assert not hopper.default_config(128, True, 8192).persistent
+    assert not hopper.default_config(64, True, 2048).persistent
+    for head_dim in hopper.HEAD_DIMS:
+        assert hopper.default_config(head_dim, False, 2048) == hopper.CONFIGS[head_dim, False]
+
+
 def test_off_sm90_everything_takes_the_portable_kernel():
     q = torch.randn(1, 2, 300, 64)
     reason = hopper.unsupported_reason(q, q, q)
