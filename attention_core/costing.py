@@ -16,9 +16,10 @@ Kinds:
 Two flags refine a kind: ``split_kv`` (the forward takes FlashDecoding's split-KV path when
 attention_core.split_kv.plan says so: partials are written and read back) and ``repeats_kv`` (with
 grouped-query attention, K and V are first expanded to every query head with repeat_interleave,
-a copy the bytes include). ``fast_path`` names a second forward kernel that runs on some devices
-(our Gluon kernel on sm_90); the row's ``path`` column, recorded when the case ran, says whether it
-did, and its forward tile then comes from ``fast_fwd_tile``.
+a copy the bytes include). ``fast_path`` names second kernels that run on some devices (our Gluon
+kernels on sm_90); the row's ``path`` column, recorded when the case ran, says which pass took one
+(:func:`pass_paths`), and that pass's tile then comes from ``fast_fwd_tile`` (forward) or
+``fast_bwd_tile`` (a one-pass backward, :attr:`Tiles.onepass`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,18 @@ class Tiles:
     fwd: Tile | None
     dkdv: Tile | None = None  # backward, key-stationary kernel (dK, dV)
     dq: Tile | None = None  # backward, query-stationary kernel (dQ)
+    # Backward in one key-stationary kernel that adds dQ into an fp32 buffer (FlashAttention-2's and
+    # -3's structure): (query rows per step, keys per program). When set, it is the backward's tile.
+    onepass: Tile | None = None
+
+
+def pass_paths(path: str, mode: str) -> tuple[str, str]:
+    """(forward path, backward path) of a row's ``path`` column: 'X fwd, Y bwd' on fwd+bwd rows,
+    the whole path on a one-pass row ('' for the pass that did not run)."""
+    if path.endswith(" bwd") and " fwd, " in path:
+        forward, backward = path[: -len(" bwd")].split(" fwd, ", 1)
+        return forward, backward
+    return {"fwd": (path, ""), "bwd": ("", path)}.get(mode, (path, path))
 
 
 @dataclass(frozen=True)
@@ -49,10 +62,11 @@ class Costing:
     source: str = ""  # where the tiles come from (kernel source, kernel name, counters)
     split_kv: bool = False  # the forward splits the keys when split_kv.plan gives a plan
     repeats_kv: bool = False  # GQA inputs are expanded with repeat_interleave before attention
-    # A second forward kernel some devices run instead (the row's ``path`` names it, e.g. 'gluon-ws'),
-    # and its forward tile as a function of (head_dim, dtype name).
+    # Second kernels some devices run instead (the row's ``path`` names them, e.g. 'gluon-ws'), and
+    # their tiles as functions of (head_dim, dtype name): the forward's, the one-pass backward's.
     fast_path: str = ""
     fast_fwd_tile: Callable[[int, str], Tile | None] | None = None
+    fast_bwd_tile: Callable[[int, str], Tile | None] | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -62,12 +76,17 @@ class Costing:
     def fused(self) -> bool:
         return self.kind in ("fused", "per_row")
 
-    def tiles_for(self, head_dim: int, dtype: str, path: str = "") -> Tiles | None:
-        """The tiles of this problem; on a row whose ``path`` names :attr:`fast_path`, the forward
-        tile is that kernel's."""
+    def tiles_for(self, head_dim: int, dtype: str, path: str = "", mode: str = "fwd") -> Tiles | None:
+        """The tiles of this problem; where a row's ``path`` (of a ``mode`` row) names
+        :attr:`fast_path` for a pass, that pass's tile is the fast kernel's."""
         tiles = self.tiles(head_dim, dtype) if callable(self.tiles) else self.tiles
-        if self.fast_path and self.fast_path in path and self.fast_fwd_tile is not None:
-            return replace(tiles or Tiles(None), fwd=self.fast_fwd_tile(head_dim, dtype))
+        if not self.fast_path:
+            return tiles
+        forward, backward = pass_paths(path, mode)
+        if self.fast_path in forward and self.fast_fwd_tile is not None:
+            tiles = replace(tiles or Tiles(None), fwd=self.fast_fwd_tile(head_dim, dtype))
+        if self.fast_path in backward and self.fast_bwd_tile is not None:
+            tiles = replace(tiles or Tiles(None), onepass=self.fast_bwd_tile(head_dim, dtype))
         return tiles
 
     def as_meta(self, extra_head_dims=(), dtypes=("fp16", "bf16", "fp32")) -> dict:
@@ -94,9 +113,10 @@ class Costing:
 
 
 def _tiles_json(tiles: Tiles | None) -> dict | None:
-    if tiles is None or (tiles.fwd is None and tiles.dkdv is None and tiles.dq is None):
+    if tiles is None or (tiles.fwd is None and tiles.dkdv is None and tiles.dq is None and tiles.onepass is None):
         return None
-    return {"fwd": tiles.fwd, "dkdv": tiles.dkdv, "dq": tiles.dq}
+    stored = {"fwd": tiles.fwd, "dkdv": tiles.dkdv, "dq": tiles.dq}
+    return stored | ({"onepass": tiles.onepass} if tiles.onepass is not None else {})
 
 
 def _tiles_from_json(stored: dict | None) -> Tiles | None:

@@ -311,11 +311,12 @@ def flash_attention_backward(
     kv_heads dividing heads (dk and dv then sum over each K/V head's group of query heads);
     lse: (batch, heads, seq_q) fp32 from :func:`kernels.flash_fwd.flash_attention_forward`.
 
-    ``gluon`` True takes the one-pass Gluon kernel of kernels.flash_bwd_hopper (sm_90, fp16/bf16,
-    head_dim 64 or 128, contiguous q, k, v, o; dQ by TMA reduce-add), refusing (ValueError) inputs
-    it does not cover. It is opt-in: on an H100 it is slower than the portable kernels below on most
-    shapes (docs/perf-notes.md, "Gluon backward"), so None and False take those.
-    :func:`backward_path` names the path a call takes.
+    On an H100/H200, fp16/bf16 inputs with head_dim 64 and contiguous q, k, v, o take the one-pass
+    Gluon kernel of kernels.flash_bwd_hopper (dQ by TMA reduce-add); at head_dim 128 the portable
+    kernels below measured faster (flash_bwd_hopper.PORTABLE_HEAD_DIMS; docs/perf-notes.md,
+    "Gluon backward"). ``gluon`` False forces the portable kernels, True the Gluon one (also at
+    head_dim 128), refusing (ValueError) inputs it does not cover. :func:`backward_path` names the
+    path a call takes.
     """
     batch, heads, seq_q, seq_kv, head_dim = check_backward_inputs(do, q, k, v, o, lse, head_dims=HEAD_DIMS)
     check_triton_device(q)
@@ -323,9 +324,10 @@ def flash_attention_backward(
         reason = flash_bwd_hopper.unsupported_reason(q, k, v, o)
         if reason is not None:
             raise ValueError(reason)
+    use_gluon = bool(gluon) or (gluon is None and _not_gluon(q, k, v, o) is None)
 
     delta = backward_delta(o, do)
-    if gluon:
+    if use_gluon:
         return flash_bwd_hopper.hopper_backward(do, q, k, v, o, lse, causal, sm_scale, delta)
 
     precision = dot_precision(dtype_name(q.dtype))
@@ -352,5 +354,14 @@ def flash_attention_backward(
 
 def backward_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gluon: bool | None = None) -> str:
     """The path :func:`flash_attention_backward` takes for these inputs and ``gluon`` (o as the
-    forward returns it, contiguous): 'gluon-ws' (kernels.flash_bwd_hopper) or 'tiled'."""
-    return "gluon-ws" if gluon and flash_bwd_hopper.unsupported_reason(q, k, v, q) is None else "tiled"
+    forward returns it, contiguous, like q): 'gluon-ws' (kernels.flash_bwd_hopper) or 'tiled'."""
+    if gluon is False:
+        return "tiled"
+    reason = flash_bwd_hopper.unsupported_reason(q, k, v, q) if gluon else _not_gluon(q, k, v, q)
+    return "tiled" if reason else "gluon-ws"
+
+
+def _not_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> str | None:
+    """Why the default backward does not take the Gluon kernel here (it cannot, or the portable
+    kernels measured faster), or None when it does."""
+    return flash_bwd_hopper.unsupported_reason(q, k, v, o) or flash_bwd_hopper.slower_reason(q)

@@ -130,6 +130,19 @@ def backward_tile(head_dim: int, dtype: str = "fp16") -> tuple[int, int] | None:
     return config.block_m, config.block_n
 
 
+# Head dims where the portable backward measured faster than this one on the H100 (docs/perf-notes.md,
+# "Gluon backward"): at 128 this kernel runs at 0.73-0.79x of it causal and 0.91-1.01x without a mask.
+# At 64 it measured 1.04-1.17x without a mask and 0.99-1.16x causal, so the default takes it there.
+PORTABLE_HEAD_DIMS = (128,)
+
+
+def slower_reason(q: torch.Tensor) -> str | None:
+    """Why the portable backward is preferred for these inputs although this one could run them."""
+    if q.shape[-1] in PORTABLE_HEAD_DIMS:
+        return f"the portable backward measured faster at head_dim {q.shape[-1]}"
+    return None
+
+
 def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> str | None:
     """Why this kernel cannot take these (already checked) inputs, or None when it can. (The
     upstream gradient is made contiguous on the way in: autograd often hands over an expanded one.)"""

@@ -31,7 +31,7 @@ import torch
 
 from attention_core.costing import Costing, Tiles
 from attention_core.shape import Shape
-from kernels import fa4, flash_bwd, flash_fwd, flash_fwd_hopper, reference, sdpa, triton_naive
+from kernels import fa4, flash_bwd, flash_bwd_hopper, flash_fwd, flash_fwd_hopper, reference, sdpa, triton_naive
 from kernels._checks import dtype_name
 from kernels.flash_attention import flash_attention
 
@@ -57,6 +57,8 @@ class Impl:
     # (q, k, v, causal) -> the forward path a call takes ('gluon-ws', 'tiled', 'split-kv x8'), for the row's
     # ``path`` column; None for implementations with one path.
     path_of: Callable[..., str] | None = None
+    # (q, k, v) -> the backward path a call takes ('gluon-ws', 'tiled'); None: the shape's.
+    backward_path_of: Callable[..., str] | None = None
     # The largest relative error against fp32 naive attention a correct run may have; None: the
     # dtype's (kernels.reference.TOLERANCE). Above it the case is recorded as 'wrong'.
     tolerance: float | None = None
@@ -209,10 +211,13 @@ REGISTRY: dict[str, Impl] = {
             Costing("fused", _flash_tiles, source="the first autotune candidate of kernels/flash_fwd.py and "
                     "flash_bwd.py; an autotuned run may pick another (ATTN_AUTOTUNE=0 runs this one); decode "
                     "shapes take the split-KV path of kernels/flash_decode.py (attention_core.split_kv.plan); "
-                    "on sm_90 the forward runs the Gluon kernel of kernels/flash_fwd_hopper.py (path gluon-ws)",
-                    split_kv=True, fast_path="gluon-ws", fast_fwd_tile=flash_fwd_hopper.forward_tile),
+                    "on sm_90 the forward runs the Gluon kernel of kernels/flash_fwd_hopper.py and at head_dim 64 "
+                    "the backward the one-pass Gluon kernel of kernels/flash_bwd_hopper.py (path gluon-ws)",
+                    split_kv=True, fast_path="gluon-ws", fast_fwd_tile=flash_fwd_hopper.forward_tile,
+                    fast_bwd_tile=flash_bwd_hopper.backward_tile),
             supports_backward=True, needs_cuda=False, is_triton=True,
             head_dims=flash_fwd.HEAD_DIMS, backward_head_dims=flash_bwd.HEAD_DIMS, path_of=flash_fwd.forward_path,
+            backward_path_of=flash_bwd.backward_path,
             color="#1f77b4", kernel_tile=_flash_kernel_tile,
         ),
         Impl(

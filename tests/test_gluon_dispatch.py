@@ -1,6 +1,7 @@
-"""The Gluon Hopper forward as the rest of the toolkit sees it, on the CPU: when triton_flash takes
-it, the path a capture row records, the tile the cost model charges for it, and the shipped H100
-captures. The kernel itself runs only on sm_90 (tests/gpu); the interpreter cannot run Gluon."""
+"""The Gluon Hopper forward and backward as the rest of the toolkit sees them, on the CPU: when
+triton_flash takes them, the path a capture row records, the tiles and bytes the cost model charges
+for them, and the shipped H100 captures. The kernels themselves run only on sm_90 (tests/gpu); the
+interpreter cannot run Gluon."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from attention_core.costing import Tiles
+from attention_core.costing import Tiles, pass_paths
 from attention_core.shape import Shape
 from kernels import flash_bwd_hopper as bwd_hopper
 from kernels import flash_fwd_hopper as hopper
 from kernels.flash_bwd import backward_path, flash_attention_backward
 from kernels.flash_fwd import flash_attention_forward, forward_path
 from profiler.model.cost import cost_of, kernel_path
-from profiler.model.fused import tile_bytes
+from profiler.model.fused import executed_flops, onepass_backward_bytes, tile_bytes
 from profiler.model.roofs import Roofs
 from profiler.registry import REGISTRY
 from profiler.remodel import remodel
@@ -156,8 +157,7 @@ def test_backward_configs_fit_shared_memory_and_split_dq_exactly(head_dim, causa
 
 
 def test_backward_off_sm90_takes_the_portable_kernel_and_refuses_gluon_true():
-    """Off sm_90 gluon=True is refused with the reason; the default is the portable kernel everywhere
-    (the Gluon backward is opt-in until it measures faster)."""
+    """Off sm_90 gluon=True is refused with the reason, and the default is the portable kernel."""
     q = torch.randn(1, 2, 300, 64)
     o = torch.randn_like(q)
     lse = torch.zeros(1, 2, 300)
@@ -167,3 +167,54 @@ def test_backward_off_sm90_takes_the_portable_kernel_and_refuses_gluon_true():
     with pytest.raises(ValueError, match=reason.split(" (")[0][:20]):
         flash_attention_backward(torch.randn_like(q), q, q, q, o, lse, False, 0.125, gluon=True)
     assert all(g.shape == q.shape for g in flash_attention_backward(torch.randn_like(q), q, q, q, o, lse, False, 0.125))
+
+
+def test_backward_default_prefers_the_portable_kernel_at_head_dim_128():
+    """bwd_hopper.PORTABLE_HEAD_DIMS: where the portable backward measured faster."""
+    want = "the portable backward measured faster at head_dim 128"
+    assert bwd_hopper.slower_reason(torch.empty(1, 1, 8, 128)) == want
+    assert bwd_hopper.slower_reason(torch.empty(1, 1, 8, 64)) is None
+
+
+def test_pass_paths_split_a_row_path_by_pass():
+    assert pass_paths("gluon-ws fwd, tiled bwd", "fwd+bwd") == ("gluon-ws", "tiled")
+    assert pass_paths("split-kv x16 fwd, gluon-ws bwd", "fwd+bwd") == ("split-kv x16", "gluon-ws")
+    assert pass_paths("gluon-ws", "fwd") == ("gluon-ws", "")
+    assert pass_paths("gluon-ws", "bwd") == ("", "gluon-ws")
+    assert kernel_path(OURS, Shape.square(1, 2, 256, 64, mode="bwd"), forward="gluon-ws", backward="gluon-ws") == \
+        "gluon-ws"
+    assert kernel_path(OURS, Shape.square(1, 2, 256, 64, mode="fwd+bwd"), forward="tiled", backward="gluon-ws") == \
+        "tiled fwd, gluon-ws bwd"
+
+
+def test_onepass_backward_bytes_by_hand():
+    """B1 H2 N300 D64 fp16, tile (64, 128), not causal: 3 key blocks × 5 query tiles per head."""
+    shape = Shape.square(1, 2, 300, 64, dtype="fp16", mode="bwd")
+    e, d, n = 2, 64, 300
+    q = kv = 2 * n * d * e  # both heads
+    visited = 2 * 3 * 5  # (head, key block, query tile) triples
+    want = (2 * q + 2 * n * 4  # preprocess: read O, dO; write delta
+            + 2 * 320 * d * 4  # zero the fp32 dQ buffer (300 rows padded to 320)
+            + 2 * kv  # K, V once
+            + visited * 64 * (2 * d * e + 2 * 4)  # Q, dO tiles and their lse, delta rows
+            + visited * 64 * d * 4  # dQ shares reduce-added in fp32
+            + 2 * kv  # dK, dV
+            + 2 * 320 * d * 4 + q)  # read the buffer, write dq
+    assert onepass_backward_bytes(shape, (64, 128)) == want
+    # The row of a backward that ran the Gluon kernel is charged it; the portable one its two kernels.
+    gluon = cost_of(OURS, shape, path="gluon-ws")
+    assert gluon.tile_bytes == want
+    assert cost_of(OURS, shape, path="tiled").tile_bytes == tile_bytes(shape, OURS.tiles_for(64, "fp16"))
+    assert gluon.flops == cost_of(OURS, shape, path="tiled").flops  # the FLOP convention does not change
+    # The fwd+bwd row: the Gluon forward's tile and the one-pass backward.
+    both = shape.with_mode("fwd+bwd")
+    tiles = OURS.tiles_for(64, "fp16", "gluon-ws fwd, gluon-ws bwd", "fwd+bwd")
+    assert tiles.fwd == (192, 128) and tiles.onepass == bwd_hopper.backward_tile(64) == (64, 128)
+    assert cost_of(OURS, both, path="gluon-ws fwd, gluon-ws bwd").tile_bytes == pytest.approx(
+        tile_bytes(shape.with_mode("fwd"), Tiles((192, 128))) + want)
+
+
+def test_onepass_backward_issues_five_matmuls_per_tile_pair():
+    shape = Shape.square(1, 2, 300, 64, mode="bwd", causal=True)
+    # Causal, key block n sees query tiles from row 128·n on: 5 + 3 + 1 tiles a head.
+    assert executed_flops(shape, Tiles(None, onepass=(64, 128))) == 2 * 9 * 64 * 128 * 5 * 2 * 64

@@ -128,7 +128,11 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
     try:
         q, k, v, do = make_inputs(shape, device, requires_grad=shape.mode != "fwd")
         if impl.path_of is not None:
-            result.path = kernel_path(impl.costing, shape, forward=impl.path_of(q, k, v, shape.causal))
+            backward = None
+            if shape.mode != "fwd" and impl.backward_path_of is not None:
+                backward = impl.backward_path_of(q, k, v)
+            result.path = kernel_path(impl.costing, shape, forward=impl.path_of(q, k, v, shape.causal),
+                                      backward=backward)
         if check:
             try:
                 result.max_rel_err = _slice_error(impl, q, k, v, do, shape)

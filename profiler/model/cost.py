@@ -63,7 +63,7 @@ def cost_of(costing: Costing, shape: Shape, step: str = "total", path: str = "")
 
 
 def _fused_tile_bytes(costing: Costing, shape: Shape, path: str = "") -> float:
-    tiles = costing.tiles_for(shape.head_dim, shape.dtype, path)
+    tiles = costing.tiles_for(shape.head_dim, shape.dtype, path, shape.mode)
     return math.nan if tiles is None else tile_bytes(shape, tiles)
 
 
@@ -74,17 +74,19 @@ def kernel_plan(costing: Costing, shape: Shape) -> split_kv.SplitPlan | None:
     return split_kv.plan(shape.batch, shape.kv_heads, shape.group, shape.seq_q, shape.seq_kv)
 
 
-def kernel_path(costing: Costing, shape: Shape, forward: str | None = None) -> str:
+def kernel_path(costing: Costing, shape: Shape, forward: str | None = None, backward: str | None = None) -> str:
     """Which code path of a multi-path implementation runs this shape ('split-kv x16', 'tiled',
     'gluon-ws fwd, tiled bwd'), for the store's ``path`` column; '' for implementations with one
-    path. ``forward`` is the forward path the implementation reported when the case ran (it can
-    depend on the device, e.g. 'gluon-ws' on sm_90); without it, the shape decides."""
+    path. ``forward`` and ``backward`` are the paths the implementation reported when the case ran
+    (they can depend on the device, e.g. 'gluon-ws' on sm_90); without them, the shape decides
+    (the portable backward is 'tiled')."""
     if not costing.split_kv:
         return ""
     if forward is None:
         decode = kernel_plan(costing, shape)
         forward = "tiled" if decode is None else decode.label
-    return {"fwd": forward, "bwd": "tiled", "fwd+bwd": f"{forward} fwd, tiled bwd"}[shape.mode]
+    backward = backward or "tiled"
+    return {"fwd": forward, "bwd": backward, "fwd+bwd": f"{forward} fwd, {backward} bwd"}[shape.mode]
 
 
 def arithmetic_intensity(flops: float, hbm_bytes: float) -> float:

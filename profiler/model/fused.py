@@ -60,11 +60,13 @@ def query_tiles_visited(shape: Shape, block_m: int, block_n: int) -> int:
 def executed_flops(shape: Shape, tiles: Tiles) -> float:
     """FLOPs a tiled kernel really issues: whole (BLOCK_M × BLOCK_N) tiles, 2 matmuls per tile
     forward; 7 backward as our two backward kernels do (S and dP recomputed in both, plus dV, dK,
-    dQ). NaN for a pass whose tiles are not known."""
+    dQ), 5 in a one-pass backward. NaN for a pass whose tiles are not known."""
     d = shape.head_dim
     fwd = math.nan if tiles.fwd is None else \
         shape.bh * tiles_visited(shape, *tiles.fwd) * tiles.fwd[0] * tiles.fwd[1] * 2 * (2 * d)
-    if tiles.dkdv is None or tiles.dq is None:
+    if tiles.onepass is not None:  # per (key block, query tile) pair: S, dP, dV, dK, dQ
+        bwd = shape.bh * query_tiles_visited(shape, *tiles.onepass) * tiles.onepass[0] * tiles.onepass[1] * 5 * (2 * d)
+    elif tiles.dkdv is None or tiles.dq is None:
         bwd = math.nan
     else:  # dK/dV kernel: per (key tile, query tile) pair, S, dP, dV and dK: 4 matmuls. dQ kernel: S, dP, dQ.
         bwd = (shape.bh * query_tiles_visited(shape, *tiles.dkdv) * tiles.dkdv[0] * tiles.dkdv[1] * 4 * (2 * d)
@@ -111,6 +113,8 @@ def tile_bytes(shape: Shape, tiles: Tiles) -> float:
         fwd = math.nan
     else:
         fwd = q + shape.bh * tiles_visited(shape, *tiles.fwd) * 2 * tiles.fwd[1] * d * e + q + row_stats
+    if tiles.onepass is not None:
+        return by_mode(shape, fwd, onepass_backward_bytes(shape, tiles.onepass))
     if tiles.dkdv is None or tiles.dq is None:
         return by_mode(shape, fwd, math.nan)
     dkdv_tile, dq_tile = tiles.dkdv, tiles.dq
@@ -122,6 +126,26 @@ def tile_bytes(shape: Shape, tiles: Tiles) -> float:
     dq = 2 * q + 2 * row_stats + shape.bh * tiles_visited(shape, *dq_tile) * 2 * dq_tile[1] * d * e + q
     preprocess = 2 * q + row_stats  # read O, dO; write delta
     return by_mode(shape, fwd, dkdv + dq + preprocess)
+
+
+def onepass_backward_bytes(shape: Shape, tile: tuple[int, int]) -> float:
+    """Bytes of a one-pass backward (kernels.flash_bwd_hopper; FlashAttention-2's Algorithm 2 and
+    FlashAttention-3's backward have the same structure) with (BLOCK_M query rows, BLOCK_N keys):
+    each program reads its K and V block once, and per query tile it visits the Q and dO tiles
+    and their lse and delta rows; it adds that tile's dQ share into an fp32 (B, H, Nq_pad, D)
+    buffer (one reduce of BLOCK_M·D·4 bytes per visited tile, the adds done in L2), and writes dK,
+    dV. Around it: the delta preprocess (read O, dO; write delta), zeroing the buffer, and a
+    conversion that reads it and writes dq."""
+    block_m, block_n = tile
+    e, d = shape.elem_bytes, shape.head_dim
+    q = tensor_bytes(shape, shape.seq_q)
+    kv = kv_bytes(shape)
+    row_stats = shape.bh * shape.seq_q * LSE_BYTES
+    visited = shape.bh * query_tiles_visited(shape, block_m, block_n)
+    dq_buffer = shape.bh * math.ceil(shape.seq_q / block_m) * block_m * d * 4
+    main = 2 * kv + visited * block_m * (2 * d * e + 2 * LSE_BYTES) + visited * block_m * d * 4 + 2 * kv
+    preprocess = 2 * q + row_stats
+    return preprocess + dq_buffer + main + dq_buffer + q
 
 
 def per_row_bytes(shape: Shape) -> float:

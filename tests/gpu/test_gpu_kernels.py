@@ -294,12 +294,21 @@ def test_gluon_backward_variants_match_oracle(head_dim, persistent, dq_cols):
     _assert_gluon_backward_like_naive(q, k, v, True, torch.bfloat16, config)
 
 
-def test_gluon_backward_is_opt_in():
-    """The default backward stays the portable kernel on sm_90: backward_path says so, and only
-    gluon=True takes the Gluon one."""
+def test_gluon_backward_is_the_default_at_head_dim_64_only():
+    """On sm_90 the default backward takes the Gluon kernel at head_dim 64 and the portable one at
+    128 (flash_bwd_hopper.PORTABLE_HEAD_DIMS); gluon=True/False force either; the triton_flash
+    capture row records the backward's path."""
+    from attention_core.shape import Shape
     from kernels.flash_bwd import backward_path
+    from profiler.measure.runner import run_case
 
     _needs_sm90()
     q, k, v = _inputs(1, 2, 256, 256, 64, torch.bfloat16)
+    assert backward_path(q, k, v) == backward_path(q, k, v, gluon=True) == "gluon-ws"
+    assert backward_path(q, k, v, gluon=False) == "tiled"
+    q, k, v = _inputs(1, 2, 256, 256, 128, torch.bfloat16)
     assert backward_path(q, k, v) == backward_path(q, k, v, gluon=False) == "tiled"
     assert backward_path(q, k, v, gluon=True) == "gluon-ws"
+    row = run_case(REGISTRY["triton_flash"], Shape.square(1, 2, 1024, 64, dtype="bf16", mode="fwd+bwd"), "cuda",
+                   rep_ms=20)
+    assert row.status == "ok" and row.path == "gluon-ws fwd, gluon-ws bwd", (row.status, row.message, row.path)
