@@ -229,17 +229,19 @@ def test_gluon_path_falls_back_to_the_portable_kernel(monkeypatch):
 
 
 def test_capture_row_names_the_gluon_path():
-    """A case run on sm_90 records the path it took, and its tile bytes follow the Gluon tile."""
+    """A case run on sm_90 records the paths it took, and its tile bytes follow the Gluon tiles."""
     from attention_core.shape import Shape
     from profiler.measure.runner import run_case
     from profiler.model.cost import cost_of
 
     _needs_sm90()
-    shape = Shape.square(2, 4, 1024, 64, dtype="fp16", mode="fwd+bwd")
-    result = run_case(REGISTRY["triton_flash"], shape, "cuda", rep_ms=5)
-    assert result.status == "ok" and result.path == "gluon-ws fwd, tiled bwd"
     costing = REGISTRY["triton_flash"].costing
-    assert cost_of(costing, shape, path=result.path).tile_bytes != cost_of(costing, shape).tile_bytes
+    # The backward takes the Gluon kernel at head_dim 64 and the portable one at 128.
+    for head_dim, path in ((64, "gluon-ws fwd, gluon-ws bwd"), (128, "gluon-ws fwd, tiled bwd")):
+        shape = Shape.square(2, 4, 1024, head_dim, dtype="fp16", mode="fwd+bwd")
+        result = run_case(REGISTRY["triton_flash"], shape, "cuda", rep_ms=5)
+        assert result.status == "ok" and result.path == path, (result.status, result.message, result.path)
+        assert cost_of(costing, shape, path=result.path).tile_bytes != cost_of(costing, shape).tile_bytes
 
 
 def _assert_gluon_backward_like_naive(q, k, v, causal, dtype, config=None):
@@ -296,11 +298,9 @@ def test_gluon_backward_variants_match_oracle(head_dim, persistent, dq_cols):
 
 def test_gluon_backward_is_the_default_at_head_dim_64_only():
     """On sm_90 the default backward takes the Gluon kernel at head_dim 64 and the portable one at
-    128 (flash_bwd_hopper.PORTABLE_HEAD_DIMS); gluon=True/False force either; the triton_flash
-    capture row records the backward's path."""
-    from attention_core.shape import Shape
+    128 (flash_bwd_hopper.PORTABLE_HEAD_DIMS); gluon=True/False force either (capture rows:
+    test_capture_row_names_the_gluon_path)."""
     from kernels.flash_bwd import backward_path
-    from profiler.measure.runner import run_case
 
     _needs_sm90()
     q, k, v = _inputs(1, 2, 256, 256, 64, torch.bfloat16)
@@ -309,6 +309,3 @@ def test_gluon_backward_is_the_default_at_head_dim_64_only():
     q, k, v = _inputs(1, 2, 256, 256, 128, torch.bfloat16)
     assert backward_path(q, k, v) == backward_path(q, k, v, gluon=False) == "tiled"
     assert backward_path(q, k, v, gluon=True) == "gluon-ws"
-    row = run_case(REGISTRY["triton_flash"], Shape.square(1, 2, 1024, 64, dtype="bf16", mode="fwd+bwd"), "cuda",
-                   rep_ms=20)
-    assert row.status == "ok" and row.path == "gluon-ws fwd, gluon-ws bwd", (row.status, row.message, row.path)
