@@ -241,7 +241,8 @@ def test_capture_row_names_the_gluon_path():
         shape = Shape.square(2, 4, 1024, head_dim, dtype="fp16", mode="fwd+bwd")
         result = run_case(REGISTRY["triton_flash"], shape, "cuda", rep_ms=5)
         assert result.status == "ok" and result.path == path, (result.status, result.message, result.path)
-        assert cost_of(costing, shape, path=result.path).tile_bytes != cost_of(costing, shape).tile_bytes
+        if head_dim == 64:  # at 128 the Gluon forward's tile is the portable one's, (128, 128)
+            assert cost_of(costing, shape, path=result.path).tile_bytes != cost_of(costing, shape).tile_bytes
 
 
 def _assert_gluon_backward_like_naive(q, k, v, causal, dtype, config=None):
