@@ -23,9 +23,10 @@ and its hopper/ sources) does the backward in one pass, which this kernel follow
   buffer with one TMA reduce-add (``cp.reduce.async.bulk.tensor``: the adds happen in L2, no
   per-element atomics). A last kernel scales that buffer by sm_scale into dq's dtype.
 - delta_i = Σ_d O_id dO_id comes from kernels.flash_bwd's preprocess kernel.
-- Causal: a key block sees the query tiles from its own position on; programs take the first key
-  blocks first (the longest work first) within sections of heads whose Q, dO and dQ fit in L2
-  (kernels.tile_schedule), and only the tiles on the diagonal or past a ragged end are masked.
+- Causal: a key block sees the query tiles from its own position on; the first key blocks go first
+  (the longest work first), head by head with a program per block, in small snaked sections of
+  heads with persistent programs (kernels.tile_schedule), and only the tiles on the diagonal or past
+  a ragged end are masked.
 
 Inputs: fp16 or bf16, head_dim 64 or 128, contiguous BHSD q, k, v, o, do (the TMA descriptors view
 them as (rows, D) matrices); any Nq, Nkv; grouped-query heads; causal top-left aligned. Rows of a
@@ -94,9 +95,11 @@ class BackwardConfig(NamedTuple):
 
 # By (head_dim, causal). Shared memory per program (bytes): Q and dO rings 2·STAGES·BLOCK_M·D·2, K and V
 # 2·BLOCK_N·D·2, dSᵀ staging consumers·64·BLOCK_M·2, dQ staging consumers·BLOCK_M·D·4; 192 KB at
-# D64 and 208 KB at D128, under sm_90's 227 KB. Causal runs a program per key block, in
-# kernels.tile_schedule's sectioned order, which measured faster than persistent programs on the
-# H100 at N >= 4096 and within 3% at N2048 (docs/perf-notes.md, "Gluon backward", round 4).
+# D64 and 208 KB at D128, under sm_90's 227 KB. Causal runs a program per key block, head by head.
+# Against persistent programs in snaked sections on the H100 (gluon_schedule_round3.jsonl) that
+# measured 0-11% faster at D128, and at D64 3-6% slower up to N8192 but 13% faster at N16384; the
+# same kernel's per-block D64 times moved by up to 8% between runs, so one rule serves both
+# (docs/perf-notes.md, "Gluon backward", round 4).
 CONFIGS = {
     (64, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=True, dq_cols=False),
     (64, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=False),
@@ -131,8 +134,9 @@ def backward_tile(head_dim: int, dtype: str = "fp16") -> tuple[int, int] | None:
 
 
 # Head dims where the portable backward measured faster than this one on the H100 (docs/perf-notes.md,
-# "Gluon backward"): at 128 this kernel runs at 0.73-0.79x of it causal and 0.91-1.01x without a mask.
-# At 64 it measured 1.04-1.17x without a mask and 0.99-1.16x causal, so the default takes it there.
+# "Gluon backward"): at 128 this kernel runs at 0.73-0.78x of it causal and 0.91-1.01x without a mask.
+# At 64 it measured 1.02-1.25x without a mask and 0.94-1.23x causal (below 1 only at causal N2048;
+# reports/bench-h100-gluon-bwd against reports/bench-h100-portable-bwd), so the default takes it there.
 PORTABLE_HEAD_DIMS = (128,)
 
 
@@ -151,10 +155,10 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: tor
 
 @gluon.jit
 def _key_block(t, n_blocks, bh_kv, section, snake, BLOCK_N: gl.constexpr):
-    """Key block t as (batch·K/V head, first key), in _swizzled_tile's order: not causal head by
-    head (``section`` 1), so a head's Q and dO stay in L2 while its key blocks run; causal the
-    first key block (which sees every query tile) first, within L2-sized sections of heads
-    (kernels.tile_schedule)."""
+    """Key block t as (batch·K/V head, first key), in _swizzled_tile's order: head by head
+    (``section`` 1), so a head's Q and dO stay in L2 while its key blocks run; causal the first key
+    block (which sees every query tile) first, for persistent programs within snaked sections of
+    heads (kernels.tile_schedule.plan)."""
     off_bhk, block = _swizzled_tile(t, n_blocks, bh_kv, section, snake)
     return off_bhk, block * BLOCK_N
 

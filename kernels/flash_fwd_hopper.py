@@ -16,8 +16,8 @@ did not get there on triton 3.6):
   a copy lands, ``k_empty``/``v_empty`` when every consumer is done with a slot's K or V, so the
   next K can land while the current V is still in use; ``q_empty`` when a consumer is done with
   its Q), and two or three consumer warpgroups of 64 query rows each, which run the wgmma
-  instructions and the online softmax. Tiles go head by head; causal ones longest block first,
-  within sections of heads whose K and V fit in L2 (kernels.tile_schedule).
+  instructions and the online softmax. Tiles go head by head; causal ones longest block first
+  (persistent programs: in small snaked sections of heads, kernels.tile_schedule).
 - ``OVERLAP``: a consumer issues the next tile's QKᵀ and the current PV as asynchronous wgmma
   before it runs the softmax of the tile it just waited for, so its exponentials run while its own
   matmuls are in flight (FA3's intra-warpgroup pipelining, their Algorithm 2).
@@ -183,9 +183,10 @@ def _swizzled_tile(t, n_blocks, bh, section, snake):
 @gluon.jit
 def _tile(t, m_blocks, heads, group, seq_q, seq_kv, bh, section, snake,
           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
-    """Query tile t as (off_m, q_row, kv_row, key tiles), in :func:`_swizzled_tile`'s order: not
-    causal head by head (``section`` 1), so a head's K and V stay in L2 while its query blocks run;
-    causal longest block first within L2-sized sections of heads. ``bh`` = batch·heads."""
+    """Query tile t as (off_m, q_row, kv_row, key tiles), in :func:`_swizzled_tile`'s order: head by
+    head (``section`` 1), so a head's K and V stay in L2 while its query blocks run; causal longest
+    block first, for persistent programs within snaked sections of heads
+    (kernels.tile_schedule.plan). ``bh`` = batch·heads."""
     off_hz, block = _swizzled_tile(t, m_blocks, bh, section, snake)
     if CAUSAL:
         block = m_blocks - 1 - block  # rank 0: the last query block, which sees every key

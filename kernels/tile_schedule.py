@@ -1,4 +1,4 @@
-"""The order in which the Gluon kernels take their tiles: longest first, in L2-sized head sections.
+"""The order in which the Gluon kernels take their tiles: longest first, few heads at a time.
 
 A causal tile's work depends on where it sits on the diagonal: the forward's query block m sees
 m + 1 key blocks, the backward's key block n sees every query block from n on. Taking the longest
@@ -6,8 +6,12 @@ tiles first evens out the programs (longest processing time first). Taking them 
 over *every* head, though, spreads the programs that run at once over as many heads as there are
 programs, and their K and V (forward) or Q, dO and the dQ accumulator (backward) then no longer
 fit in L2: docs/perf-notes.md measured that loss on the forward ("Gluon forward") and the
-backward. FlashAttention-3 (hopper/tile_scheduler.hpp, its LPT schedulers) cuts the heads into
-sections whose data fits in a share of L2 and goes longest first inside each section; so do we.
+backward ("Gluon backward", round 4). FlashAttention-3 (hopper/tile_scheduler.hpp, its LPT
+schedulers) cuts the heads into sections whose data fits in a share of L2 and goes longest first
+inside each section. We measured fewer heads in flight to be faster still: a grid with a program per
+tile goes head by head (the hardware hands the next tile to a free SM, which evens the tail out),
+and persistent programs take sections as small as their balance allows (below), FA3's share of L2
+only as the upper bound.
 
 One more step matters for persistent programs that take every programs-th tile of that order (a
 static round robin, not FA3's atomic counter): when a section holds a multiple of the programs'
