@@ -25,7 +25,7 @@ kernels on sm_90); the row's ``path`` column, recorded when the case ran, says w
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 KINDS = ("stepwise", "unfused", "fused", "per_row")
 Tile = tuple[int, int]  # (BLOCK_M query rows, BLOCK_N key columns)
@@ -46,7 +46,7 @@ class Tiles:
 
 def pass_paths(path: str, mode: str) -> tuple[str, str]:
     """(forward path, backward path) of a row's ``path`` column: 'X fwd, Y bwd' on fwd+bwd rows,
-    the whole path on a one-pass row ('' for the pass that did not run)."""
+    the whole path on a fwd or a bwd row ('' for the pass that did not run)."""
     if path.endswith(" bwd") and " fwd, " in path:
         forward, backward = path[: -len(" bwd")].split(" fwd, ", 1)
         return forward, backward
@@ -122,4 +122,5 @@ def _tiles_json(tiles: Tiles | None) -> dict | None:
 def _tiles_from_json(stored: dict | None) -> Tiles | None:
     if stored is None:
         return None
-    return Tiles(**{k: tuple(v) if v else None for k, v in stored.items()})
+    known = {f.name for f in fields(Tiles)}  # keys a later version adds are left out, not fatal
+    return Tiles(**{k: tuple(v) if v else None for k, v in stored.items() if k in known})

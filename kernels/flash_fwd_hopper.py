@@ -58,7 +58,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed trit
     GLUON_IMPORT_ERROR = f"triton {triton.__version__} has no Gluon Hopper API ({error})"
     # The kernels below are still defined (their bodies are only read when compiled); unsupported_reason
     # returns this error, so nothing launches them.
-    gluon = types.SimpleNamespace(jit=lambda fn: fn)
+    gluon = types.SimpleNamespace(jit=lambda fn=None, **options: fn if fn is not None else (lambda f: f))
 
 HEAD_DIMS = (64, 128)
 SPLIT_M = 64  # query rows per consumer warpgroup: one wgmma M of 4 warps × 16 rows

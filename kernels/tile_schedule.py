@@ -24,13 +24,15 @@ snaked order balances the programs on the launch's own shape (:func:`largest_sha
 
 :func:`tile` is the reference for the ``_swizzled_tile`` Gluon function in kernels.flash_fwd_hopper
 (the kernels' mapping); tests check it visits every tile once and the plan's balance. Pure Python:
-no GPU or triton needed.
+no GPU or triton needed (numpy for :func:`largest_share`).
 """
 
 from __future__ import annotations
 
 import functools
 from typing import NamedTuple
+
+import numpy as np
 
 # Shares of L2 that FlashAttention-3 budgets for one section's data on an H100's 50 MB L2
 # (hopper/tile_scheduler.hpp: "32 MB for K & V" in the forward's scheduler, "40 MB for Q, dO,
@@ -71,11 +73,14 @@ def largest_share(n_blocks: int, bh: int, programs: int, schedule: Schedule, cau
     """The largest program's work over the mean, for ``programs`` persistent programs each taking
     every programs-th tile, with a tile's work = the blocks it visits + 1 (its start and its
     epilogue, about one block's time: a coarse model, used only to choose between orders)."""
-    work = [0] * programs
-    for t in range(n_blocks * bh):
-        _, rank = tile(t, n_blocks, bh, schedule.section, schedule.snake)
-        work[t % programs] += 1 + (n_blocks - rank if causal else n_blocks)
-    return max(work) * programs / sum(work)
+    t = np.arange(n_blocks * bh)
+    section = schedule.section
+    sec, r = np.divmod(t, section * n_blocks)
+    rank = r // np.minimum(section, bh - sec * section)  # as tile(), for every t at once
+    if schedule.snake:
+        rank = np.where(sec % 2 == 1, n_blocks - 1 - rank, rank)
+    work = np.bincount(t % programs, weights=1 + (n_blocks - rank if causal else n_blocks), minlength=programs)
+    return float(work.max() * programs / work.sum())
 
 
 # A persistent launch takes the smallest section whose snaked order keeps the largest program's
@@ -96,7 +101,8 @@ def plan(n_blocks: int, bh: int, head_bytes: int, l2_bytes: int, share: float, p
     if not causal or not persistent or programs >= n_blocks * bh:
         return Schedule(1, False)
     largest = section_heads(bh, head_bytes, l2_bytes, share)
-    candidates = [Schedule(min(1 << i, bh), True) for i in range(largest.bit_length())]
+    sizes = sorted({*(1 << i for i in range(largest.bit_length())), largest})
+    candidates = [Schedule(size, True) for size in sizes]
     shares = [largest_share(n_blocks, bh, programs, schedule) for schedule in candidates]
     for schedule, work in zip(candidates, shares):
         if work <= BALANCE:

@@ -199,7 +199,7 @@ def test_onepass_backward_bytes_by_hand():
             + visited * 64 * (2 * d * e + 2 * 4)  # Q, dO tiles and their lse, delta rows
             + visited * 64 * d * 4  # dQ shares reduce-added in fp32
             + 2 * kv  # dK, dV
-            + 2 * 320 * d * 4 + q)  # read the buffer, write dq
+            + 2 * n * d * 4 + q)  # _dq_convert reads each head's 300 rows of the buffer, writes dq
     assert onepass_backward_bytes(shape, (64, 128)) == want
     # The row of a backward that ran the Gluon kernel is charged it; the portable one its two kernels.
     gluon = cost_of(OURS, shape, path="gluon-ws")
@@ -251,3 +251,44 @@ def test_shipped_h100_backward_grid_and_the_readme_quotes_it():
            f"{(fwd.sdpa_cudnn >= fwd.triton_flash).sum()} of 32 shapes" in readme
     # Below the portable backward only at causal N 2048, as the README says.
     assert set(vs_portable[vs_portable < 1].index) == {("bf16", True, 2048), ("fp16", True, 2048)}
+
+
+def test_backward_dispatch_follows_backward_path(monkeypatch):
+    """flash_attention_backward and backward_path decide alike: with the Gluon kernel available and
+    not slower, the default calls it, gluon=False does not, and deterministic algorithms keep the
+    portable kernels (dQ's fp32 adds run in a varying order)."""
+    from kernels import flash_bwd
+
+    calls = []
+    monkeypatch.setattr(bwd_hopper, "unsupported_reason", lambda *tensors: None)
+    monkeypatch.setattr(bwd_hopper, "slower_reason", lambda q: None)
+    monkeypatch.setattr(bwd_hopper, "hopper_backward", lambda *args: calls.append(args) or (None, None, None))
+    q = torch.randn(1, 2, 40, 64)
+    o, lse, do = torch.randn_like(q), torch.zeros(1, 2, 40), torch.randn_like(q)
+    assert backward_path(q, q, q) == "gluon-ws"
+    flash_attention_backward(do, q, q, q, o, lse, True, 0.125)
+    assert len(calls) == 1
+    assert backward_path(q, q, q, gluon=False) == "tiled"
+    flash_attention_backward(do, q, q, q, o, lse, True, 0.125, gluon=False)
+    assert len(calls) == 1
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert "deterministic" in flash_bwd._not_gluon(q, q, q, o)
+        assert backward_path(q, q, q) == "tiled"
+        flash_attention_backward(do, q, q, q, o, lse, True, 0.125)
+        assert len(calls) == 1
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+def test_gluon_tile_order_is_the_reference_order(monkeypatch):
+    """_swizzled_tile (Gluon, run here as plain Python) maps every t as kernels.tile_schedule.tile."""
+    import itertools
+
+    from kernels.tile_schedule import tile
+
+    monkeypatch.setattr(hopper.gl, "minimum", min)
+    swizzled = hopper._swizzled_tile.fn
+    for bh, n_blocks, section, snake in itertools.product((1, 5, 13), (1, 3, 8), (1, 2, 4, 6, 15), (0, 1)):
+        for t in range(bh * n_blocks):
+            assert swizzled(t, n_blocks, bh, section, snake) == tile(t, n_blocks, bh, section, bool(snake))

@@ -36,7 +36,8 @@ def cost_of(costing: Costing, shape: Shape, step: str = "total", path: str = "")
     a per-row kernel re-reads K and V for every query row. An implementation that expands GQA
     inputs with repeat_interleave (``repeats_kv``) moves the copy too, and then attends as if every
     query head had its own K and V. ``path`` is the row's recorded kernel path: where it names the
-    costing's ``fast_path``, the forward tiles are that kernel's."""
+    costing's ``fast_path`` for a pass, that pass's tiles are the fast kernel's (the forward's tile,
+    or a one-pass backward's, :class:`attention_core.costing.Tiles`)."""
     if step != "total":
         if costing.kind != "stepwise":
             raise ValueError(f"step '{step}' exists only for stepwise implementations; this one is {costing.kind}")

@@ -6,8 +6,9 @@ Conventions, each with its source:
   when causal (FlashAttention papers, Triton's fused-attention tutorial, tritonbench), and
   backward = 2.5x forward (FlashAttention-2 paper, §4: five matmuls S, dP, dV, dK, dQ against the
   forward's two). :func:`executed_flops` instead counts what our kernels really multiply: whole
-  tiles, including masked halves of diagonal tiles and padded tails, and our backward's seven
-  matmuls (S and dP are recomputed in both the dK/dV and the dQ kernel).
+  tiles, including masked halves of diagonal tiles and padded tails, and our portable backward's
+  seven matmuls (S and dP are recomputed in both the dK/dV and the dQ kernel; five in the one-pass
+  Gluon backward).
 - Two byte counts: :func:`compulsory_bytes` (Q, K, V read once; O and logsumexp written once:
   what DRAM sees when L2 holds K and V) and :func:`tile_bytes` (each query block re-reads the K and
   V tiles it visits: what L2 serves).
@@ -104,7 +105,8 @@ def compulsory_bytes(shape: Shape, writes_lse: bool = True) -> int:
 def tile_bytes(shape: Shape, tiles: Tiles) -> float:
     """Bytes moved when every query block re-reads the K and V tiles it visits (and, in the dK/dV
     kernel, every key block re-reads Q, dO and the row statistics): the traffic L2 serves, for a
-    kernel with these tiles (backward: structured as ours, a dK/dV and a dQ kernel). Forward:
+    kernel with these tiles (backward: a dK/dV and a dQ kernel as our portable one, or the one-pass
+    kernel of :func:`onepass_backward_bytes` when ``tiles.onepass`` is set). Forward:
     Q once + Σ_blocks visited·(K+V tile) + O + logsumexp. NaN for a pass whose tiles are unknown."""
     e, d = shape.elem_bytes, shape.head_dim
     q = tensor_bytes(shape, shape.seq_q)
@@ -135,7 +137,7 @@ def onepass_backward_bytes(shape: Shape, tile: tuple[int, int]) -> float:
     and their lse and delta rows; it adds that tile's dQ share into an fp32 (B, H, Nq_pad, D)
     buffer (one reduce of BLOCK_M·D·4 bytes per visited tile, the adds done in L2), and writes dK,
     dV. Around it: the delta preprocess (read O, dO; write delta), zeroing the buffer, and a
-    conversion that reads it and writes dq."""
+    conversion that reads its first Nq rows of each head and writes dq."""
     block_m, block_n = tile
     e, d = shape.elem_bytes, shape.head_dim
     q = tensor_bytes(shape, shape.seq_q)
@@ -145,7 +147,8 @@ def onepass_backward_bytes(shape: Shape, tile: tuple[int, int]) -> float:
     dq_buffer = shape.bh * math.ceil(shape.seq_q / block_m) * block_m * d * 4
     main = 2 * kv + visited * block_m * (2 * d * e + 2 * LSE_BYTES) + visited * block_m * d * 4 + 2 * kv
     preprocess = 2 * q + row_stats
-    return preprocess + dq_buffer + main + dq_buffer + q
+    convert = shape.bh * shape.seq_q * d * 4 + q
+    return preprocess + dq_buffer + main + convert
 
 
 def per_row_bytes(shape: Shape) -> float:

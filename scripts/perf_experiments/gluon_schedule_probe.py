@@ -1,4 +1,4 @@
-"""The Gluon kernels' causal tile order on an H100/H200: L2-sized head sections against the old order.
+"""The Gluon kernels' causal tile order on an H100/H200: head sections against the old all-heads order.
 
     python3 scripts/perf_experiments/gluon_schedule_probe.py [all|check|bench|sections]
 

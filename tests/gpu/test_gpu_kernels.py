@@ -230,9 +230,12 @@ def test_gluon_path_falls_back_to_the_portable_kernel(monkeypatch):
 
 def test_capture_row_names_the_gluon_path():
     """A case run on sm_90 records the paths it took, and its tile bytes follow the Gluon tiles."""
+    from attention_core.costing import Tiles
     from attention_core.shape import Shape
+    from kernels import flash_bwd_hopper, flash_fwd_hopper
     from profiler.measure.runner import run_case
     from profiler.model.cost import cost_of
+    from profiler.model.fused import onepass_backward_bytes, tile_bytes
 
     _needs_sm90()
     costing = REGISTRY["triton_flash"].costing
@@ -241,8 +244,12 @@ def test_capture_row_names_the_gluon_path():
         shape = Shape.square(2, 4, 1024, head_dim, dtype="fp16", mode="fwd+bwd")
         result = run_case(REGISTRY["triton_flash"], shape, "cuda", rep_ms=5)
         assert result.status == "ok" and result.path == path, (result.status, result.message, result.path)
-        if head_dim == 64:  # at 128 the Gluon forward's tile is the portable one's, (128, 128)
-            assert cost_of(costing, shape, path=result.path).tile_bytes != cost_of(costing, shape).tile_bytes
+        forward = tile_bytes(shape.with_mode("fwd"), Tiles(flash_fwd_hopper.forward_tile(head_dim)))
+        if head_dim == 64:
+            backward = onepass_backward_bytes(shape.with_mode("bwd"), flash_bwd_hopper.backward_tile(head_dim))
+        else:
+            backward = tile_bytes(shape.with_mode("bwd"), costing.tiles_for(head_dim, "fp16"))
+        assert cost_of(costing, shape, path=result.path).tile_bytes == pytest.approx(forward + backward)
 
 
 def _assert_gluon_backward_like_naive(q, k, v, causal, dtype, config=None):
