@@ -48,16 +48,21 @@ class Schedule(NamedTuple):
     snake: bool  # every other section shortest first (persistent programs only)
 
 
-def tile(t: int, n_blocks: int, bh: int, section: int, snake: bool) -> tuple[int, int]:
-    """Tile t of bh · n_blocks as (batch·head, rank), rank 0 the longest block. Section s holds
-    heads s·section ... and its tiles go rank by rank, head by head within a rank."""
-    per_section = section * n_blocks
-    sec, r = divmod(t, per_section)
-    heads_here = min(section, bh - sec * section)  # the last section may be short
-    rank, head = divmod(r, heads_here)
-    if snake and sec % 2 == 1:
-        rank = n_blocks - 1 - rank
+def tiles(t: np.ndarray, n_blocks: int, bh: int, section: int, snake: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Tiles t (an array) of bh · n_blocks as (batch·head, rank) arrays, rank 0 the longest block.
+    Section s holds heads s·section ... and its tiles go rank by rank, head by head within a rank;
+    with ``snake`` every odd section goes from its shortest rank."""
+    sec, r = np.divmod(t, section * n_blocks)
+    rank, head = np.divmod(r, np.minimum(section, bh - sec * section))  # the last section may be short
+    if snake:
+        rank = np.where(sec % 2 == 1, n_blocks - 1 - rank, rank)
     return sec * section + head, rank
+
+
+def tile(t: int, n_blocks: int, bh: int, section: int, snake: bool) -> tuple[int, int]:
+    """Tile t as (batch·head, rank): :func:`tiles` for one index."""
+    head, rank = tiles(np.asarray(t), n_blocks, bh, section, snake)
+    return int(head), int(rank)
 
 
 def section_heads(bh: int, head_bytes: int, l2_bytes: int, share: float) -> int:
@@ -74,11 +79,7 @@ def largest_share(n_blocks: int, bh: int, programs: int, schedule: Schedule, cau
     every programs-th tile, with a tile's work = the blocks it visits + 1 (its start and its
     epilogue, about one block's time: a coarse model, used only to choose between orders)."""
     t = np.arange(n_blocks * bh)
-    section = schedule.section
-    sec, r = np.divmod(t, section * n_blocks)
-    rank = r // np.minimum(section, bh - sec * section)  # as tile(), for every t at once
-    if schedule.snake:
-        rank = np.where(sec % 2 == 1, n_blocks - 1 - rank, rank)
+    _, rank = tiles(t, n_blocks, bh, schedule.section, schedule.snake)
     work = np.bincount(t % programs, weights=1 + (n_blocks - rank if causal else n_blocks), minlength=programs)
     return float(work.max() * programs / work.sum())
 
