@@ -62,7 +62,7 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "causal": ("bool", "top-left causal mask (key j visible to query i when j <= i, as SDPA's is_causal)"),
     "path": ("string", "which code path of the implementation ran, where it has several (triton_flash: 'tiled', "
                        "'gluon-ws' for the sm_90 Gluon kernels, 'split-kv xS' for decode shapes; 'X fwd, Y bwd' "
-                       "with a backward, Y 'tiled' or 'gluon-ws'); empty otherwise"),
+                       "on fwd+bwd rows and Y alone on bwd rows, Y 'tiled' or 'gluon-ws'); empty otherwise"),
     "time_ms": ("float64", "median time (do_bench on a GPU, of CUDA-graph replays with --cuda-graph; "
                            "torch.utils.benchmark on a CPU)"),
     "time_ms_p10": ("float64", "10th percentile time"),

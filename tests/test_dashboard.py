@@ -362,11 +362,11 @@ def test_numeric_filter_chips_are_sorted_by_value(reference_app):
 
 def test_roofline_table_leads_with_the_binding_ceiling_and_drops_the_filters(reference_app):
     table = reference_app.dataframe[0].value
-    assert list(table.columns[:10]) == ["impl", "step", "shape", "time (ms)", "TFLOP/s", "FLOP/B", "bound",
+    assert list(table.columns[:11]) == ["impl", "path", "step", "shape", "time (ms)", "TFLOP/s", "FLOP/B", "bound",
                                         "% of roof", "binding ceiling", "% of binding ceiling"]
     # One family: only the sequence length varies, so the label is N=..., and the one-valued columns are gone.
     assert not {"capture", "dtype", "head_dim", "heads", "kv_heads", "batch", "causal", "mode"} & set(table.columns)
-    assert list(table.columns[10:]) == ["seq_q", "seq_kv"]  # what varies, as numbers, at the end
+    assert list(table.columns[11:]) == ["seq_q", "seq_kv"]  # what varies, as numbers, at the end
     flash = table[table.impl == "triton_flash"]
     assert list(flash["shape"]) == ["N=512", "N=1024", "N=2048", "N=4096", "N=8192", "N=16384"]
     assert table.step.iloc[0] == "total" and table.step.iloc[-1] != "total"  # whole kernels, then naive steps

@@ -415,3 +415,26 @@ def test_trace_bars_take_the_step_and_implementation_colours():
         assert colours[name] == style.STEP_COLOR[step]
     ours = plots.trace_figure(kernels[kernels.impl == "triton_flash"])
     assert {t.marker.color for t in ours.data} == {style.impl_color("triton_flash")}
+
+
+def test_hover_and_dashboard_table_name_the_kernel_path(monkeypatch):
+    """A point of an implementation with several kernels says which ran (reports/bench-h100-gluon-bwd:
+    the Gluon backward at head_dim 64, the portable one at 128); one with a single kernel says nothing."""
+    meta, frame = load_capture(ROOT / "reports" / "bench-h100-gluon-bwd")
+    backward = frame[(frame.dtype == "fp16") & ~frame.causal & (frame["mode"] == "bwd")]
+    for head_dim, path in ((64, "gluon-ws"), (128, "tiled")):
+        rows = backward[backward.head_dim == head_dim]
+        fig = _roofline(meta, rows)
+        ours = next(t for t in fig.data if t.name == "triton_flash")
+        cudnn = next(t for t in fig.data if t.name == "sdpa_cudnn")
+        assert all(f"triton_flash</b> total (bwd) · path {path}<br>" in text for text in ours.hovertext)
+        assert not any("path" in text for text in cudnn.hovertext)
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "dashboards" / "roofline.py"), "--select", "bench-h100-gluon-bwd"])
+    at = AppTest.from_file(str(ROOT / "dashboards" / "roofline.py"), default_timeout=120).run()
+    assert not at.exception
+    table = next(d.value for d in at.dataframe if "% of roof" in d.value.columns)
+    assert list(table.columns[:2]) == ["impl", "path"]
+    ours = table[table.impl == "triton_flash"]
+    assert len(ours) and set(ours.path) <= {"gluon-ws", "tiled"} and set(table[table.impl == "sdpa_cudnn"].path) == {""}

@@ -273,9 +273,11 @@ with tabs["Roofline"]:
     order = [c for c in ("seq_kv", "seq_q") if c in extra_columns] + [c for c in extra_columns if c[:3] != "seq"]
     table = points.assign(shape=shape, steps_last=points.step != "total")  # whole kernels first, then naive steps
     table = table.sort_values(["steps_last", "impl", "step", *order])
-    table = table[["capture"] * ("capture" in varying) + ["impl", "step", "shape", "time_ms", "tflops", "x",
-                                                          "view_bound", "of_roof", "binds", "of_ceiling",
-                                                          *extra_columns]]
+    # The kernel path (gluon-ws, tiled, split-kv xS) where an implementation has several.
+    has_path = bool("path" in table and table.path.fillna("").astype(str).ne("").any())
+    columns = ["impl", *["path"] * has_path, "step", "shape", "time_ms", "tflops", "x", "view_bound", "of_roof",
+               "binds", "of_ceiling", *extra_columns]
+    table = table[["capture"] * ("capture" in varying) + columns]
     table = table.rename(columns={"time_ms": "time (ms)", "tflops": "TFLOP/s", "x": "FLOP/B", "view_bound": "bound",
                                   "of_roof": "% of roof", "binds": "binding ceiling",
                                   "of_ceiling": "% of binding ceiling"})

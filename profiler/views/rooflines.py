@@ -172,7 +172,9 @@ def above_roof_reason(impl: str, memory: str, bound: str = "memory") -> str:
 def _hover(group: pd.DataFrame, memory: str = "HBM") -> list[str]:
     texts = []
     for r in group.itertuples():
-        text = (f"<b>{r.impl}</b> {r.step} ({r.mode})<br>{Shape.from_row(r).label}<br>{r.time_ms:.4g} ms · "
+        path = getattr(r, "path", "")
+        kernel = f" · path {path}" if isinstance(path, str) and path else ""  # which kernel ran, where several can
+        text = (f"<b>{r.impl}</b> {r.step} ({r.mode}){kernel}<br>{Shape.from_row(r).label}<br>{r.time_ms:.4g} ms · "
                 f"{r.tflops:.4g} TFLOP/s"
                 f"<br>{r.flops:.4g} FLOP / {r.bytes:.4g} B = {r.x:.4g} FLOP/B<br><b>{r.view_bound}-bound</b>")
         if pd.notna(r.of_roof):
