@@ -82,6 +82,7 @@ class BackwardConfig(NamedTuple):
     stages: int  # Q/dO tiles in the shared-memory ring (STAGES)
     persistent: bool = True  # one program per SM looping over key blocks, instead of one per block
     dq_cols: bool = True  # dQ split by columns over the consumers (else alternate consumers take it whole)
+    query_rows: bool = False  # S and dP with the queries as rows (FA3 at D128), P and dS through shared memory
 
     def dq_tile(self, head_dim: int) -> tuple[int, int]:
         """(rows, columns) of one dQ share: what one consumer multiplies and reduce-adds per query tile."""
@@ -178,7 +179,7 @@ def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, n_blocks
     """One warp: K and V of this key block once, then Q and dO of every query tile it sees, for each
     query head of its group, into the ring."""
     q_desc, do_desc, k_desc, v_desc, dq_desc = descs
-    q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem = bufs
+    q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem = bufs
     kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready = bars
 
     kv_heads = heads // group
@@ -228,21 +229,131 @@ def _probs(s_t, lse2, keys, cols, seq_q, seq_kv, qk_scale, MASKED: gl.constexpr,
 
 
 @gluon.jit
+def _probs_rows(s, lse2, rows, first_key, seq_q, seq_kv, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+    """P = exp2(S·scale·log2e − lse·log2e) of a (queries, keys) score tile, masked as :func:`_probs`."""
+    p = gl.exp2(s * qk_scale - lse2[:, None])
+    if MASKED:
+        # The key indices are made here, not held: a thread's 16 of them would stay live all loop long.
+        keys = first_key + gl.arange(0, s.shape[1], layout=gl.SliceLayout(0, s.type.layout))
+        visible = (rows[:, None] < seq_q) & (keys[None, :] < seq_kv)
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= rows[:, None])
+        p = gl.where(visible, p, 0.0)
+    return p
+
+
+@gluon.jit
+def _dq_share(i, count, off_hz, k_dq, dq_buf, ds_op, dq_desc, q_pad,
+              WG: gl.constexpr, BLOCK_M: gl.constexpr, NUM_WG: gl.constexpr, DQ_N: gl.constexpr,
+              DQ_COLS: gl.constexpr):
+    """dQ = dS K over the whole key block (``ds_op``: every consumer's dS of tile i, (BLOCK_M, BLOCK_N)
+    in shared memory): this warpgroup's columns of it (DQ_COLS), or all of it on every NUM_WG-th
+    query tile, reduce-added into the fp32 buffer."""
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, DQ_N, 16])
+    if DQ_COLS or (count % NUM_WG == WG):
+        dq = warpgroup_mma(ds_op, k_dq, gl.zeros([BLOCK_M, DQ_N], gl.float32, dq_layout),
+                           use_acc=False, is_async=True)
+        dq = warpgroup_mma_wait(0, deps=(dq,))
+        # Into shared memory, then one TMA reduce-add into the fp32 buffer once the previous one
+        # has read its source.
+        tma.store_wait(0)
+        gl.thread_barrier()
+        dq_buf.store(dq)
+        fence_async_shared()
+        gl.thread_barrier()
+        dq_col = 0
+        if DQ_COLS:
+            dq_col = WG * DQ_N
+        _tma_reduce_add(dq_desc, [off_hz * q_pad + i * BLOCK_M, dq_col], dq_buf)
+
+
+@gluon.jit
+def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE, DELTA,
+                   seq_q, seq_kv, q_pad, qk_scale,
+                   WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+                   NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
+                   CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr):
+    """:func:`_bwd_step` with S = Q Kᵀ and dP = dO Vᵀ the right way up (queries are the wgmma M):
+    FlashAttention-3's choice at head_dim 128 (hopper/flash_bwd_launch_template.h, SdP_swapAB off).
+    A thread then holds 2 query rows of the tile, so lse and delta cost 2 registers each instead of
+    16, at the price of P and dS reaching dV's and dK's wgmma through shared memory (transposed)."""
+    q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem = bufs
+    kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready = bars
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, KEYS_PER_WG, 16])
+    dtype: gl.constexpr = q_smem.dtype
+
+    slot = count % STAGES
+    phase = _phase(count, STAGES)
+    rows = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    lse2 = gl.load(LSE + off_hz * seq_q + rows, mask=rows < seq_q, other=0.0) * LOG2E_C
+    delta = gl.load(DELTA + off_hz * seq_q + rows, mask=rows < seq_q, other=0.0)
+    q = q_smem.index(slot)
+    do = do_smem.index(slot)
+    mbarrier.wait(q_ready.index(slot), phase)
+    s = warpgroup_mma(q, k.permute((1, 0)), gl.zeros([BLOCK_M, KEYS_PER_WG], gl.float32, s_layout),
+                      use_acc=False, is_async=True)
+    mbarrier.wait(do_ready.index(slot), phase)
+    dp = warpgroup_mma(do, v.permute((1, 0)), gl.zeros([BLOCK_M, KEYS_PER_WG], gl.float32, s_layout),
+                       use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(1, deps=(s,))  # S done; dP may still run
+    p = _probs_rows(s, lse2, rows, first_key, seq_q, seq_kv, qk_scale, MASKED, CAUSAL)
+    # P to this warpgroup's buffer (free: the previous tile's dV was waited for), then dV += Pᵀ dO.
+    p_buf = p_smem.index(WG)
+    p_buf.store(p.to(dtype))
+    fence_async_shared()
+    gl.thread_barrier()
+    dv = warpgroup_mma(p_buf.permute((1, 0)), do, dv, is_async=True)
+    dp = warpgroup_mma_wait(1, deps=(dp,))  # dP done; dV may still run
+    ds = (p * (dp - delta[:, None])).to(dtype)
+    # Every consumer's dS meets in one (BLOCK_M, BLOCK_N) tile, double-buffered as in _bwd_step.
+    ds_all = ds_smem.index(count % 2)
+    ds_mine = ds_all.slice(WG * KEYS_PER_WG, KEYS_PER_WG, dim=1)
+    ds_mine.store(ds)
+    fence_async_shared()
+    gl.thread_barrier()
+    dk = warpgroup_mma(ds_mine.permute((1, 0)), q, dk, is_async=True)
+    mbarrier.arrive(ds_ready.index(count % 2), count=1)
+    dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
+    mbarrier.arrive(empty.index(slot), count=1)  # done with this slot's Q and dO
+    mbarrier.wait(ds_ready.index(count % 2), _phase(count, 2))
+    _dq_share(i, count, off_hz, k_dq, dq_buf, ds_all, dq_desc, q_pad, WG, BLOCK_M, NUM_WG, DQ_N, DQ_COLS)
+    return dk, dv
+
+
+@gluon.jit
 def _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE, DELTA,
               seq_q, seq_kv, q_pad, qk_scale,
               WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
               NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
-              CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr):
+              CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, QUERY_ROWS: gl.constexpr):
     """Query tile i (the ring's count-th) against this warpgroup's keys: dV and dK accumulate, and
     this warpgroup's share of the tile's dQ goes to the fp32 buffer."""
-    q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem = bufs
+    if QUERY_ROWS:
+        dk, dv = _bwd_step_rows(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
+                                DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                                KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS)
+    else:
+        dk, dv = _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
+                             DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                             KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS)
+    return dk, dv
+
+
+@gluon.jit
+def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE, DELTA,
+                seq_q, seq_kv, q_pad, qk_scale,
+                WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+                NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
+                CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr):
+    """The step with Sᵀ and dPᵀ (keys as rows), Pᵀ and dSᵀ fed to dV's and dK's wgmma from registers."""
+    q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem = bufs
     kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready = bars
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_M, 16])
     kv_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, HEAD_DIM, 16])
-    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                        instr_shape=[16, DQ_N, 16])
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
     dtype: gl.constexpr = q_smem.dtype
 
@@ -278,23 +389,8 @@ def _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq
     dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv, dk, p_op, ds_op))
     mbarrier.arrive(empty.index(slot), count=1)  # done with this slot's Q and dO
     mbarrier.wait(ds_ready.index(count % 2), _phase(count, 2))
-    # dQ = dS K over the whole key block: this warpgroup's columns of it (DQ_COLS), or all of it on
-    # every NUM_WG-th query tile.
-    if DQ_COLS or (count % NUM_WG == WG):
-        dq = warpgroup_mma(ds_all.permute((1, 0)), k_dq, gl.zeros([BLOCK_M, DQ_N], gl.float32, dq_layout),
-                           use_acc=False, is_async=True)
-        dq = warpgroup_mma_wait(0, deps=(dq,))
-        # Into shared memory, then one TMA reduce-add into the fp32 buffer once the previous one
-        # has read its source.
-        tma.store_wait(0)
-        gl.thread_barrier()
-        dq_buf.store(dq)
-        fence_async_shared()
-        gl.thread_barrier()
-        dq_col = 0
-        if DQ_COLS:
-            dq_col = WG * DQ_N
-        _tma_reduce_add(dq_desc, [off_hz * q_pad + i * BLOCK_M, dq_col], dq_buf)
+    _dq_share(i, count, off_hz, k_dq, dq_buf, ds_all.permute((1, 0)), dq_desc, q_pad, WG, BLOCK_M, NUM_WG, DQ_N,
+              DQ_COLS)
     return dk, dv
 
 
@@ -303,16 +399,21 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, LSE, DELTA, heads, group,
                             n_blocks, bh_kv, section, snake, qk_scale, sm_scale,
                             WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                             STAGES: gl.constexpr, NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr,
-                            CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr):
+                            CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, QUERY_ROWS: gl.constexpr):
     """One warpgroup: keys start_n + WG·64 ... + 63 against every query tile they see; dK and dV of
     those keys at the end, and a dQ share per query tile."""
     q_desc, do_desc, k_desc, v_desc, dq_desc = descs
-    q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem = bufs
+    q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem = bufs
     kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready = bars
 
-    # Sᵀ and dPᵀ: (64 keys, BLOCK_M queries); dK, dV: (64 keys, D); dQ's share: (BLOCK_M, D).
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_M, 16])
+    # Sᵀ and dPᵀ: (64 keys, BLOCK_M queries), or S and dP (BLOCK_M, 64) with QUERY_ROWS; dK, dV:
+    # (64 keys, D); dQ's share: (BLOCK_M, D).
+    if QUERY_ROWS:
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, KEYS_PER_WG, 16])
+    else:
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, BLOCK_M, 16])
     kv_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, HEAD_DIM, 16])
     dtype: gl.constexpr = q_smem.dtype
@@ -333,7 +434,10 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, LSE, DELTA, heads, group,
     for t in range(gl.program_id(0), n_blocks * bh_kv, gl.num_programs(0)):
         off_bhk, start_n = _key_block(t, n_blocks, bh_kv, section, snake, NUM_WG * KEYS_PER_WG)
         first_key = start_n + WG * KEYS_PER_WG
-        keys = first_key + gl.arange(0, KEYS_PER_WG, layout=gl.SliceLayout(1, s_layout))
+        if QUERY_ROWS:
+            keys = first_key  # _probs_rows makes the key indices where it masks
+        else:
+            keys = first_key + gl.arange(0, KEYS_PER_WG, layout=gl.SliceLayout(1, s_layout))
         off_z = off_bhk // kv_heads
         off_hk = off_bhk % kv_heads
         m_lo = _first_query_tile(start_n, BLOCK_M, CAUSAL)
@@ -357,17 +461,17 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, LSE, DELTA, heads, group,
             for i in range(m_lo, diag_hi):
                 dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE, DELTA,
                                    seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                   KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS)
+                                   KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, QUERY_ROWS)
                 count += 1
             for i in range(diag_hi, clean_hi):
                 dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE, DELTA,
                                    seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                   KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS)
+                                   KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, QUERY_ROWS)
                 count += 1
             for i in range(clean_hi, n_m):
                 dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE, DELTA,
                                    seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                   KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS)
+                                   KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, QUERY_ROWS)
                 count += 1
         mbarrier.arrive(kv_empty, count=1)  # the loader may bring the next block's K and V
 
@@ -388,7 +492,8 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, DK, DV, LSE, DELT
                      heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section, snake,
                      HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                      NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr,
-                     DQ_COLS: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
+                     DQ_COLS: gl.constexpr, QUERY_ROWS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                     LOADER_REGS: gl.constexpr):
     """Program p takes key blocks p, p + programs, ... of the n_blocks · bh_kv (one each when the
     grid has a program per block; persistent when it has one per SM)."""
     dtype: gl.constexpr = q_desc.dtype
@@ -397,7 +502,12 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, DK, DV, LSE, DELT
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], do_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_WG * KEYS_PER_WG, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_WG * KEYS_PER_WG, HEAD_DIM], v_desc.layout)
-    ds_smem = gl.allocate_shared_memory(dtype, [2, NUM_WG * KEYS_PER_WG, BLOCK_M], ds_layout)
+    if QUERY_ROWS:
+        ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, NUM_WG * KEYS_PER_WG], ds_layout)
+        p_smem = gl.allocate_shared_memory(dtype, [NUM_WG, BLOCK_M, KEYS_PER_WG], ds_layout)
+    else:
+        ds_smem = gl.allocate_shared_memory(dtype, [2, NUM_WG * KEYS_PER_WG, BLOCK_M], ds_layout)
+        p_smem = ds_smem  # unused: Pᵀ stays in registers
     dq_smem = gl.allocate_shared_memory(gl.float32, [NUM_WG] + dq_desc.block_type.shape, dq_desc.layout)
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     kv_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -415,16 +525,16 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, DK, DV, LSE, DELT
         mbarrier.init(empty.index(i), count=NUM_WG)  # every consumer warpgroup releases a slot
 
     descs = (q_desc, do_desc, k_desc, v_desc, dq_desc)
-    bufs = (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem)
+    bufs = (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem)
     bars = (kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready)
     gl.warp_specialize(
         [
             (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, LSE, DELTA, heads, group, seq_q, seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 0, HEAD_DIM, BLOCK_M,
-                                       STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS)),
+                                       STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, QUERY_ROWS)),
             (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, LSE, DELTA, heads, group, seq_q, seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 1, HEAD_DIM, BLOCK_M,
-                                       STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS)),
+                                       STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, QUERY_ROWS)),
             (_bwd_load_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, n_blocks, bh_kv, section, snake,
                                    BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL)),
         ],
@@ -493,7 +603,7 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
         *descs, dk, dv, lse, delta, sm_scale * LOG2E, sm_scale,
         heads, heads // kv_heads, seq_q, seq_kv, q_pad, n_blocks, bh_kv, schedule.section, int(schedule.snake),
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, STAGES=config.stages, NUM_WG=config.consumers,
-        KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols,
+        KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols, QUERY_ROWS=config.query_rows,
         CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
         num_warps=4,
     )

@@ -1,4 +1,5 @@
-"""The Gluon backward under compute-sanitizer (16 small cases: ragged, GQA, Nq != Nkv, N=1):
+"""The Gluon backward under compute-sanitizer (16 small cases: ragged, GQA, Nq != Nkv, N=1), then the
+same cases with S and dP the right way up (``BackwardConfig.query_rows``, 16 more):
 
     compute-sanitizer --tool memcheck python3 scripts/perf_experiments/gluon_bwd_memcheck.py
 """
@@ -8,7 +9,8 @@ import sys
 sys.path.insert(0, os.getcwd())
 import torch
 
-from kernels.flash_bwd import flash_attention_backward
+from kernels.flash_bwd import backward_delta, flash_attention_backward
+from kernels.flash_bwd_hopper import CONFIGS, hopper_backward
 from kernels.flash_fwd import flash_attention_forward
 
 n = 0
@@ -22,5 +24,8 @@ for D in (64, 128):
             o, lse = flash_attention_forward(q, k, v, causal=causal, sm_scale=D ** -0.5)
             dq, dk, dv = flash_attention_backward(do, q, k, v, o, lse, causal, D ** -0.5, gluon=True)
             torch.cuda.synchronize()
-            n += 1
+            config = CONFIGS[D, causal]._replace(query_rows=True)
+            hopper_backward(do, q, k, v, o, lse, causal, D ** -0.5, backward_delta(o, do), config)
+            torch.cuda.synchronize()
+            n += 2
 print("memcheck cases run:", n)

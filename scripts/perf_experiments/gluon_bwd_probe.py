@@ -2,10 +2,11 @@
 
     python3 scripts/perf_experiments/gluon_bwd_probe.py [all|check|bench]
 
-``check``: the default config against the fp64 oracle (kernels.reference) on 160 cases, each within twice
+``check``: the default config (with ``QUERY_ROWS=1`` in the environment, the default with
+``query_rows``) against the fp64 oracle (kernels.reference) on 160 cases, each within twice
 naive attention's error plus a floor, as tests/gpu does. ``bench``: bf16, 32768 tokens per shape (D64 H32,
 D128 H16), N 2048-16384, causal both: the whole backward of the portable kernels, the Gluon kernel with
-its defaults and each variant of ``VARIANTS="name,D,BLOCK_M,consumers,stages,persistent,dq_cols;..."``
+its defaults and each variant of ``VARIANTS="name,D,BLOCK_M,consumers,stages,persistent,dq_cols[,query_rows];..."``
 (0/1 flags), and cuDNN through SDPA, in TFLOP/s (2.5x the forward's 4·B·H·N²·D, halved causal). Writes
 ``$OUT/bwd_probe.json``; reports/perf-h100/gluon_bwd_round*.json are its runs (docs/perf-notes.md).
 """
@@ -65,7 +66,10 @@ if which in ("all", "check"):
             for causal in (False, True):
                 for (B, H, Hkv, Nq, Nkv) in shapes:
                     try:
-                        ok, errs, naive = check(B, H, Hkv, Nq, Nkv, D, causal, dtype, seed=Nq + D)
+                        config = None
+                        if os.environ.get("QUERY_ROWS") == "1":
+                            config = HB.CONFIGS[D, causal]._replace(query_rows=True)
+                        ok, errs, naive = check(B, H, Hkv, Nq, Nkv, D, causal, dtype, config, seed=Nq + D)
                     except Exception as e:
                         ok, errs, naive = False, [str(e)[:300]], []
                         traceback.print_exc()
@@ -90,8 +94,9 @@ if which in ("all", "bench"):
     extra = os.environ.get("VARIANTS")
     if extra:
         for item in extra.split(";"):
-            name, d, bm, wg, st, pers, cols = item.split(",")
-            variants[name] = (int(d), HB.BackwardConfig(int(bm), int(wg), int(st), pers == "1", cols == "1"))
+            name, d, bm, wg, st, pers, cols, *rows = item.split(",")
+            variants[name] = (int(d), HB.BackwardConfig(int(bm), int(wg), int(st), pers == "1", cols == "1",
+                                                        rows == ["1"]))
     for D, H in ((64, 32), (128, 16)):
         for N in (2048, 4096, 8192, 16384):
             B = 32768 // N
