@@ -613,3 +613,16 @@ def test_trace_tab_names_the_run_it_shows(reference_app):
     shown = kernels[kernels.impl == first]
     assert caption == f"reference-h200: torch profiler, {len(shown):,} kernels · file traces/{shown.trace.iloc[0]}"
     assert _chart(reference_app, "Kernels per range")
+
+
+def test_compare_says_when_a_and_b_ran_on_different_gpus(monkeypatch):
+    at = _app(ROOT / "reports", monkeypatch, "--select", "bench-h100-gluon-bwd")
+    b = next(s for s in at.selectbox if s.label == "B")
+    devices = {n: json.loads((ROOT / "reports" / n / "meta.json").read_text())["device"] for n in b.options}
+    # The default B shares rows with A and, where one that shares as many ran on A's H100, is from it.
+    assert devices[b.value] == "NVIDIA H100 80GB HBM3"
+    assert not any("compare the GPUs as well" in w.value for w in at.warning)
+    other = next(n for n, d in devices.items() if d == "NVIDIA H200")
+    b.set_value(other).run()
+    warning = next(w.value for w in at.warning if "compare the GPUs as well" in w.value)
+    assert warning.startswith("A ran on NVIDIA H100 80GB HBM3 and B on NVIDIA H200:")

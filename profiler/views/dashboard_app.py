@@ -363,11 +363,17 @@ with tabs["Compare"]:
         sharing = shared_with(a_at, others_at, frozen)
         # Nothing shared under the filters: rank by what is shared without them (a capture of the same kind).
         unfiltered = shared_with(a_at, others_at, ())
-        best = max(others, key=lambda n: (sharing[n], unfiltered[n]))  # the first of the most sharing, in folder order
+        device = {n: captures[n][0].get("device", "") for n in names}
+        # The first of the most sharing (in folder order), and among those one from A's GPU, so that
+        # the default compares kernels, not GPUs.
+        best = max(others, key=lambda n: (sharing[n], device[n] == device[a], unfiltered[n]))
         pick = chosen_captures[1] if len(chosen_captures) > 1 and chosen_captures[1] in others else best
         b = col_b.selectbox("B", others, index=others.index(pick),
                             help="defaults to the second selected capture, else the one sharing the most "
-                                 "(implementation, shape) rows with A under the filters")
+                                 "(implementation, shape) rows with A under the filters, from A's GPU first")
+        if device[a] != device[b]:
+            gpu_a, gpu_b = (device[n] or "an unrecorded device" for n in (a, b))
+            st.warning(f"A ran on {gpu_a} and B on {gpu_b}: its ratios compare the GPUs as well as the kernels.")
         rows_b = apply_filters(captures[b][1], drop)
         fig, joined = plots.compare_figure(rows_a, rows_b, a, b)
         if joined.empty:
