@@ -13,6 +13,7 @@ import pytest
 
 from attention_core.shape import NAIVE_STEPS, ROW_KEY, Shape
 from profiler.model import hardware
+from profiler.model.memory import predicted_peak_bytes
 from profiler.store import load_capture
 from profiler.views import plots, rooflines, style
 
@@ -455,3 +456,32 @@ def test_hover_and_dashboard_table_name_the_kernel_path(monkeypatch):
     assert list(table.columns[:2]) == ["impl", "path"]
     ours = table[table.impl == "triton_flash"]
     assert len(ours) and set(ours.path) <= {"gluon-ws", "tiled"} and set(table[table.impl == "sdpa_cudnn"].path) == {""}
+
+
+def test_scaling_draws_a_fixed_token_sweep_as_one_line():
+    """``bench --tokens 32768`` halves the batch as N doubles: the scaling charts draw each
+    implementation as one line across those batches, named by its token count, and the memory
+    model follows the same (batch, N) pairs; a family of one batch stays a line of its own."""
+    _, frame = load_capture(ROOT / "reports" / "bench-h100-gluon-bwd")
+    rows = frame[(frame.status == "ok") & (frame.step == "total") & (frame.dtype == "bf16") & ~frame.causal
+                 & (frame["mode"] == "fwd")]
+    assert rows.batch.nunique() == 4 and set(rows.batch * rows.seq_q) == {32768}
+    figs = plots.scaling_figures(rows)
+    lines = {t.name: t for t in figs["tflops"].data}
+    assert set(lines) == {f"{impl} · 32768 tokens {heads} bf16 full fwd" for impl in ("triton_flash", "sdpa_cudnn")
+                          for heads in ("H32 D64", "H16 D128")}
+    flash = lines["triton_flash · 32768 tokens H32 D64 bf16 full fwd"]
+    want = rows[(rows.impl == "triton_flash") & (rows.head_dim == 64)].set_index("seq_kv").tflops
+    assert dict(zip(flash.x, flash.y)) == pytest.approx(want.to_dict(), rel=1e-12) and len(flash.x) == 4
+    (model,) = [t for t in figs["memory"].data
+                if t.name == "model O(N): fused keeps O, lse · 32768 tokens H32 D64 bf16 full fwd"]
+    ours = rows[(rows.impl == "triton_flash") & (rows.head_dim == 64)].sort_values("seq_q")
+    assert list(model.x) == ours.seq_q.tolist()
+    assert list(model.y) == pytest.approx([predicted_peak_bytes(Shape.from_row(r), True) / 2**20
+                                           for r in ours.to_dict("records")])
+    # One batch per family: lines by batch, as before.
+    one = rows[rows.batch == 4]
+    assert {t.name for t in plots.scaling_figures(one)["time"].data} == {"triton_flash · B4 H16 D128 bf16 full fwd",
+                                                                        "sdpa_cudnn · B4 H16 D128 bf16 full fwd",
+                                                                        "triton_flash · B4 H32 D64 bf16 full fwd",
+                                                                        "sdpa_cudnn · B4 H32 D64 bf16 full fwd"}

@@ -75,8 +75,26 @@ def _lines(data: pd.DataFrame) -> pd.DataFrame:
     return data.sort_values("seq_kv")
 
 
-def _line_label(family: tuple, queries: int) -> str:
-    return family_label(family) + (f" Nq={queries}" if queries else "")
+def _line_label(family: tuple, queries: int, lead: str = "") -> str:
+    """A scaling line's legend: its family (with ``lead``, e.g. '32768 tokens', in place of the batch)."""
+    label = family_label(family)
+    if lead:
+        label = f"{lead} {label.split(' ', 1)[1]}"
+    return label + (f" Nq={queries}" if queries else "")
+
+
+def _token_leads(data: pd.DataFrame) -> pd.Series:
+    """Per row, '' or 'T tokens' where the row belongs to a fixed-token sweep (``bench --tokens``: the
+    batch shrinks as N grows, so B·Nq stays T). Such rows make one line across their batches; without
+    this each batch would be a line of one point."""
+    lead = pd.Series("", index=data.index)
+    others = [c for c in FAMILY_COLUMNS if c != "batch"]
+    tokens = data.batch * data.seq_q
+    for _, group in data.groupby(["impl", *others, "queries"], sort=False):
+        t = tokens[group.index]
+        if group.batch.nunique() > 1 and t.nunique() == 1 and not group.seq_kv.duplicated().any():
+            lead[group.index] = f"{int(t.iloc[0])} tokens"
+    return lead
 
 
 def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
@@ -92,10 +110,15 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
     naive = data[data.impl == "naive"].set_index(shape_key)["time_ms"]
     naive = naive[~naive.index.duplicated()]  # one baseline per shape, also in merged captures
     data = data.merge(naive.rename("naive_ms").reset_index(), on=shape_key, how="left")
-    families = list(dict.fromkeys(tuple(r) for r in data[[*FAMILY_COLUMNS, "queries"]].itertuples(index=False)))
-    for (impl, *family, queries), group in data.groupby(["impl", *FAMILY_COLUMNS, "queries"], sort=False):
-        k = families.index((*family, queries))
-        name = impl if len(families) == 1 else f"{impl} · {_line_label(tuple(family), queries)}"
+    data["lead"] = _token_leads(data)
+    # A line: an implementation on one family, or on a fixed-token sweep across batches (its lead).
+    data["line_batch"] = data.batch.where(data.lead == "", 0)
+    line_key = ["lead", "line_batch", *[c for c in FAMILY_COLUMNS if c != "batch"], "queries"]
+    families = list(dict.fromkeys(tuple(r) for r in data[line_key].itertuples(index=False)))
+    for (impl, *line), group in data.groupby(["impl", *line_key], sort=False):
+        k = families.index(tuple(line))
+        lead, queries, family = line[0], line[-1], tuple(group[FAMILY_COLUMNS].iloc[0])
+        name = impl if len(families) == 1 else f"{impl} · {_line_label(family, queries, lead)}"
         style = {"color": impl_color(impl), "dash": DASHES[k % len(DASHES)]}
         for key, col in (("time", "time_ms"), ("tflops", "tflops"), ("memory", "peak_mem_bytes")):
             y = group[col] / 2**20 if key == "memory" else group[col]
@@ -103,12 +126,18 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
         figs["speedup"].add_trace(go.Scatter(x=group.seq_kv, y=group.naive_ms / group.time_ms,
                                              mode="lines+markers", name=name, line=style))
     seqs = sorted(data[data.queries == 0].seq_q.unique())  # the O(N²) model lines are for square shapes
-    for family in _families(data[data.queries == 0]):
-        first = Shape.from_row(dict(zip(FAMILY_COLUMNS, family)) | dict.fromkeys(LENGTHS, 1))
-        suffix = "" if len(families) == 1 else f" · {family_label(family)}"
+    square = data[data.queries == 0]
+    for line, group in square.groupby(line_key, sort=False):
+        points = group.drop_duplicates("seq_q")  # the line's shapes: its lengths, each with its own batch
+        shapes = [Shape.from_row(dict(zip(FAMILY_COLUMNS, r)) | dict.fromkeys(LENGTHS, int(n)))
+                  for r, n in zip(points[FAMILY_COLUMNS].itertuples(index=False), points.seq_q)]
+        if line[0] == "":  # one family: its model line spans every length drawn
+            shapes = [replace(shapes[0], seq_q=int(n), seq_kv=int(n)) for n in seqs]
+        suffix = "" if len(families) == 1 else f" · {_line_label(tuple(points[FAMILY_COLUMNS].iloc[0]), 0, line[0])}"
         for fused, label in ((False, "model O(N²): naive keeps S and P"), (True, "model O(N): fused keeps O, lse")):
-            y = [predicted_peak_bytes(replace(first, seq_q=int(n), seq_kv=int(n)), fused) / 2**20 for n in seqs]
-            figs["memory"].add_trace(go.Scatter(x=seqs, y=y, mode="lines", name=label + suffix,
+            y = [predicted_peak_bytes(shape, fused) / 2**20 for shape in shapes]
+            figs["memory"].add_trace(go.Scatter(x=[shape.seq_q for shape in shapes], y=y, mode="lines",
+                                                name=label + suffix,
                                                 line={"dash": "dot", "color": "grey" if fused else "black"}))
     titles = {"time": ("median time (ms)", "Time"), "tflops": ("TFLOP/s", "Throughput"),
               "memory": ("peak memory above inputs (MiB)", "Peak memory: measured vs model"),
