@@ -626,3 +626,16 @@ def test_compare_says_when_a_and_b_ran_on_different_gpus(monkeypatch):
     b.set_value(other).run()
     warning = next(w.value for w in at.warning if "compare the GPUs as well" in w.value)
     assert warning.startswith("A ran on NVIDIA H100 80GB HBM3 and B on NVIDIA H200:")
+
+
+def test_step_breakdown_names_the_captures_with_naive_steps(monkeypatch):
+    """A bench capture has no naive steps: the tab says so and where they are, instead of an empty chart."""
+    at = _app(ROOT / "reports", monkeypatch, "--select", "bench-h100-gluon-bwd")
+    assert not at.exception
+    note = next(i.value for i in at.info if "No naive steps in bench-h100-gluon-bwd" in i.value)
+    _, frame = load_capture(ROOT / "reports" / "reference-h200")
+    assert ((frame.impl == "naive") & (frame.step == "qk_matmul")).any()
+    assert "reference-h200" in note.split("that have them: ")[1]
+    assert "bench-h100-gluon-bwd" not in note.split("that have them: ")[1]
+    assert not any("Naive attention: time per step" in str(_spec(c)["layout"].get("title"))
+                   for c in at.get("plotly_chart"))

@@ -340,8 +340,19 @@ with tabs["Bandwidth"]:
 with tabs["Step breakdown"]:
     scale = st.radio("Show", ["share", "ms"], horizontal=True, key="step-scale",
                      help="share: each step's part of the four steps' time (every N readable); ms: milliseconds")
-    chart(st, plots.step_breakdown_figure(drawn, scale, device_type=device_type))
-    st.caption(f"Times by {timer}.")
+    def naive_steps(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame[(frame.impl == "naive") & (frame.step != "total")]
+
+    if naive_steps(data).empty:  # not hidden by a filter: none of the selected captures timed them
+        found = [n for n in names if not naive_steps(captures[n][1]).empty]
+        where = (f"The captures under `{shown_root}` that have them: {', '.join(found)}. Select one in the sidebar's "
+                 f"Captures, or open it with `{LAUNCH} -- --reports {shown_root} --select {found[0]}`." if found else
+                 "No capture here has any: `python -m profiler capture --impl naive,...` times them.")
+        st.info(f"No naive steps in {', '.join(chosen_captures)}: this tab splits naive attention's time into QKᵀ, "
+                f"scale/mask, softmax and PV, which `capture` times with `naive` (`bench` does not). {where}")
+    else:
+        chart(st, plots.step_breakdown_figure(drawn, scale, device_type=device_type))
+        st.caption(f"Times by {timer}.")
     first = view.iloc[0]
     shape = replace(Shape.from_row(first), seq_q=int(hi), seq_kv=int(hi), mode="fwd")
     family = plots.family_label(shape.to_row())
