@@ -639,3 +639,36 @@ def test_step_breakdown_names_the_captures_with_naive_steps(monkeypatch):
     assert "bench-h100-gluon-bwd" not in note.split("that have them: ")[1]
     assert not any("Naive attention: time per step" in str(_spec(c)["layout"].get("title"))
                    for c in at.get("plotly_chart"))
+
+
+def test_compare_prefers_rows_shared_without_the_filters_to_a_same_gpu_capture(tmp_path, monkeypatch):
+    """Where no capture shares a row under the filters, B is still the one that shares rows without
+    them, though it ran on another GPU, not a same-GPU capture that shares nothing at all."""
+    def capture(name, source, device, drop_impl=None):
+        folder = tmp_path / name
+        folder.mkdir()
+        frame = pd.read_parquet(ROOT / "reports" / source / "results.parquet")
+        frame[frame.impl.ne(drop_impl).fillna(True)].to_parquet(folder / "results.parquet")
+        meta = {**json.loads((ROOT / "reports" / source / "meta.json").read_text()), "device": device}
+        (folder / "meta.json").write_text(json.dumps(meta))
+
+    capture("a", "gqa-prefill-h100", "NVIDIA H100 80GB HBM3")
+    capture("b-same-gpu-unrelated", "decode-b1-h200", "NVIDIA H100 80GB HBM3")
+    capture("c-other-gpu-same-shapes", "gqa-prefill-h100", "NVIDIA H200", drop_impl="triton_flash")
+    at = _app(tmp_path, monkeypatch, "--select", "a")
+    _select(at, "Implementation", ["triton_flash"])  # c has no triton_flash: nothing is shared under the filter
+    assert next(s for s in at.selectbox if s.label == "B").value == "c-other-gpu-same-shapes"
+    note = next(i.value for i in at.info if "share no implementation and shape" in i.value)
+    assert "without them c-other-gpu-same-shapes shares" in note
+    assert any(w.value.startswith("A ran on NVIDIA H100 80GB HBM3 and B on NVIDIA H200") for w in at.warning)
+
+
+def test_a_capture_without_rows_gets_a_sentence_not_a_traceback(tmp_path, monkeypatch):
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    frame = pd.read_parquet(ROOT / "reports" / "gqa-prefill-h100" / "results.parquet")
+    frame.iloc[:0].to_parquet(folder / "results.parquet")
+    shutil.copy(ROOT / "reports" / "gqa-prefill-h100" / "meta.json", folder)
+    at = _app(tmp_path, monkeypatch)
+    assert not at.exception
+    assert [i.value for i in at.info] == ["empty holds no rows yet: pick another capture."]

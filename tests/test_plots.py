@@ -246,7 +246,7 @@ def _strings(node):
         for key, value in node.items():
             if key != "bdata":
                 yield from _strings(value)
-    elif isinstance(node, (list, tuple)):
+    elif isinstance(node, (list, tuple)) or (isinstance(node, np.ndarray) and node.dtype == object):
         for value in node:
             yield from _strings(value)
 

@@ -184,6 +184,9 @@ with st.sidebar:
         st.info("Pick at least one capture.")
         st.stop()
     data = pd.concat([with_capture(n, *captures[n]) for n in chosen_captures], ignore_index=True)
+    if data.empty:  # e.g. a capture stopped before its first row was written
+        st.info(f"{', '.join(chosen_captures)} holds no rows yet: pick another capture.")
+        st.stop()
     first = captures[chosen_captures[0]][0]
     st.header("Filters")
     filters: dict[str, list] = {}
@@ -349,7 +352,8 @@ with tabs["Step breakdown"]:
                  f"Captures, or open it with `{LAUNCH} -- --reports {shown_root} --select {found[0]}`." if found else
                  "No capture here has any: `python -m profiler capture --impl naive,...` times them.")
         st.info(f"No naive steps in {', '.join(chosen_captures)}: this tab splits naive attention's time into QKᵀ, "
-                f"scale/mask, softmax and PV, which `capture` times with `naive` (`bench` does not). {where}")
+                f"scale/mask, softmax and PV, which `capture` and `bench` time when `naive` is among the "
+                f"implementations (`--impl naive,...`). {where}")
     else:
         chart(st, plots.step_breakdown_figure(drawn, scale, device_type=device_type))
         st.caption(f"Times by {timer}.")
@@ -376,8 +380,9 @@ with tabs["Compare"]:
         unfiltered = shared_with(a_at, others_at, ())
         device = {n: captures[n][0].get("device", "") for n in names}
         # The first of the most sharing (in folder order), and among those one from A's GPU, so that
-        # the default compares kernels, not GPUs.
-        best = max(others, key=lambda n: (sharing[n], device[n] == device[a], unfiltered[n]))
+        # the default compares kernels, not GPUs; a GPU never outranks rows shared without the filters.
+        same_gpu = {n: device[n] == device[a] for n in others}
+        best = max(others, key=lambda n: (sharing[n], sharing[n] > 0 and same_gpu[n], unfiltered[n], same_gpu[n]))
         pick = chosen_captures[1] if len(chosen_captures) > 1 and chosen_captures[1] in others else best
         b = col_b.selectbox("B", others, index=others.index(pick),
                             help="defaults to the second selected capture, else the one sharing the most "

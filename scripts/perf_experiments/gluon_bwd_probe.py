@@ -94,9 +94,9 @@ if which in ("all", "bench"):
     extra = os.environ.get("VARIANTS")
     if extra:
         for item in extra.split(";"):
-            name, d, bm, wg, st, pers, cols, *rows = item.split(",")
+            name, d, bm, wg, st, pers, cols, *query_rows = item.split(",")
             variants[name] = (int(d), HB.BackwardConfig(int(bm), int(wg), int(st), pers == "1", cols == "1",
-                                                        rows == ["1"]))
+                                                        query_rows == ["1"]))
     for D, H in ((64, 32), (128, 16)):
         for N in (2048, 4096, 8192, 16384):
             B = 32768 // N
