@@ -485,3 +485,27 @@ def test_scaling_draws_a_fixed_token_sweep_as_one_line():
                                                                         "sdpa_cudnn · B4 H16 D128 bf16 full fwd",
                                                                         "triton_flash · B4 H32 D64 bf16 full fwd",
                                                                         "sdpa_cudnn · B4 H32 D64 bf16 full fwd"}
+
+
+def test_token_sweeps_hold_across_captures_and_short_implementations():
+    """The same sweep in two captures, and an implementation with one point in it, stay on the sweep's
+    line (named by its token count); decode rows, whose batch is fixed per Nq, keep their batch lines."""
+    frames = [load_capture(ROOT / "reports" / name)[1].assign(capture_copy=i)
+              for i, name in enumerate(("bench-h100-gluon", "bench-h100-portable"))]
+    rows = pd.concat(frames, ignore_index=True)
+    rows = rows[(rows.status == "ok") & (rows.step == "total") & (rows.dtype == "bf16") & ~rows.causal
+                & (rows["mode"] == "fwd")]
+    tokens = (rows.batch * rows.seq_q).groupby([rows.heads, rows.head_dim]).unique()
+    assert all(len(t) == 1 for t in tokens) and rows.batch.nunique() > 1  # one token count per family
+    short = rows[(rows.impl == "sdpa_cudnn")].iloc[:1]  # an implementation measured at one length only
+    lines = plots.scaling_figures(pd.concat([rows[rows.impl != "sdpa_cudnn"], short]))["time"].data
+    families = {f"{t[0]} tokens H{h} D{d} bf16 full fwd" for (h, d), t in tokens.items()}
+    assert len(families) == 2 and {t.name.split(" · ")[1] for t in lines} == families
+    assert [len(t.x) for t in lines if t.name.startswith("sdpa_cudnn")] == [1]
+    flash = [t for t in lines if t.name == "triton_flash · 32768 tokens H32 D64 bf16 full fwd"]
+    assert len(flash) == 1 and len(flash[0].x) == 2 * rows[(rows.impl == "triton_flash") & (rows.head_dim == 64)
+                                                            & (rows.capture_copy == 0)].seq_kv.nunique()
+    _, decode = load_capture(DECODE)
+    decode = decode[(decode.status == "ok") & (decode.step == "total") & (decode.seq_q < decode.seq_kv)]
+    names = {t.name for t in plots.scaling_figures(decode)["time"].data}
+    assert names and not any("tokens" in n for n in names)

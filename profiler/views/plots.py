@@ -86,14 +86,15 @@ def _line_label(family: tuple, queries: int, lead: str = "") -> str:
 def _token_leads(data: pd.DataFrame) -> pd.Series:
     """Per row, '' or 'T tokens' where the row belongs to a fixed-token sweep (``bench --tokens``: the
     batch shrinks as N grows, so B·Nq stays T). Such rows make one line across their batches; without
-    this each batch would be a line of one point."""
+    this each batch would be a line of one point. A sweep is a token count that several batches of
+    one family reach, across implementations and captures, so an implementation with one point in it,
+    or the same sweep selected twice, lands on the same line."""
     lead = pd.Series("", index=data.index)
     others = [c for c in FAMILY_COLUMNS if c != "batch"]
-    tokens = data.batch * data.seq_q
-    for _, group in data.groupby(["impl", *others, "queries"], sort=False):
-        t = tokens[group.index]
-        if group.batch.nunique() > 1 and t.nunique() == 1 and not group.seq_kv.duplicated().any():
-            lead[group.index] = f"{int(t.iloc[0])} tokens"
+    tokens = (data.batch * data.seq_q).rename("tokens")
+    for (*_, t), group in data.groupby([*others, "queries", tokens], sort=False):
+        if group.batch.nunique() > 1:
+            lead[group.index] = f"{int(t)} tokens"
     return lead
 
 
