@@ -22,6 +22,10 @@ and its hopper/ sources) does the backward in one pass, which this kernel follow
   its K rows (dS as the transposed A operand) and adds the fp32 tile into a zeroed (B·H·Nq_pad, D)
   buffer with one TMA reduce-add (``cp.reduce.async.bulk.tensor``: the adds happen in L2, no
   per-element atomics). A last kernel scales that buffer by sm_scale into dq's dtype.
+- ``BackwardConfig.query_rows`` (off by default; docs/perf-notes.md, "Gluon backward", round 5) takes
+  FlashAttention-3's layout at head_dim 128 instead: S = Q Kᵀ and dP = dO Vᵀ with the queries as
+  the wgmma M, so a thread holds 2 query rows (lse, delta) rather than 16 query columns, and P and
+  dS reach dV's and dK's wgmma through shared memory as transposed operands.
 - delta_i = Σ_d O_id dO_id comes from kernels.flash_bwd's preprocess kernel.
 - Causal: a key block sees the query tiles from its own position on; the first key blocks go first
   (the longest work first), head by head with a program per block, in small snaked sections of
@@ -95,8 +99,9 @@ class BackwardConfig(NamedTuple):
 
 
 # By (head_dim, causal). Shared memory per program (bytes): Q and dO rings 2·STAGES·BLOCK_M·D·2, K and V
-# 2·BLOCK_N·D·2, dSᵀ staging consumers·64·BLOCK_M·2, dQ staging consumers·BLOCK_M·D·4; 192 KB at
-# D64 and 208 KB at D128, under sm_90's 227 KB. Causal runs a program per key block, head by head.
+# 2·BLOCK_N·D·2, dSᵀ staging 2·consumers·64·BLOCK_M·2 (double-buffered), dQ staging consumers·BLOCK_M·D·4,
+# and with query_rows P staging consumers·BLOCK_M·64·2; ptxas reports 128 KB at D64 and 192 KB at D128
+# (208 KB with query_rows), under sm_90's 227 KB. Causal runs a program per key block, head by head.
 # Against persistent programs in snaked sections on the H100 (gluon_schedule_round3.jsonl) that
 # measured 0-11% faster at D128, and at D64 3-6% slower up to N8192 but 13% faster at N16384; the
 # same kernel's per-block D64 times moved by up to 8% between runs, so one rule serves both
@@ -299,8 +304,10 @@ def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs
                        use_acc=False, is_async=True)
     s = warpgroup_mma_wait(1, deps=(s,))  # S done; dP may still run
     p = _probs_rows(s, lse2, rows, first_key, seq_q, seq_kv, qk_scale, MASKED, CAUSAL)
-    # P to this warpgroup's buffer (free: the previous tile's dV was waited for), then dV += Pᵀ dO.
+    # P to this warpgroup's buffer, then dV += Pᵀ dO. The previous tile's dV wgmma, which read the
+    # buffer, was waited for by every warp; the barrier makes sure all four are past that wait.
     p_buf = p_smem.index(WG)
+    gl.thread_barrier()
     p_buf.store(p.to(dtype))
     fence_async_shared()
     gl.thread_barrier()
@@ -406,14 +413,10 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, LSE, DELTA, heads, group,
     q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem = bufs
     kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready = bars
 
-    # Sᵀ and dPᵀ: (64 keys, BLOCK_M queries), or S and dP (BLOCK_M, 64) with QUERY_ROWS; dK, dV:
-    # (64 keys, D); dQ's share: (BLOCK_M, D).
-    if QUERY_ROWS:
-        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, KEYS_PER_WG, 16])
-    else:
-        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, BLOCK_M, 16])
+    # Sᵀ and dPᵀ: (64 keys, BLOCK_M queries) (with QUERY_ROWS, _bwd_step_rows has S and dP as
+    # (BLOCK_M, 64)); dK, dV: (64 keys, D); dQ's share: (BLOCK_M, D).
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_M, 16])
     kv_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, HEAD_DIM, 16])
     dtype: gl.constexpr = q_smem.dtype

@@ -304,20 +304,24 @@ def test_gluon_backward_variants_match_oracle(head_dim, persistent, dq_cols):
     _assert_gluon_backward_like_naive(q, k, v, True, torch.bfloat16, config)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("heads,kv_heads,seq_q,seq_kv", [(2, 2, 1, 1), (3, 3, 1000, 1000), (8, 2, 777, 777),
-                                                          (4, 1, 200, 333), (4, 2, 333, 200), (4, 4, 64, 1000)])
+@pytest.mark.parametrize("batch,heads,kv_heads,seq_q,seq_kv", [(1, 2, 2, 1, 1), (1, 3, 3, 1000, 1000),
+                                                                (1, 8, 2, 777, 777), (1, 4, 1, 200, 333),
+                                                                (1, 4, 2, 333, 200), (1, 4, 4, 64, 1000),
+                                                                (2, 16, 16, 4096, 4096)])
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_gluon_backward_with_query_rows_matches_oracle(head_dim, heads, kv_heads, seq_q, seq_kv, causal):
+def test_gluon_backward_with_query_rows_matches_oracle(head_dim, batch, heads, kv_heads, seq_q, seq_kv, causal, dtype):
     """S and dP the right way up, P and dS through shared memory (BackwardConfig.query_rows, the
-    layout FlashAttention-3 takes at head_dim 128): ragged, grouped, Nq != Nkv both ways, bf16."""
+    layout FlashAttention-3 takes at head_dim 128): ragged, grouped, Nq != Nkv both ways, and at
+    B2 H16 N4096 more key blocks than SMs, so persistent programs carry the ring and barrier
+    phases from one key block to the next."""
     from kernels.flash_bwd_hopper import CONFIGS
 
     _needs_sm90()
     config = CONFIGS[head_dim, causal]._replace(query_rows=True)
-    q, k, v = _inputs(1, heads, seq_q, seq_kv, head_dim, torch.bfloat16, seed=seq_q + head_dim + 7,
-                      kv_heads=kv_heads)
-    _assert_gluon_backward_like_naive(q, k, v, causal, torch.bfloat16, config)
+    q, k, v = _inputs(batch, heads, seq_q, seq_kv, head_dim, dtype, seed=seq_q + head_dim + 7, kv_heads=kv_heads)
+    _assert_gluon_backward_like_naive(q, k, v, causal, dtype, config)
 
 
 def test_gluon_backward_is_the_default_at_head_dim_64_only():
