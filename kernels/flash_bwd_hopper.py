@@ -156,7 +156,7 @@ def slower_reason(q: torch.Tensor) -> str | None:
 def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> str | None:
     """Why this kernel cannot take these (already checked) inputs, or None when it can. (The
     upstream gradient is made contiguous on the way in: autograd often hands over an expanded one.)"""
-    return sm90_reason("backward", HEAD_DIMS, q=q, k=k, v=v, o=o)
+    return GLUON_IMPORT_ERROR or sm90_reason("backward", HEAD_DIMS, q=q, k=k, v=v, o=o)
 
 
 @gluon.jit

@@ -54,6 +54,11 @@ try:  # Gluon's Hopper API as triton 3.6 ships it; other versions may lack or re
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     GLUON_IMPORT_ERROR = None
+    # Later Gluon renamed what these kernels call (triton 3.9: gl.thread_barrier is gl.barrier, and
+    # tma.async_copy_global_to_shared raises "removed; call async_load"), so they would not compile.
+    if not hasattr(gl, "thread_barrier"):
+        GLUON_IMPORT_ERROR = (f"triton {triton.__version__}'s Gluon API differs from triton 3.6's, which the "
+                              "Gluon kernels are written and checked for (it has no gl.thread_barrier)")
 except ImportError as error:  # pragma: no cover - depends on the installed triton
     GLUON_IMPORT_ERROR = f"triton {triton.__version__} has no Gluon Hopper API ({error})"
     # The kernels below are still defined (their bodies are only read when compiled); unsupported_reason

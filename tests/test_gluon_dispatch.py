@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
 
 from attention_core.costing import Tiles, pass_paths
 from attention_core.shape import Shape
@@ -292,3 +293,20 @@ def test_gluon_tile_order_is_the_reference_order(monkeypatch):
     for bh, n_blocks, section, snake in itertools.product((1, 5, 13), (1, 3, 8), (1, 2, 4, 6, 15), (0, 1)):
         for t in range(bh * n_blocks):
             assert swizzled(t, n_blocks, bh, section, snake) == tile(t, n_blocks, bh, section, bool(snake))
+
+
+def test_a_triton_whose_gluon_api_differs_takes_the_portable_kernels():
+    """The Gluon kernels are written for triton 3.6's Gluon (gl.thread_barrier; later versions call it
+    gl.barrier): on another API every Gluon path reports why it is off, so nothing tries to compile them."""
+    from kernels import flash_bwd_hopper, flash_fwd_hopper
+
+    gl = flash_fwd_hopper.gl
+    if hasattr(gl, "thread_barrier"):
+        assert flash_fwd_hopper.GLUON_IMPORT_ERROR is None
+    else:
+        reason = flash_fwd_hopper.GLUON_IMPORT_ERROR
+        assert reason == (f"triton {triton.__version__}'s Gluon API differs from triton 3.6's, which the Gluon "
+                          "kernels are written and checked for (it has no gl.thread_barrier)")
+        q = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
+        assert flash_fwd_hopper.sm90_reason("forward", (64,), q=q) == reason
+        assert flash_bwd_hopper.unsupported_reason(q, q, q, q) == reason
