@@ -109,8 +109,8 @@ class BackwardConfig(NamedTuple):
 CONFIGS = {
     (64, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=True, dq_cols=False),
     (64, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=False),
-    (128, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=True, dq_cols=True),
-    (128, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=True),
+    (128, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=True, query_rows=True),
+    (128, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=True, query_rows=True),
 }
 # Registers per thread of the worker partitions (setmaxnreg): the consumers hold dK and dV (2·64·D
 # fp32 per warpgroup) plus Sᵀ and dPᵀ; the loader warp almost nothing.
@@ -143,7 +143,7 @@ def backward_tile(head_dim: int, dtype: str = "fp16") -> tuple[int, int] | None:
 # "Gluon backward"): at 128 this kernel runs at 0.73-0.78x of it causal and 0.91-1.01x without a mask.
 # At 64 it measured 1.02-1.25x without a mask and 0.94-1.23x causal (below 1 only at causal N2048;
 # reports/bench-h100-gluon-bwd against reports/bench-h100-portable-bwd), so the default takes it there.
-PORTABLE_HEAD_DIMS = (128,)
+PORTABLE_HEAD_DIMS = ()
 
 
 def slower_reason(q: torch.Tensor) -> str | None:

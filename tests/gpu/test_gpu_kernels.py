@@ -239,16 +239,14 @@ def test_capture_row_names_the_gluon_path():
 
     _needs_sm90()
     costing = REGISTRY["triton_flash"].costing
-    # The backward takes the Gluon kernel at head_dim 64 and the portable one at 128.
-    for head_dim, path in ((64, "gluon-ws fwd, gluon-ws bwd"), (128, "gluon-ws fwd, tiled bwd")):
+    # The backward takes the Gluon kernel at head_dim 64 and 128; ATTN_GLUON=0 would give "tiled bwd".
+    for head_dim in (64, 128):
         shape = Shape.square(2, 4, 1024, head_dim, dtype="fp16", mode="fwd+bwd")
         result = run_case(REGISTRY["triton_flash"], shape, "cuda", rep_ms=5)
-        assert result.status == "ok" and result.path == path, (result.status, result.message, result.path)
+        assert result.status == "ok" and result.path == "gluon-ws fwd, gluon-ws bwd", (result.status, result.message,
+                                                                                     result.path)
         forward = tile_bytes(shape.with_mode("fwd"), Tiles(flash_fwd_hopper.forward_tile(head_dim)))
-        if head_dim == 64:
-            backward = onepass_backward_bytes(shape.with_mode("bwd"), flash_bwd_hopper.backward_tile(head_dim))
-        else:
-            backward = tile_bytes(shape.with_mode("bwd"), costing.tiles_for(head_dim, "fp16"))
+        backward = onepass_backward_bytes(shape.with_mode("bwd"), flash_bwd_hopper.backward_tile(head_dim))
         assert cost_of(costing, shape, path=result.path).tile_bytes == pytest.approx(forward + backward)
 
 
@@ -324,16 +322,14 @@ def test_gluon_backward_with_query_rows_matches_oracle(head_dim, batch, heads, k
     _assert_gluon_backward_like_naive(q, k, v, causal, dtype, config)
 
 
-def test_gluon_backward_is_the_default_at_head_dim_64_only():
-    """On sm_90 the default backward takes the Gluon kernel at head_dim 64 and the portable one at
-    128 (flash_bwd_hopper.PORTABLE_HEAD_DIMS); gluon=True/False force either (capture rows:
+def test_gluon_backward_is_the_default_on_sm90():
+    """On sm_90 the default backward takes the Gluon kernel at head_dim 64 and 128
+    (flash_bwd_hopper.PORTABLE_HEAD_DIMS is empty); gluon=True/False force either (capture rows:
     test_capture_row_names_the_gluon_path)."""
     from kernels.flash_bwd import backward_path
 
     _needs_sm90()
-    q, k, v = _inputs(1, 2, 256, 256, 64, torch.bfloat16)
-    assert backward_path(q, k, v) == backward_path(q, k, v, gluon=True) == "gluon-ws"
-    assert backward_path(q, k, v, gluon=False) == "tiled"
-    q, k, v = _inputs(1, 2, 256, 256, 128, torch.bfloat16)
-    assert backward_path(q, k, v) == backward_path(q, k, v, gluon=False) == "tiled"
-    assert backward_path(q, k, v, gluon=True) == "gluon-ws"
+    for head_dim in (64, 128):
+        q, k, v = _inputs(1, 2, 256, 256, head_dim, torch.bfloat16)
+        assert backward_path(q, k, v) == backward_path(q, k, v, gluon=True) == "gluon-ws"
+        assert backward_path(q, k, v, gluon=False) == "tiled"
