@@ -311,13 +311,11 @@ def flash_attention_backward(
     kv_heads dividing heads (dk and dv then sum over each K/V head's group of query heads);
     lse: (batch, heads, seq_q) fp32 from :func:`kernels.flash_fwd.flash_attention_forward`.
 
-    On an H100/H200, fp16/bf16 inputs with head_dim 64 and contiguous q, k, v, o take the one-pass
-    Gluon kernel of kernels.flash_bwd_hopper (dQ by TMA reduce-add, so not bit-reproducible from run
-    to run: under ``torch.use_deterministic_algorithms(True)`` the default takes the portable
-    kernels); at head_dim 128 the portable kernels below measured faster
-    (flash_bwd_hopper.PORTABLE_HEAD_DIMS; docs/perf-notes.md, "Gluon backward"). ``gluon`` False
-    forces the portable kernels, True the Gluon one (also at head_dim 128), refusing (ValueError)
-    inputs it does not cover. :func:`backward_path` names the path a call takes.
+    On an H100/H200, fp16/bf16 inputs with head_dim 64 or 128 and contiguous q, k, v, o take the
+    one-pass Gluon kernel of kernels.flash_bwd_hopper (dQ by TMA reduce-add, so not bit-reproducible
+    from run to run: under ``torch.use_deterministic_algorithms(True)`` the default takes the portable
+    kernels; docs/perf-notes.md, "Gluon backward"). ``gluon`` False forces the portable kernels, True
+    the Gluon one, refusing (ValueError) inputs it does not cover. :func:`backward_path` names the path a call takes.
     """
     batch, heads, seq_q, seq_kv, head_dim = check_backward_inputs(do, q, k, v, o, lse, head_dims=HEAD_DIMS)
     check_triton_device(q)
@@ -363,10 +361,9 @@ def backward_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gluon: bool
 
 
 def _not_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> str | None:
-    """Why the default backward does not take the Gluon kernel here (it cannot, the portable
-    kernels measured faster, or the caller asked for deterministic algorithms: the Gluon kernel adds
-    dQ's shares into fp32 in whatever order the programs finish, the portable kernels write each dQ
-    element once), or None when it does."""
+    """Why the default backward does not take the Gluon kernel here (it cannot, or the caller asked
+    for deterministic algorithms: the Gluon kernel adds dQ's shares into fp32 in whatever order the
+    programs finish, the portable kernels write each dQ element once), or None when it does."""
     if torch.are_deterministic_algorithms_enabled():
         return "torch.use_deterministic_algorithms(True): the Gluon backward's dQ sums run in a varying order"
-    return flash_bwd_hopper.unsupported_reason(q, k, v, o) or flash_bwd_hopper.slower_reason(q)
+    return flash_bwd_hopper.unsupported_reason(q, k, v, o)

@@ -22,8 +22,8 @@ and its hopper/ sources) does the backward in one pass, which this kernel follow
   its K rows (dS as the transposed A operand) and adds the fp32 tile into a zeroed (B·H·Nq_pad, D)
   buffer with one TMA reduce-add (``cp.reduce.async.bulk.tensor``: the adds happen in L2, no
   per-element atomics). A last kernel scales that buffer by sm_scale into dq's dtype.
-- ``BackwardConfig.query_rows`` (off by default; docs/perf-notes.md, "Gluon backward", round 5) takes
-  FlashAttention-3's layout at head_dim 128 instead: S = Q Kᵀ and dP = dO Vᵀ with the queries as
+- At head_dim 128, ``BackwardConfig.query_rows`` (docs/perf-notes.md, "Gluon backward", round 5)
+  takes FlashAttention-3's layout there instead: S = Q Kᵀ and dP = dO Vᵀ with the queries as
   the wgmma M, so a thread holds 2 query rows (lse, delta) rather than 16 query columns, and P and
   dS reach dV's and dK's wgmma through shared memory as transposed operands.
 - delta_i = Σ_d O_id dO_id comes from kernels.flash_bwd's preprocess kernel.
@@ -105,7 +105,8 @@ class BackwardConfig(NamedTuple):
 # Against persistent programs in snaked sections on the H100 (gluon_schedule_round3.jsonl) that
 # measured 0-11% faster at D128, and at D64 3-6% slower up to N8192 but 13% faster at N16384; the
 # same kernel's per-block D64 times moved by up to 8% between runs, so one rule serves both
-# (docs/perf-notes.md, "Gluon backward", round 4).
+# (docs/perf-notes.md, "Gluon backward", round 4). D128 takes query_rows, one program per key block
+# causal or not: 1.00-1.13x persistent programs without a mask, 1.02-1.32x causal (round 5).
 CONFIGS = {
     (64, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=True, dq_cols=False),
     (64, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=False),
@@ -137,20 +138,6 @@ def backward_tile(head_dim: int, dtype: str = "fp16") -> tuple[int, int] | None:
         return None
     config = CONFIGS[head_dim, False]
     return config.block_m, config.block_n
-
-
-# Head dims where the portable backward measured faster than this one on the H100 (docs/perf-notes.md,
-# "Gluon backward"): at 128 this kernel runs at 0.73-0.78x of it causal and 0.91-1.01x without a mask.
-# At 64 it measured 1.02-1.25x without a mask and 0.94-1.23x causal (below 1 only at causal N2048;
-# reports/bench-h100-gluon-bwd against reports/bench-h100-portable-bwd), so the default takes it there.
-PORTABLE_HEAD_DIMS = ()
-
-
-def slower_reason(q: torch.Tensor) -> str | None:
-    """Why the portable backward is preferred for these inputs although this one could run them."""
-    if q.shape[-1] in PORTABLE_HEAD_DIMS:
-        return f"the portable backward measured faster at head_dim {q.shape[-1]}"
-    return None
 
 
 def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> str | None:

@@ -170,13 +170,6 @@ def test_backward_off_sm90_takes_the_portable_kernel_and_refuses_gluon_true():
     assert all(g.shape == q.shape for g in flash_attention_backward(torch.randn_like(q), q, q, q, o, lse, False, 0.125))
 
 
-def test_backward_default_prefers_the_portable_kernel_at_head_dim_128():
-    """bwd_hopper.PORTABLE_HEAD_DIMS: where the portable backward measured faster."""
-    want = "the portable backward measured faster at head_dim 128"
-    assert bwd_hopper.slower_reason(torch.empty(1, 1, 8, 128)) == want
-    assert bwd_hopper.slower_reason(torch.empty(1, 1, 8, 64)) is None
-
-
 def test_pass_paths_split_a_row_path_by_pass():
     assert pass_paths("gluon-ws fwd, tiled bwd", "fwd+bwd") == ("gluon-ws", "tiled")
     assert pass_paths("split-kv x16 fwd, gluon-ws bwd", "fwd+bwd") == ("split-kv x16", "gluon-ws")
@@ -224,7 +217,8 @@ def test_onepass_backward_issues_five_matmuls_per_tile_pair():
 def test_shipped_h100_backward_grid_and_the_readme_quotes_it():
     """reports/bench-h100-gluon-bwd: ours and cuDNN, fwd and bwd, 32 shapes each, every row ok; the
     backward took the Gluon kernel at head_dim 64 only; reports/bench-h100-portable-bwd holds the
-    portable backward at 64. The README's ratio ranges are these captures'."""
+    portable backward at 64, and reports/bench-h100-gluon-bwd-d128 the Gluon backward at 128 (the
+    default since). The README's ratio ranges are these captures'."""
     meta, frame = load_capture(ROOT / "reports" / "bench-h100-gluon-bwd")
     _, portable = load_capture(ROOT / "reports" / "bench-h100-portable-bwd")
     assert meta["device"] == "NVIDIA H100 80GB HBM3"
@@ -246,8 +240,15 @@ def test_shipped_h100_backward_grid_and_the_readme_quotes_it():
     assert f"runs at {span(vs_portable.xs(False, level='causal'))} our portable one without a mask and " \
            f"{span(vs_portable.xs(True, level='causal'))} causal" in readme
     assert f"and at {span(d64.sdpa_cudnn / d64.triton_flash)} cuDNN" in readme
-    d128 = bwd.xs(128, level="head_dim")
-    assert f"stays the default ({span(d128.sdpa_cudnn / d128.triton_flash)} cuDNN)" in readme
+    d128 = bwd.xs(128, level="head_dim")  # the portable backward, before the Gluon one took head_dim 128
+    assert f"where the portable backward had {span(d128.sdpa_cudnn / d128.triton_flash)}" in readme
+    meta128, gluon128 = load_capture(ROOT / "reports" / "bench-h100-gluon-bwd-d128")
+    assert meta128["device"] == meta["device"] and (gluon128.status == "ok").all() and len(gluon128) == 2 * 16
+    assert set(gluon128[gluon128.impl == "triton_flash"].path) == {"gluon-ws"}
+    ratio = gluon128.pivot_table(index=["dtype", "causal", "seq_q"], columns="impl", values="time_ms")
+    ratio = ratio.sdpa_cudnn / ratio.triton_flash
+    assert f"it runs at {span(ratio.xs(False, level='causal'))} cuDNN without a mask and " \
+           f"{span(ratio.xs(True, level='causal'))} causal" in readme
     assert f"The forward there runs at {span(fwd.sdpa_cudnn / fwd.triton_flash)} cuDNN, at or above it on " \
            f"{(fwd.sdpa_cudnn >= fwd.triton_flash).sum()} of 32 shapes" in readme
     # Below the portable backward only at causal N 2048, as the README says.
@@ -255,14 +256,13 @@ def test_shipped_h100_backward_grid_and_the_readme_quotes_it():
 
 
 def test_backward_dispatch_follows_backward_path(monkeypatch):
-    """flash_attention_backward and backward_path decide alike: with the Gluon kernel available and
-    not slower, the default calls it, gluon=False does not, and deterministic algorithms keep the
+    """flash_attention_backward and backward_path decide alike: with the Gluon kernel available, the
+    default calls it, gluon=False does not, and deterministic algorithms keep the
     portable kernels (dQ's fp32 adds run in a varying order)."""
     from kernels import flash_bwd
 
     calls = []
     monkeypatch.setattr(bwd_hopper, "unsupported_reason", lambda *tensors: None)
-    monkeypatch.setattr(bwd_hopper, "slower_reason", lambda q: None)
     monkeypatch.setattr(bwd_hopper, "hopper_backward", lambda *args: calls.append(args) or (None, None, None))
     q = torch.randn(1, 2, 40, 64)
     o, lse, do = torch.randn_like(q), torch.zeros(1, 2, 40), torch.randn_like(q)

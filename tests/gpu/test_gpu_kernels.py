@@ -323,8 +323,8 @@ def test_gluon_backward_with_query_rows_matches_oracle(head_dim, batch, heads, k
 
 
 def test_gluon_backward_is_the_default_on_sm90():
-    """On sm_90 the default backward takes the Gluon kernel at head_dim 64 and 128
-    (flash_bwd_hopper.PORTABLE_HEAD_DIMS is empty); gluon=True/False force either (capture rows:
+    """On sm_90 the default backward takes the Gluon kernel at head_dim 64 and 128; gluon=True/False
+    force either (capture rows:
     test_capture_row_names_the_gluon_path)."""
     from kernels.flash_bwd import backward_path
 
