@@ -211,8 +211,8 @@ REGISTRY: dict[str, Impl] = {
             Costing("fused", _flash_tiles, source="the first autotune candidate of kernels/flash_fwd.py and "
                     "flash_bwd.py; an autotuned run may pick another (ATTN_AUTOTUNE=0 runs this one); decode "
                     "shapes take the split-KV path of kernels/flash_decode.py (attention_core.split_kv.plan); "
-                    "on sm_90 the forward runs the Gluon kernel of kernels/flash_fwd_hopper.py and at head_dim 64 "
-                    "the backward the one-pass Gluon kernel of kernels/flash_bwd_hopper.py (path gluon-ws)",
+                    "on sm_90 the forward runs the Gluon kernel of kernels/flash_fwd_hopper.py and the backward the "
+                    "one-pass Gluon kernel of kernels/flash_bwd_hopper.py (path gluon-ws)",
                     split_kv=True, fast_path="gluon-ws", fast_fwd_tile=flash_fwd_hopper.forward_tile,
                     fast_bwd_tile=flash_bwd_hopper.backward_tile),
             supports_backward=True, needs_cuda=False, is_triton=True,

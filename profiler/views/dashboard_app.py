@@ -50,6 +50,7 @@ from profiler.views.selection import (  # noqa: E402
     decode_rows,
     default_reports,
     measured_at,
+    naive_step_rows,
     shape_labels,
     sorted_values,
     why_empty,
@@ -343,11 +344,8 @@ with tabs["Bandwidth"]:
 with tabs["Step breakdown"]:
     scale = st.radio("Show", ["share", "ms"], horizontal=True, key="step-scale",
                      help="share: each step's part of the four steps' time (every N readable); ms: milliseconds")
-    def naive_steps(frame: pd.DataFrame) -> pd.DataFrame:
-        return frame[(frame.impl == "naive") & (frame.step != "total")]
-
-    if naive_steps(data).empty:  # not hidden by a filter: none of the selected captures timed them
-        found = [n for n in names if not naive_steps(captures[n][1]).empty]
+    if naive_step_rows(data).empty:  # not hidden by a filter: none of the selected captures timed them
+        found = [n for n in names if not naive_step_rows(captures[n][1]).empty]
         where = (f"The captures under `{shown_root}` that have them: {', '.join(found)}. Select one in the sidebar's "
                  f"Captures, or open it with `{LAUNCH} -- --reports {shown_root} --select {found[0]}`." if found else
                  "No capture here has any: `python -m profiler capture --impl naive,...` times them.")

@@ -21,6 +21,7 @@ from profiler.model.naive import naive_step_bytes
 from profiler.model.roofs import Roofs, attainable_flops
 from profiler.registry import REGISTRY
 from profiler.views.rooflines import Roof, label_box_px, roofline_figure, roofline_points, roofs_from_meta  # noqa: F401
+from profiler.views.selection import naive_step_rows
 from profiler.views.style import (  # noqa: F401
     FAMILY_COLUMNS,
     LENGTHS,
@@ -157,7 +158,7 @@ def step_breakdown_figure(rows: pd.DataFrame, scale: str = "share", device_type:
     it, Nsight Systems where the capture has it. ``scale`` "share" stacks each group to 100% (every
     N readable), "ms" shows milliseconds. Only rows with status 'ok' are drawn; shapes where naive
     ran out of memory are shown as OOM, and an empty chart says why it is empty."""
-    naive = rows[(rows.impl == "naive") & (rows.step != "total")]
+    naive = naive_step_rows(rows)
     steps = _ok(naive).copy()
     timer = timer_name(device_type)
     fig = go.Figure()

@@ -31,6 +31,7 @@ from attention_core.shape import Shape
 from profiler.model.roofs import Roofs, meta_for_device
 from profiler.store import Capture, CaptureError, write_bytes_atomic
 from profiler.views import observed, plots, rooflines, style
+from profiler.views.selection import naive_step_rows
 from profiler.views.style import FAMILY_COLUMNS, LENGTHS, family_label, impl_rank
 
 DTYPE_ORDER = {"fp16": 0, "bf16": 1, "fp32": 2}
@@ -316,7 +317,7 @@ def family_figures(meta: dict, rows: pd.DataFrame, kernels: pd.DataFrame | None 
         out.append(("Bandwidth", "GB/s counts the model's compulsory bytes (Q, K, V read once, O and the logsumexp "
                                  "written once). Above the copy line is possible: a read-mostly stream outruns a copy.",
                     plots.bandwidth_figure(rows, meta)))
-    if ((rows.impl == "naive") & (rows.step != "total")).any():
+    if not naive_step_rows(rows).empty:
         out.append(("Step breakdown", "", plots.step_breakdown_figure(rows, device_type=meta.get("device_type"))))
     if kernels is not None and not kernels.empty:
         traced, caption = _trace_rows(kernels, family_key(first))

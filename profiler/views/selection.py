@@ -50,6 +50,12 @@ def sorted_values(values) -> list:
         return sorted(values, key=str)
 
 
+def naive_step_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Naive attention's per-step rows (QKᵀ, scale/mask, softmax, PV; any status): what the Step
+    breakdown draws."""
+    return frame[(frame.impl == "naive") & (frame.step != "total")]
+
+
 def decode_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """Measured decode-like totals: fewer queries than keys (what the Bandwidth tab draws)."""
     return frame[(frame.step == "total") & (frame.status == "ok") & (frame.seq_q < frame.seq_kv)]
