@@ -509,3 +509,23 @@ def test_token_sweeps_hold_across_captures_and_short_implementations():
     decode = decode[(decode.status == "ok") & (decode.step == "total") & (decode.seq_q < decode.seq_kv)]
     names = {t.name for t in plots.scaling_figures(decode)["time"].data}
     assert names and not any("tokens" in n for n in names)
+
+
+def test_two_captures_of_the_same_shapes_draw_a_line_each():
+    """The Gluon backward (bench-h100-gluon-bwd-d128) beside the portable one (bench-h100-gluon-bwd's
+    D128 bwd rows): same token sweep, one line per capture, each through its own times."""
+    rows = []
+    for name in ("bench-h100-gluon-bwd-d128", "bench-h100-gluon-bwd"):
+        _, frame = load_capture(ROOT / "reports" / name)
+        rows.append(frame.assign(capture=name))
+    rows = pd.concat(rows, ignore_index=True)
+    rows = rows[(rows.status == "ok") & (rows.step == "total") & (rows.head_dim == 128) & (rows["mode"] == "bwd")
+                & (rows.dtype == "bf16") & ~rows.causal & (rows.impl == "triton_flash")]
+    lines = {t.name: t for t in plots.scaling_figures(rows)["tflops"].data}
+    assert set(lines) == {f"triton_flash · {name} · 32768 tokens H16 D128 bf16 full bwd"
+                          for name in ("bench-h100-gluon-bwd-d128", "bench-h100-gluon-bwd")}
+    for name, line in lines.items():
+        want = rows[rows.capture == name.split(" · ")[1]].set_index("seq_kv").tflops
+        assert dict(zip(line.x, line.y)) == pytest.approx(want.to_dict(), rel=1e-12) and len(line.x) == 4
+    models = [t.name for t in plots.scaling_figures(rows)["memory"].data if t.name.startswith("model")]
+    assert len(models) == 2  # O(N²) and O(N), once for the shared shapes

@@ -76,11 +76,14 @@ def _lines(data: pd.DataFrame) -> pd.DataFrame:
     return data.sort_values("seq_kv")
 
 
-def _line_label(family: tuple, queries: int, lead: str = "") -> str:
-    """A scaling line's legend: its family (with ``lead``, e.g. '32768 tokens', in place of the batch)."""
+def _line_label(family: tuple, queries: int, lead: str = "", capture: str = "") -> str:
+    """A scaling line's legend: its family (with ``lead``, e.g. '32768 tokens', in place of the batch),
+    after its ``capture`` where several captures are drawn."""
     label = family_label(family)
     if lead:
         label = f"{lead} {label.split(' ', 1)[1]}"
+    if capture:
+        label = f"{capture} · {label}"
     return label + (f" Nq={queries}" if queries else "")
 
 
@@ -88,8 +91,8 @@ def _token_leads(data: pd.DataFrame) -> pd.Series:
     """Per row, '' or 'T tokens' where the row belongs to a fixed-token sweep (``bench --tokens``: the
     batch shrinks as N grows, so B·Nq stays T). Such rows make one line across their batches; without
     this each batch would be a line of one point. A sweep is a token count that several batches of
-    one family reach, across implementations and captures, so an implementation with one point in it,
-    or the same sweep selected twice, lands on the same line."""
+    one family reach, across implementations, so an implementation with one point in it lands on the
+    sweep's line (several captures each draw their own lines: see scaling_figures)."""
     lead = pd.Series("", index=data.index)
     others = [c for c in FAMILY_COLUMNS if c != "batch"]
     tokens = (data.batch * data.seq_q).rename("tokens")
@@ -113,14 +116,18 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
     naive = naive[~naive.index.duplicated()]  # one baseline per shape, also in merged captures
     data = data.merge(naive.rename("naive_ms").reset_index(), on=shape_key, how="left")
     data["lead"] = _token_leads(data)
-    # A line: an implementation on one family, or on a fixed-token sweep across batches (its lead).
+    # A line: an implementation on one family, or on a fixed-token sweep across batches (its lead), in
+    # one capture: two captures of the same shapes (say one kernel before and after a change) would
+    # otherwise zig-zag between their times on one line.
     data["line_batch"] = data.batch.where(data.lead == "", 0)
-    line_key = ["lead", "line_batch", *[c for c in FAMILY_COLUMNS if c != "batch"], "queries"]
+    several = "capture" in data and data.capture.nunique() > 1
+    data["line_capture"] = data.capture.astype(str) if several else ""
+    line_key = ["line_capture", "lead", "line_batch", *[c for c in FAMILY_COLUMNS if c != "batch"], "queries"]
     families = list(dict.fromkeys(tuple(r) for r in data[line_key].itertuples(index=False)))
     for (impl, *line), group in data.groupby(["impl", *line_key], sort=False):
         k = families.index(tuple(line))
-        lead, queries, family = line[0], line[-1], tuple(group[FAMILY_COLUMNS].iloc[0])
-        name = impl if len(families) == 1 else f"{impl} · {_line_label(family, queries, lead)}"
+        capture, lead, queries, family = line[0], line[1], line[-1], tuple(group[FAMILY_COLUMNS].iloc[0])
+        name = impl if len(families) == 1 else f"{impl} · {_line_label(family, queries, lead, capture)}"
         style = {"color": impl_color(impl), "dash": DASHES[k % len(DASHES)]}
         for key, col in (("time", "time_ms"), ("tflops", "tflops"), ("memory", "peak_mem_bytes")):
             y = group[col] / 2**20 if key == "memory" else group[col]
@@ -129,7 +136,7 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
                                              mode="lines+markers", name=name, line=style))
     seqs = sorted(data[data.queries == 0].seq_q.unique())  # the O(N²) model lines are for square shapes
     square = data[data.queries == 0]
-    for line, group in square.groupby(line_key, sort=False):
+    for line, group in square.groupby(line_key[1:], sort=False):  # the model is one per shape, not per capture
         points = group.drop_duplicates("seq_q")  # the line's shapes: its lengths, each with its own batch
         shapes = [Shape.from_row(dict(zip(FAMILY_COLUMNS, r)) | dict.fromkeys(LENGTHS, int(n)))
                   for r, n in zip(points[FAMILY_COLUMNS].itertuples(index=False), points.seq_q)]
