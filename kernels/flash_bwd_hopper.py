@@ -87,6 +87,7 @@ class BackwardConfig(NamedTuple):
     persistent: bool = True  # one program per SM looping over key blocks, instead of one per block
     dq_cols: bool = True  # dQ split by columns over the consumers (else alternate consumers take it whole)
     query_rows: bool = False  # S and dP with the queries as rows (FA3 at D128), P and dS through shared memory
+    masked_first: bool = False  # a key block's masked query tiles (diagonal, ragged end) first, then the clean ones
 
     def dq_tile(self, head_dim: int) -> tuple[int, int]:
         """(rows, columns) of one dQ share: what one consumer multiplies and reduce-adds per query tile."""
@@ -165,9 +166,42 @@ def _first_query_tile(start_n, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
 
 
 @gluon.jit
+def _query_tiles(start_n, seq_q, seq_kv, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """The query tiles the key block from ``start_n`` walks, as (m_lo, clean_lo, clean_hi, n_m): tiles
+    [m_lo, n_m) in all, of which [clean_lo, clean_hi) need no mask (every query row of the tile is
+    at or past the block's last key when causal, and the tile and the block end inside the sequences).
+    Both consumers and the loader take the block's bounds, so they walk the same tiles in one order."""
+    n_m = gl.cdiv(seq_q, BLOCK_M)
+    m_lo = _first_query_tile(start_n, BLOCK_M, CAUSAL)
+    m_whole = seq_q // BLOCK_M
+    if start_n + BLOCK_N > seq_kv:
+        m_whole = 0
+    m_clean = 0
+    if CAUSAL:
+        m_clean = gl.cdiv(start_n + BLOCK_N - 1, BLOCK_M)
+    clean_lo = gl.minimum(gl.maximum(m_clean, m_lo), n_m)
+    clean_hi = gl.maximum(clean_lo, m_whole)
+    return m_lo, clean_lo, clean_hi, n_m
+
+
+@gluon.jit
+def _tile_at(j, m_lo, clean_lo, clean_hi, n_m):
+    """The j-th query tile in masked-first order: the diagonal's [m_lo, clean_lo), the ragged end's
+    [clean_hi, n_m), then the clean [clean_lo, clean_hi)."""
+    n_diag = clean_lo - m_lo
+    n_masked = n_diag + n_m - clean_hi
+    i = m_lo + j
+    if j >= n_diag:
+        i = clean_hi + (j - n_diag)
+    if j >= n_masked:
+        i = clean_lo + (j - n_masked)
+    return i
+
+
+@gluon.jit
 def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, n_blocks, bh_kv, section, snake,
                         BLOCK_M: gl.constexpr, STAGES: gl.constexpr, NUM_WG: gl.constexpr,
-                        KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr):
+                        KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr, MASKED_FIRST: gl.constexpr):
     """One warp: K and V of this key block once, then Q and dO of every query tile it sees, for each
     query head of its group, into the ring."""
     q_desc, do_desc, k_desc, v_desc, dq_desc = descs
@@ -191,10 +225,13 @@ def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, n_blocks
                                             v_smem.slice(w * KEYS_PER_WG, KEYS_PER_WG))
         off_z = off_bhk // kv_heads
         off_hk = off_bhk % kv_heads
-        m_lo = _first_query_tile(start_n, BLOCK_M, CAUSAL)
+        m_lo, clean_lo, clean_hi, n_m = _query_tiles(start_n, seq_q, seq_kv, BLOCK_M, NUM_WG * KEYS_PER_WG, CAUSAL)
         for g in range(group):
             q_row = (off_z * heads + off_hk * group + g) * seq_q
-            for i in range(m_lo, n_m):
+            for j in range(m_lo, n_m):
+                i = j
+                if MASKED_FIRST:
+                    i = _tile_at(j - m_lo, m_lo, clean_lo, clean_hi, n_m)
                 slot = count % STAGES
                 mbarrier.wait(empty.index(slot), _phase(count, STAGES) ^ 1)  # every consumer is done with it
                 mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
@@ -393,7 +430,8 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, LSE, DELTA, heads, group,
                             n_blocks, bh_kv, section, snake, qk_scale, sm_scale,
                             WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                             STAGES: gl.constexpr, NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr,
-                            CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, QUERY_ROWS: gl.constexpr):
+                            CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, QUERY_ROWS: gl.constexpr,
+                            MASKED_FIRST: gl.constexpr):
     """One warpgroup: keys start_n + WG·64 ... + 63 against every query tile they see; dK and dV of
     those keys at the end, and a dQ share per query tile."""
     q_desc, do_desc, k_desc, v_desc, dq_desc = descs
@@ -448,6 +486,18 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, LSE, DELTA, heads, group,
             # The causal diagonal's tiles (masked), the clean ones, then a ragged end (masked).
             diag_hi = gl.minimum(gl.maximum(m_clean, m_lo), n_m)
             clean_hi = gl.maximum(diag_hi, m_whole)
+            if MASKED_FIRST:
+                # Two copies of the step, not three: the masked tiles of both ends in one loop.
+                m_lo, diag_hi, clean_hi, n_m = _query_tiles(start_n, seq_q, seq_kv, BLOCK_M, NUM_WG * KEYS_PER_WG,
+                                                            CAUSAL)
+                for j in range(0, diag_hi - m_lo + n_m - clean_hi):
+                    i = _tile_at(j, m_lo, diag_hi, clean_hi, n_m)
+                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
+                                       DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, QUERY_ROWS)
+                    count += 1
+                m_lo = diag_hi
+                n_m = clean_hi
             for i in range(m_lo, diag_hi):
                 dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE, DELTA,
                                    seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
@@ -482,7 +532,8 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, DK, DV, LSE, DELT
                      heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section, snake,
                      HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                      NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr,
-                     DQ_COLS: gl.constexpr, QUERY_ROWS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                     DQ_COLS: gl.constexpr, QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr,
+                     CONSUMER_REGS: gl.constexpr,
                      LOADER_REGS: gl.constexpr):
     """Program p takes key blocks p, p + programs, ... of the n_blocks · bh_kv (one each when the
     grid has a program per block; persistent when it has one per SM)."""
@@ -521,12 +572,12 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, DK, DV, LSE, DELT
         [
             (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, LSE, DELTA, heads, group, seq_q, seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 0, HEAD_DIM, BLOCK_M,
-                                       STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, QUERY_ROWS)),
+                                       STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, QUERY_ROWS, MASKED_FIRST)),
             (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, LSE, DELTA, heads, group, seq_q, seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 1, HEAD_DIM, BLOCK_M,
-                                       STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, QUERY_ROWS)),
+                                       STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, QUERY_ROWS, MASKED_FIRST)),
             (_bwd_load_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, n_blocks, bh_kv, section, snake,
-                                   BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL)),
+                                   BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, MASKED_FIRST)),
         ],
         [4, 1],
         [CONSUMER_REGS, LOADER_REGS],
@@ -594,7 +645,7 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
         heads, heads // kv_heads, seq_q, seq_kv, q_pad, n_blocks, bh_kv, schedule.section, int(schedule.snake),
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, STAGES=config.stages, NUM_WG=config.consumers,
         KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols, QUERY_ROWS=config.query_rows,
-        CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
+        MASKED_FIRST=config.masked_first, CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
         num_warps=4,
     )
     dq = torch.empty_like(q)

@@ -2,13 +2,15 @@
 
     python3 scripts/perf_experiments/gluon_bwd_probe.py [all|check|bench]
 
-``check``: the default config (with ``QUERY_ROWS=1`` in the environment, the default with
-``query_rows``) against the fp64 oracle (kernels.reference) on 160 cases, each within twice
-naive attention's error plus a floor, as tests/gpu does. ``bench``: bf16, 32768 tokens per shape (D64 H32,
-D128 H16), N 2048-16384, causal both: the whole backward of the portable kernels, the Gluon kernel with
-its defaults and each variant of ``VARIANTS="name,D,BLOCK_M,consumers,stages,persistent,dq_cols[,query_rows];..."``
-(0/1 flags), and cuDNN through SDPA, in TFLOP/s (2.5x the forward's 4·B·H·N²·D, halved causal). Writes
-``$OUT/bwd_probe.json``; reports/perf-h100/gluon_bwd_round*.json are its runs (docs/perf-notes.md).
+``check``: the default config (with ``QUERY_ROWS=1`` or ``MASKED_FIRST=1`` in the environment, the
+default with ``query_rows`` or ``masked_first``) against the fp64 oracle (kernels.reference) on 160
+cases, each within twice naive attention's error plus a floor, as tests/gpu does.
+
+``bench``: bf16, 32768 tokens per shape (D64 H32, D128 H16), N 2048-16384, causal both: the whole
+backward of the portable kernels, the Gluon kernel with its defaults and each variant of
+``VARIANTS="name,D,BLOCK_M,consumers,stages,persistent,dq_cols[,query_rows[,masked_first]];..."``
+(0/1 flags), and cuDNN through SDPA, in TFLOP/s (2.5x the forward's 4·B·H·N²·D, halved causal).
+Writes ``$OUT/bwd_probe.json``; reports/perf-h100/gluon_bwd_round*.json are its runs (docs/perf-notes.md).
 """
 import json
 import os
@@ -69,6 +71,8 @@ if which in ("all", "check"):
                         config = None
                         if os.environ.get("QUERY_ROWS") == "1":
                             config = HB.CONFIGS[D, causal]._replace(query_rows=True)
+                        if os.environ.get("MASKED_FIRST") == "1":
+                            config = (config or HB.CONFIGS[D, causal])._replace(masked_first=True)
                         ok, errs, naive = check(B, H, Hkv, Nq, Nkv, D, causal, dtype, config, seed=Nq + D)
                     except Exception as e:
                         ok, errs, naive = False, [str(e)[:300]], []
@@ -94,9 +98,10 @@ if which in ("all", "bench"):
     extra = os.environ.get("VARIANTS")
     if extra:
         for item in extra.split(";"):
-            name, d, bm, wg, st, pers, cols, *query_rows = item.split(",")
+            name, d, bm, wg, st, pers, cols, *flags = item.split(",")
+            flags = [f == "1" for f in flags] + [False] * (2 - len(flags))  # query_rows, masked_first
             variants[name] = (int(d), HB.BackwardConfig(int(bm), int(wg), int(st), pers == "1", cols == "1",
-                                                        query_rows == ["1"]))
+                                                        *flags))
     for D, H in ((64, 32), (128, 16)):
         for N in (2048, 4096, 8192, 16384):
             B = 32768 // N

@@ -322,6 +322,27 @@ def test_gluon_backward_with_query_rows_matches_oracle(head_dim, batch, heads, k
     _assert_gluon_backward_like_naive(q, k, v, causal, dtype, config)
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype,persistent", [(torch.float16, False), (torch.bfloat16, True)],
+                         ids=["fp16-per-block", "bf16-persistent"])
+@pytest.mark.parametrize("batch,heads,kv_heads,seq_q,seq_kv", [(1, 2, 2, 1, 1), (1, 3, 3, 1000, 1000),
+                                                                (1, 8, 2, 777, 777), (1, 4, 1, 200, 333),
+                                                                (1, 4, 2, 333, 200), (1, 4, 4, 64, 1000),
+                                                                (2, 16, 16, 4096, 4096)])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gluon_backward_masked_first_matches_oracle(head_dim, batch, heads, kv_heads, seq_q, seq_kv, dtype,
+                                                    persistent, causal):
+    """A key block's masked query tiles (the causal diagonal and a ragged end) walked first, then the
+    clean ones (BackwardConfig.masked_first): the loader and both consumers must agree on that order,
+    across key blocks of one persistent program too."""
+    from kernels.flash_bwd_hopper import CONFIGS
+
+    _needs_sm90()
+    config = CONFIGS[head_dim, causal]._replace(masked_first=True, persistent=persistent)
+    q, k, v = _inputs(batch, heads, seq_q, seq_kv, head_dim, dtype, seed=seq_q + head_dim + 11, kv_heads=kv_heads)
+    _assert_gluon_backward_like_naive(q, k, v, causal, dtype, config)
+
+
 def test_gluon_backward_is_the_default_on_sm90():
     """On sm_90 the default backward takes the Gluon kernel at head_dim 64 and 128; gluon=True/False
     force either (capture rows:
