@@ -10,10 +10,13 @@ cases, each within twice naive attention's error plus a floor, as tests/gpu does
 backward of the portable kernels, the Gluon kernel with its defaults and each variant of
 ``VARIANTS="name,D,BLOCK_M,consumers,stages,persistent,dq_cols[,query_rows[,masked_first]];..."``
 (0/1 flags), and cuDNN through SDPA, in TFLOP/s (2.5x the forward's 4·B·H·N²·D, halved causal).
+``ROUNDS=n`` times the Gluon kernels and cuDNN n times per shape, interleaved, and keeps the median
+(each round's figure under ``<name>_rounds``); ``DIMS=128`` limits the head dims.
 Writes ``$OUT/bwd_probe.json``; reports/perf-h100/gluon_bwd_round*.json are its runs (docs/perf-notes.md).
 """
 import json
 import os
+import statistics
 import sys
 import traceback
 from functools import partial
@@ -102,7 +105,11 @@ if which in ("all", "bench"):
             flags = [f == "1" for f in flags] + [False] * (2 - len(flags))  # query_rows, masked_first
             variants[name] = (int(d), HB.BackwardConfig(int(bm), int(wg), int(st), pers == "1", cols == "1",
                                                         *flags))
+    rounds = int(os.environ.get("ROUNDS", "1"))
+    dims = [int(d) for d in os.environ.get("DIMS", "64,128").split(",")]
     for D, H in ((64, 32), (128, 16)):
+        if D not in dims:
+            continue
         for N in (2048, 4096, 8192, 16384):
             B = 32768 // N
             for causal in (False, True):
@@ -115,26 +122,36 @@ if which in ("all", "bench"):
                 row = {"D": D, "N": N, "B": B, "H": H, "causal": causal}
                 args = (do, q, k, v, o, lse, causal, scale)
                 row["portable"] = flops / bench(partial(flash_attention_backward, *args, gluon=False)) / 1e9
+                fns = {}
                 for name, cfg in variants.items():
                     if cfg is not None:
                         if cfg[0] != D:
                             continue
                         cfg = cfg[1]
-                    try:
-                        if cfg is None:
-                            fn = partial(flash_attention_backward, *args, gluon=True)
-                        else:  # the preprocess too, as the default's timing has it
-                            fn = partial(variant_backward, *args, cfg)
-                        row["gluon_" + name] = flops / bench(fn) / 1e9
-                    except Exception as e:
-                        row["gluon_" + name] = str(e)[:100]
+                    if cfg is None:
+                        fns["gluon_" + name] = partial(flash_attention_backward, *args, gluon=True)
+                    else:  # the preprocess too, as the default's timing has it
+                        fns["gluon_" + name] = partial(variant_backward, *args, cfg)
                 qs, ks, vs = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     out = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal)
-                    row["cudnn"] = flops / bench(partial(torch.autograd.grad, out, (qs, ks, vs), do,
-                                                         retain_graph=True)) / 1e9
+                fns["cudnn"] = partial(torch.autograd.grad, out, (qs, ks, vs), do, retain_graph=True)
+                for _ in range(rounds):
+                    for name, fn in fns.items():
+                        if isinstance(row.get(name + "_rounds"), str):
+                            continue  # it failed in an earlier round
+                        try:
+                            row.setdefault(name + "_rounds", []).append(flops / bench(fn) / 1e9)
+                        except Exception as e:
+                            row[name + "_rounds"] = str(e)[:100]
+                for name in fns:
+                    got = row.pop(name + "_rounds")
+                    row[name] = got if isinstance(got, str) else statistics.median(got)
+                    if rounds > 1 and not isinstance(got, str):
+                        row[name + "_rounds"] = [round(x, 1) for x in got]
                 rows.append(row)
-                print({k_: (round(v_, 1) if isinstance(v_, float) else v_) for k_, v_ in row.items()}, flush=True)
+                print({k_: (round(v_, 1) if isinstance(v_, float) else v_) for k_, v_ in row.items()
+                       if not k_.endswith("_rounds")}, flush=True)
                 del q, k, v, do, o, lse, qs, ks, vs, out
     results["bench"] = rows
 json.dump(results, open(os.path.join(OUT, "bwd_probe.json"), "w"), indent=1)
