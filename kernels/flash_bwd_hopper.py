@@ -107,12 +107,15 @@ class BackwardConfig(NamedTuple):
 # measured 0-11% faster at D128, and at D64 3-6% slower up to N8192 but 13% faster at N16384; the
 # same kernel's per-block D64 times moved by up to 8% between runs, so one rule serves both
 # (docs/perf-notes.md, "Gluon backward", round 4). D128 takes query_rows, one program per key block
-# causal or not: 1.00-1.13x persistent programs without a mask, 1.02-1.32x causal (round 5).
+# causal or not: 1.00-1.13x persistent programs without a mask, 1.02-1.32x causal (round 5). Causal D128
+# walks a key block's masked tiles first (masked_first): 1.08-1.09x the diagonal-first order in three
+# interleaved rounds, where without a mask, and at D64, it measured 0-6% slower (round 6).
 CONFIGS = {
     (64, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=True, dq_cols=False),
     (64, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=False),
     (128, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=True, query_rows=True),
-    (128, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=True, query_rows=True),
+    (128, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=True, query_rows=True,
+                                masked_first=True),
 }
 # Registers per thread of the worker partitions (setmaxnreg): the consumers hold dK and dV (2·64·D
 # fp32 per warpgroup) plus Sᵀ and dPᵀ; the loader warp almost nothing.
