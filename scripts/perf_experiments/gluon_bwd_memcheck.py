@@ -1,5 +1,6 @@
 """The Gluon backward under compute-sanitizer (16 small cases: ragged, GQA, Nq != Nkv, N=1), then the
-same cases with S and dP the right way up (``BackwardConfig.query_rows``, 16 more):
+same cases with S and dP the right way up (``BackwardConfig.query_rows``, 16 more) and with the masked
+tiles first in persistent programs (``masked_first``, 16 more):
 
     compute-sanitizer --tool memcheck python3 scripts/perf_experiments/gluon_bwd_memcheck.py
 """
@@ -27,5 +28,8 @@ for D in (64, 128):
             config = CONFIGS[D, causal]._replace(query_rows=True)
             hopper_backward(do, q, k, v, o, lse, causal, D ** -0.5, backward_delta(o, do), config)
             torch.cuda.synchronize()
-            n += 2
+            config = CONFIGS[D, causal]._replace(masked_first=True, persistent=True)
+            hopper_backward(do, q, k, v, o, lse, causal, D ** -0.5, backward_delta(o, do), config)
+            torch.cuda.synchronize()
+            n += 3
 print("memcheck cases run:", n)
