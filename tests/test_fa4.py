@@ -225,29 +225,59 @@ def test_the_runner_checks_times_or_refuses_a_case(fa4, seq_kv, status, mode):
         assert "bottom-right" in result.message and "Nq 24 != Nkv 40" in result.message and result.timing is None
 
 
-def test_shipped_h200_capture_holds_every_shape_and_the_readme_quotes_it():
-    """reports/fa4-peers-h200: ours, cuDNN and FA4, forward and backward, over N 2048-16384, D64 and
-    D128, fp16 and bf16, causal both, every row ok; the README's ratio ranges are the capture's."""
+def _peers_grid(name):
+    """A shipped ours/cuDNN/FA4 grid: every row ok, all three over the 64 (mode, dtype, D, causal, N)
+    shapes; their times by shape."""
     from pathlib import Path
 
     from profiler.store import load_capture
 
-    root = Path(__file__).resolve().parents[1]
-    meta, frame = load_capture(root / "reports" / "fa4-peers-h200")
-    assert meta["device"] == "NVIDIA H200"
+    meta, frame = load_capture(Path(__file__).resolve().parents[1] / "reports" / name)
     totals = frame[frame.step == "total"]
     assert (totals.status == "ok").all() and len(totals) == 3 * 64
     assert set(totals.impl) == {"triton_flash", "sdpa_cudnn", "fa4"}
     times = totals.pivot_table(index=["mode", "dtype", "head_dim", "causal", "seq_q"], columns="impl", values="time_ms")
     assert len(times) == 64 and set(times.index.get_level_values("seq_q")) == {2048, 4096, 8192, 16384}
-    readme = (root / "README.md").read_text().replace("\n", " ")
+    return meta, totals, times
+
+
+def test_shipped_h200_capture_holds_every_shape():
+    """reports/fa4-peers-h200: ours, cuDNN and FA4, forward and backward, over N 2048-16384, D64 and
+    D128, fp16 and bf16, causal both, every row ok (from before the Gluon backward: ours is `tiled`)."""
+    meta, totals, _ = _peers_grid("fa4-peers-h200")
+    assert meta["device"] == "NVIDIA H200"
+    ours = totals[totals.impl == "triton_flash"]
+    assert set(ours[ours["mode"] == "bwd"].path) == {"tiled"}
+
+
+def test_shipped_h100_capture_holds_every_shape_and_the_readme_quotes_it():
+    """reports/fa4-peers-h100: the same grid with the current kernels (the Gluon backward everywhere,
+    the Gluon forward but at causal D64 N <= 4096); the README's ranges and counts are the capture's."""
+    from pathlib import Path
+
+    meta, totals, times = _peers_grid("fa4-peers-h100")
+    assert meta["device"] == "NVIDIA H100 80GB HBM3"
+    ours = totals[totals.impl == "triton_flash"]
+    assert set(ours[ours["mode"] == "bwd"].path) == {"gluon-ws"}
+    tiled = ours[ours.path == "tiled"]
+    assert (tiled["mode"] == "fwd").all() and tiled.causal.all() and set(tiled.head_dim) == {64}
+    assert set(tiled.seq_q) == {2048, 4096}
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text().replace("\n", " ")
 
     def span(ratio):
         return f"{ratio.min():.2f}x to {ratio.max():.2f}x"
 
     forward, backward = times.xs("fwd"), times.xs("bwd")
-    assert f"our forward runs at {span(forward.fa4 / forward.triton_flash)} FA4" in readme
-    assert f"and {span(forward.sdpa_cudnn / forward.triton_flash)} cuDNN (at or above cuDNN on " \
-           f"{(forward.sdpa_cudnn >= forward.triton_flash).sum()} of 32" in readme
-    assert f"our backward at {span(backward.fa4 / backward.triton_flash)} FA4 and " \
-           f"{span(backward.sdpa_cudnn / backward.triton_flash)} cuDNN" in readme
+    fwd_cudnn, bwd_cudnn = forward.sdpa_cudnn / forward.triton_flash, backward.sdpa_cudnn / backward.triton_flash
+    fwd_fa4, bwd_fa4 = forward.fa4 / forward.triton_flash, backward.fa4 / backward.triton_flash
+    assert f"our forward runs at {span(fwd_fa4)} FA4 and {span(fwd_cudnn)} cuDNN (at or above cuDNN on " \
+           f"{(fwd_cudnn >= 1).sum()} of 32 shapes; the other {(fwd_cudnn < 1).sum()} are all at N <= 4096)" in readme
+    assert fwd_cudnn[fwd_cudnn < 1].index.get_level_values("seq_q").max() <= 4096
+    assert f"our backward at {span(bwd_fa4)} FA4 and {span(bwd_cudnn)} cuDNN (at or above cuDNN on " \
+           f"{(bwd_cudnn >= 1).sum()} of 32)" in readme
+    assert f"FA4 itself runs at {span(forward.sdpa_cudnn / forward.fa4)} cuDNN forward and " \
+           f"{span(backward.sdpa_cudnn / backward.fa4)} backward" in readme
+    met = [(fwd_cudnn >= 1).sum(), (fwd_fa4 >= 0.97).sum(), (bwd_cudnn >= 1).sum(), (bwd_fa4 >= 0.85).sum()]
+    assert "hold on {}, {}, {} and {} of the 32 shapes".format(*met) in readme
+    causal128 = bwd_cudnn.xs(128, level="head_dim").xs(True, level="causal")
+    assert f"causal head_dim 128 to {span(causal128)} cuDNN in `reports/fa4-peers-h100`" in readme

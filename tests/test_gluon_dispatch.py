@@ -249,7 +249,8 @@ def test_shipped_h100_backward_grid_and_the_readme_quotes_it():
     ratio = ratio.sdpa_cudnn / ratio.triton_flash
     assert f"it runs at {span(ratio.xs(False, level='causal'))} cuDNN without a mask and " \
            f"{span(ratio.xs(True, level='causal'))} causal" in readme
-    assert f"The forward there runs at {span(fwd.sdpa_cudnn / fwd.triton_flash)} cuDNN, at or above it on " \
+    assert f"In `reports/bench-h100-gluon-bwd` the forward runs at {span(fwd.sdpa_cudnn / fwd.triton_flash)} " \
+           f"cuDNN, at or above it on " \
            f"{(fwd.sdpa_cudnn >= fwd.triton_flash).sum()} of 32 shapes" in readme
     # Below the portable backward only at causal N 2048, as the README says.
     assert set(vs_portable[vs_portable < 1].index) == {("bf16", True, 2048), ("fp16", True, 2048)}
