@@ -30,7 +30,9 @@ and its hopper/ sources) does the backward in one pass, which this kernel follow
 - Causal: a key block sees the query tiles from its own position on; the first key blocks go first
   (the longest work first), head by head with a program per block, in small snaked sections of
   heads with persistent programs (kernels.tile_schedule), and only the tiles on the diagonal or past
-  a ragged end are masked.
+  a ragged end are masked. With ``BackwardConfig.masked_first`` (causal D128) a key block walks those
+  masked tiles first and then the clean ones, so the step is inlined twice rather than three times
+  (fewer spills: docs/perf-notes.md, "Gluon backward", round 6).
 
 Inputs: fp16 or bf16, head_dim 64 or 128, contiguous BHSD q, k, v, o, do (the TMA descriptors view
 them as (rows, D) matrices); any Nq, Nkv; grouped-query heads; causal top-left aligned. Rows of a
