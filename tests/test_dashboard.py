@@ -672,3 +672,23 @@ def test_a_capture_without_rows_gets_a_sentence_not_a_traceback(tmp_path, monkey
     at = _app(tmp_path, monkeypatch)
     assert not at.exception
     assert [i.value for i in at.info] == ["empty holds no rows yet: pick another capture."]
+
+
+def test_scaling_says_when_no_naive_was_timed_instead_of_an_empty_speedup_chart(monkeypatch):
+    """fa4-peers-h100 times ours, cuDNN and FA4, not naive: Scaling draws no empty speedup chart but says
+    how to get one; its --tokens sweep is one line per implementation across its batches."""
+    at = _app(ROOT / "reports", monkeypatch, "--select", "fa4-peers-h100")
+    assert not at.exception
+    assert any(i.value.startswith("No speedup over naive here") for i in at.info)
+    titles = [str(_spec(c)["layout"].get("title", {}).get("text", "")) for c in at.get("plotly_chart")]
+    assert "Throughput" in titles and "Speedup over naive PyTorch" not in titles
+    throughput = _spec(next(c for c, t in zip(at.get("plotly_chart"), titles) if t == "Throughput"))
+    lines = [t for t in throughput["data"] if t.get("mode") == "lines+markers"]
+    assert {t["name"] for t in lines} == {"triton_flash", "sdpa_cudnn", "fa4"}
+    assert all(_values(t["x"]) == [2048, 4096, 8192, 16384] for t in lines)
+
+
+def test_scaling_keeps_the_speedup_chart_where_naive_was_timed(reference_app):
+    titles = [str(_spec(c)["layout"].get("title", {}).get("text", "")) for c in reference_app.get("plotly_chart")]
+    assert "Speedup over naive PyTorch" in titles
+    assert not any(i.value.startswith("No speedup over naive here") for i in reference_app.info)

@@ -371,3 +371,30 @@ def test_a_cpu_capture_report_names_its_timer_and_memory(tmp_path):
     page = build_report(folder, family=["B4 H32 D64 fp16 full fwd"])
     assert "DRAM trips of the N×N matrix" in page and "torch.utils.benchmark" in page
     assert "CUDA events" not in page and "HBM trips" not in page and "HBM bandwidth" not in page
+
+
+def test_a_token_sweep_is_one_family_across_its_batches():
+    """reports/fa4-peers-h100 is a `bench --tokens 32768` grid: the batch shrinks as N grows. Each shape
+    family is one section across its four batches, named by its token count, and its scaling charts
+    draw each implementation as one line of four points (not 64 one-length sections)."""
+    capture = ROOT / "reports" / "fa4-peers-h100"
+    frame = load_capture(capture)[1]
+    families = report.families_of(frame)
+    assert len(families) == 16 and _n_families(capture) == 64
+    assert "32768 tokens H32 D64 bf16 causal bwd" in families and "32768 tokens H16 D128 fp16 full fwd" in families
+    for label, rows in families.items():
+        assert label.startswith("32768 tokens ") and len(rows) == 12 and set(rows.impl) == {
+            "triton_flash", "sdpa_cudnn", "fa4"}
+        assert set(zip(rows.batch, rows.seq_q)) == {(16, 2048), (8, 4096), (4, 8192), (2, 16384)}
+    assert sum(len(rows) for rows in families.values()) == len(frame)
+    page = report.build_report(capture, ["32768 tokens H32 D64 bf16 causal bwd"])
+    assert _sections(page) == ["32768 tokens H32 D64 bf16 causal bwd"]
+    assert "key length 2,048 to 16,384 · batch 16, 8, 4, 2 as N grows · 3 implementations" in page
+    figures = _figures(page)
+    assert "{B2,B4,B8,B16} H32 D64 bf16 causal bwd" in _title(figures[0])
+    scaling = [f for f in figures if _title(f) == "Throughput"]
+    assert scaling, [_title(f) for f in figures]
+    lines = {t["name"]: _values(t["x"]) for t in scaling[0]["data"] if t.get("mode", "").startswith("lines")}
+    assert len(lines) == 3 and all(x == [2048, 4096, 8192, 16384] for x in lines.values()), lines
+    # no naive in this capture: no empty "Speedup over naive" chart (the reference capture keeps one)
+    assert "Speedup over naive PyTorch" not in [_title(f) for f in figures]

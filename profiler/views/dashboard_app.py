@@ -310,7 +310,11 @@ with tabs["Scaling"]:
     chart(left, figs["time"])
     chart(right, figs["tflops"])
     chart(left, figs["memory"])
-    chart(right, figs["speedup"])
+    if figs["speedup"].data:
+        chart(right, figs["speedup"])
+    else:
+        right.info("No speedup over naive here: no selected capture timed `naive` at these shapes "
+                   "(`--impl naive,...` times it).")
 
 with tabs["Bandwidth"]:
     decode = decode_rows(drawn)

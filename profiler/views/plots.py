@@ -107,7 +107,8 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
     speedup over naive against the key length N (log axes; N = Nq = Nkv for square shapes, Nkv for
     decode): one line per implementation, shape family and query length, so different shapes are
     never merged into one line (families differ by dash). Only rows with status 'ok'; x ticks at
-    the lengths measured."""
+    the lengths measured. The speedup figure has a line only where naive was timed at some of its
+    shapes, so it is empty (no traces) for a selection without naive."""
     ok = _ok(totals)
     data = _lines(ok[ok.step == "total"])
     figs = {key: go.Figure() for key in ("time", "tflops", "memory", "speedup")}
@@ -132,8 +133,9 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
         for key, col in (("time", "time_ms"), ("tflops", "tflops"), ("memory", "peak_mem_bytes")):
             y = group[col] / 2**20 if key == "memory" else group[col]
             figs[key].add_trace(go.Scatter(x=group.seq_kv, y=y, mode="lines+markers", name=name, line=style))
-        figs["speedup"].add_trace(go.Scatter(x=group.seq_kv, y=group.naive_ms / group.time_ms,
-                                             mode="lines+markers", name=name, line=style))
+        if group.naive_ms.notna().any():  # only lines with naive timed at some of their shapes
+            figs["speedup"].add_trace(go.Scatter(x=group.seq_kv, y=group.naive_ms / group.time_ms,
+                                                 mode="lines+markers", name=name, line=style))
     seqs = sorted(data[data.queries == 0].seq_q.unique())  # the O(N²) model lines are for square shapes
     square = data[data.queries == 0]
     for line, group in square.groupby(line_key[1:], sort=False):  # the model is one per shape, not per capture

@@ -52,27 +52,33 @@ class FamilyNotFound(CaptureError):
 # ------------------------------------------------------------------------------------------ families
 
 
-def family_key(row) -> tuple:
-    return tuple(row[c] for c in FAMILY_COLUMNS)
-
-
 def families_of(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """label -> rows of each family in ``frame``, in reading order: batch, heads, K/V heads, head_dim,
     then fp16, bf16, fp32, full before causal, fwd, bwd, fwd+bwd; where the rows name more than one
     device (profiler.store SCHEMA "device"), one family per device, labelled 'B4 H32 D64 fp16 full fwd ·
-    DEVICE', the devices of a shape side by side."""
+    DEVICE', the devices of a shape side by side. A fixed-token sweep (``bench --tokens``: the batch
+    shrinks as N grows) is one family across its batches, '32768 tokens H32 D64 fp16 full fwd', as the
+    scaling charts draw it (plots._token_leads), not a family of one length per batch."""
+    if frame.empty:
+        return {}
     mixed = "device" in frame and frame.device.nunique() > 1
-    columns = FAMILY_COLUMNS + ["device"] * mixed
-    groups = {tuple(key): rows for key, rows in frame.groupby(columns, sort=False, dropna=False)}
+    others = [c for c in FAMILY_COLUMNS if c != "batch"] + ["device"] * mixed
+    lead = plots._token_leads(plots._lines(frame)).reindex(frame.index).fillna("")
+    keys = [lead.rename("lead"), frame.batch.where(lead == "", 0).rename("batch"), *(frame[c] for c in others)]
+    groups = {tuple(key): rows for key, rows in frame.groupby(keys, sort=False, dropna=False)}
 
     def order(key):
-        values = dict(zip(columns, key))
-        return (values["batch"], values["heads"], -values["kv_heads"], values["head_dim"],
+        values = dict(zip(["lead", "batch", *others], key))
+        tokens = int(values["lead"].split()[0]) if values["lead"] else 0
+        return (tokens, values["batch"], values["heads"], -values["kv_heads"], values["head_dim"],
                 DTYPE_ORDER.get(values["dtype"], 9), str(values["dtype"]), bool(values["causal"]),
                 MODE_ORDER.get(values["mode"], 9), str(values["mode"]), str(values.get("device", "")))
 
     def label(key):
-        return family_label(key[:len(FAMILY_COLUMNS)]) + (f" · {key[-1]}" if mixed else "")
+        text = family_label(groups[key].iloc[0])
+        if key[0]:
+            text = f"{key[0]} {text.split(' ', 1)[1]}"
+        return text + (f" · {key[-1]}" if mixed else "")
 
     return {label(key): groups[key] for key in sorted(groups, key=order)}
 
@@ -270,13 +276,21 @@ def template() -> dict:
     return style.PLOTLY_TEMPLATE.to_plotly_json()
 
 
-def _trace_rows(kernels: pd.DataFrame, key: tuple) -> tuple[pd.DataFrame, str]:
-    """The kernels of one family at one shape (the one most implementations were traced at, the longest
-    on a tie), each trace shifted to start at 0 so the implementations line up; and a caption."""
-    mask = pd.Series(True, index=kernels.index)
-    for column, value in zip(FAMILY_COLUMNS, key):
-        if column in kernels:
-            mask &= kernels[column] == value
+def _family_mask(table: pd.DataFrame, family: pd.DataFrame) -> pd.Series:
+    """Rows of ``table`` (kernels, validation) in the family whose rows are ``family``: each family
+    column among the family's values (a token sweep's several batches)."""
+    mask = pd.Series(True, index=table.index)
+    for column in FAMILY_COLUMNS:
+        if column in table:
+            mask &= table[column].isin(family[column].unique())
+    return mask
+
+
+def _trace_rows(kernels: pd.DataFrame, family: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The kernels of one family (its rows: ``family``) at one shape (the one most implementations were
+    traced at, the longest on a tie), each trace shifted to start at 0 so the implementations line up;
+    and a caption."""
+    mask = _family_mask(kernels, family)
     rows = kernels[mask]
     if rows.empty or not {*LENGTHS, "impl"} <= set(rows.columns):  # not one trace per case: an observed run's
         return rows.iloc[:0], ""
@@ -311,8 +325,9 @@ def family_figures(meta: dict, rows: pd.DataFrame, kernels: pd.DataFrame | None 
                          "that does not overlap them with its matmuls; a point above it overlaps them")
         out.append(("Roofline", " · ".join(notes), rooflines.roofline_figure(rows, roofs, kind, exp2_per_s=exp2,
                                                                              device_type=meta.get("device_type"))))
-    for fig in plots.scaling_figures(rows).values():
-        out.append(("Scaling", "", fig))
+    for key, fig in plots.scaling_figures(rows).items():
+        if key != "speedup" or fig.data:  # a family without naive has no speedup to draw
+            out.append(("Scaling", "", fig))
     if (rows.seq_q < rows.seq_kv).any():
         out.append(("Bandwidth", "GB/s counts the model's compulsory bytes (Q, K, V read once, O and the logsumexp "
                                  "written once). Above the copy line is possible: a read-mostly stream outruns a copy.",
@@ -320,7 +335,7 @@ def family_figures(meta: dict, rows: pd.DataFrame, kernels: pd.DataFrame | None 
     if not naive_step_rows(rows).empty:
         out.append(("Step breakdown", "", plots.step_breakdown_figure(rows, device_type=meta.get("device_type"))))
     if kernels is not None and not kernels.empty:
-        traced, caption = _trace_rows(kernels, family_key(first))
+        traced, caption = _trace_rows(kernels, rows)
         if not traced.empty:
             out.append(("Trace", caption, plots.trace_figure(traced)))
     if validation is not None and not validation.empty:
@@ -330,17 +345,14 @@ def family_figures(meta: dict, rows: pd.DataFrame, kernels: pd.DataFrame | None 
     return out
 
 
-def _family_validation(validation: pd.DataFrame | None, key: tuple) -> pd.DataFrame | None:
-    """Validation rows of one family; a table without a mode column holds forward runs (profiler.nsight)."""
+def _family_validation(validation: pd.DataFrame | None, family: pd.DataFrame) -> pd.DataFrame | None:
+    """Validation rows of one family (its rows: ``family``); a table without a mode column holds forward
+    runs (profiler.nsight)."""
     if validation is None:
         return None
-    mask = pd.Series(True, index=validation.index)
-    for column, value in zip(FAMILY_COLUMNS, key):
-        if column in validation:
-            mask &= validation[column] == value
-        elif column == "mode" and value != "fwd":
-            return None
-    return validation[mask]
+    if "mode" not in validation and (family["mode"] != "fwd").any():
+        return None
+    return validation[_family_mask(validation, family)]
 
 
 def script_json(value) -> str:
@@ -434,8 +446,10 @@ def _rows_note(rows: pd.DataFrame) -> str:
     span = f"{lengths[0]:,}" if len(lengths) == 1 else f"{lengths[0]:,} to {lengths[-1]:,}"
     queries = sorted(set(totals.seq_q))
     decode = (totals.seq_q < totals.seq_kv).any()
+    batches = sorted(set(totals.batch), reverse=True)
+    sweep = f" · batch {', '.join(map(str, batches))} as N grows" if len(batches) > 1 else ""
     return (f"{len(rows):,} rows: {len(totals):,} whole-attention" + (f" ({failed})" if failed else "")
-            + (f", {steps:,} naive step rows" if steps else "") + f" · key length {span}"
+            + (f", {steps:,} naive step rows" if steps else "") + f" · key length {span}" + sweep
             + (f" · query length {', '.join(f'{q:,}' for q in queries)}" if decode else "")
             + f" · {totals.impl.nunique()} implementations")
 
@@ -464,7 +478,7 @@ def _family_section(label: str, rows: pd.DataFrame, meta: dict, kernels: pd.Data
                                        rooflines.exp_rate(meta))
     parts = [f"<h2 id='{anchor(label)}'>{e(label)}</h2>", f"<p class='caption'>{e(_rows_note(rows))}</p>",
              "<h3>Summary</h3>", _summary_html(summary_table(rows, points, copy_gbps))]
-    checked = _family_validation(validation, family_key(first))
+    checked = _family_validation(validation, rows)
     section = None
     for name, caption, fig in family_figures(meta, rows, kernels, checked):
         if name != section:
@@ -478,9 +492,9 @@ def _family_section(label: str, rows: pd.DataFrame, meta: dict, kernels: pd.Data
         if caption:
             parts.append(f"<p class='caption'>{e(caption)}</p>")
         if name == "Step breakdown":
-            longest = int(rows.seq_kv.max())
-            trips = plots.hbm_trips_table(replace(Shape.from_row(first), seq_q=longest, seq_kv=longest, mode="fwd"),
-                                          device_type=meta.get("device_type"))
+            longest = int(rows.seq_kv.max())  # at the batch measured there (a token sweep's smallest)
+            trips = plots.hbm_trips_table(replace(Shape.from_row(rows.loc[rows.seq_kv.idxmax()]), seq_q=longest,
+                                                  seq_kv=longest, mode="fwd"), device_type=meta.get("device_type"))
             parts += [f"<p><b>{style.memory_name(meta.get('device_type'))} trips of the N×N matrix, naive vs fused</b> "
                       "<span class='caption'>(model, "
                       f"N={longest:,})</span></p>", html_table(trips, set(trips.columns) - {"step"})]

@@ -64,7 +64,11 @@ def families_title(rows) -> str:
         if column == "heads":
             shown = [heads_label(h, k) for h, k in pairs]
         else:
-            values = sorted(rows[column].dropna().unique().tolist(), key=str)
+            values = rows[column].dropna().unique().tolist()
+            try:  # numbers as numbers ({B2,B4,B16}, not {B16,B2,B4}); mixed types as text
+                values = sorted(values)
+            except TypeError:
+                values = sorted(values, key=str)
             shown = [("causal" if v else "full") if column == "causal" else fmt.format(v) for v in values]
         if shown:
             parts.append(shown[0] if len(shown) == 1 else "{" + ",".join(shown) + "}")
