@@ -529,3 +529,16 @@ def test_two_captures_of_the_same_shapes_draw_a_line_each():
         assert dict(zip(line.x, line.y)) == pytest.approx(want.to_dict(), rel=1e-12) and len(line.x) == 4
     models = [t.name for t in plots.scaling_figures(rows)["memory"].data if t.name.startswith("model")]
     assert len(models) == 2  # O(N²) and O(N), once for the shared shapes
+
+
+def test_compare_draws_a_token_sweep_as_one_line_across_its_batches():
+    """fa4-peers-h100 against fa4-peers-h200: both `bench --tokens 32768` grids, each shape family's four
+    batches (16 at N2048 ... 2 at N16384) one B/A line per implementation, not four one-point lines."""
+    _, h100 = load_capture(ROOT / "reports" / "fa4-peers-h100")
+    _, h200 = load_capture(ROOT / "reports" / "fa4-peers-h200")
+    fig, joined = plots.compare_figure(h100, h200, "h100", "h200")
+    assert len(joined) == 192  # every row of the grid is in both
+    assert len(fig.data) == 3 * 16  # three implementations × 16 families
+    lines = {t.name: list(t.x) for t in fig.data if t.mode == "lines+markers"}
+    assert "fa4 · 32768 tokens H32 D64 bf16 causal bwd" in lines
+    assert all(x == [2048, 4096, 8192, 16384] for x in lines.values())

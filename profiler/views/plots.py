@@ -258,18 +258,23 @@ def compare_figure(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str)
     """Two captures side by side: the rows with status 'ok' in both, joined on the full row key
     (implementation, step and every shape column, so decode rows of one Nq but several Nkv stay
     apart), their times and TFLOP/s, and B / A ratios against the key length, one line per
-    implementation, shape family and query length."""
+    implementation, shape family (or fixed-token sweep) and query length."""
     key = list(ROW_KEY)
     ok_a = _ok(a)[[*key, "time_ms", "tflops"]].drop_duplicates(key)
     ok_b = _ok(b)[[*key, "time_ms", "tflops"]].drop_duplicates(key)
     joined = ok_a.merge(ok_b, on=key, suffixes=(f" {label_a}", f" {label_b}"))
     joined["speedup B/A"] = joined[f"time_ms {label_a}"] / joined[f"time_ms {label_b}"]
     totals = _lines(joined[joined.step == "total"])
-    families = list(dict.fromkeys(tuple(r) for r in totals[[*FAMILY_COLUMNS, "queries"]].itertuples(index=False)))
+    # A fixed-token sweep is one line across its batches, as in scaling_figures.
+    totals["lead"] = _token_leads(totals)
+    totals["line_batch"] = totals.batch.where(totals.lead == "", 0)
+    line_key = ["lead", "line_batch", *[c for c in FAMILY_COLUMNS if c != "batch"], "queries"]
+    families = list(dict.fromkeys(tuple(r) for r in totals[line_key].itertuples(index=False)))
     fig = go.Figure()
-    for (impl, *family, queries), group in totals.groupby(["impl", *FAMILY_COLUMNS, "queries"], sort=False):
-        k = families.index((*family, queries))
-        name = impl if len(families) == 1 else f"{impl} · {_line_label(tuple(family), queries)}"
+    for (impl, *line), group in totals.groupby(["impl", *line_key], sort=False):
+        k = families.index(tuple(line))
+        lead, queries, family = line[0], line[-1], tuple(group[FAMILY_COLUMNS].iloc[0])
+        name = impl if len(families) == 1 else f"{impl} · {_line_label(family, queries, lead)}"
         fig.add_trace(go.Scatter(x=group.seq_kv, y=group["speedup B/A"], mode="lines+markers", name=name,
                                  line={"color": impl_color(impl), "dash": DASHES[k % len(DASHES)]}))
     fig.add_hline(y=1.0, line_dash="dot")
