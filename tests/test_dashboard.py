@@ -692,3 +692,17 @@ def test_scaling_keeps_the_speedup_chart_where_naive_was_timed(reference_app):
     titles = [str(_spec(c)["layout"].get("title", {}).get("text", "")) for c in reference_app.get("plotly_chart")]
     assert "Speedup over naive PyTorch" in titles
     assert not any(i.value.startswith("No speedup over naive here") for i in reference_app.info)
+
+
+def test_two_captures_open_where_both_have_rows(monkeypatch):
+    """An H100 forward capture (D64 and D128) beside a backward-only D128 one: the filters open on D128
+    and both modes, so both captures' points are on the roofline (not the forward's D64 fwd alone)."""
+    at = _app(ROOT / "reports", monkeypatch, "--select", "bench-h100-gluon,bench-h100-gluon-bwd-d128")
+    assert not at.exception
+    assert next(m for m in at.multiselect if m.label == "Captures").value == ["bench-h100-gluon",
+                                                                             "bench-h100-gluon-bwd-d128"]
+    assert next(m for m in at.multiselect if m.label == "head_dim").value == [128]
+    assert next(m for m in at.multiselect if m.label == "Mode").value == ["bwd", "fwd"]
+    table = at.dataframe[0].value  # the Roofline tab's points
+    assert set(table["mode"]) == {"bwd", "fwd"}
+    assert {label.split()[0] for label in table["shape"]} == {"bench-h100-gluon", "bench-h100-gluon-bwd-d128"}

@@ -75,3 +75,26 @@ def test_default_reports_env_then_checkout_then_current_directory(tmp_path):
     assert selection.default_reports(None, {}, cwd) == cwd / "reports"
     for checkout in (ROOT, None):
         assert selection.default_reports(checkout, {"ATTN_REPORTS": "/data/caps"}, cwd) == Path("/data/caps")
+
+
+PREFERRED = {"dtype": "fp16", "head_dim": 64, "causal": False, "mode": "fwd"}
+
+
+def _shipped(name: str) -> pd.DataFrame:
+    return selection.with_capture(name, *load_capture(ROOT / "reports" / name))
+
+
+def test_the_first_filters_keep_every_selected_capture_in_view():
+    # One capture: the preferred family (fp16 D64 full fwd), as before.
+    assert selection.starting_filters(_reference(), PREFERRED) == {
+        "dtype": ["fp16"], "head_dim": [64], "causal": [False], "mode": ["fwd"]}
+    # A backward-only D128 capture beside it: D128, where both have rows, and both modes they hold.
+    both = pd.concat([_reference(), _shipped("bench-h100-gluon-bwd-d128")], ignore_index=True)
+    starts = selection.starting_filters(both, PREFERRED)
+    assert starts == {"dtype": ["fp16"], "head_dim": [128], "causal": [False], "mode": ["bwd", "fwd", "fwd+bwd"]}
+    kept = selection.apply_filters(both, starts)
+    assert set(kept.capture) == {"reference-h200", "bench-h100-gluon-bwd-d128"}
+    # A capture with only bf16 at D64 and fp16 at D128 opens on fp16 D128, not on an empty fp16 D64.
+    odd = _reference()
+    odd = odd[((odd.dtype == "bf16") & (odd.head_dim == 64)) | ((odd.dtype == "fp16") & (odd.head_dim == 128))]
+    assert selection.starting_filters(odd, PREFERRED)["head_dim"] == [128]

@@ -53,6 +53,7 @@ from profiler.views.selection import (  # noqa: E402
     naive_step_rows,
     shape_labels,
     sorted_values,
+    starting_filters,
     why_empty,
     with_capture,
 )
@@ -198,6 +199,10 @@ with st.sidebar:
                                                                  f"D{p.head_dim}" for n, p in PRESETS.items()))
     fixed = {} if preset == "any" else dict(zip(("heads", "kv_heads", "head_dim"), PRESETS[preset][:3]))
     preferred = {**PREFERRED, "device": first.get("device")}  # rank 0's of the first capture
+    # Where every selected capture has rows, among the rows of the device drawn first (one at a time).
+    one_device = data if "device" not in data or preferred["device"] not in set(data.device) \
+        else data[data.device == preferred["device"]]
+    starts = starting_filters(one_device, PREFERRED)
 
     def choose(label: str, column: str):
         options = sorted_values(data[column].dropna().unique().tolist())
@@ -207,7 +212,10 @@ with st.sidebar:
         if column == "device" and len(options) == 1:  # one device: the caption names it
             return
         prefer = preferred.get(column)
-        start = options if column not in preferred else ([prefer] if prefer in options else options[:1])
+        if column in starts:
+            start = starts[column]
+        else:
+            start = options if column not in preferred else ([prefer] if prefer in options else options[:1])
         filters[column] = st.multiselect(label, options, default=start)
 
     for label, column in (("Device", "device"), ("dtype", "dtype"), ("head_dim", "head_dim"), ("causal", "causal"),

@@ -50,6 +50,24 @@ def sorted_values(values) -> list:
         return sorted(values, key=str)
 
 
+def starting_filters(data: pd.DataFrame, preferred: Mapping[str, object]) -> dict[str, list]:
+    """The filters' first values, column by column in ``preferred``'s order (dtype, head_dim, causal,
+    mode): the preferred value where its rows, among those the earlier columns kept, hold every
+    selected capture; else the first value that does; else every value, so that no selected capture
+    opens hidden (a backward-only head_dim 128 capture beside a forward one opens on head_dim 128 and
+    both modes, not on the preferred D64 fwd where it has no rows)."""
+    rows, starts = data, {}
+    for column, prefer in preferred.items():
+        options = sorted_values(rows[column].dropna().unique().tolist())
+        if not options:
+            continue
+        wanted = set(rows.capture)
+        covers = [v for v in options if set(rows.capture[rows[column] == v]) == wanted]
+        starts[column] = [prefer] if prefer in covers else covers[:1] or options
+        rows = rows[rows[column].isin(starts[column])]
+    return starts
+
+
 def naive_step_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """Naive attention's per-step rows (QKᵀ, scale/mask, softmax, PV; any status): what the Step
     breakdown draws."""
