@@ -398,3 +398,30 @@ def test_a_token_sweep_is_one_family_across_its_batches():
     assert len(lines) == 3 and all(x == [2048, 4096, 8192, 16384] for x in lines.values()), lines
     # no naive in this capture: no empty "Speedup over naive" chart (the reference capture keeps one)
     assert "Speedup over naive PyTorch" not in [_title(f) for f in figures]
+
+
+def test_a_grid_of_batches_times_lengths_is_not_a_token_sweep():
+    """`bench --batch 1,2,4,8 --seq ...` runs every batch at every length: equal batch·N there (B1 N4096,
+    B2 N2048, ...) is a coincidence, so each batch stays a family of its own."""
+    frame = load_capture(REFERENCE)[1]
+    grid = pd.concat([frame.assign(batch=b) for b in (1, 2, 4, 8)], ignore_index=True)
+    families = report.families_of(grid)
+    assert len(families) == 4 * 16 and not any("tokens" in label for label in families)
+    assert all(rows.batch.nunique() == 1 and rows.seq_q.nunique() == 6 for rows in families.values())
+
+
+def test_a_token_sweep_beside_a_fixed_batch_run_keeps_its_own_shapes():
+    """A token sweep (B16 N2048 ... B2 N16384) and a B4 run of the same family at every length: two
+    families (the point both hold, B4 N8192, goes to the sweep), and a family's traces or validation
+    rows are those at its own (batch, N) pairs."""
+    frame = load_capture(ROOT / "reports" / "fa4-peers-h100")[1]
+    both = pd.concat([frame, frame.assign(batch=4)], ignore_index=True)
+    families = report.families_of(both)
+    sweep, fixed = families["32768 tokens H32 D64 fp16 full fwd"], families["B4 H32 D64 fp16 full fwd"]
+    assert set(zip(sweep.batch, sweep.seq_q)) == {(16, 2048), (8, 4096), (4, 8192), (2, 16384)}
+    # B4 N8192 is a point of both: it is drawn once, on the sweep
+    assert set(fixed.batch) == {4} and set(fixed.seq_q) == {2048, 4096, 16384}
+    kernels = pd.concat([sweep, fixed])[["seq_q", "seq_kv", *FAMILY_COLUMNS]].drop_duplicates()
+    assert set(zip(*[kernels[report._family_mask(kernels, sweep)][c] for c in ("batch", "seq_q")])) == {
+        (16, 2048), (8, 4096), (4, 8192), (2, 16384)}
+    assert set(kernels[report._family_mask(kernels, fixed)].batch) == {4}

@@ -96,8 +96,11 @@ def _token_leads(data: pd.DataFrame) -> pd.Series:
     lead = pd.Series("", index=data.index)
     others = [c for c in FAMILY_COLUMNS if c != "batch"]
     tokens = (data.batch * data.seq_q).rename("tokens")
-    for (*_, t), group in data.groupby([*others, "queries", tokens], sort=False):
-        if group.batch.nunique() > 1:
+    # A batch of a sweep runs at one length. In a grid of batches × lengths (`--batch 1,2,4 --seq ...`)
+    # every batch runs at several, and equal products there are a coincidence, not a sweep.
+    lengths = data.groupby([*others, "queries", "batch"], dropna=False).seq_q.transform("nunique")
+    for (*_, t), group in data.groupby([*others, "queries", tokens], sort=False, dropna=False):
+        if group.batch[lengths[group.index] == 1].nunique() > 1:
             lead[group.index] = f"{int(t)} tokens"
     return lead
 

@@ -277,12 +277,17 @@ def template() -> dict:
 
 
 def _family_mask(table: pd.DataFrame, family: pd.DataFrame) -> pd.Series:
-    """Rows of ``table`` (kernels, validation) in the family whose rows are ``family``: each family
-    column among the family's values (a token sweep's several batches)."""
+    """Rows of ``table`` (kernels, validation) in the family whose rows are ``family``: the family's
+    values of each family column, and its own (batch, lengths) pairs, so a token sweep's B2 at N16384
+    does not take in a fixed-batch run's B4 at N16384 of the same family."""
     mask = pd.Series(True, index=table.index)
     for column in FAMILY_COLUMNS:
-        if column in table:
+        if column in table and column != "batch":
             mask &= table[column].isin(family[column].unique())
+    pair = [c for c in ("batch", *LENGTHS) if c in table]
+    if pair:
+        shapes = pd.MultiIndex.from_frame(family[pair].drop_duplicates())
+        mask &= pd.MultiIndex.from_frame(table[pair]).isin(shapes)
     return mask
 
 
