@@ -111,7 +111,8 @@ class BackwardConfig(NamedTuple):
 # (docs/perf-notes.md, "Gluon backward", round 4). D128 takes query_rows, one program per key block
 # causal or not: 1.00-1.13x persistent programs without a mask, 1.02-1.32x causal (round 5). Causal D128
 # walks a key block's masked tiles first (masked_first): 1.08-1.09x the diagonal-first order in three
-# interleaved rounds, where without a mask, and at D64, it measured 0-6% slower (round 6).
+# interleaved rounds; causal D64 measured 6-12% slower with it, and without a mask (where the loops are
+# the same) D64 and D128 moved by -6% to +5%, so they keep the diagonal-first order (round 6).
 CONFIGS = {
     (64, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=True, dq_cols=False),
     (64, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=False),
@@ -488,36 +489,41 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, LSE, DELTA, heads, group,
         mbarrier.wait(kv_ready, _phase(done, 1))
         for g in range(group):
             off_hz = off_z * heads + off_hk * group + g
-            # The causal diagonal's tiles (masked), the clean ones, then a ragged end (masked).
-            diag_hi = gl.minimum(gl.maximum(m_clean, m_lo), n_m)
-            clean_hi = gl.maximum(diag_hi, m_whole)
             if MASKED_FIRST:
-                # Two copies of the step, not three: the masked tiles of both ends in one loop.
-                m_lo, diag_hi, clean_hi, n_m = _query_tiles(start_n, seq_q, seq_kv, BLOCK_M, NUM_WG * KEYS_PER_WG,
-                                                            CAUSAL)
-                for j in range(0, diag_hi - m_lo + n_m - clean_hi):
-                    i = _tile_at(j, m_lo, diag_hi, clean_hi, n_m)
+                # Two copies of the step, not three: the masked tiles of both ends in one loop, then the
+                # clean ones, in the order the loader brings them (the block's bounds, not this warpgroup's).
+                lo, clean_lo, clean_hi, hi = _query_tiles(start_n, seq_q, seq_kv, BLOCK_M, NUM_WG * KEYS_PER_WG,
+                                                          CAUSAL)
+                for j in range(0, clean_lo - lo + hi - clean_hi):
+                    i = _tile_at(j, lo, clean_lo, clean_hi, hi)
                     dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
                                        DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
                                        KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, QUERY_ROWS)
                     count += 1
-                m_lo = diag_hi
-                n_m = clean_hi
-            for i in range(m_lo, diag_hi):
-                dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE, DELTA,
-                                   seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                   KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, QUERY_ROWS)
-                count += 1
-            for i in range(diag_hi, clean_hi):
-                dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE, DELTA,
-                                   seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                   KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, QUERY_ROWS)
-                count += 1
-            for i in range(clean_hi, n_m):
-                dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE, DELTA,
-                                   seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                   KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, QUERY_ROWS)
-                count += 1
+                for i in range(clean_lo, clean_hi):
+                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
+                                       DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                                       KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, QUERY_ROWS)
+                    count += 1
+            else:
+                # The causal diagonal's tiles (masked), the clean ones, then a ragged end (masked).
+                diag_hi = gl.minimum(gl.maximum(m_clean, m_lo), n_m)
+                clean_hi = gl.maximum(diag_hi, m_whole)
+                for i in range(m_lo, diag_hi):
+                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
+                                       DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, QUERY_ROWS)
+                    count += 1
+                for i in range(diag_hi, clean_hi):
+                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
+                                       DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                                       KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, QUERY_ROWS)
+                    count += 1
+                for i in range(clean_hi, n_m):
+                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
+                                       DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, QUERY_ROWS)
+                    count += 1
         mbarrier.arrive(kv_empty, count=1)  # the loader may bring the next block's K and V
 
         # dK = scale · Σ dSᵀ Q (dS was taken w.r.t. the scaled scores); rows past seq_kv not stored.

@@ -311,3 +311,38 @@ def test_a_triton_whose_gluon_api_differs_takes_the_portable_kernels():
         q = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
         assert flash_fwd_hopper.sm90_reason("forward", (64,), q=q) == reason
         assert flash_bwd_hopper.unsupported_reason(q, q, q, q) == reason
+
+
+def test_masked_first_walks_every_tile_once_and_masks_all_that_need_it(monkeypatch):
+    """BackwardConfig.masked_first (causal D128's default): _query_tiles and _tile_at (Gluon, run here as
+    plain Python) order a key block's query tiles so that the loader and both consumers walk the same
+    permutation of [m_lo, n_m), the masked tiles first; every tile that needs a mask for either
+    consumer's 64 keys (past seq_q or seq_kv, or across the causal diagonal) is among them."""
+    import itertools
+    import math
+
+    assert bwd_hopper.CONFIGS[128, True].masked_first and not bwd_hopper.CONFIGS[128, False].masked_first
+    monkeypatch.setattr(bwd_hopper.gl, "minimum", min)
+    monkeypatch.setattr(bwd_hopper.gl, "maximum", max)
+    monkeypatch.setattr(bwd_hopper.gl, "cdiv", lambda a, b: -(-a // b))
+    monkeypatch.setattr(bwd_hopper, "_first_query_tile", bwd_hopper._first_query_tile.fn)
+    query_tiles, tile_at = bwd_hopper._query_tiles.fn, bwd_hopper._tile_at.fn
+    block_m, keys, consumers = 64, bwd_hopper.KEYS_PER_WG, 2
+    block_n = keys * consumers
+    for seq_q, seq_kv, causal in itertools.product((1, 63, 64, 100, 300, 1000, 1024), (1, 64, 130, 333, 1024),
+                                                   (False, True)):
+        for start_n in range(0, seq_kv, block_n):
+            m_lo, clean_lo, clean_hi, n_m = query_tiles(start_n, seq_q, seq_kv, block_m, block_n, causal)
+            order = [tile_at(j, m_lo, clean_lo, clean_hi, n_m) for j in range(n_m - m_lo)]
+            assert sorted(order) == list(range(m_lo, n_m)), (seq_q, seq_kv, causal, start_n)
+            n_masked = clean_lo - m_lo + n_m - clean_hi
+            assert order[n_masked:] == list(range(clean_lo, clean_hi))  # the consumers' clean loop
+            for i in order[n_masked:]:  # clean for both consumers' keys
+                rows_end, first_row = (i + 1) * block_m, i * block_m
+                for w in range(consumers):
+                    first_key = start_n + w * keys
+                    assert rows_end <= seq_q and first_key + keys <= seq_kv
+                    assert not causal or first_key + keys - 1 <= first_row
+            # Causal: a query tile before m_lo sees none of the block's keys.
+            assert not causal or m_lo == 0 or (m_lo * block_m - 1) < start_n
+            assert m_lo == (start_n // block_m if causal else 0) and n_m == math.ceil(seq_q / block_m)

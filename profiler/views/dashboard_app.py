@@ -199,10 +199,14 @@ with st.sidebar:
                                                                  f"D{p.head_dim}" for n, p in PRESETS.items()))
     fixed = {} if preset == "any" else dict(zip(("heads", "kv_heads", "head_dim"), PRESETS[preset][:3]))
     preferred = {**PREFERRED, "device": first.get("device")}  # rank 0's of the first capture
-    # Where every selected capture has rows, among the rows of the device drawn first (one at a time).
-    one_device = data if "device" not in data or preferred["device"] not in set(data.device) \
-        else data[data.device == preferred["device"]]
-    starts = starting_filters(one_device, PREFERRED)
+    # Where every selected capture has rows to draw (ok totals of the preset's shape), among those of the
+    # device drawn first (one at a time).
+    drawable = data[(data.status == "ok") & (data.step == "total")]
+    for column, value in fixed.items():
+        drawable = drawable[drawable[column] == value]
+    if "device" in drawable and preferred["device"] in set(drawable.device):
+        drawable = drawable[drawable.device == preferred["device"]]
+    starts = starting_filters(drawable, PREFERRED)
 
     def choose(label: str, column: str):
         options = sorted_values(data[column].dropna().unique().tolist())
