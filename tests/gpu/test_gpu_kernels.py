@@ -328,13 +328,14 @@ def test_gluon_backward_with_query_rows_matches_oracle(head_dim, batch, heads, k
 @pytest.mark.parametrize("batch,heads,kv_heads,seq_q,seq_kv", [(1, 2, 2, 1, 1), (1, 3, 3, 1000, 1000),
                                                                 (1, 8, 2, 777, 777), (1, 4, 1, 200, 333),
                                                                 (1, 4, 2, 333, 200), (1, 4, 4, 64, 1000),
-                                                                (2, 16, 16, 4096, 4096)])
+                                                                (2, 16, 16, 4096, 4096), (4, 16, 8, 1000, 1777)])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_gluon_backward_masked_first_matches_oracle(head_dim, batch, heads, kv_heads, seq_q, seq_kv, dtype,
                                                     persistent, causal):
     """A key block's masked query tiles (the causal diagonal and a ragged end) walked first, then the
     clean ones (BackwardConfig.masked_first): the loader and both consumers must agree on that order,
-    across key blocks of one persistent program too."""
+    across key blocks of one persistent program too (B2 H16 N4096, and B4 H16/8 Nq1000 Nkv1777: 448
+    ragged key blocks, grouped heads)."""
     from kernels.flash_bwd_hopper import CONFIGS
 
     _needs_sm90()
