@@ -706,3 +706,29 @@ def test_two_captures_open_where_both_have_rows(monkeypatch):
     table = at.dataframe[0].value  # the Roofline tab's points
     assert set(table["mode"]) == {"bwd", "fwd"}
     assert {label.split()[0] for label in table["shape"]} == {"bench-h100-gluon", "bench-h100-gluon-bwd-d128"}
+
+
+def test_the_hbm_trips_table_names_a_shape_the_selection_measured(monkeypatch):
+    """A --tokens sweep runs N16384 at batch 2 only: the trips table is the model at B2 N16384, not at the
+    first row's batch (B16) forced to the longest N."""
+    at = _app(ROOT / "reports", monkeypatch, "--select", "fa4-peers-h100")
+    assert not at.exception
+    texts = [m.value for m in at.markdown]
+    trips = next(t for t in texts if t.startswith("**HBM trips of the N×N matrix"))
+    assert trips.endswith("(model, B2 H32 D64 fp16 full fwd, N=16384)"), trips
+
+
+def test_compare_names_the_column_that_keeps_two_captures_apart(tmp_path, monkeypatch):
+    """A and B selected together, with the same implementations and lengths but different batches:
+    Compare says the batch is what they do not share, not only which implementations and lengths each has."""
+    meta, frame = load_capture(REFERENCE)
+    for name, batch in (("a-b4", 4), ("b-b8", 8)):
+        folder = tmp_path / name
+        folder.mkdir()
+        frame.assign(batch=batch).to_parquet(folder / "results.parquet")
+        (folder / "meta.json").write_text(json.dumps({**meta, "time": f"2026-01-0{batch // 4}T00:00:00+0000"}))
+    at = _app(tmp_path, monkeypatch, "--select", "a-b4,b-b8")  # both selected: the filters keep both batches
+    assert next(s for s in at.selectbox if s.label == "B").value == "b-b8"
+    note = next(i.value for i in at.info if "share no implementation and shape" in i.value)
+    assert "under the filters no batch in both (A has 4; B has 8)" in note, note
+    assert "N in both" not in note and "implementation in both" not in note

@@ -59,6 +59,10 @@ from profiler.views.selection import (  # noqa: E402
 )
 
 TABS = ["Roofline", "Scaling", "Bandwidth", "Step breakdown", "Compare", "Trace", "What-if", "Validation", "Observed"]
+# What Compare names when A and B share no row: a column with no value in both.
+COMPARE_COLUMNS = (("implementation", "impl"), ("batch", "batch"), ("N", "seq_kv"), ("query length", "seq_q"),
+                   ("heads", "heads"), ("K/V heads", "kv_heads"), ("head_dim", "head_dim"), ("dtype", "dtype"),
+                   ("causal", "causal"), ("mode", "mode"))
 # Filters that pick one value at first (so the first view is one shape family), and which.
 PREFERRED = {"dtype": "fp16", "head_dim": 64, "causal": False, "mode": "fwd"}
 NOT_OK = {"wrong": "failed the correctness check", "oom": "out of memory", "unsupported": "not supported",
@@ -371,10 +375,14 @@ with tabs["Step breakdown"]:
     else:
         chart(st, plots.step_breakdown_figure(drawn, scale, device_type=device_type))
         st.caption(f"Times by {timer}.")
-    first = view.iloc[0]
-    shape = replace(Shape.from_row(first), seq_q=int(hi), seq_kv=int(hi), mode="fwd")
+    # A shape the selection measured (naive's, where it has steps): its longest, at that length's own
+    # batch (a --tokens sweep runs its longest N at its smallest batch), as the forward.
+    measured = naive_step_rows(view) if not naive_step_rows(view).empty else view
+    longest = measured.loc[measured.seq_kv.idxmax()]
+    n = int(longest.seq_kv)
+    shape = replace(Shape.from_row(longest), seq_q=n, seq_kv=n, mode="fwd")
     family = plots.family_label(shape.to_row())
-    st.markdown(f"**{memory} trips of the N×N matrix, naive vs fused** (model, {family}, N={hi})")
+    st.markdown(f"**{memory} trips of the N×N matrix, naive vs fused** (model, {family}, N={n})")
     st.dataframe(plots.hbm_trips_table(shape, device_type=device_type), hide_index=True)
 
 with tabs["Compare"]:
@@ -412,10 +420,18 @@ with tabs["Compare"]:
             elif rows_b.empty:
                 why = f"under the filters B ({b}) has no rows: {why_empty(captures[b][1], drop)}"
             else:
-                why = (f"under the filters A has {', '.join(sorted(rows_a.impl.unique()))} at N "
-                       f"{', '.join(map(str, sorted_values(rows_a.seq_kv.unique().tolist())))}; B has "
-                       f"{', '.join(sorted(rows_b.impl.unique()))} at N "
-                       f"{', '.join(map(str, sorted_values(rows_b.seq_kv.unique().tolist())))}")
+                def listed(rows, column):
+                    return ", ".join(map(str, sorted_values(rows[column].dropna().unique().tolist())))
+
+                # The columns with no value in both (often the batch of a --tokens sweep against a
+                # fixed-batch capture), else what A and B hold.
+                apart = [f"no {label} in both (A has {listed(rows_a, column)}; B has {listed(rows_b, column)})"
+                         for label, column in COMPARE_COLUMNS
+                         if column in rows_a and column in rows_b
+                         and not set(rows_a[column].dropna()) & set(rows_b[column].dropna())]
+                why = "under the filters " + ("; ".join(apart) if apart else (
+                    f"A has {listed(rows_a, 'impl')} at N {listed(rows_a, 'seq_kv')}; B has {listed(rows_b, 'impl')} "
+                    f"at N {listed(rows_b, 'seq_kv')}, but no implementation at one shape in both"))
             if sharing[best]:
                 instead = f" {best} shares {sharing[best]} rows with A under these filters: pick it as B."
             elif unfiltered[best]:
