@@ -542,3 +542,20 @@ def test_compare_draws_a_token_sweep_as_one_line_across_its_batches():
     lines = {t.name: list(t.x) for t in fig.data if t.mode == "lines+markers"}
     assert "fa4 · 32768 tokens H32 D64 bf16 causal bwd" in lines
     assert all(x == [2048, 4096, 8192, 16384] for x in lines.values())
+
+
+def test_the_memory_model_lines_name_what_the_mode_keeps():
+    """A backward family's model lines are the backward's (predicted_peak_bytes with mode bwd: four N×N
+    matrices unfused; fused adds dQ, dK, dV and delta to O and lse) and say so."""
+    _, frame = load_capture(ROOT / "reports" / "fa4-peers-h100")
+    rows = frame[(frame["mode"] == "bwd") & (frame.head_dim == 64) & (frame.dtype == "fp16") & ~frame.causal]
+    memory = plots.scaling_figures(rows)["memory"]
+    model = {t.name: t for t in memory.data if t.name.startswith("model")}
+    assert set(model) == {"model O(N²): naive keeps S, P, dP, dS",
+                          "model O(N): fused keeps O, lse, dQ, dK, dV, delta"}
+    fused = model["model O(N): fused keeps O, lse, dQ, dK, dV, delta"]
+    shapes = [Shape.square(b, 32, n, 64, dtype="fp16", mode="bwd")
+              for b, n in zip((16, 8, 4, 2), (2048, 4096, 8192, 16384))]
+    assert list(fused.y) == pytest.approx([predicted_peak_bytes(s, True) / 2**20 for s in shapes])
+    forward = plots.scaling_figures(frame[(frame["mode"] == "fwd") & (frame.head_dim == 64)])["memory"]
+    assert any(t.name.startswith("model O(N): fused keeps O, lse ·") for t in forward.data)

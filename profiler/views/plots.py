@@ -105,6 +105,13 @@ def _token_leads(data: pd.DataFrame) -> pd.Series:
     return lead
 
 
+# The peak-memory model lines (predicted_peak_bytes): unfused and fused, forward and with the backward.
+MEMORY_MODEL_LABELS = {
+    "fwd": ("model O(N²): naive keeps S and P", "model O(N): fused keeps O, lse"),
+    "bwd": ("model O(N²): naive keeps S, P, dP, dS", "model O(N): fused keeps O, lse, dQ, dK, dV, delta"),
+}
+
+
 def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
     """Time, TFLOP/s, peak memory (measured against the model's O(N²) and O(N) predictions) and
     speedup over naive against the key length N (log axes; N = Nq = Nkv for square shapes, Nkv for
@@ -148,7 +155,9 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
         if line[0] == "":  # one family: its model line spans every length drawn
             shapes = [replace(shapes[0], seq_q=int(n), seq_kv=int(n)) for n in seqs]
         suffix = "" if len(families) == 1 else f" · {_line_label(tuple(points[FAMILY_COLUMNS].iloc[0]), 0, line[0])}"
-        for fused, label in ((False, "model O(N²): naive keeps S and P"), (True, "model O(N): fused keeps O, lse")):
+        # What each model keeps (profiler.model.memory.predicted_peak_bytes), named for the mode drawn.
+        labels = MEMORY_MODEL_LABELS["fwd" if shapes[0].mode == "fwd" else "bwd"]
+        for fused, label in ((False, labels[0]), (True, labels[1])):
             y = [predicted_peak_bytes(shape, fused) / 2**20 for shape in shapes]
             figs["memory"].add_trace(go.Scatter(x=[shape.seq_q for shape in shapes], y=y, mode="lines",
                                                 name=label + suffix,
