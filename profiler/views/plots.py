@@ -105,6 +105,19 @@ def _token_leads(data: pd.DataFrame) -> pd.Series:
     return lead
 
 
+# A line of the scaling and compare charts: an implementation on one family, or on a fixed-token sweep
+# across its batches (its lead; line_batch 0), and one query length.
+LINE_KEY = ["lead", "line_batch", *[c for c in FAMILY_COLUMNS if c != "batch"], "queries"]
+
+
+def _sweep_lines(data: pd.DataFrame) -> pd.DataFrame:
+    """``data`` (rows with :func:`_lines`' queries) with LINE_KEY's own columns: ``lead`` ('' or 'T
+    tokens', :func:`_token_leads`) and ``line_batch`` (the batch, or 0 on a sweep)."""
+    data = data.assign(lead=_token_leads(data))
+    data["line_batch"] = data.batch.where(data.lead == "", 0)
+    return data
+
+
 # The peak-memory model lines (predicted_peak_bytes): unfused and fused, forward and with the backward.
 MEMORY_MODEL_LABELS = {
     "fwd": ("model O(N²): naive keeps S and P", "model O(N): fused keeps O, lse"),
@@ -126,14 +139,12 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
     naive = data[data.impl == "naive"].set_index(shape_key)["time_ms"]
     naive = naive[~naive.index.duplicated()]  # one baseline per shape, also in merged captures
     data = data.merge(naive.rename("naive_ms").reset_index(), on=shape_key, how="left")
-    data["lead"] = _token_leads(data)
-    # A line: an implementation on one family, or on a fixed-token sweep across batches (its lead), in
-    # one capture: two captures of the same shapes (say one kernel before and after a change) would
-    # otherwise zig-zag between their times on one line.
-    data["line_batch"] = data.batch.where(data.lead == "", 0)
+    # A line (LINE_KEY) in one capture: two captures of the same shapes (say one kernel before and after
+    # a change) would otherwise zig-zag between their times on one line.
+    data = _sweep_lines(data)
     several = "capture" in data and data.capture.nunique() > 1
     data["line_capture"] = data.capture.astype(str) if several else ""
-    line_key = ["line_capture", "lead", "line_batch", *[c for c in FAMILY_COLUMNS if c != "batch"], "queries"]
+    line_key = ["line_capture", *LINE_KEY]
     families = list(dict.fromkeys(tuple(r) for r in data[line_key].itertuples(index=False)))
     for (impl, *line), group in data.groupby(["impl", *line_key], sort=False):
         k = families.index(tuple(line))
@@ -276,14 +287,10 @@ def compare_figure(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str)
     ok_b = _ok(b)[[*key, "time_ms", "tflops"]].drop_duplicates(key)
     joined = ok_a.merge(ok_b, on=key, suffixes=(f" {label_a}", f" {label_b}"))
     joined["speedup B/A"] = joined[f"time_ms {label_a}"] / joined[f"time_ms {label_b}"]
-    totals = _lines(joined[joined.step == "total"])
-    # A fixed-token sweep is one line across its batches, as in scaling_figures.
-    totals["lead"] = _token_leads(totals)
-    totals["line_batch"] = totals.batch.where(totals.lead == "", 0)
-    line_key = ["lead", "line_batch", *[c for c in FAMILY_COLUMNS if c != "batch"], "queries"]
-    families = list(dict.fromkeys(tuple(r) for r in totals[line_key].itertuples(index=False)))
+    totals = _sweep_lines(_lines(joined[joined.step == "total"]))  # a token sweep: one line, as in Scaling
+    families = list(dict.fromkeys(tuple(r) for r in totals[LINE_KEY].itertuples(index=False)))
     fig = go.Figure()
-    for (impl, *line), group in totals.groupby(["impl", *line_key], sort=False):
+    for (impl, *line), group in totals.groupby(["impl", *LINE_KEY], sort=False):
         k = families.index(tuple(line))
         lead, queries, family = line[0], line[-1], tuple(group[FAMILY_COLUMNS].iloc[0])
         name = impl if len(families) == 1 else f"{impl} · {_line_label(family, queries, lead)}"

@@ -58,19 +58,19 @@ def families_of(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
     device (profiler.store SCHEMA "device"), one family per device, labelled 'B4 H32 D64 fp16 full fwd ·
     DEVICE', the devices of a shape side by side. A fixed-token sweep (``bench --tokens``: the batch
     shrinks as N grows) is one family across its batches, '32768 tokens H32 D64 fp16 full fwd', as the
-    scaling charts draw it (plots._token_leads), not a family of one length per batch."""
+    scaling charts draw it (plots._sweep_lines), not a family of one length per batch."""
     if frame.empty:
         return {}
     mixed = "device" in frame and frame.device.nunique() > 1
     others = [c for c in FAMILY_COLUMNS if c != "batch"] + ["device"] * mixed
-    lead = plots._token_leads(plots._lines(frame)).reindex(frame.index).fillna("")
-    keys = [lead.rename("lead"), frame.batch.where(lead == "", 0).rename("batch"), *(frame[c] for c in others)]
+    lines = plots._sweep_lines(plots._lines(frame)).reindex(frame.index)
+    keys = [lines.lead, lines.line_batch, *(frame[c] for c in others)]
     groups = {tuple(key): rows for key, rows in frame.groupby(keys, sort=False, dropna=False)}
 
     def order(key):
-        values = dict(zip(["lead", "batch", *others], key))
+        values = dict(zip(["lead", "line_batch", *others], key))
         tokens = int(values["lead"].split()[0]) if values["lead"] else 0
-        return (tokens, values["batch"], values["heads"], -values["kv_heads"], values["head_dim"],
+        return (tokens, values["line_batch"], values["heads"], -values["kv_heads"], values["head_dim"],
                 DTYPE_ORDER.get(values["dtype"], 9), str(values["dtype"]), bool(values["causal"]),
                 MODE_ORDER.get(values["mode"], 9), str(values["mode"]), str(values.get("device", "")))
 
