@@ -377,7 +377,8 @@ with tabs["Step breakdown"]:
         st.caption(f"Times by {timer}.")
     # A shape the selection measured (naive's, where it has steps): its longest, at that length's own
     # batch (a --tokens sweep runs its longest N at its smallest batch), as the forward.
-    measured = naive_step_rows(view) if not naive_step_rows(view).empty else view
+    steps = naive_step_rows(view)
+    measured = view if steps.empty else steps
     longest = measured.loc[measured.seq_kv.idxmax()]
     n = int(longest.seq_kv)
     shape = replace(Shape.from_row(longest), seq_q=n, seq_kv=n, mode="fwd")
