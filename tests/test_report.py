@@ -425,3 +425,16 @@ def test_a_token_sweep_beside_a_fixed_batch_run_keeps_its_own_shapes():
     assert set(zip(*[kernels[report._family_mask(kernels, sweep)][c] for c in ("batch", "seq_q")])) == {
         (16, 2048), (8, 4096), (4, 8192), (2, 16384)}
     assert set(kernels[report._family_mask(kernels, fixed)].batch) == {4}
+
+
+def test_the_tile_roofline_names_the_implementations_it_leaves_out():
+    """cuDNN's and FA4's backward declare no tile shape, so they have no tile bytes: the tile-bytes
+    roofline of a bwd family draws ours alone and its caption says who is missing and why."""
+    page = report.build_report(ROOT / "reports" / "fa4-peers-h100", ["32768 tokens H32 D64 bf16 causal bwd"])
+    figures = _figures(page)
+    tile = next(f for f in figures if _title(f).startswith("Roofline, tile bytes"))
+    drawn = {t["name"] for t in tile["data"] if t.get("mode") == "markers+text" or t.get("mode") == "markers"}
+    assert "sdpa_cudnn" not in drawn and "fa4" not in drawn
+    assert "not drawn, no tile shape declared for the cost model: fa4, sdpa_cudnn" in page
+    forward = report.build_report(ROOT / "reports" / "fa4-peers-h100", ["32768 tokens H32 D64 bf16 causal fwd"])
+    assert "no tile shape declared" not in forward

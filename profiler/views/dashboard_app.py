@@ -279,6 +279,8 @@ with tabs["Roofline"]:
                    else "No roof for this dtype in the capture's metadata.")
     chart(st, rooflines.roofline_figure(drawn, roofs, bytes_kind, exp2_per_s=exp2, device_type=device_type))
     notes = [f"{roofs[0].label}: ridge {roofs[0].ridge:.0f} FLOP/B"] if roofs else []
+    if bytes_kind == "tile" and rooflines.untiled_note(drawn):
+        notes.append(rooflines.untiled_note(drawn))
     if device_type == "cpu" and bytes_kind == "compulsory":
         notes.append(f"memory roof: the {memory} copy bandwidth this capture measured (a CPU has no datasheet here); "
                      f"times by {timer}")

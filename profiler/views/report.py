@@ -325,6 +325,8 @@ def family_figures(meta: dict, rows: pd.DataFrame, kernels: pd.DataFrame | None 
         missing = ("No L2 bandwidth measurement in this capture (`python -m profiler ceilings` measures one): tile "
                    "intensities are drawn without a roof." if kind == "tile" else f"No {dtype} roof in the metadata.")
         notes = [f"{roofs[0].label}: ridge {roofs[0].ridge:.0f} FLOP/B"] if roofs else [missing]
+        if kind == "tile" and rooflines.untiled_note(rows):
+            notes.append(rooflines.untiled_note(rows))
         if exp2 is not None and kind == "compulsory":
             notes.append(f"exp ceiling: softmax's exponentials at {exp2 / 1e12:.2f}·10¹² exp2/s cap a fused kernel "
                          "that does not overlap them with its matmuls; a point above it overlaps them")

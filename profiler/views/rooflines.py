@@ -100,6 +100,14 @@ def is_fused(rows: pd.DataFrame) -> pd.Series:
     return (rows.step == "total") & (rows.tile_bytes != rows.hbm_bytes)
 
 
+def untiled_note(rows: pd.DataFrame) -> str:
+    """'' or a sentence naming the implementations the tile-bytes roofline leaves out: ok whole-attention
+    rows without tile bytes (no tile shape declared for the cost model, e.g. a vendor kernel's backward)."""
+    totals = rows[(rows.step == "total") & (rows.status == "ok")]
+    missing = sorted(set(totals.impl[~(totals.tile_bytes > 0)]) - set(totals.impl[totals.tile_bytes > 0]))
+    return f"not drawn, no tile shape declared for the cost model: {', '.join(missing)}" if missing else ""
+
+
 def roofline_points(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "compulsory",
                     exp2_per_s: float | None = None) -> pd.DataFrame:
     """One row per measured point: intensity ``x``, the roof there (``roofs[0]``), for fused
