@@ -91,7 +91,12 @@ def _decode_split(
     DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    PDL: tl.constexpr = False,  # let the combine kernel launch early (programmatic dependent launch)
 ):
+    if PDL:
+        # Once every split program has started, the combine kernel's programs may be scheduled; they
+        # wait in gdc_wait until this grid has finished and its stores are visible (sm_90+).
+        tl.extra.cuda.gdc_launch_dependents()
     split = tl.program_id(0)
     off_zk = tl.program_id(1)
     off_z = (off_zk // kv_heads).to(tl.int64)
@@ -151,7 +156,10 @@ def _decode_combine(
     O, LSE, O_PART, LSE_PART, splits,
     HEAD_DIM: tl.constexpr,
     BLOCK_S: tl.constexpr,  # splits, padded to a power of two
+    PDL: tl.constexpr = False,  # launched early by _decode_split: wait for its partials first
 ):
+    if PDL:
+        tl.extra.cuda.gdc_wait()
     row = tl.program_id(0).to(tl.int64)
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -167,13 +175,14 @@ def _decode_combine(
 
 
 def flash_decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                         plan: split_kv.SplitPlan, launch: tuple[int, int] | None = None, strided: bool | None = None
-                         ) -> tuple[torch.Tensor, torch.Tensor]:
+                         plan: split_kv.SplitPlan, launch: tuple[int, int] | None = None, strided: bool | None = None,
+                         pdl: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The split-KV forward on checked inputs (kernels.flash_fwd.flash_attention_forward calls it
     when attention_core.split_kv.plan gives a plan). q: (B, H, Nq, D); k, v: (B, Hkv, Nkv, D).
     Returns o (B, H, Nq, D) contiguous in q's dtype and lse (B, H, Nq) fp32, natural log.
     ``launch`` = (num_warps, num_stages) overrides :data:`LAUNCH` and ``strided`` the plan's tile
-    assignment (for sweeps)."""
+    assignment (for sweeps). ``pdl`` launches the combine kernel with programmatic dependent launch
+    (CUDA on sm_90+ only), so its launch overlaps the split kernel's last programs."""
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     o = torch.empty((batch, heads, seq_q, head_dim), dtype=q.dtype, device=q.device)
@@ -192,11 +201,12 @@ def flash_decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
         GROUP=heads // kv_heads, STRIDED=plan.strided if strided is None else strided, HEAD_DIM=head_dim,
         CAUSAL=bool(causal), DIRECT=direct,
         DOT_PRECISION=dot_precision(dtype_name(q.dtype)), BLOCK_M=plan.block_m, BLOCK_N=split_kv.BLOCK_N,
-        num_warps=num_warps, num_stages=num_stages,
+        PDL=pdl and not direct, num_warps=num_warps, num_stages=num_stages,
     )
     if not direct:
         _decode_combine[(batch * heads * seq_q,)](
             o, lse, o_part, lse_part, plan.splits,
-            HEAD_DIM=head_dim, BLOCK_S=triton.next_power_of_2(plan.splits), num_warps=4,
+            HEAD_DIM=head_dim, BLOCK_S=triton.next_power_of_2(plan.splits), PDL=pdl, num_warps=4,
+            **({"launch_pdl": True} if pdl else {}),
         )
     return o, lse

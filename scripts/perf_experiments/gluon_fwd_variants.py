@@ -4,6 +4,7 @@ Issue 16 (docs/perf-notes.md, "Gluon forward"). Run on an H100/H200:
 
     python scripts/perf_experiments/gluon_fwd_variants.py --check          # fp64 oracle, odd shapes
     python scripts/perf_experiments/gluon_fwd_variants.py --out variants.jsonl [--seq 8192]
+    ... --dim 64 --causal true --seq 2048 4096 --variants "128,2,0,0,2,0;64,2,0,1,2,0"
 
 Each variant is a kernels.flash_fwd_hopper.HopperConfig for hopper_forward; its rows are named
 gluon(block_n, stages, overlap, pingpong, consumers, persistent), as in reports/perf-h100.
@@ -74,6 +75,12 @@ def check() -> int:
     return failures
 
 
+def parse_variants(text: str) -> list[HopperConfig]:
+    """'block_n,stages,overlap,pingpong,consumers,persistent;...' (0/1 flags) as HopperConfigs."""
+    return [HopperConfig(*(int(x) if i < 2 or i == 4 else bool(int(x)) for i, x in enumerate(v.split(","))))
+            for v in text.split(";") if v]
+
+
 def time_variants(out: str, seqs: list[int], dtypes: list[str], dims: list[int], causals=(False, True)) -> None:
     with open(out, "a") as f:
         shapes = [shape for shape in SHAPES if shape[3] in dims]
@@ -110,7 +117,12 @@ def main() -> int:
     parser.add_argument("--dtype", nargs="+", default=["float16", "bfloat16"])
     parser.add_argument("--dim", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--causal", choices=["true", "false", "both"], default="both")
+    parser.add_argument("--variants", help="replace each --dim's variants: 'block_n,stages,overlap,pingpong,"
+                        "consumers,persistent;...' with 0/1 flags")
     args = parser.parse_args()
+    if args.variants:
+        for dim in args.dim:
+            VARIANTS[dim] = parse_variants(args.variants)
     if args.check:
         return 1 if check() else 0
     time_variants(args.out, args.seq, args.dtype, args.dim,
