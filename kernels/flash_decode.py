@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from attention_core import split_kv
-from kernels._autotune import LN2_C, LOG2E, dot_precision
+from kernels._autotune import INTERPRET, LN2_C, LOG2E, dot_precision
 from kernels._checks import dtype_name
 
 # (num_warps, num_stages) by head_dim: 128 from the H100 sweep in docs/perf-notes.md ("Decode"); the
@@ -176,13 +176,18 @@ def _decode_combine(
 
 def flash_decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
                          plan: split_kv.SplitPlan, launch: tuple[int, int] | None = None, strided: bool | None = None,
-                         pdl: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                         pdl: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The split-KV forward on checked inputs (kernels.flash_fwd.flash_attention_forward calls it
     when attention_core.split_kv.plan gives a plan). q: (B, H, Nq, D); k, v: (B, Hkv, Nkv, D).
     Returns o (B, H, Nq, D) contiguous in q's dtype and lse (B, H, Nq) fp32, natural log.
     ``launch`` = (num_warps, num_stages) overrides :data:`LAUNCH` and ``strided`` the plan's tile
     assignment (for sweeps). ``pdl`` launches the combine kernel with programmatic dependent launch
-    (CUDA on sm_90+ only), so its launch overlaps the split kernel's last programs."""
+    (default: on a CUDA GPU of sm_90 or later, not under the interpreter), so its launch and start
+    overlap the split kernel's last programs: 0 to 4% faster at batch 1 on an H100, never slower by
+    more than the repeats' spread (scripts/perf_experiments/decode_b1_probe.py, docs/perf-notes.md
+    "Decode at batch 1, issue 26")."""
+    if pdl is None:
+        pdl = q.is_cuda and not INTERPRET and torch.cuda.get_device_capability(q.device)[0] >= 9
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     o = torch.empty((batch, heads, seq_q, head_dim), dtype=q.dtype, device=q.device)

@@ -1,6 +1,8 @@
 """Decode at batch 1 (issue 26): split counts that fill one wave, and the combine under PDL.
 
     python scripts/perf_experiments/decode_b1_probe.py            # writes $OUT/decode_b1_probe.jsonl
+    python scripts/perf_experiments/decode_b1_probe.py check      # fp64 oracle, PDL on and off, eager and graphed
+    compute-sanitizer --tool memcheck python scripts/perf_experiments/decode_b1_probe.py check
     ROUNDS=3 SPLITS=32,48,64,96 STAGES=2,3 python scripts/perf_experiments/decode_b1_probe.py
 
 At B1 Nkv 32768 the split kernel runs 512 programs (64 splits x 8 K/V heads) of 8 key tiles each;
@@ -22,6 +24,7 @@ import itertools
 import json
 import os
 import statistics
+import sys
 
 import torch
 
@@ -38,6 +41,47 @@ PRESETS = {"llama3-8b": (32, 8), "llama3-70b": (64, 8)}
 
 def env_list(name: str, default: str) -> list[int]:
     return [int(x) for x in os.environ.get(name, default).split(",")]
+
+
+def check() -> int:
+    """Our decode with the combine under PDL and without, eager and replayed from a CUDA graph, against
+    the fp64 oracle on odd shapes; returns the number of failures."""
+    failures = 0
+    torch.manual_seed(0)
+    for (heads, kv_heads), nq, nk, causal, dtype in itertools.product(
+            [(32, 8), (8, 1), (64, 8)], (1, 3), (1, 77, 1000, 33000), (False, True), (torch.float16, torch.bfloat16)):
+        q = torch.randn(2, heads, nq, 128, device="cuda", dtype=dtype)
+        k = torch.randn(2, kv_heads, nk, 128, device="cuda", dtype=dtype)
+        v = torch.randn_like(k)
+        ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal,
+                                                               enable_gqa=True)
+        plan = split_kv.plan(2, kv_heads, heads // kv_heads, nq, nk)
+        outs = {}
+        for pdl in (False, True):
+            fn = functools.partial(flash_decode.flash_decode_forward, q, k, v, causal, 128 ** -0.5, plan, None, None,
+                                   pdl)
+            outs[pdl] = fn()[0]
+            static = {}
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                fn()
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static["o"] = fn()[0]
+            graph.replay()
+            torch.cuda.synchronize()
+            outs[f"graph-{pdl}"] = static["o"].clone()
+        errs = {name: ((o.double() - ref).norm() / ref.norm()).item() for name, o in outs.items()}
+        same = all(torch.equal(outs[False], o) for o in outs.values())
+        ok = same and max(errs.values()) < 1e-2
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} H{heads}/{kv_heads} Nq{nq} Nkv{nk} causal={causal} {str(dtype)[6:]} "
+              f"splits {plan.splits if plan else '-'}: rel err {max(errs.values()):.1e}, "
+              f"PDL/graph outputs {'identical' if same else 'DIFFER'}", flush=True)
+    print(f"oracle checks failed: {failures}", flush=True)
+    return failures
 
 
 def main() -> None:
@@ -80,7 +124,7 @@ def main() -> None:
             times = {name: [] for name in fns}
             for _ in range(rounds):
                 for name, (fn, _) in fns.items():
-                    times[name].append(measure(fn, "cuda", graph=True).median)
+                    times[name].append(measure(fn, "cuda", graph=True).median_ms)
             line = []
             for name, (_, info) in fns.items():
                 ms = statistics.median(times[name])
@@ -104,4 +148,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["check"]:
+        sys.exit(1 if check() else 0)
     main()

@@ -140,6 +140,42 @@ def test_decode_and_gqa_forward_match_oracle(impl, heads, kv_heads, seq_q, seq_k
     assert err <= 2 * naive_err + FLOOR[dtype], f"{impl}: {err:.2e} vs naive {naive_err:.2e}"
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("seq_q,seq_kv", [(1, 1000), (4, 32768), (3, 77)])
+def test_decode_combine_under_pdl_matches_in_a_cuda_graph(seq_q, seq_kv, causal):
+    """The combine kernel launched early (programmatic dependent launch, the default on sm_90+) waits
+    for every split's partials: eager and CUDA-graph replays, with and without it, give the same bits,
+    and those match the fp64 oracle."""
+    from attention_core import split_kv
+    from kernels.flash_decode import flash_decode_forward
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs sm_90 or later")
+    q, k, v = _inputs(1, 64, seq_q, seq_kv, 128, torch.bfloat16, kv_heads=8)
+    plan = split_kv.plan(1, 8, 8, seq_q, seq_kv)
+    assert plan.splits > 1
+    outs = []
+    for pdl in (False, True):
+        run = lambda: flash_decode_forward(q, k, v, causal, 128 ** -0.5, plan, pdl=pdl)[0]  # noqa: E731
+        outs.append(run())
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            run()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static = run()
+        static.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        outs.append(static.clone())
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+    err = relative_error(outs[0], attention_oracle(q, k, v, causal=causal))
+    naive_err = relative_error(naive_attention(q, k, v, causal=causal), attention_oracle(q, k, v, causal=causal))
+    assert err <= 2 * naive_err + FLOOR[torch.bfloat16]
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("heads,kv_heads,seq_q,seq_kv", [(32, 8, 1000, 1000), (8, 1, 3, 4096), (16, 4, 777, 2000)])
