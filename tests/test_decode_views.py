@@ -145,3 +145,28 @@ def test_dashboard_compare_of_two_decode_captures(monkeypatch):
         assert r["shape"] == f"Nq={r['seq_q']} Nkv={r['seq_kv']}"
         assert r["time_ms decode-h100"] == a[key] and r["time_ms decode-capture-h100"] == b[key]
         assert r["speedup B/A"] == pytest.approx(a[key] / b[key], rel=1e-12)
+
+
+def test_shipped_h100_batch1_decode_capture_and_the_readme_quote():
+    """reports/decode-b1-h100: ours (split-KV, merge under PDL) and cuDNN at batch 1, Llama-3-70B heads;
+    the README's copy fractions and ratios are the capture's."""
+    from pathlib import Path
+
+    from profiler.store import load_capture
+
+    root = Path(__file__).resolve().parents[1]
+    meta, frame = load_capture(root / "reports" / "decode-b1-h100")
+    assert meta["device"] == "NVIDIA H100 80GB HBM3" and "635b760" in meta["corrections"][0]
+    totals = frame[frame.step == "total"]
+    assert (totals.status == "ok").all() and set(totals.impl) == {"triton_flash", "sdpa_cudnn"}
+    ours = totals[totals.impl == "triton_flash"].set_index(["seq_q", "seq_kv"])
+    cudnn = totals[totals.impl == "sdpa_cudnn"].set_index(["seq_q", "seq_kv"])
+    assert ours.path.str.startswith("split-kv x").all()
+    speedup = cudnn.time_ms / ours.time_ms
+    one, four = ours.xs(1, level="seq_q"), speedup.xs(4, level="seq_q")
+    readme = (root / "README.md").read_text().replace("\n", " ")
+    copy = one.roof_fraction_measured
+    assert (f"reads at {copy.min():.2f} to {copy.max():.2f} of copy with one query token "
+            f"({copy[32768]:.2f} at Nkv 32768, short of the 0.85 we aim for) at "
+            f"{speedup.xs(1, level='seq_q').min():.2f}x to {speedup.xs(1, level='seq_q').max():.2f}x cuDNN, "
+            f"and at {four.min():.2f}x to {four.max():.2f}x cuDNN with four") in readme
