@@ -121,6 +121,11 @@ def main() -> None:
                 fns[name] = (fn, dict(splits=plan.splits, stages=stages, pdl=pdl, plan_default=plan == base,
                                       rel_err=err))
             fns["sdpa_cudnn"] = (functools.partial(REGISTRY["sdpa_cudnn"].fn, q, k, v), {})
+            # The copy bandwidth at this size: a device copy of as many bytes as the step must move,
+            # half read and half written, timed like the rest (the copy roof is a 2 GiB copy's rate).
+            src = torch.empty(nbytes // 2, device="cuda", dtype=torch.uint8)
+            dst = torch.empty_like(src)
+            fns["copy_same_bytes"] = (functools.partial(dst.copy_, src), {})
             times = {name: [] for name in fns}
             for _ in range(rounds):
                 for name, (fn, _) in fns.items():
