@@ -156,7 +156,7 @@ def test_decode_combine_under_pdl_matches_in_a_cuda_graph(seq_q, seq_kv, causal)
     assert plan.splits > 1
     outs = []
     for pdl in (False, True):
-        run = lambda: flash_decode_forward(q, k, v, causal, 128 ** -0.5, plan, pdl=pdl)[0]  # noqa: E731
+        run = lambda pdl=pdl: flash_decode_forward(q, k, v, causal, 128 ** -0.5, plan, pdl=pdl)[0]  # noqa: E731
         outs.append(run())
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
