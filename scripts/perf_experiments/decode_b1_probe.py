@@ -3,6 +3,7 @@
     python scripts/perf_experiments/decode_b1_probe.py            # writes $OUT/decode_b1_probe.jsonl
     python scripts/perf_experiments/decode_b1_probe.py check      # fp64 oracle, PDL on and off, eager and graphed
     compute-sanitizer --tool memcheck python scripts/perf_experiments/decode_b1_probe.py check
+    python scripts/perf_experiments/decode_b1_probe.py trace      # each kernel's device time (torch profiler)
     ROUNDS=3 SPLITS=32,48,64,96 STAGES=2,3 python scripts/perf_experiments/decode_b1_probe.py
 
 At B1 Nkv 32768 the split kernel runs 512 programs (64 splits x 8 K/V heads) of 8 key tiles each;
@@ -84,6 +85,35 @@ def check() -> int:
     return failures
 
 
+def trace() -> None:
+    """Device time of the split and the combine kernel, and the gap between them, from the torch
+    profiler over 20 eager calls (Llama-3-70B heads, B1 Nq1, the L2 flushed by a read before each)."""
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    for nk in env_list("SEQ_KV", "8192,32768,131072"):
+        q = torch.randn(1, 64, 1, 128, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(1, 8, nk, 128, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        plan = split_kv.plan(1, 8, 8, 1, nk)
+        for _ in range(5):
+            flash_decode.flash_decode_forward(q, k, v, False, 128 ** -0.5, plan)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(20):
+                flush.sum()
+                flash_decode.flash_decode_forward(q, k, v, False, 128 ** -0.5, plan)
+            torch.cuda.synchronize()
+        events = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                        key=lambda e: e.time_range.start)
+        pairs = [(a, b) for a, b in zip(events, events[1:])
+                 if "_decode_split" in a.name and "_decode_combine" in b.name]
+        split = statistics.median(a.time_range.end - a.time_range.start for a, _ in pairs)
+        combine = statistics.median(b.time_range.end - b.time_range.start for _, b in pairs)
+        gap = statistics.median(b.time_range.start - a.time_range.end for a, b in pairs)
+        span = statistics.median(b.time_range.end - a.time_range.start for a, b in pairs)
+        print(f"Nkv {nk} ({plan.splits} splits, {len(pairs)} calls): split kernel {split:.1f} us, combine "
+              f"{combine:.1f} us, gap {gap:.1f} us, split start to combine end {span:.1f} us", flush=True)
+
+
 def main() -> None:
     rounds = int(os.environ.get("ROUNDS", "3"))
     out_path = os.path.join(os.environ.get("OUT", "."), "decode_b1_probe.jsonl")
@@ -155,4 +185,6 @@ def main() -> None:
 if __name__ == "__main__":
     if sys.argv[1:] == ["check"]:
         sys.exit(1 if check() else 0)
+    if sys.argv[1:] == ["trace"]:
+        sys.exit(trace())
     main()
