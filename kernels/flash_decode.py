@@ -182,12 +182,12 @@ def flash_decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
     Returns o (B, H, Nq, D) contiguous in q's dtype and lse (B, H, Nq) fp32, natural log.
     ``launch`` = (num_warps, num_stages) overrides :data:`LAUNCH` and ``strided`` the plan's tile
     assignment (for sweeps). ``pdl`` launches the combine kernel with programmatic dependent launch
-    (default: on a CUDA GPU of sm_90 or later, not under the interpreter), so its launch and start
-    overlap the split kernel's last programs: 0 to 4% faster at batch 1 on an H100, never slower by
-    more than the repeats' spread (scripts/perf_experiments/decode_b1_probe.py, docs/perf-notes.md
-    "Decode at batch 1, issue 26")."""
+    (default: on an NVIDIA GPU of sm_90 or later, not under the interpreter), so its launch and start
+    overlap the split kernel's last programs (measured in docs/perf-notes.md, "Decode at batch 1 and
+    the short causal D64 forward")."""
     if pdl is None:
-        pdl = q.is_cuda and not INTERPRET and torch.cuda.get_device_capability(q.device)[0] >= 9
+        pdl = (q.is_cuda and not INTERPRET and torch.version.hip is None
+               and torch.cuda.get_device_capability(q.device)[0] >= 9)
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     o = torch.empty((batch, heads, seq_q, head_dim), dtype=q.dtype, device=q.device)
