@@ -48,7 +48,7 @@ WIDTH, HEIGHT, TALLEST = 1600, 1000, 2400
 TABS = {
     "Roofline": ["MEMORY-BOUND", "COMPUTE-BOUND", "Roofline, compulsory bytes"],
     "Scaling": ["Time", "TFLOP/s"],
-    "Bandwidth": ["No decode rows", "decode-capture-h100", "--select decode-b1-h200"],
+    "Bandwidth": ["No decode rows", "decode-capture-h100", "--select decode-b1-h100"],
     "Step breakdown": ["Naive attention: time per step", "OOM"],
     "Compare": ["shared rows under the sidebar's filters"],
     "Trace": ["torch profiler", "Kernels per range"],
