@@ -33,7 +33,7 @@ from attention_core import split_kv
 from attention_core.shape import Shape
 from kernels import flash_decode
 from profiler.measure.ceilings import measure_ceilings
-from profiler.measure.timing import measure
+from profiler.measure.timing import graphed, measure
 from profiler.model.fused import compulsory_bytes
 from profiler.registry import REGISTRY
 
@@ -63,15 +63,8 @@ def check() -> int:
                                    pdl)
             outs[pdl] = fn()[0]
             static = {}
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                fn()
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                static["o"] = fn()[0]
-            graph.replay()
+            replay = graphed(lambda fn=fn, static=static: static.update(o=fn()[0]))  # the captured output
+            replay()
             torch.cuda.synchronize()
             outs[f"graph-{pdl}"] = static["o"].clone()
         errs = {name: ((o.double() - ref).norm() / ref.norm()).item() for name, o in outs.items()}

@@ -148,6 +148,7 @@ def test_decode_combine_under_pdl_matches_in_a_cuda_graph(seq_q, seq_kv, causal)
     and those match the fp64 oracle."""
     from attention_core import split_kv
     from kernels.flash_decode import flash_decode_forward
+    from profiler.measure.timing import graphed
 
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("programmatic dependent launch needs sm_90 or later")
@@ -158,18 +159,12 @@ def test_decode_combine_under_pdl_matches_in_a_cuda_graph(seq_q, seq_kv, causal)
     for pdl in (False, True):
         run = lambda pdl=pdl: flash_decode_forward(q, k, v, causal, 128 ** -0.5, plan, pdl=pdl)[0]  # noqa: E731
         outs.append(run())
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            run()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static = run()
-        static.zero_()
-        graph.replay()
+        static = {}
+        replay = graphed(lambda run=run, static=static: static.update(o=run()))  # the captured output
+        static["o"].zero_()
+        replay()
         torch.cuda.synchronize()
-        outs.append(static.clone())
+        outs.append(static["o"].clone())
     assert all(torch.equal(outs[0], o) for o in outs[1:])
     err = relative_error(outs[0], attention_oracle(q, k, v, causal=causal))
     naive_err = relative_error(naive_attention(q, k, v, causal=causal), attention_oracle(q, k, v, causal=causal))
