@@ -20,7 +20,8 @@ from profiler.cli.shapes import Default, ShapeOptions, add_shape_arguments, shap
 HELP = "DRAM/L2 bytes and tensor FLOPs from Nsight Compute vs the model"
 
 # Two lengths, two head_dims, both half-precision dtypes, causal and not: each shape is one Nsight
-# Compute run of every implementation, minutes each. No --mode: forward only.
+# Compute run of every implementation, minutes each. --mode fwd (default), bwd or both as
+# fwd,bwd: a profiled run is one pass, so not fwd+bwd.
 SHAPES = ShapeOptions(
     lists=True,
     seq=Default(None, [1024, 4096]),
@@ -29,7 +30,7 @@ SHAPES = ShapeOptions(
     dim=Default("head_dim(s) (default 64,128)", [64, 128]),
     dtype=Default(None, ["fp16", "bf16"]),
     causal=Default("true, false or both", [False, True]),
-    mode=None,
+    mode=Default("fwd, bwd or fwd,bwd: the pass Nsight Compute profiles (default fwd)", ["fwd"]),
     dtypes=("fp16", "bf16"),
     one_batch=True,
 )
@@ -51,6 +52,9 @@ def run(args) -> int:
     if not args.rebuild:  # under torchrun each rank profiles on its own GPU
         join_ranks(args, "cuda")
     grid = shape_grid(args, SHAPES)
+    if "fwd+bwd" in grid.modes:
+        raise UsageError("validate --mode takes fwd and bwd (Nsight Compute profiles one pass at a time), "
+                         "not 'fwd+bwd'")
     if args.rebuild:
         return _validate_rebuild(args)
     from profiler.measure.ceilings import device_name
@@ -141,11 +145,11 @@ def _validate_rebuild(args) -> int:
 
 
 def _print_validation(table) -> None:
-    out = Table("impl", "step", "N", "D", "dtype", "causal", "DRAM MB (ncu)", "model", "ratio", "L2 MB (ncu)",
+    out = Table("impl", "step", "mode", "N", "D", "dtype", "causal", "DRAM MB (ncu)", "model", "ratio", "L2 MB (ncu)",
                 "L2 model", "ratio", "tensor GFLOP (ncu)", "model", "ratio",
                 title="Nsight Compute vs the cost model (DRAM and L2 bytes, tensor-core FLOPs)")
     for r in table.itertuples():
-        out.add_row(r.impl, r.step, str(r.seq_q), str(r.head_dim), r.dtype, str(r.causal),
+        out.add_row(r.impl, r.step, r.mode, str(r.seq_q), str(r.head_dim), r.dtype, str(r.causal),
                     f"{r.dram_bytes / 1e6:,.1f}", f"{r.model_dram_bytes / 1e6:,.1f}", fmt(r.dram_ratio, ".3f"),
                     f"{r.l2_bytes / 1e6:,.1f}", f"{r.model_l2_bytes / 1e6:,.1f}", fmt(r.l2_ratio, ".3f"),
                     f"{r.tensor_flops / 1e9:,.2f}", f"{r.model_tensor_flops / 1e9:,.2f}",

@@ -5,11 +5,18 @@
 ``kernel``, ``grid``, ``block``, ``dram_read_bytes``, ``dram_write_bytes``, ``l2_bytes``,
 ``gpu_time_ns``, ``tensor_inst``, ``hfma2_inst`` (HFMA2.MMA: elementwise half2 FMAs the tensor
 pipe executes, not matrix math), ``tensor_ops_fp16`` and ``tensor_ops_bf16`` (math ops in the
-tensor path, HMMA and HGMMA alike).
+tensor path, HMMA and HGMMA alike); and, where the ncu and GPU have them (NaN in CSVs taken
+before), the L2's split of ``l2_bytes`` (:data:`L2_SPLIT`): by operation (``l2_read_bytes``,
+``l2_write_bytes``, ``l2_atom_bytes``, ``l2_red_bytes``), by who asked (``l2_sm_bytes``: the SMs'
+loads, stores and reductions, TMA's included; ``l2_fabric_bytes``: the other L2 partition, which
+asks for lines it does not hold, Hopper's L2 being two partitions joined by a fabric), and the reads
+through Hopper's L2 Request Coalescer (``l2_sm_read_bytes``: sectors delivered to the SMs;
+``l2_lts_read_bytes``: sectors the L2 slices returned for them).
 """
 
 from __future__ import annotations
 
+import functools
 import glob
 import io
 import os
@@ -33,6 +40,22 @@ METRICS = {
     "sm__ops_path_tensor_src_fp16.sum": "tensor_ops_fp16",
     "sm__ops_path_tensor_src_bf16_dst_fp32.sum": "tensor_ops_bf16",
 }
+# Optional: the split of lts__t_bytes (32-byte sectors) by operation and by source unit. Asked
+# only where `ncu --query-metrics` lists them (:func:`available_metrics`).
+L2_SPLIT = {
+    "lts__t_sectors_op_read.sum": "l2_read_bytes",
+    "lts__t_sectors_op_write.sum": "l2_write_bytes",
+    "lts__t_sectors_op_atom.sum": "l2_atom_bytes",
+    "lts__t_sectors_op_red.sum": "l2_red_bytes",
+    "lts__t_sectors_srcunit_tex.sum": "l2_sm_bytes",
+    "lts__t_sectors_srcunit_ltcfabric.sum": "l2_fabric_bytes",
+    # Hopper's L2 Request Coalescer sits in front of the L2 slices and merges reads of the same
+    # sectors by different SMs: the read sectors it hands to the GPCs (what the SMs asked), and
+    # those the L2 slices returned to it (what lts__t saw of them).
+    "lrc__xbar2gpc_sectors_op_read.sum": "l2_sm_read_bytes",
+    "lrc__lts2lrc_sectors_op_read.sum": "l2_lts_read_bytes",
+}
+SECTOR_BYTES = 32  # an L2 sector (Nsight Compute Profiling Guide, "Memory tables": lts sectors are 32 bytes)
 NVTX_COLUMN = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
 
 
@@ -50,13 +73,33 @@ def find_ncu() -> str:
                    "install it or set NCU=/path/to/ncu")
 
 
-def run_driver(out_csv: Path, driver_args: list[str], ncu: str | None = None, timeout: int = 600,
-               gpu: int | None = None) -> str:
+@functools.cache
+def _listed_metrics(ncu: str, gpu: int | None) -> frozenset[str]:
+    """The words of ``ncu --query-metrics`` for the GPU here (empty when the query fails)."""
+    env = None if gpu is None else {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu)}
+    try:
+        proc = subprocess.run([ncu, "--query-metrics"], capture_output=True, text=True, timeout=120, env=env)
+    except (OSError, subprocess.SubprocessError):
+        return frozenset()
+    return frozenset(proc.stdout.split()) if proc.returncode == 0 else frozenset()
+
+
+def available_metrics(ncu: str, names, gpu: int | None = None) -> list[str]:
+    """Those of ``names`` whose base metric ``ncu --query-metrics`` lists for the GPU here (all of
+    them when the query itself fails: ncu then says which one it lacks)."""
+    listed = _listed_metrics(ncu, gpu)
+    return [name for name in names if not listed or name.rsplit(".", 1)[0] in listed]
+
+
+def run_driver(out_csv: Path, driver_args: list[str], ncu: str | None = None, timeout: int = 900,
+               gpu: int | None = None, metrics: list[str] | None = None) -> str:
     """Profile ``python -m profiler.nsight.ncu_driver <driver_args>`` with the validation metrics (clocks
     left as they are: --clock-control none) and write ncu's raw CSV to ``out_csv``, on GPU ``gpu``
-    (CUDA_VISIBLE_DEVICES) when given. Returns the driver's own output."""
+    (CUDA_VISIBLE_DEVICES) when given; ``metrics``: what to ask (default :data:`METRICS` and the
+    :data:`L2_SPLIT` ones ncu lists here). Returns the driver's own output."""
     ncu = ncu or find_ncu()
-    cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--nvtx", "--metrics", ",".join(METRICS),
+    metrics = metrics or [*METRICS, *available_metrics(ncu, L2_SPLIT, gpu)]
+    cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--nvtx", "--metrics", ",".join(metrics),
            "--csv", "--page", "raw", "--log-file", str(out_csv), sys.executable, "-m", "profiler.nsight.ncu_driver",
            *driver_args]
     env = None if gpu is None else {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu)}
@@ -104,6 +147,8 @@ def read_raw_csv(path: Path | str) -> pd.DataFrame:
     })
     for metric, column in METRICS.items():
         out[column] = [_number(v) for v in frame[metric]]
+    for metric, column in L2_SPLIT.items():  # sectors; NaN where the CSV lacks the metric
+        out[column] = [_number(v) * SECTOR_BYTES for v in frame[metric]] if metric in frame.columns else float("nan")
     parsed = [parse_range(r) for r in out["range"]]
     out["impl"] = [p.impl if p is not None and p.validate else "" for p in parsed]
     out["step"] = [p.step if p is not None and p.validate else "" for p in parsed]

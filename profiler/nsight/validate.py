@@ -30,24 +30,25 @@ from profiler.nsight.ncu import read_raw_csv, run_driver
 from profiler.registry import REGISTRY, costing_for
 from profiler.store import Capture, CaptureError, to_frame, write_parquet_atomic
 
-# validate profiles forward runs: its tables hold the shape's key but the mode (read back as fwd: Shape.from_row).
-SHAPE_COLUMNS = [column for column in Shape.KEY if column != "mode"]
+# A validation row is a forward or a backward run (mode fwd or bwd) of one shape: the whole key.
+SHAPE_COLUMNS = list(Shape.KEY)
 
 
 def driver_args(shape: Shape, impls: list[str]) -> list[str]:
     """The ncu driver's command line for one shape; ``impls`` are names or a user's module:function."""
     args = ["--batch", str(shape.batch), "--heads", str(shape.heads), "--kv-heads", str(shape.kv_heads),
             "--seq-q", str(shape.seq_q), "--seq-kv", str(shape.seq_kv), "--dim", str(shape.head_dim),
-            "--dtype", shape.dtype, "--impl", ",".join(impls)]
+            "--dtype", shape.dtype, "--mode", shape.mode, "--impl", ",".join(impls)]
     return args + (["--causal"] if shape.causal else [])
 
 
-CSV_NAME = re.compile(rf"{TAG.pattern}\.csv$")
+CSV_NAME = re.compile(rf"(?:(?P<mode>bwd)-)?{TAG.pattern}\.csv$")
 
 
 def csv_name(shape: Shape) -> str:
-    """ncu's CSV of one shape (parsed back by CSV_NAME): B1H16N4096D64-fp16.csv, B1H32KV8N1x32768D128-bf16.csv."""
-    return f"{shape.tag}.csv"
+    """ncu's CSV of one shape (parsed back by CSV_NAME): B1H16N4096D64-fp16.csv, B1H32KV8N1x32768D128-bf16.csv
+    for forward runs, bwd-B1H16N4096D64-fp16-causal.csv for backward ones."""
+    return f"{'bwd-' if shape.mode == 'bwd' else ''}{shape.tag}.csv"
 
 
 def measure_counters(shapes: list[Shape], impls: list[str], folder, progress=None, gpu: int | None = None
@@ -180,7 +181,8 @@ def rebuild(folder: Path | str, l2_bytes: float | None, meta: dict | None = None
         match = CSV_NAME.match(path.name)
         if match is None:
             continue
-        tables.append(with_shape(read_raw_csv(path), Shape.from_tag(match.groupdict())))
+        fields = match.groupdict()
+        tables.append(with_shape(read_raw_csv(path), Shape.from_tag(fields, fields["mode"] or "fwd")))
     if not tables:
         raise ValueError(f"'{capture.ncu_dir}' holds no ncu CSV named like B1H16N4096D64-fp16.csv")
     kernels = pd.concat(tables, ignore_index=True)
