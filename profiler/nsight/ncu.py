@@ -20,6 +20,7 @@ import functools
 import glob
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -57,6 +58,10 @@ L2_SPLIT = {
 }
 SECTOR_BYTES = 32  # an L2 sector (Nsight Compute Profiling Guide, "Memory tables": lts sectors are 32 bytes)
 NVTX_COLUMN = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
+# Start/end ranges are process-wide: they also cover kernels that autograd's own thread launches
+# (a backward), which the launching thread's push/pop ranges do not.
+NVTX_PROCESS_COLUMN = "Id:Domain:Start/Stop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
+_VALIDATE_IN_CELL = re.compile(r"(?:attn:)?validate/[A-Za-z_][A-Za-z0-9_]*/[a-z_]+")
 
 
 class NcuError(RuntimeError):
@@ -121,11 +126,15 @@ def _number(value) -> float:
     return float(text) if text not in ("", "n/a", "nan") else float("nan")
 
 
-def _range_name(cell: str) -> str:
+def _range_name(cell: str, process_cell: str = "") -> str:
     """The outermost open push/pop range of ncu's NVTX column, which reads
-    `<tid>  "domain:name:PL_Type:...:Msg"  "domain:name:..."`, outermost first."""
+    `<tid>  "domain:name:PL_Type:...:Msg"  "domain:name:..."`, outermost first; where that is none of
+    ours, the validate range open process-wide (start/end) when the kernel ran."""
     entries = [e for e in str(cell).split('"') if ":" in e]
-    return entries[0].split(":none:")[0] if entries else ""
+    name = entries[0].split(":none:")[0] if entries else ""
+    if parse_range(name) is None and (found := _VALIDATE_IN_CELL.search(str(process_cell))):
+        name = found.group(0) if found.group(0).startswith("attn:") else f"attn:{found.group(0)}"
+    return name
 
 
 def read_raw_csv(path: Path | str) -> pd.DataFrame:
@@ -140,7 +149,8 @@ def read_raw_csv(path: Path | str) -> pd.DataFrame:
     if missing:
         raise NcuError(f"'{path}' lacks metric column(s) {', '.join(missing)}")
     out = pd.DataFrame({
-        "range": [_range_name(c) for c in frame.get(NVTX_COLUMN, [""] * len(frame))],
+        "range": [_range_name(c, p) for c, p in zip(frame.get(NVTX_COLUMN, [""] * len(frame)),
+                                                     frame.get(NVTX_PROCESS_COLUMN, [""] * len(frame)))],
         "kernel": frame["Kernel Name"].to_numpy(),
         "grid": frame["Grid Size"].to_numpy(),
         "block": frame["Block Size"].to_numpy(),

@@ -86,9 +86,13 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             torch.cuda.synchronize()
             torch.cuda.profiler.start()
+            # a push/pop range for this thread's kernels, and a process-wide one for those autograd's
+            # own thread launches in a backward (profiler.nsight.ncu.read_raw_csv reads either)
+            process_wide = nvtx.start_range(validate_range(impl, step), domain=NVTX_DOMAIN)
             with nvtx.annotate(validate_range(impl, step), domain=NVTX_DOMAIN):
                 call()
-            torch.cuda.synchronize()
+                torch.cuda.synchronize()
+            nvtx.end_range(process_wide)
             torch.cuda.profiler.stop()
             print(f"profiled {impl}/{step}", flush=True)
     return 0

@@ -5,7 +5,7 @@
 # Each line is one `python -m profiler validate` into OUTDIR/<name>; folders already written stay when a
 # later line fails. FA4 rows appear where flash-attn-4 is installed.
 set -u
-set_name=${1:?fit, fit-bwd, unseen1 or unseen2}
+set_name=${1:?fit, fit-bwd, bwd, unseen1 or unseen2}
 out=${2:?output folder}
 all=naive,triton_flash,sdpa_flash,sdpa_cudnn,fa4
 fused=triton_flash,sdpa_flash,sdpa_cudnn,fa4
@@ -23,6 +23,11 @@ case "$set_name" in
   fit-bwd)
     run fit-bwd --mode bwd --batch 2 --heads 8 --seq 2048 --dim 64,128 --dtype bf16 --causal both --impl $all
     run fit-gqa-bwd --mode bwd --preset llama3-8b --seq 2048 --dtype bf16 --causal true --impl $fused
+    ;;
+  bwd)  # every backward line above and below, again (after the driver's process-wide ranges)
+    run fit-bwd --mode bwd --batch 2 --heads 8 --seq 2048 --dim 64,128 --dtype bf16 --causal both --impl $all
+    run fit-gqa-bwd --mode bwd --preset llama3-8b --seq 2048 --dtype bf16 --causal true --impl $fused
+    run unseen-bwd --mode bwd --batch 1 --heads 6 --seq 3000 --dim 64,128 --dtype fp16 --causal both --impl $all
     ;;
   unseen1)
     run unseen-prefill --batch 1 --heads 6 --seq 5000 --dim 64 --dtype fp16 --causal both --impl $all
