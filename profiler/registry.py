@@ -184,6 +184,16 @@ def _fa2_kernel_tile(kernel: str, grid: str, shape: Shape) -> tuple[int, int] | 
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
+def _cudnn_kernel_tile(kernel: str, grid: str, shape: Shape) -> tuple[int, int] | None:
+    """cuDNN's sm80 kernel (which it runs for decode) names its (rows, keys, head_dim) tile:
+    ``..._wmma_f16_knob_35_16x128x128_...`` is 16 query rows by 128 keys; its sm90 kernels do not
+    (None: the costing's 128 × 128)."""
+    if "sdpa_sm80" not in kernel:
+        return None
+    match = re.search(r"_(\d+)x(\d+)x\d+_", kernel[kernel.index("sdpa_sm80"):])
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
 # Each entry's colour is one of matplotlib's tab10 (its default colour cycle), one per entry; fa4's is
 # tab20b's dark green (tab10's last two are profiler.views.style's spare colours).
 REGISTRY: dict[str, Impl] = {
@@ -235,7 +245,7 @@ REGISTRY: dict[str, Impl] = {
             "sdpa_cudnn", sdpa.sdpa_cudnn, "PyTorch SDPA, cuDNN backend",
             Costing("fused", _cudnn_tiles, source="H200 counters (reports/validate-h200)"),
             supports_backward=True, needs_cuda=True, is_triton=False, dtypes=(torch.float16, torch.bfloat16),
-            color="#17becf", baseline=True,
+            color="#17becf", baseline=True, kernel_tile=_cudnn_kernel_tile,
         ),
         Impl(
             "sdpa_math", sdpa.sdpa_math, "PyTorch SDPA, math backend (unfused reference)",

@@ -48,6 +48,19 @@ def tiles_visited(shape: Shape, block_m: int, block_n: int) -> int:
     return total
 
 
+def packed_tiles_visited(shape: Shape, block_m: int, block_n: int) -> int:
+    """:func:`tiles_visited` for a kernel that stacks the query rows of a K/V head's group into one
+    tile's rows (FlashAttention-4's PackGQA, FlashAttention-2's decode with its query heads swapped
+    into rows): per batch and K/V head, Nq·group rows, row r being query r // group; summed over
+    batch × K/V heads (not × query heads)."""
+    rows = shape.seq_q * shape.group
+    total = 0
+    for m in range(math.ceil(rows / block_m)):
+        last_query = (min((m + 1) * block_m, rows) - 1) // shape.group
+        total += math.ceil(visible_keys(shape, last_query + 1) / block_n)
+    return total
+
+
 def query_tiles_visited(shape: Shape, block_m: int, block_n: int) -> int:
     """Sum over key blocks of the query tiles each visits (the dK/dV kernel's loop): with causal
     attention, key block n is seen by query rows from its first key on."""
@@ -58,13 +71,19 @@ def query_tiles_visited(shape: Shape, block_m: int, block_n: int) -> int:
     return total
 
 
-def executed_flops(shape: Shape, tiles: Tiles) -> float:
+def executed_flops(shape: Shape, tiles: Tiles, packed: bool = False) -> float:
     """FLOPs a tiled kernel really issues: whole (BLOCK_M × BLOCK_N) tiles, 2 matmuls per tile
     forward; 7 backward as our two backward kernels do (S and dP recomputed in both, plus dV, dK,
-    dQ), 5 in a one-pass backward. NaN for a pass whose tiles are not known."""
+    dQ), 5 in a one-pass backward. ``packed``: the forward stacks a K/V head's query heads into a
+    tile's rows (:func:`packed_tiles_visited`). NaN for a pass whose tiles are not known."""
     d = shape.head_dim
-    fwd = math.nan if tiles.fwd is None else \
-        shape.bh * tiles_visited(shape, *tiles.fwd) * tiles.fwd[0] * tiles.fwd[1] * 2 * (2 * d)
+    if tiles.fwd is None:
+        fwd = math.nan
+    elif packed:
+        fwd = shape.batch * shape.kv_heads * packed_tiles_visited(shape, *tiles.fwd) * tiles.fwd[0] * tiles.fwd[1] \
+            * 2 * (2 * d)
+    else:
+        fwd = shape.bh * tiles_visited(shape, *tiles.fwd) * tiles.fwd[0] * tiles.fwd[1] * 2 * (2 * d)
     if tiles.onepass is not None:  # per (key block, query tile) pair: S, dP, dV, dK, dQ
         bwd = shape.bh * query_tiles_visited(shape, *tiles.onepass) * tiles.onepass[0] * tiles.onepass[1] * 5 * (2 * d)
     elif tiles.dkdv is None or tiles.dq is None:
@@ -87,6 +106,18 @@ def split_kv_executed_flops(shape: Shape, plan: split_kv.SplitPlan) -> float:
         tiles = sum(math.ceil(max(0, min(lo + plan.chunk, visible) - lo) / split_kv.BLOCK_N)
                     for lo in range(0, plan.splits * plan.chunk, plan.chunk))
     return shape.batch * shape.kv_heads * tiles * plan.block_m * split_kv.BLOCK_N * 2 * (2 * shape.head_dim)
+
+
+def tile_read_bytes(shape: Shape, tile: tuple[int, int], packed: bool = False) -> float:
+    """Bytes a tiled forward asks the L2 to read: each program reads its query tile once and every
+    K and V tile it visits (a K/V head's tiles once per packed tile when ``packed``). What the SMs
+    request, before Hopper's L2 Request Coalescer merges concurrent reads of the same sectors."""
+    e, d = shape.elem_bytes, shape.head_dim
+    if packed:
+        visited = shape.batch * shape.kv_heads * packed_tiles_visited(shape, *tile)
+    else:
+        visited = shape.bh * tiles_visited(shape, *tile)
+    return tensor_bytes(shape, shape.seq_q) + visited * 2 * tile[1] * d * e
 
 
 def compulsory_bytes(shape: Shape, writes_lse: bool = True) -> int:

@@ -21,12 +21,12 @@ from attention_core import split_kv
 from attention_core.costing import Tiles
 from attention_core.shape import TAG, Shape
 from profiler.model.cost import cost_of
-from profiler.model.fused import executed_flops, split_kv_executed_flops
-from profiler.model.naive import naive_step_flops
+from profiler.model.fused import executed_flops, split_kv_executed_flops, tile_read_bytes
+from profiler.model.naive import kv_bytes, naive_step_flops, tensor_bytes
 from profiler.model.roofs import Roofs
 from profiler.model.rows import Timing, capture_row
 from profiler.nsight.dram_model import dram_bytes
-from profiler.nsight.ncu import read_raw_csv, run_driver
+from profiler.nsight.ncu import L2_SPLIT, read_raw_csv, run_driver
 from profiler.registry import REGISTRY, costing_for
 from profiler.store import Capture, CaptureError, to_frame, write_parquet_atomic
 
@@ -120,34 +120,100 @@ def cublas_padding(kernel: str, rows: int, cols: int) -> float:
     return padded(cols, tile_m, cluster_m) / cols * padded(rows, tile_n, cluster_n) / rows
 
 
+def packs_gqa(impl: str, kernel: str, shape: Shape) -> bool:
+    """Whether the forward kernel that ran stacks a K/V head's query heads into one tile's rows,
+    so a decode step (Nq = 1) fills group rows of its tile, not one:
+    - FlashAttention-4 packs whenever heads > kv_heads (``pack_gqa = qhead_per_kvhead > 1`` in
+      flash_attn/cute/interface.py);
+    - FlashAttention-2 (PyTorch's copy, flash_api.cpp ``seqlenq_ngroups_swapped``) swaps the group's
+      heads into the query rows when Nq = 1 and heads > kv_heads;
+    - cuDNN's sm80 decode kernel (``..._wmma_..._16x128x128_...``, 16-row tiles) packs the group too:
+      on the H200 it issued 16 rows' tensor work per K/V head at groups 4 and 8 (reports/validate-h200-issue27)."""
+    if shape.group == 1:
+        return False
+    if impl == "fa4":
+        return True
+    if "flash_fwd" in kernel and "pytorch_flash" in kernel:
+        return shape.seq_q == 1
+    return "sdpa_sm80" in kernel and "wmma" in kernel
+
+
+def backward_tile(impl: str, kernel: str, shape: Shape) -> tuple[int, int] | None:
+    """(query rows, keys) per step of the one-pass backward that ran (dK, dV per key block, dQ added
+    in fp32), which sets the diagonal and ragged-edge work it issues:
+    - ours on sm_90 (``_attn_bwd_hopper``): kernels.flash_bwd_hopper.backward_tile, via its costing;
+    - FlashAttention-2: Flash_bwd_kernel_traits<head_dim, kBlockM, kBlockN, ...> in the kernel's name;
+    - FlashAttention-4 on sm_90: ``_tile_size_bwd_sm90`` (flash_attn/cute/interface.py, 4.0.0b36): 128 × 128
+      to head_dim 64, 64 × 128 to 96, 80 × 128 (causal 64 × 128) to 128;
+    - cuDNN's sm90 backward: 64 × 128, what its issued tensor work at N = 3000 fits (ragged rows padded
+      to 64, keys to 128) and its name does not say.
+    None: not known (our portable two-kernel backward is :attr:`Tiles.dkdv`/:attr:`Tiles.dq`)."""
+    d = shape.head_dim
+    if impl == "triton_flash" and "_attn_bwd_hopper" in kernel:
+        return costing_for(impl).tiles_for(d, shape.dtype, "gluon-ws", "bwd").onepass
+    if match := re.search(r"Flash_bwd_kernel_traits<\d+, (\d+), (\d+)", kernel):
+        return int(match.group(1)), int(match.group(2))
+    if impl == "fa4":
+        return (128, 128) if d <= 64 else (64, 128) if d <= 96 or shape.causal else (80, 128) if d <= 128 else None
+    if "sdpa_sm90_flash_bprop" in kernel:
+        return 64, 128
+    return None
+
+
 def model_tensor_flops(shape: Shape, impl: str, step: str, tile: tuple[int, int] = (128, 128),
                        kernel: str = "") -> float:
-    """Matrix FLOPs the tensor cores must do: the two matmuls of attention (as the cuBLAS kernel
+    """Matrix FLOPs the tensor cores must issue: the two matmuls of attention (as the cuBLAS kernel
     that ran tiles them), none for elementwise steps; fused kernels compute whole tiles on the
-    causal diagonal, so their count is the executed FLOPs for their tile."""
+    causal diagonal and at ragged ends, and pad a decode step's rows to a tile (packed GQA rows
+    where the kernel packs them: :func:`packs_gqa`), so their count is the executed FLOPs of the
+    tile that ran. Backward: unfused attention's autograd runs four matmuls of 2·Nq·Nk·D
+    (dP, dV, dQ, dK); a one-pass fused backward five per visited tile (:func:`backward_tile`)."""
     if step in ("qk_matmul", "pv_matmul"):
         cols = shape.seq_kv if step == "qk_matmul" else shape.head_dim
         return naive_step_flops(shape, step) * cublas_padding(kernel, shape.seq_q, cols)
     if step in ("scale_mask", "softmax"):
         return 0.0
-    return executed_flops(shape, Tiles(tile))
+    if shape.mode == "bwd":
+        if costing_for(impl).kind in ("stepwise", "unfused"):
+            return 4 * 2 * shape.bh * shape.seq_q * shape.seq_kv * shape.head_dim
+        onepass = backward_tile(impl, kernel, shape)
+        tiles = Tiles(None, onepass=onepass) if onepass else costing_for(impl).tiles_for(shape.head_dim, shape.dtype)
+        return executed_flops(shape, tiles) if tiles is not None else float("nan")
+    return executed_flops(shape, Tiles(tile), packed=packs_gqa(impl, kernel, shape))
+
+
+def model_read_bytes(shape: Shape, impl: str, kernel: str, tile: tuple[int, int]) -> float:
+    """Bytes a fused forward's programs ask the L2 to read (profiler.model.fused.tile_read_bytes;
+    our split-KV decode reads K and V once per K/V head and split, plus its partials back): what
+    the L2 Request Coalescer hands the SMs (``l2_sm_read_bytes``). NaN for backward rows and
+    unfused steps (not modelled)."""
+    if shape.mode != "fwd":
+        return float("nan")
+    decode = split_kv.plan(shape.batch, shape.kv_heads, shape.group, shape.seq_q, shape.seq_kv)
+    if "_decode_split" in kernel and decode is not None:
+        partials = split_kv.partial_bytes(shape.batch, shape.heads, shape.seq_q, shape.head_dim, decode.splits)
+        return tensor_bytes(shape, shape.seq_q) + 2 * kv_bytes(shape) + partials
+    return tile_read_bytes(shape, tile, packed=packs_gqa(impl, kernel, shape))
 
 
 def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict | None = None) -> pd.DataFrame:
     """Per implementation × shape × step: measured counters summed over the step's kernels, the
-    model's DRAM bytes, L2 (tile) bytes and tensor FLOPs, and measured / model ratios."""
+    model's DRAM bytes, L2 (tile) bytes, L2 read requests and tensor FLOPs, and measured / model
+    ratios. Counters a CSV lacks (ncu without them, captures before them) are NaN."""
     kernels = kernels[kernels.impl != ""].copy()
     kernels["tensor_ops"] = kernels[["tensor_ops_fp16", "tensor_ops_bf16"]].fillna(0).sum(axis=1)
+    split = [c for c in L2_SPLIT.values() if c in kernels.columns]
     grouped = kernels.groupby(["impl", "step", *SHAPE_COLUMNS], sort=False).agg(
         kernels=("kernel", "size"), kernel_names=("kernel", lambda k: " | ".join(dict.fromkeys(k))),
         grid=("grid", "first"),
         dram_read_bytes=("dram_read_bytes", "sum"), dram_write_bytes=("dram_write_bytes", "sum"),
         l2_bytes=("l2_bytes", "sum"), gpu_time_ns=("gpu_time_ns", "sum"), tensor_ops=("tensor_ops", "sum"),
+        **{c: (c, lambda x: x.sum(min_count=1)) for c in split},
     ).reset_index()
     rows = []
     for r in grouped.itertuples():
         shape = Shape.from_row(r)
-        fused = r.step == "total"
+        fused = r.step == "total" and costing_for(r.impl, meta).kind not in ("stepwise", "unfused")
         splits = kv_splits(r.kernel_names, r.grid) if fused else 1
         model_dram = dram_bytes(shape, r.impl, r.step, l2_bytes, kv_splits=splits)
         costing = costing_for(r.impl, meta)
@@ -157,7 +223,11 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict |
         decode = split_kv.plan(shape.batch, shape.kv_heads, shape.group, shape.seq_q, shape.seq_kv)
         if "_decode_split" in r.kernel_names and decode is not None:  # our split-KV path: stacked rows
             tile, model_flops = (decode.block_m, split_kv.BLOCK_N), split_kv_executed_flops(shape, decode)
+        if shape.mode == "bwd":
+            tile = backward_tile(r.impl, r.kernel_names, shape) or (0, 0)
+        model_reads = model_read_bytes(shape, r.impl, r.kernel_names, tile) if fused else float("nan")
         measured_dram = r.dram_read_bytes + r.dram_write_bytes
+        sm_reads = getattr(r, "l2_sm_read_bytes", float("nan"))
         rows.append({
             **r._asdict(), "query_tile": tile[0], "key_tile": tile[1], "kv_splits": splits,
             "dram_bytes": measured_dram, "model_dram_bytes": model_dram,
@@ -165,6 +235,8 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict |
             "flops": cost.flops,  # the row's FLOPs by the cost model's convention, as in results.parquet
             "model_l2_bytes": cost.tile_bytes,
             "l2_ratio": r.l2_bytes / cost.tile_bytes if cost.tile_bytes else float("nan"),
+            "model_l2_read_bytes": model_reads,
+            "l2_read_ratio": sm_reads / model_reads if model_reads else float("nan"),
             "tensor_flops": r.tensor_ops, "model_tensor_flops": model_flops,
             "tensor_flops_ratio": r.tensor_ops / model_flops if model_flops else float("nan"),
         })
@@ -228,3 +300,45 @@ def rebuild_capture(folder: Path | str, out: Path | str | None = None) -> pd.Dat
     meta["validation_rebuilt_with_model_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     target.write_meta(meta)
     return table
+
+
+# The targets every committed validation row is held to (issue 27): measured / model within these.
+TARGETS = {"dram_ratio": 0.15, "tensor_flops_ratio": 0.02, "l2_read_ratio": 0.25, "l2_ratio": 0.25}
+
+
+def regime(row) -> str:
+    """Which regime a validation row measures: backward (GQA), decode (Nq ≤ 16), GQA prefill,
+    causal prefill or prefill; a naive step's rows are 'unfused step'."""
+    if row["step"] != "total":
+        return "unfused step"
+    gqa = row["kv_heads"] < row["heads"]
+    if row["mode"] == "bwd":
+        return "backward, GQA" if gqa else "backward"
+    if row["seq_q"] <= 16:
+        return "decode"
+    return "GQA prefill" if gqa else ("causal prefill" if row["causal"] else "prefill")
+
+
+def summary(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """One row per implementation × regime over validation tables (by capture name): the range
+    (min-max) of each ratio, the shapes and captures it comes from, and whether every row meets
+    :data:`TARGETS` (NaN ratios, where the model gives nothing, are left out of the range)."""
+    frames = []
+    for name, table in tables.items():
+        table = table.copy()
+        table["mode"] = table["mode"].fillna("fwd") if "mode" in table else "fwd"
+        table["capture"] = name
+        frames.append(table)
+    rows = []
+    every = pd.concat(frames, ignore_index=True)
+    every["regime"] = every.apply(regime, axis=1)
+    for (impl, reg), group in every.groupby(["impl", "regime"], sort=True):
+        out = {"impl": impl, "regime": reg, "rows": len(group)}
+        for column, tolerance in TARGETS.items():
+            values = group[column].dropna() if column in group else pd.Series(dtype=float)
+            out[column] = (values.min(), values.max()) if len(values) else None
+            out[f"{column}_ok"] = bool(len(values)) and bool(((values - 1).abs() <= tolerance).all())
+        out["shapes"] = sorted({Shape.from_row(r).label for r in group.itertuples()})
+        out["captures"] = sorted(set(group.capture))
+        rows.append(out)
+    return pd.DataFrame(rows)
