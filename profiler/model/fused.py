@@ -61,6 +61,14 @@ def packed_tiles_visited(shape: Shape, block_m: int, block_n: int) -> int:
     return total
 
 
+def kv_tiles_read(shape: Shape, tile: tuple[int, int], packed: bool = False) -> int:
+    """K/V tiles a tiled forward's programs take in all, over every batch and head: per query head
+    (:func:`tiles_visited`), or per K/V head when the kernel packs a group's rows (:func:`packed_tiles_visited`)."""
+    if packed:
+        return shape.batch * shape.kv_heads * packed_tiles_visited(shape, *tile)
+    return shape.bh * tiles_visited(shape, *tile)
+
+
 def query_tiles_visited(shape: Shape, block_m: int, block_n: int) -> int:
     """Sum over key blocks of the query tiles each visits (the dK/dV kernel's loop): with causal
     attention, key block n is seen by query rows from its first key on."""
@@ -77,13 +85,8 @@ def executed_flops(shape: Shape, tiles: Tiles, packed: bool = False) -> float:
     dQ), 5 in a one-pass backward. ``packed``: the forward stacks a K/V head's query heads into a
     tile's rows (:func:`packed_tiles_visited`). NaN for a pass whose tiles are not known."""
     d = shape.head_dim
-    if tiles.fwd is None:
-        fwd = math.nan
-    elif packed:
-        fwd = shape.batch * shape.kv_heads * packed_tiles_visited(shape, *tiles.fwd) * tiles.fwd[0] * tiles.fwd[1] \
-            * 2 * (2 * d)
-    else:
-        fwd = shape.bh * tiles_visited(shape, *tiles.fwd) * tiles.fwd[0] * tiles.fwd[1] * 2 * (2 * d)
+    fwd = math.nan if tiles.fwd is None else \
+        kv_tiles_read(shape, tiles.fwd, packed) * tiles.fwd[0] * tiles.fwd[1] * 2 * (2 * d)
     if tiles.onepass is not None:  # per (key block, query tile) pair: S, dP, dV, dK, dQ
         bwd = shape.bh * query_tiles_visited(shape, *tiles.onepass) * tiles.onepass[0] * tiles.onepass[1] * 5 * (2 * d)
     elif tiles.dkdv is None or tiles.dq is None:
@@ -112,12 +115,8 @@ def tile_read_bytes(shape: Shape, tile: tuple[int, int], packed: bool = False) -
     """Bytes a tiled forward asks the L2 to read: each program reads its query tile once and every
     K and V tile it visits (a K/V head's tiles once per packed tile when ``packed``). What the SMs
     request, before Hopper's L2 Request Coalescer merges concurrent reads of the same sectors."""
-    e, d = shape.elem_bytes, shape.head_dim
-    if packed:
-        visited = shape.batch * shape.kv_heads * packed_tiles_visited(shape, *tile)
-    else:
-        visited = shape.bh * tiles_visited(shape, *tile)
-    return tensor_bytes(shape, shape.seq_q) + visited * 2 * tile[1] * d * e
+    return tensor_bytes(shape, shape.seq_q) + kv_tiles_read(shape, tile, packed) * 2 * tile[1] * shape.head_dim \
+        * shape.elem_bytes
 
 
 def compulsory_bytes(shape: Shape, writes_lse: bool = True) -> int:

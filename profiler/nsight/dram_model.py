@@ -4,9 +4,9 @@ uses the cost model's bytes (profiler.model.cost)."""
 
 from __future__ import annotations
 
-from attention_core.shape import LSE_BYTES, NAIVE_STEPS, Shape
+from attention_core.shape import LSE_BYTES, Shape
 from profiler.model.fused import compulsory_bytes
-from profiler.model.naive import fwd_step_io, kv_bytes, naive_step_bytes, tensor_bytes
+from profiler.model.naive import fwd_step_io, kv_bytes, tensor_bytes
 
 # What the write-back L2 still holds of a kernel's output when the kernel ends, so that Nsight
 # Compute does not see it reach DRAM during the kernel, as a fraction of the L2. Measured on an H200
@@ -31,7 +31,7 @@ def dram_bytes(shape: Shape, impl: str, step: str, l2_bytes: float | None = None
     FlashAttention-2's split-KV path: each split writes an fp32 partial output and logsumexp per
     query row, and a combine kernel reads them back (Dao, flash-attention, flash_fwd_splitkv_kernel)."""
     if shape.mode == "bwd":
-        return backward_dram_bytes(shape, impl)
+        return backward_dram_bytes(shape)
     q, kv = tensor_bytes(shape, shape.seq_q), kv_bytes(shape)
     if step == "total":
         partials = kv_splits * shape.bh * shape.seq_q * (shape.head_dim + 1) * 4 if kv_splits > 1 else 0
@@ -45,16 +45,12 @@ def dram_bytes(shape: Shape, impl: str, step: str, l2_bytes: float | None = None
     return reads + writes - retained
 
 
-def backward_dram_bytes(shape: Shape, impl: str) -> float:
-    """DRAM traffic of a whole backward. Unfused attention (``naive``): autograd's kernels move what
-    the four steps' backward moves (profiler.model.naive.naive_step_bytes), L2 retention not
-    counted. A fused one-pass backward (ours on sm_90, FlashAttention-2 and -4, cuDNN): its
+def backward_dram_bytes(shape: Shape) -> float:
+    """DRAM traffic of a fused one-pass backward (ours on sm_90, FlashAttention-2 and -4, cuDNN): its
     compulsory bytes (profiler.model.fused.compulsory_bytes) plus the fp32 dQ accumulator
     (B·H·Nq·D·4 bytes), read twice from DRAM: by the main kernel's reductions and by the conversion
     to dQ's dtype (the per-kernel counters of reports/validate-h200-issue27's fit-bwd show both
     reads). Grouped-query heads are not modelled further: the peers expand dK and dV per query head
     and sum them, which this omits."""
-    if impl == "naive":
-        return float(sum(naive_step_bytes(shape, step) for step in NAIVE_STEPS))
     accumulator = shape.bh * shape.seq_q * shape.head_dim * 4
-    return compulsory_bytes(shape) + 2 * accumulator
+    return float(compulsory_bytes(shape) + 2 * accumulator)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from attention_core import split_kv
-from attention_core.costing import Tiles
+from attention_core.costing import Costing, Tiles
 from attention_core.shape import TAG, Shape
 from profiler.model.cost import cost_of
 from profiler.model.fused import executed_flops, split_kv_executed_flops, tile_read_bytes
@@ -161,23 +161,25 @@ def backward_tile(impl: str, kernel: str, shape: Shape) -> tuple[int, int] | Non
 
 
 def model_tensor_flops(shape: Shape, impl: str, step: str, tile: tuple[int, int] = (128, 128),
-                       kernel: str = "") -> float:
+                       kernel: str = "", costing: Costing | None = None) -> float:
     """Matrix FLOPs the tensor cores must issue: the two matmuls of attention (as the cuBLAS kernel
     that ran tiles them), none for elementwise steps; fused kernels compute whole tiles on the
     causal diagonal and at ragged ends, and pad a decode step's rows to a tile (packed GQA rows
     where the kernel packs them: :func:`packs_gqa`), so their count is the executed FLOPs of the
     tile that ran. Backward: unfused attention's autograd runs four matmuls of 2·Nq·Nk·D
-    (dP, dV, dQ, dK); a one-pass fused backward five per visited tile (:func:`backward_tile`)."""
+    (dP, dV, dQ, dK); a one-pass fused backward five per visited tile (:func:`backward_tile`).
+    ``costing``: the implementation's (default: its registry entry's)."""
     if step in ("qk_matmul", "pv_matmul"):
         cols = shape.seq_kv if step == "qk_matmul" else shape.head_dim
         return naive_step_flops(shape, step) * cublas_padding(kernel, shape.seq_q, cols)
     if step in ("scale_mask", "softmax"):
         return 0.0
     if shape.mode == "bwd":
-        if costing_for(impl).kind in ("stepwise", "unfused"):
+        costing = costing or costing_for(impl)
+        if not costing.fused:
             return 4 * 2 * shape.bh * shape.seq_q * shape.seq_kv * shape.head_dim
         onepass = backward_tile(impl, kernel, shape)
-        tiles = Tiles(None, onepass=onepass) if onepass else costing_for(impl).tiles_for(shape.head_dim, shape.dtype)
+        tiles = Tiles(None, onepass=onepass) if onepass else costing.tiles_for(shape.head_dim, shape.dtype)
         return executed_flops(shape, tiles) if tiles is not None else float("nan")
     return executed_flops(shape, Tiles(tile), packed=packs_gqa(impl, kernel, shape))
 
@@ -213,13 +215,16 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict |
     rows = []
     for r in grouped.itertuples():
         shape = Shape.from_row(r)
-        fused = r.step == "total" and costing_for(r.impl, meta).kind not in ("stepwise", "unfused")
-        splits = kv_splits(r.kernel_names, r.grid) if fused else 1
-        model_dram = dram_bytes(shape, r.impl, r.step, l2_bytes, kv_splits=splits)
         costing = costing_for(r.impl, meta)
+        fused = r.step == "total" and costing.fused
+        splits = kv_splits(r.kernel_names, r.grid) if fused else 1
         cost = cost_of(costing, shape, r.step)
+        if shape.mode == "bwd" and not fused:  # autograd's kernels for the four steps: the cost model's bytes
+            model_dram = float(cost.hbm_bytes)
+        else:
+            model_dram = dram_bytes(shape, r.impl, r.step, l2_bytes, kv_splits=splits)
         tile = kernel_tile(r.impl, r.kernel_names, r.grid, shape, meta) if fused else (0, 0)
-        model_flops = model_tensor_flops(shape, r.impl, r.step, tile, kernel=r.kernel_names)
+        model_flops = model_tensor_flops(shape, r.impl, r.step, tile, kernel=r.kernel_names, costing=costing)
         decode = split_kv.plan(shape.batch, shape.kv_heads, shape.group, shape.seq_q, shape.seq_kv)
         if "_decode_split" in r.kernel_names and decode is not None:  # our split-KV path: stacked rows
             tile, model_flops = (decode.block_m, split_kv.BLOCK_N), split_kv_executed_flops(shape, decode)
