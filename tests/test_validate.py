@@ -318,3 +318,25 @@ def test_docs_validation_table_is_current():
     assert proc.returncode == 0, proc.stderr
     text = (ROOT / "docs" / "validation.md").read_text()
     assert "| triton_flash | decode | 6 | 1.018-1.049 | 1.000 | 0.918-0.996 |" in text
+
+
+def test_csv_names_carry_the_mode_and_read_back():
+    backward = Shape(2, 8, 2048, 2048, 128, "bf16", True, mode="bwd")
+    assert validate.csv_name(backward) == "bwd-B2H8N2048D128-bf16-causal.csv"
+    assert validate.csv_shape(validate.csv_name(backward)) == backward
+    assert validate.csv_shape("B1H16N4096D64-fp16.csv") == Shape(1, 16, 4096, 4096, 64)
+    assert validate.csv_shape("notes.csv") is None
+
+
+def test_validation_table_leaves_out_rebuilt_copies(tmp_path, monkeypatch):
+    import importlib.util
+    import shutil
+
+    spec = importlib.util.spec_from_file_location("validation_table", ROOT / "scripts" / "validation_table.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    (tmp_path / "reports" / "validate-h200-issue27").mkdir(parents=True)
+    for name in ("unseen-decode", "unseen-decode-rebuilt-20261123-210624"):
+        shutil.copytree(ISSUE27 / "unseen-decode", tmp_path / "reports" / "validate-h200-issue27" / name)
+    monkeypatch.setattr(script, "ROOT", tmp_path)
+    assert list(script.captures()) == ["validate-h200-issue27/unseen-decode"]

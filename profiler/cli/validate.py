@@ -146,12 +146,13 @@ def _validate_rebuild(args) -> int:
 
 def _print_validation(table) -> None:
     out = Table("impl", "step", "mode", "N", "D", "dtype", "causal", "DRAM MB (ncu)", "model", "ratio", "L2 MB (ncu)",
-                "L2 model", "ratio", "tensor GFLOP (ncu)", "model", "ratio",
+                "L2 model", "ratio", "L2 reads ratio", "tensor GFLOP (ncu)", "model", "ratio",
                 title="Nsight Compute vs the cost model (DRAM and L2 bytes, tensor-core FLOPs)")
     for r in table.itertuples():
         out.add_row(r.impl, r.step, r.mode, str(r.seq_q), str(r.head_dim), r.dtype, str(r.causal),
                     f"{r.dram_bytes / 1e6:,.1f}", f"{r.model_dram_bytes / 1e6:,.1f}", fmt(r.dram_ratio, ".3f"),
                     f"{r.l2_bytes / 1e6:,.1f}", f"{r.model_l2_bytes / 1e6:,.1f}", fmt(r.l2_ratio, ".3f"),
+                    fmt(getattr(r, "l2_read_ratio", float("nan")), ".3f"),
                     f"{r.tensor_flops / 1e9:,.2f}", f"{r.model_tensor_flops / 1e9:,.2f}",
                     fmt(r.tensor_flops_ratio, ".3f"))
     console.print(out)

@@ -42,13 +42,21 @@ def driver_args(shape: Shape, impls: list[str]) -> list[str]:
     return args + (["--causal"] if shape.causal else [])
 
 
-CSV_NAME = re.compile(rf"(?:(?P<mode>bwd)-)?{TAG.pattern}\.csv$")
+CSV_NAME = re.compile(rf"{TAG.pattern}\.csv$")
+BWD_PREFIX = "bwd-"  # a backward run's CSV: the forward's name after this
 
 
 def csv_name(shape: Shape) -> str:
-    """ncu's CSV of one shape (parsed back by CSV_NAME): B1H16N4096D64-fp16.csv, B1H32KV8N1x32768D128-bf16.csv
-    for forward runs, bwd-B1H16N4096D64-fp16-causal.csv for backward ones."""
-    return f"{'bwd-' if shape.mode == 'bwd' else ''}{shape.tag}.csv"
+    """ncu's CSV of one shape (parsed back by :func:`csv_shape`): B1H16N4096D64-fp16.csv,
+    B1H32KV8N1x32768D128-bf16.csv for forward runs, bwd-B1H16N4096D64-fp16-causal.csv for backward ones."""
+    return f"{BWD_PREFIX if shape.mode == 'bwd' else ''}{shape.tag}.csv"
+
+
+def csv_shape(name: str) -> Shape | None:
+    """The shape (and mode) an ncu CSV's name says, or None for a file not named by :func:`csv_name`."""
+    backward = name.startswith(BWD_PREFIX)
+    match = CSV_NAME.match(name.removeprefix(BWD_PREFIX))
+    return None if match is None else Shape.from_tag(match.groupdict(), "bwd" if backward else "fwd")
 
 
 def measure_counters(shapes: list[Shape], impls: list[str], folder, progress=None, gpu: int | None = None
@@ -255,11 +263,9 @@ def rebuild(folder: Path | str, l2_bytes: float | None, meta: dict | None = None
     capture = Capture(folder)
     tables = []
     for path in capture.ncu_csvs():
-        match = CSV_NAME.match(path.name)
-        if match is None:
-            continue
-        fields = match.groupdict()
-        tables.append(with_shape(read_raw_csv(path), Shape.from_tag(fields, fields["mode"] or "fwd")))
+        shape = csv_shape(path.name)
+        if shape is not None:
+            tables.append(with_shape(read_raw_csv(path), shape))
     if not tables:
         raise ValueError(f"'{capture.ncu_dir}' holds no ncu CSV named like B1H16N4096D64-fp16.csv")
     kernels = pd.concat(tables, ignore_index=True)
