@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import flash_bwd_hopper
+from kernels import flash_bwd_hopper, flash_fwd_hopper
 from kernels._autotune import LOG2E, LOG2E_C, autotune, configs_from, default_tile, dot_precision, pruner, seq_bucket
 from kernels._checks import check_backward_inputs, check_triton_device, dtype_name
 
@@ -311,7 +311,8 @@ def flash_attention_backward(
     kv_heads dividing heads (dk and dv then sum over each K/V head's group of query heads);
     lse: (batch, heads, seq_q) fp32 from :func:`kernels.flash_fwd.flash_attention_forward`.
 
-    On an H100/H200, fp16/bf16 inputs with head_dim 64 or 128 and contiguous q, k, v, o take the
+    On an H100/H200, fp16/bf16 inputs with head_dim 64 or 128 in layouts a TMA descriptor reads
+    (contiguous BHSD, BSHD views, packed-QKV slices) take the
     one-pass Gluon kernel of kernels.flash_bwd_hopper (dQ by TMA reduce-add, so not bit-reproducible
     from run to run: under ``torch.use_deterministic_algorithms(True)`` the default takes the portable
     kernels; docs/perf-notes.md, "Gluon backward"). ``gluon`` False forces the portable kernels, True
@@ -332,10 +333,11 @@ def flash_attention_backward(
     precision = dot_precision(dtype_name(q.dtype))
     qk_scale = sm_scale * LOG2E  # as in the forward
     bucket = seq_bucket(seq_q, seq_kv)
-    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    # Each gradient in its input's memory order, as the Gluon kernel returns them.
+    dq = flash_fwd_hopper.empty_in_layout(q)
     kv_heads = k.shape[1]
-    dk = torch.empty((batch, kv_heads, seq_kv, head_dim), dtype=k.dtype, device=k.device)
-    dv = torch.empty_like(dk)
+    dk = flash_fwd_hopper.empty_in_layout(k)
+    dv = flash_fwd_hopper.empty_in_layout(v)
     _attn_bwd_dkdv[lambda meta: (triton.cdiv(seq_kv, meta["BLOCK_N"]), batch * kv_heads)](
         q, k, v, do, dk, dv, lse, delta, qk_scale, sm_scale,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(),
@@ -353,7 +355,7 @@ def flash_attention_backward(
 
 def backward_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gluon: bool | None = None) -> str:
     """The path :func:`flash_attention_backward` takes for these inputs and ``gluon`` (o as the
-    forward returns it, contiguous, like q): 'gluon-ws' (kernels.flash_bwd_hopper) or 'tiled'."""
+    forward returns it, in q's memory order): 'gluon-ws' (kernels.flash_bwd_hopper) or 'tiled'."""
     if gluon is False:
         return "tiled"
     reason = flash_bwd_hopper.unsupported_reason(q, k, v, q) if gluon else _not_gluon(q, k, v, q)

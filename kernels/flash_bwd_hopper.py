@@ -34,10 +34,14 @@ and its hopper/ sources) does the backward in one pass, which this kernel follow
   masked tiles first and then the clean ones, so the step is inlined twice rather than three times
   (fewer spills: docs/perf-notes.md, "Gluon backward", round 6).
 
-Inputs: fp16 or bf16, head_dim 64 or 128, contiguous BHSD q, k, v, o, do (the TMA descriptors view
-them as (rows, D) matrices); any Nq, Nkv; grouped-query heads; causal top-left aligned. Rows of a
-ragged tile read the next head's rows or TMA's zero fill: their P is masked to 0, so they add nothing
-to dK, dV or dQ, and the padded dQ buffer keeps every head's tiles apart. Everything else takes the
+Inputs: fp16 or bf16, head_dim 64 or 128, q, k, v, do in any layout a TMA descriptor reads
+(kernels.flash_fwd_hopper.tma_layout_reason: contiguous BHSD, BSHD views, packed-QKV slices; the
+4-D descriptors are built on each tensor's strides, and a ``do`` they cannot read, such as the
+expanded gradient of a sum, is copied first); any Nq, Nkv; grouped-query heads; causal top-left
+aligned. Rows of a ragged tile are TMA's zero fill: their P is masked to 0, so they add nothing to
+dK, dV or dQ, and the padded dQ buffer keeps every head's tiles apart. dq comes back in q's memory
+order and dk, dv in k's (one set of strides for both stores), so a BSHD model's gradients need no
+transpose copies. Everything else takes the
 portable kernel (:func:`unsupported_reason`); the interpreter cannot run Gluon, so the CPU tests run
 the portable kernel and tests/gpu runs this one against the fp64 oracle.
 """
@@ -55,7 +59,16 @@ from kernels import tile_schedule
 from kernels._autotune import LOG2E, LOG2E_C
 
 # The ring's mbarrier phase, the tile order and the sm_90 checks, shared with the forward.
-from kernels.flash_fwd_hopper import _phase, _swizzled_tile, sm90_reason
+from kernels.flash_fwd_hopper import (
+    _as_box,
+    _phase,
+    _swizzled_tile,
+    empty_in_layout,
+    sm90_reason,
+    tensor_descriptor,
+    tile_layout,
+    tma_layout_reason,
+)
 
 try:  # Gluon's Hopper API as triton 3.6 ships it; other versions may lack or rename parts of it
     from triton.experimental import gluon
@@ -148,8 +161,9 @@ def backward_tile(head_dim: int, dtype: str = "fp16") -> tuple[int, int] | None:
 
 
 def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> str | None:
-    """Why this kernel cannot take these (already checked) inputs, or None when it can. (The
-    upstream gradient is made contiguous on the way in: autograd often hands over an expanded one.)"""
+    """Why this kernel cannot take these (already checked) inputs, or None when it can. (An upstream
+    gradient its TMA descriptor cannot read is made contiguous on the way in: autograd sometimes hands
+    over an expanded one.)"""
     return GLUON_IMPORT_ERROR or sm90_reason("backward", HEAD_DIMS, q=q, k=k, v=v, o=o)
 
 
@@ -220,20 +234,19 @@ def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, n_blocks
     done = 0  # key blocks
     for t in range(gl.program_id(0), n_blocks * bh_kv, gl.num_programs(0)):
         off_bhk, start_n = _key_block(t, n_blocks, bh_kv, section, snake, NUM_WG * KEYS_PER_WG)
-        kv_row = off_bhk * seq_kv + start_n
+        off_z = off_bhk // kv_heads
+        off_hk = off_bhk % kv_heads
         # The consumers are done with the previous block's K and V (their dK/dV stores still run).
         mbarrier.wait(kv_empty, _phase(done, 1) ^ 1)
         mbarrier.expect(kv_ready, 2 * NUM_WG * k_desc.block_type.nbytes)
         for w in gl.static_range(NUM_WG):
-            tma.async_copy_global_to_shared(k_desc, [kv_row + w * KEYS_PER_WG, 0], kv_ready,
-                                            k_smem.slice(w * KEYS_PER_WG, KEYS_PER_WG))
-            tma.async_copy_global_to_shared(v_desc, [kv_row + w * KEYS_PER_WG, 0], kv_ready,
-                                            v_smem.slice(w * KEYS_PER_WG, KEYS_PER_WG))
-        off_z = off_bhk // kv_heads
-        off_hk = off_bhk % kv_heads
+            tma.async_copy_global_to_shared(k_desc, [off_z, off_hk, start_n + w * KEYS_PER_WG, 0], kv_ready,
+                                            _as_box(k_smem.slice(w * KEYS_PER_WG, KEYS_PER_WG), k_desc))
+            tma.async_copy_global_to_shared(v_desc, [off_z, off_hk, start_n + w * KEYS_PER_WG, 0], kv_ready,
+                                            _as_box(v_smem.slice(w * KEYS_PER_WG, KEYS_PER_WG), v_desc))
         m_lo, clean_lo, clean_hi, n_m = _query_tiles(start_n, seq_q, seq_kv, BLOCK_M, NUM_WG * KEYS_PER_WG, CAUSAL)
         for g in range(group):
-            q_row = (off_z * heads + off_hk * group + g) * seq_q
+            off_h = off_hk * group + g
             for j in range(m_lo, n_m):
                 i = j
                 if MASKED_FIRST:
@@ -241,11 +254,11 @@ def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, n_blocks
                 slot = count % STAGES
                 mbarrier.wait(empty.index(slot), _phase(count, STAGES) ^ 1)  # every consumer is done with it
                 mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(q_desc, [q_row + i * BLOCK_M, 0], q_ready.index(slot),
-                                                q_smem.index(slot))
+                tma.async_copy_global_to_shared(q_desc, [off_z, off_h, i * BLOCK_M, 0], q_ready.index(slot),
+                                                _as_box(q_smem.index(slot), q_desc))
                 mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(do_desc, [q_row + i * BLOCK_M, 0], do_ready.index(slot),
-                                                do_smem.index(slot))
+                tma.async_copy_global_to_shared(do_desc, [off_z, off_h, i * BLOCK_M, 0], do_ready.index(slot),
+                                                _as_box(do_smem.index(slot), do_desc))
                 count += 1
         done += 1
 
@@ -432,7 +445,7 @@ def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, 
 
 
 @gluon.jit
-def _bwd_consumer_partition(descs, bufs, bars, DK, DV, LSE, DELTA, heads, group, seq_q, seq_kv, q_pad,
+def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, LSE, DELTA, heads, group, seq_q, seq_kv, q_pad,
                             n_blocks, bh_kv, section, snake, qk_scale, sm_scale,
                             WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                             STAGES: gl.constexpr, NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr,
@@ -528,10 +541,12 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, LSE, DELTA, heads, group,
 
         # dK = scale · Σ dSᵀ Q (dS was taken w.r.t. the scaled scores); rows past seq_kv not stored.
         rows = first_key + gl.arange(0, KEYS_PER_WG, layout=gl.SliceLayout(1, kv_layout))
-        ptrs = (off_bhk * seq_kv + rows).to(gl.int64)[:, None] * HEAD_DIM + offs_d[None, :]
         row_ok = (rows < seq_kv)[:, None]
-        gl.store(DK + ptrs, (dk * sm_scale).to(dtype), mask=row_ok)
-        gl.store(DV + ptrs, dv.to(dtype), mask=row_ok)
+        stride_z, stride_h, stride_n = dkv_strides
+        offs = (off_z.to(gl.int64) * stride_z + off_hk.to(gl.int64) * stride_h
+                + rows.to(gl.int64)[:, None] * stride_n + offs_d[None, :])
+        gl.store(DK + offs, (dk * sm_scale).to(dtype), mask=row_ok)
+        gl.store(DV + offs, dv.to(dtype), mask=row_ok)
         done += 1
     tma.store_wait(0)
 
@@ -539,21 +554,23 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, LSE, DELTA, heads, group,
 # Triton compiles an int argument equal to 1 as a constant (a 1-row sequence, one block, one head);
 # the warp-specialized kernel does not lower with those constants, so none of them is specialised.
 @gluon.jit(do_not_specialize=["heads", "group", "seq_q", "seq_kv", "q_pad", "n_blocks", "bh_kv", "section", "snake"])
-def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, DK, DV, LSE, DELTA, qk_scale, sm_scale,
+def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, DK, DV, stride_kvz, stride_kvh, stride_kvn, LSE, DELTA,
+                     qk_scale, sm_scale,
                      heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section, snake,
                      HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                      NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr,
                      DQ_COLS: gl.constexpr, QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr,
-                     CONSUMER_REGS: gl.constexpr,
-                     LOADER_REGS: gl.constexpr):
+                     CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+                     Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr):
     """Program p takes key blocks p, p + programs, ... of the n_blocks · bh_kv (one each when the
     grid has a program per block; persistent when it has one per SM)."""
     dtype: gl.constexpr = q_desc.dtype
     ds_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
-    q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_desc.layout)
-    do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], do_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [NUM_WG * KEYS_PER_WG, HEAD_DIM], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [NUM_WG * KEYS_PER_WG, HEAD_DIM], v_desc.layout)
+    # Tiles as the wgmma reads them: 2-D, with the swizzle of the descriptors' 4-D boxes (Q_LAYOUT, KV_LAYOUT).
+    q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], Q_LAYOUT)
+    do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], Q_LAYOUT)
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_WG * KEYS_PER_WG, HEAD_DIM], KV_LAYOUT)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_WG * KEYS_PER_WG, HEAD_DIM], KV_LAYOUT)
     if QUERY_ROWS:
         ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, NUM_WG * KEYS_PER_WG], ds_layout)
         p_smem = gl.allocate_shared_memory(dtype, [NUM_WG, BLOCK_M, KEYS_PER_WG], ds_layout)
@@ -577,14 +594,17 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, DK, DV, LSE, DELT
         mbarrier.init(empty.index(i), count=NUM_WG)  # every consumer warpgroup releases a slot
 
     descs = (q_desc, do_desc, k_desc, v_desc, dq_desc)
+    dkv_strides = (stride_kvz, stride_kvh, stride_kvn)
     bufs = (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem)
     bars = (kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready)
     gl.warp_specialize(
         [
-            (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, LSE, DELTA, heads, group, seq_q, seq_kv, q_pad,
+            (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, LSE, DELTA, heads, group, seq_q,
+                                       seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 0, HEAD_DIM, BLOCK_M,
                                        STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, QUERY_ROWS, MASKED_FIRST)),
-            (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, LSE, DELTA, heads, group, seq_q, seq_kv, q_pad,
+            (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, LSE, DELTA, heads, group, seq_q,
+                                       seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 1, HEAD_DIM, BLOCK_M,
                                        STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, QUERY_ROWS, MASKED_FIRST)),
             (_bwd_load_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, n_blocks, bh_kv, section, snake,
@@ -596,30 +616,28 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, DK, DV, LSE, DELT
 
 
 @triton.jit
-def _dq_convert(DQ_ACC, DQ, sm_scale, seq_q, q_pad, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
-    """dq = sm_scale · the fp32 buffer, in dq's dtype, dropping each head's padding rows."""
+def _dq_convert(DQ_ACC, DQ, stride_dqz, stride_dqh, stride_dqm, sm_scale, heads, seq_q, q_pad,
+                HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
+    """dq = sm_scale · the fp32 buffer, in dq's dtype and layout, dropping each head's padding rows."""
     off_hz = tl.program_id(1).to(tl.int64)
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     offs_d = tl.arange(0, HEAD_DIM)
     ok = (rows < seq_q)[:, None]
     acc = tl.load(DQ_ACC + (off_hz * q_pad + rows)[:, None] * HEAD_DIM + offs_d[None, :], mask=ok, other=0.0)
-    tl.store(DQ + (off_hz * seq_q + rows)[:, None] * HEAD_DIM + offs_d[None, :],
-             (acc * sm_scale).to(DQ.dtype.element_ty), mask=ok)
+    dq_ptrs = (DQ + (off_hz // heads) * stride_dqz + (off_hz % heads) * stride_dqh
+               + rows.to(tl.int64)[:, None] * stride_dqm + offs_d[None, :])
+    tl.store(dq_ptrs, (acc * sm_scale).to(DQ.dtype.element_ty), mask=ok)
 
 
 def descriptors(q, k, v, do, dq_acc, config: BackwardConfig):
-    """TMA descriptors: Q and dO as (B·H·Nq, D) in BLOCK_M rows, K and V as (B·Hkv·Nkv, D) in 64
-    rows, the dQ buffer as (B·H·Nq_pad, D) fp32 in dQ shares (:meth:`BackwardConfig.dq_tile`)."""
+    """TMA descriptors: Q and dO in BLOCK_M-row tiles and K and V in 64-row tiles, each on its
+    tensor's own strides (kernels.flash_fwd_hopper.tensor_descriptor), and the dQ buffer as
+    (B·H·Nq_pad, D) fp32 in dQ shares (:meth:`BackwardConfig.dq_tile`)."""
     head_dim = q.shape[-1]
-    dtype = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
-    q_layout = gl.NVMMASharedLayout.get_default_for([config.block_m, head_dim], dtype)
-    kv_layout = gl.NVMMASharedLayout.get_default_for([KEYS_PER_WG, head_dim], dtype)
     dq_block = list(config.dq_tile(head_dim))
     dq_layout = gl.NVMMASharedLayout.get_default_for(dq_block, gl.float32)
-    return (TensorDescriptor.from_tensor(q.view(-1, head_dim), [config.block_m, head_dim], q_layout),
-            TensorDescriptor.from_tensor(do.view(-1, head_dim), [config.block_m, head_dim], q_layout),
-            TensorDescriptor.from_tensor(k.view(-1, head_dim), [KEYS_PER_WG, head_dim], kv_layout),
-            TensorDescriptor.from_tensor(v.view(-1, head_dim), [KEYS_PER_WG, head_dim], kv_layout),
+    return (tensor_descriptor(q, config.block_m), tensor_descriptor(do, config.block_m),
+            tensor_descriptor(k, KEYS_PER_WG), tensor_descriptor(v, KEYS_PER_WG),
             TensorDescriptor.from_tensor(dq_acc.view(-1, head_dim), dq_block, dq_layout))
 
 
@@ -633,11 +651,14 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     config = config or CONFIGS[head_dim, bool(causal)]
     consumer_regs, loader_regs = WORKER_REGS[config.consumers]
-    do = do.contiguous()
+    if tma_layout_reason(do) is not None:
+        do = do.contiguous()  # e.g. the expanded (stride 0) gradient of a sum
     q_pad = triton.cdiv(seq_q, config.block_m) * config.block_m
     dq_acc = torch.zeros((batch, heads, q_pad, head_dim), dtype=torch.float32, device=q.device)
-    dk = torch.empty_like(k)
-    dv = torch.empty_like(v)
+    # Each gradient in its input's memory order: a BSHD view's gradient is a BSHD view, so autograd's
+    # transposes back to the model's layout copy nothing.
+    dk = empty_in_layout(k)
+    dv = empty_in_layout(k)
     descs = descriptors(q, k, v, do, dq_acc, config)
     n_blocks = triton.cdiv(seq_kv, config.block_n)
     bh_kv = batch * kv_heads
@@ -652,15 +673,16 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
                                               tile_schedule.BACKWARD_L2_SHARE, programs, bool(causal),
                                               config.persistent)
     _attn_bwd_hopper[(programs,)](
-        *descs, dk, dv, lse, delta, sm_scale * LOG2E, sm_scale,
+        *descs, dk, dv, *dk.stride()[:3], lse, delta, sm_scale * LOG2E, sm_scale,
         heads, heads // kv_heads, seq_q, seq_kv, q_pad, n_blocks, bh_kv, schedule.section, int(schedule.snake),
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, STAGES=config.stages, NUM_WG=config.consumers,
         KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols, QUERY_ROWS=config.query_rows,
         MASKED_FIRST=config.masked_first, CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
+        Q_LAYOUT=tile_layout(config.block_m, head_dim, q.dtype), KV_LAYOUT=tile_layout(KEYS_PER_WG, head_dim, q.dtype),
         num_warps=4,
     )
-    dq = torch.empty_like(q)
+    dq = empty_in_layout(q)
     block = 64
-    _dq_convert[(triton.cdiv(seq_q, block), batch * heads)](dq_acc, dq, sm_scale, seq_q, q_pad,
-                                                            HEAD_DIM=head_dim, BLOCK=block)
+    _dq_convert[(triton.cdiv(seq_q, block), batch * heads)](dq_acc, dq, *dq.stride()[:3], sm_scale, heads, seq_q,
+                                                            q_pad, HEAD_DIM=head_dim, BLOCK=block)
     return dq, dk, dv

@@ -174,7 +174,8 @@ def flash_attention_forward(
 
     q: (batch, heads, seq_q, head_dim); k, v: (batch, kv_heads, seq_kv, head_dim), kv_heads dividing
     heads (grouped-query attention: query head h reads K/V head h // (heads // kv_heads)), any strides.
-    Returns o: (batch, heads, seq_q, head_dim) in q's dtype and contiguous, and
+    Returns o: (batch, heads, seq_q, head_dim) in q's dtype and memory order (a BSHD view's output
+    is a BSHD view: kernels.flash_fwd_hopper.empty_in_layout), and
     lse: (batch, heads, seq_q) fp32, the natural-log logsumexp of each row of the scaled scores.
     Causal masking is top-left aligned (key j visible to query i when j <= i), as SDPA's is_causal.
     ``config`` bypasses the autotuner, e.g. ``dict(BLOCK_M=128, BLOCK_N=64, num_warps=8,
@@ -184,7 +185,8 @@ def flash_attention_forward(
     attention_core.split_kv.plan gives a plan; ``split`` False forces the tiled kernel, True the
     split-KV path where it applies (tests run both).
 
-    On an H100/H200, fp16/bf16 inputs with head_dim 64 or 128 and contiguous q, k, v take the
+    On an H100/H200, fp16/bf16 inputs with head_dim 64 or 128 in layouts a TMA descriptor reads
+    (contiguous BHSD, BSHD views, packed-QKV slices: flash_fwd_hopper.tma_layout_reason) take the
     warp-specialized Gluon kernel of kernels.flash_fwd_hopper, except the shapes where the portable
     kernel measured faster (flash_fwd_hopper.PORTABLE_UP_TO); ``gluon`` False forces the portable
     kernel, True the Gluon one, refusing (ValueError) inputs it does not cover. :func:`forward_path`
@@ -202,7 +204,7 @@ def flash_attention_forward(
             return flash_fwd_hopper.hopper_forward(q, k, v, causal, scale)
         if gluon:
             raise ValueError(reason)
-    o = torch.empty((batch, heads, seq_q, head_dim), dtype=q.dtype, device=q.device)
+    o = flash_fwd_hopper.empty_in_layout(q)
     lse = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
 
     def grid(meta):

@@ -27,10 +27,12 @@ did not get there on triton 3.6):
 - P goes from the S accumulator's registers straight into the PV wgmma as its A operand; it never
   touches shared memory.
 
-Inputs: fp16 or bf16, head_dim 64 or 128, contiguous BHSD (the TMA descriptors view Q as a
-(B·H·Nq, D) matrix and K, V as (B·Hkv·Nkv, D)), any Nq, Nkv, grouped-query heads, causal top-left
-aligned as SDPA's ``is_causal``. Rows of a ragged last block read the next head's rows or TMA's
-zero fill; their scores are masked and their outputs never stored. Everything else takes
+Inputs: fp16 or bf16, head_dim 64 or 128, BHSD tensors in any memory layout a TMA descriptor can
+read (:func:`tma_layout_reason`: contiguous BHSD, the BSHD storage transformers and flash-attn
+pass as a BHSD view, slices of a packed QKV projection), any Nq, Nkv, grouped-query heads, causal
+top-left aligned as SDPA's ``is_causal``. The descriptors are 4-D, on the tensors' own strides, so
+a tile never reads across a sequence, head or batch: rows of a ragged last block are TMA's zero
+fill, their scores masked and their outputs never stored. O is written in q's memory order. Everything else takes
 kernels.flash_fwd's portable kernel (see :func:`unsupported_reason`). The interpreter cannot run
 Gluon, so the CPU tests run the portable kernel; tests/gpu runs this one against the fp64 oracle.
 """
@@ -139,7 +141,7 @@ def forward_tile(head_dim: int, dtype: str = "fp16") -> tuple[int, int] | None:
 def sm90_reason(kernel: str, head_dims: tuple[int, ...], **tensors: torch.Tensor) -> str | None:
     """Why a Gluon sm_90 kernel (``kernel``: 'forward', 'backward') cannot take these tensors (q
     first), or None when it can: Gluon present and on, an sm_90 GPU, fp16/bf16, a head_dim it has,
-    and every tensor contiguous and 16-byte aligned for its TMA descriptors."""
+    and every tensor in a layout its TMA descriptor can read (:func:`tma_layout_reason`)."""
     q = next(iter(tensors.values()))
     if GLUON_IMPORT_ERROR is not None:
         return GLUON_IMPORT_ERROR
@@ -151,9 +153,60 @@ def sm90_reason(kernel: str, head_dims: tuple[int, ...], **tensors: torch.Tensor
         return f"the Gluon {kernel} takes fp16 or bf16, not {q.dtype}"
     if q.shape[-1] not in head_dims:
         return f"the Gluon {kernel} takes head_dim in {head_dims}, not {q.shape[-1]}"
-    if not all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in tensors.values()):
-        return f"the Gluon {kernel}'s TMA descriptors need contiguous, 16-byte aligned {', '.join(tensors)}"
+    for name, t in tensors.items():
+        reason = tma_layout_reason(t)
+        if reason is not None:
+            return f"the Gluon {kernel}'s TMA descriptors cannot read {name}: {reason}"
     return None
+
+
+def tma_layout_reason(t: torch.Tensor) -> str | None:
+    """Why a 4-D BHSD tensor cannot back a TMA descriptor on its own strides, or None when it can.
+
+    A tensor map (CUDA driver API, cuTensorMapEncodeTiled) needs a 16-byte aligned base address, a
+    unit-stride innermost dimension and every other stride a multiple of 16 bytes. Contiguous BHSD,
+    the (batch, seq, heads, head_dim) storage that transformers and flash-attn hand over as a BHSD
+    view, and the q, k, v slices of a packed QKV projection all qualify at head_dim 64 and 128. A
+    dimension of extent 1 is never stepped along, so its stride does not count (see tma_strides)."""
+    if t.stride(-1) != 1:
+        return f"its head_dim is not unit-stride (strides {tuple(t.stride())})"
+    if t.data_ptr() % 16:
+        return f"its address is not 16-byte aligned (offset {t.data_ptr() % 16} bytes)"
+    bad = [s for s, n in zip(t.stride()[:-1], t.shape[:-1]) if n > 1 and (s * t.element_size()) % 16]
+    if bad:
+        return f"stride {bad[0]} x {t.element_size()} bytes is not a multiple of 16 bytes (strides {tuple(t.stride())})"
+    return None
+
+
+def tma_strides(t: torch.Tensor) -> list[int]:
+    """t's strides for a tensor map, a dimension of extent 1 given its next dimension's span instead
+    (any multiple of 16 bytes does: its only index is 0)."""
+    strides = list(t.stride())
+    for dim in range(t.dim() - 2, -1, -1):
+        if t.shape[dim] == 1:
+            strides[dim] = strides[dim + 1] * t.shape[dim + 1]
+    return strides
+
+
+def tensor_descriptor(t: torch.Tensor, rows: int):
+    """A 4-D TMA descriptor of BHSD ``t`` on its own strides whose tile is ``rows`` consecutive
+    positions of one (batch, head) by the whole head_dim: a tile never crosses into another
+    sequence, batch or head (TMA fills positions past the sequence's end with zeros)."""
+    head_dim = t.shape[-1]
+    dtype = gl.float16 if t.dtype == torch.float16 else gl.bfloat16
+    block = [1, 1, rows, head_dim]
+    layout = gl.NVMMASharedLayout.get_default_for(block, dtype)
+    return TensorDescriptor(t, list(t.shape), tma_strides(t), block, layout)
+
+
+def empty_in_layout(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """An uninitialised tensor of t's shape whose dimensions lie in memory in t's order (largest
+    stride outermost), dense: a BSHD view's output (or gradient) is a BSHD view too, so the caller's
+    transpose back to (batch, seq, heads, head_dim) copies nothing. Unlike ``torch.empty_like`` it
+    keeps the order also for a slice of a packed QKV tensor, which is not dense."""
+    order = sorted(range(t.dim()), key=lambda d: -t.stride(d))  # stable: ties keep BHSD order
+    dense = torch.empty([t.shape[d] for d in order], dtype=dtype or t.dtype, device=t.device)
+    return dense.permute([order.index(d) for d in range(t.dim())])
 
 
 def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
@@ -186,24 +239,27 @@ def _swizzled_tile(t, n_blocks, bh, section, snake):
 
 
 @gluon.jit
-def _tile(t, m_blocks, heads, group, seq_q, seq_kv, bh, section, snake,
+def _tile(t, m_blocks, heads, seq_kv, bh, section, snake,
           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
-    """Query tile t as (off_m, q_row, kv_row, key tiles), in :func:`_swizzled_tile`'s order: head by
+    """Query tile t as (off_m, batch, head, key tiles), in :func:`_swizzled_tile`'s order: head by
     head (``section`` 1), so a head's K and V stay in L2 while its query blocks run; causal longest
     block first, for persistent programs within snaked sections of heads
     (kernels.tile_schedule.plan). ``bh`` = batch·heads."""
     off_hz, block = _swizzled_tile(t, m_blocks, bh, section, snake)
     if CAUSAL:
         block = m_blocks - 1 - block  # rank 0: the last query block, which sees every key
-    off_z = off_hz // heads
-    off_h = off_hz % heads
     off_m = block * BLOCK_M
-    q_row = off_hz * seq_q + off_m
-    kv_row = (off_z * (heads // group) + off_h // group) * seq_kv
     hi = seq_kv
     if CAUSAL:
         hi = gl.minimum(seq_kv, off_m + BLOCK_M)  # top-left: the block's last row sees keys < off_m + BLOCK_M
-    return off_m, q_row, kv_row, gl.cdiv(hi, BLOCK_N)
+    return off_m, off_hz // heads, off_hz % heads, gl.cdiv(hi, BLOCK_N)
+
+
+@gluon.jit
+def _as_box(smem, desc):
+    """A 2-D shared-memory tile seen as ``desc``'s 4-D box (1, 1, rows, head_dim), for a TMA copy:
+    the leading dimensions of extent 1 leave the bytes and their swizzle as they are."""
+    return smem._reinterpret(desc.dtype, desc.block_type.shape, desc.layout)
 
 
 @gluon.jit
@@ -219,25 +275,26 @@ def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq
     count = 0  # key tiles this program has loaded: the position in the ring
     done = 0  # query tiles
     for t in range(gl.program_id(0), total, gl.num_programs(0)):
-        off_m, q_row, kv_row, n_tiles = _tile(t, m_blocks, heads, group, seq_q, seq_kv, total // m_blocks,
-                                              section, snake, NUM_WG * SPLIT_M, BLOCK_N, CAUSAL)
+        off_m, off_z, off_h, n_tiles = _tile(t, m_blocks, heads, seq_kv, total // m_blocks, section, snake,
+                                             NUM_WG * SPLIT_M, BLOCK_N, CAUSAL)
+        off_hk = off_h // group
         for wg in gl.static_range(NUM_WG):
             mbarrier.wait(q_empty.index(wg), _phase(done, 1) ^ 1)  # the consumer is done with its last Q
             mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [q_row + wg * SPLIT_M, 0], q_ready.index(wg),
-                                            q_smem.index(wg))
+            tma.async_copy_global_to_shared(q_desc, [off_z, off_h, off_m + wg * SPLIT_M, 0], q_ready.index(wg),
+                                            _as_box(q_smem.index(wg), q_desc))
         for j in range(n_tiles):
             c = count + j
             slot = c % STAGES
             # The slot's previous K (V) must be released by every consumer first.
             mbarrier.wait(k_empty.index(slot), _phase(c, STAGES) ^ 1)
             mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(slot),
-                                            k_smem.index(slot))
+            tma.async_copy_global_to_shared(k_desc, [off_z, off_hk, j * BLOCK_N, 0], k_ready.index(slot),
+                                            _as_box(k_smem.index(slot), k_desc))
             mbarrier.wait(v_empty.index(slot), _phase(c, STAGES) ^ 1)
             mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(slot),
-                                            v_smem.index(slot))
+            tma.async_copy_global_to_shared(v_desc, [off_z, off_hk, j * BLOCK_N, 0], v_ready.index(slot),
+                                            _as_box(v_smem.index(slot), v_desc))
         count += n_tiles
         done += 1
 
@@ -297,7 +354,7 @@ def _pass_turn(turns, WG: gl.constexpr, NUM_WG: gl.constexpr, PINGPONG: gl.const
 
 
 @gluon.jit
-def _consumer_partition(bufs, bars, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
+def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, m_blocks, total, heads, seq_q, seq_kv, section, snake,
                         qk_scale, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
                         STAGES: gl.constexpr, SPLIT_M: gl.constexpr, CAUSAL: gl.constexpr,
                         OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr):
@@ -321,8 +378,8 @@ def _consumer_partition(bufs, bars, turns, O, LSE, m_blocks, total, heads, group
     count = 0  # key tiles this program has consumed: the position in the ring, and the turn
     done = 0  # query tiles
     for t in range(gl.program_id(0), total, gl.num_programs(0)):
-        off_m, q_row, kv_row, n_tiles = _tile(t, m_blocks, heads, group, seq_q, seq_kv, total // m_blocks,
-                                              section, snake, NUM_WG * SPLIT_M, BLOCK_N, CAUSAL)
+        off_m, off_z, off_h, n_tiles = _tile(t, m_blocks, heads, seq_kv, total // m_blocks, section, snake,
+                                             NUM_WG * SPLIT_M, BLOCK_N, CAUSAL)
         rows = off_m + WG * SPLIT_M + gl.arange(0, SPLIT_M, layout=row_layout)
         # Key tiles before n_full are visible to every row of this warpgroup: no mask.
         n_full = seq_kv // BLOCK_N
@@ -389,10 +446,12 @@ def _consumer_partition(bufs, bars, turns, O, LSE, m_blocks, total, heads, group
         l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
         o = (acc / l_o[:, None]).to(dtype)
         o_rows = off_m + WG * SPLIT_M + gl.arange(0, SPLIT_M, layout=gl.SliceLayout(1, o_layout))
-        o_ptrs = O + (q_row + o_rows - off_m).to(gl.int64)[:, None] * HEAD_DIM + offs_d[None, :]
+        stride_oz, stride_oh, stride_om = o_strides
+        o_base = O + off_z.to(gl.int64) * stride_oz + off_h.to(gl.int64) * stride_oh
+        o_ptrs = o_base + o_rows.to(gl.int64)[:, None] * stride_om + offs_d[None, :]
         gl.store(o_ptrs, o, mask=(o_rows < seq_q)[:, None])
         lse = (m_i + gl.log2(l_i)) * LN2_C
-        gl.store(LSE + (q_row + rows - off_m).to(gl.int64), lse, mask=rows < seq_q)
+        gl.store(LSE + (off_z * heads + off_h).to(gl.int64) * seq_q + rows, lse, mask=rows < seq_q)
         count += n_tiles
         done += 1
 
@@ -400,18 +459,21 @@ def _consumer_partition(bufs, bars, turns, O, LSE, m_blocks, total, heads, group
 # section and snake are not specialised (Triton would make a 1 a constant), so every schedule
 # runs the same compiled kernel.
 @gluon.jit(do_not_specialize=["section", "snake"])
-def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, LSE, qk_scale, heads, group, seq_q, seq_kv, m_blocks, total,
-                     section, snake, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om, LSE, qk_scale, heads, group,
+                     seq_q, seq_kv, m_blocks, total, section, snake,
+                     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
                      SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
-                     CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
+                     CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+                     Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr):
     """Program p takes query tiles p, p + programs, ... of the ``total`` = m_blocks · batch·heads
     in :func:`_tile`'s order (one each when the grid has a program per tile; persistent when it
     has one per SM)."""
     dtype: gl.constexpr = q_desc.dtype
-    q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, SPLIT_M, HEAD_DIM], q_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    # Tiles as the wgmma reads them: 2-D, with the swizzle of the descriptors' 4-D boxes (Q_LAYOUT, KV_LAYOUT).
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, SPLIT_M, HEAD_DIM], Q_LAYOUT)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], KV_LAYOUT)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], KV_LAYOUT)
     q_ready = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
     turns = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
@@ -433,16 +495,17 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, LSE, qk_scale, heads, group, seq
     # arguments: Triton specialises an int argument equal to 1 into a constexpr, which inside a tuple
     # would reach the partitions as a runtime value again (triton 3.6), and so would compile differently.
     descs = (q_desc, k_desc, v_desc)
+    o_strides = (stride_oz, stride_oh, stride_om)
     bufs = (q_smem, k_smem, v_smem)
     bars = (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty)
     if NUM_WG == 2:
         gl.warp_specialize(
             [
-                (_consumer_partition, (bufs, bars, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv,
-                                       section, snake, qk_scale, 0, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL,
+                (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, m_blocks, total, heads, seq_q,
+                                       seq_kv, section, snake, qk_scale, 0, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL,
                                        OVERLAP, PINGPONG, NUM_WG)),
-                (_consumer_partition, (bufs, bars, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv,
-                                       section, snake, qk_scale, 1, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL,
+                (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, m_blocks, total, heads, seq_q,
+                                       seq_kv, section, snake, qk_scale, 1, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL,
                                        OVERLAP, PINGPONG, NUM_WG)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
                                    BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL)),
@@ -453,14 +516,14 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, LSE, qk_scale, heads, group, seq
     else:
         gl.warp_specialize(
             [
-                (_consumer_partition, (bufs, bars, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv,
-                                       section, snake, qk_scale, 0, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL,
+                (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, m_blocks, total, heads, seq_q,
+                                       seq_kv, section, snake, qk_scale, 0, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL,
                                        OVERLAP, PINGPONG, NUM_WG)),
-                (_consumer_partition, (bufs, bars, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv,
-                                       section, snake, qk_scale, 1, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL,
+                (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, m_blocks, total, heads, seq_q,
+                                       seq_kv, section, snake, qk_scale, 1, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL,
                                        OVERLAP, PINGPONG, NUM_WG)),
-                (_consumer_partition, (bufs, bars, turns, O, LSE, m_blocks, total, heads, group, seq_q, seq_kv,
-                                       section, snake, qk_scale, 2, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL,
+                (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, m_blocks, total, heads, seq_q,
+                                       seq_kv, section, snake, qk_scale, 2, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL,
                                        OVERLAP, PINGPONG, NUM_WG)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
                                    BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL)),
@@ -471,15 +534,14 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, LSE, qk_scale, heads, group, seq
 
 
 def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_n: int):
-    """TMA descriptors of Q as (B·H·Nq, D) in 64-row tiles and of K, V as (B·Hkv·Nkv, D) in block_n rows."""
-    head_dim = q.shape[-1]
-    dtype = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
-    q2, k2, v2 = (t.view(-1, head_dim) for t in (q, k, v))
-    q_layout = gl.NVMMASharedLayout.get_default_for([SPLIT_M, head_dim], dtype)
-    kv_layout = gl.NVMMASharedLayout.get_default_for([block_n, head_dim], dtype)
-    return (TensorDescriptor.from_tensor(q2, [SPLIT_M, head_dim], q_layout),
-            TensorDescriptor.from_tensor(k2, [block_n, head_dim], kv_layout),
-            TensorDescriptor.from_tensor(v2, [block_n, head_dim], kv_layout))
+    """TMA descriptors of Q in 64-row tiles and of K, V in block_n rows, each on its tensor's own
+    strides (:func:`tensor_descriptor`)."""
+    return tensor_descriptor(q, SPLIT_M), tensor_descriptor(k, block_n), tensor_descriptor(v, block_n)
+
+
+def tile_layout(rows: int, head_dim: int, dtype: torch.dtype):
+    """The shared-memory layout of a 2-D (rows, head_dim) tile, as the wgmma reads it."""
+    return gl.NVMMASharedLayout.get_default_for([rows, head_dim], gl.float16 if dtype == torch.float16 else gl.bfloat16)
 
 
 def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
@@ -493,7 +555,7 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     config = config or default_config(head_dim, causal, seq_q)
     consumer_regs, loader_regs = WORKER_REGS[config.consumers]
-    o = torch.empty_like(q)
+    o = empty_in_layout(q)
     lse = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
     q_desc, k_desc, v_desc = descriptors(q, k, v, config.block_n)
     m_blocks = triton.cdiv(seq_q, config.block_m)
@@ -506,10 +568,12 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
                                               tile_schedule.FORWARD_L2_SHARE, programs, bool(causal),
                                               config.persistent)
     _attn_fwd_hopper[(programs,)](
-        q_desc, k_desc, v_desc, o, lse, scale * LOG2E, heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total,
-        schedule.section, int(schedule.snake),
+        q_desc, k_desc, v_desc, o, *o.stride()[:3], lse, scale * LOG2E, heads, heads // kv_heads, seq_q, seq_kv,
+        m_blocks, total, schedule.section, int(schedule.snake),
         HEAD_DIM=head_dim, BLOCK_N=config.block_n, STAGES=config.stages, CAUSAL=bool(causal),
         OVERLAP=config.overlap, PINGPONG=config.pingpong, SPLIT_M=SPLIT_M, NUM_WG=config.consumers,
-        CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs, num_warps=4,
+        CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
+        Q_LAYOUT=tile_layout(SPLIT_M, head_dim, q.dtype), KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype),
+        num_warps=4,
     )
     return o, lse

@@ -25,7 +25,9 @@ import torch
 from kernels._checks import SUPPORTED_DTYPES, check_triton_device
 from kernels.flash_attention import flash_attention
 from kernels.flash_bwd import HEAD_DIMS as BACKWARD_HEAD_DIMS
+from kernels.flash_bwd import backward_path
 from kernels.flash_fwd import HEAD_DIMS as FORWARD_HEAD_DIMS
+from kernels.flash_fwd import forward_path
 
 DEFAULT_NAME = "triton_fa"
 
@@ -42,10 +44,15 @@ RESERVED_IN_NAMES = ("flash", "sdpa", "flex_attention", "paged|", "/")
 
 @dataclass
 class DispatchStats:
-    """How many attention calls ran on our kernel and how many went to sdpa, by reason."""
+    """How many attention calls ran on our kernel and how many went to sdpa, by reason; and which
+    code path our kernel's calls took (``paths``: 'fwd gluon-ws', 'fwd tiled', 'fwd split-kv x8',
+    and 'bwd ...' for calls that will run a backward, as kernels.flash_fwd.forward_path and
+    kernels.flash_bwd.backward_path name them), so a user sees that a model's own tensor layout
+    reaches the fast kernels."""
 
     kernel_calls: int = 0
     fallbacks: Counter = field(default_factory=Counter)
+    paths: Counter = field(default_factory=Counter)
 
     @property
     def fallback_calls(self) -> int:
@@ -54,6 +61,7 @@ class DispatchStats:
     def reset(self) -> None:
         self.kernel_calls = 0
         self.fallbacks.clear()
+        self.paths.clear()
 
 
 STATS = DispatchStats()
@@ -94,8 +102,17 @@ def triton_flash_attention_forward(
         STATS.fallbacks[reason] += 1
         return _sdpa(module, query, key, value, attention_mask, scaling, dropout, is_causal, kwargs)
     STATS.kernel_calls += 1
+    STATS.paths[f"fwd {forward_path(query, key, value, causal)}"] += 1
+    if _needs_backward(query, key, value):
+        STATS.paths[f"bwd {backward_path(query, key, value)}"] += 1
+    # transformers hands over (B, q_len, H, D) storage as a BHSD view; our kernels write o in q's memory
+    # order, so the transpose back is a view and .contiguous() copies nothing.
     out = flash_attention(query, key, value, causal=causal, sm_scale=scaling)  # (B, H, q_len, D)
     return out.transpose(1, 2).contiguous(), None  # (B, q_len, H, D)
+
+
+def _needs_backward(*tensors: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def _fallback_reason(query, key, value, attention_mask, dropout, causal, kwargs) -> str | None:
@@ -118,8 +135,7 @@ def _kernel_lacks(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -
     """What of these inputs our kernel does not cover (dtype, head_dim, K/V heads, device), or None."""
     if not (query.dtype == key.dtype == value.dtype) or query.dtype not in SUPPORTED_DTYPES:
         return "dtype"
-    needs_backward = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
-    head_dims = BACKWARD_HEAD_DIMS if needs_backward else FORWARD_HEAD_DIMS
+    head_dims = BACKWARD_HEAD_DIMS if _needs_backward(query, key, value) else FORWARD_HEAD_DIMS
     if not (query.shape[-1] == key.shape[-1] == value.shape[-1]) or query.shape[-1] not in head_dims:
         return "head_dim"
     if query.shape[1] % key.shape[1] or key.shape[1] != value.shape[1]:

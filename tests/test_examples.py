@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import re
 import subprocess
 import sys
@@ -75,13 +76,39 @@ def test_hf_llama_unknown_attn_is_one_line(hf_llama, capsys):
     assert err.startswith('hf_llama.py: error: --attn bogus: Specified `attn_implementation="bogus"` is not supported')
 
 
-def test_hf_llama_triton_flash_without_the_project_kernel_is_one_line(hf_llama, capsys, monkeypatch):
+def test_hf_llama_our_kernel_without_the_project_kernel_is_one_line(hf_llama, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "kernels.hf_attention", None)  # importing it raises ImportError
     with pytest.raises(SystemExit) as stop:
-        hf_llama.main(["--attn", "triton_flash"])
+        hf_llama.main(["--attn", "triton_fa"])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1
-    assert err.startswith("hf_llama.py: error: --attn triton_flash needs this project's kernels.hf_attention")
+    assert err.startswith("hf_llama.py: error: --attn triton_fa needs this project's kernels.hf_attention")
+
+
+def test_hf_llama_names_our_kernel_as_transformers_takes_it(hf_llama, capsys):
+    from kernels.hf_attention import DEFAULT_NAME
+
+    assert hf_llama.OUR_ATTN == DEFAULT_NAME
+    with pytest.raises(SystemExit) as stop:
+        hf_llama.main(["--attn", "triton_flash"])  # the profiler's name; transformers reserves "flash"
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == (
+        "hf_llama.py: error: --attn triton_flash: transformers loads any attn_implementation containing 'flash' "
+        "from the Hub; this project's kernel is --attn triton_fa\n")
+
+
+def test_hf_llama_tiny_runs_on_our_kernel_with_sdpas_loss():
+    """The example as a user runs it with our kernel (the interpreter on the CPU): every phase, the
+    same training loss as sdpa's (same seed, fp32), and every attention call on our kernel: per layer
+    one prefill, one generate prefill and 2 decode steps (split-KV: one query on the cache), one
+    training forward that will run a backward."""
+    assert os.environ.get("TRITON_INTERPRET") == "1"
+    ours, sdpa = _run("hf_llama.py", "--attn", "triton_fa"), _run("hf_llama.py")
+    assert ours[0] == sdpa[0].replace("attn=sdpa", "attn=triton_fa")
+    assert [line.split(":")[0] for line in ours[1:]] == ["prefill", "generate", "train", "dispatch"]
+    loss = re.compile(r"train: B2 x 13 tokens, loss (\d+\.\d+) in")
+    assert loss.match(ours[3]).group(1) == loss.match(sdpa[3]).group(1)
+    assert ours[4] == ("dispatch: 10 calls on our kernel (bwd tiled 2, fwd split-kv x1 10), 0 on sdpa")
 
 
 def test_hf_llama_chunked_loss_equals_transformers_loss(hf_llama, monkeypatch):

@@ -69,27 +69,81 @@ def test_prefill_logits_match_sdpa_in_bf16(models, seq):
     STATS.reset()
     got = ours(ids).logits
     assert (STATS.kernel_calls, STATS.fallback_calls) == (LAYERS, 0)
+    assert STATS.paths == {"fwd gluon-ws": LAYERS}  # transformers' BSHD views on the Gluon forward
     err, sdpa_err = relative_error(got, exact), relative_error(want, exact)
     assert relative_error(got, want) <= BF16_TOL, f"ours vs sdpa {relative_error(got, want):.2e}"
     assert err <= 2 * sdpa_err + FLOOR, f"ours {err:.2e} vs sdpa {sdpa_err:.2e} from fp32"
 
 
+# Query and key projections scaled by this: scores of std about 0.1 instead of 1.6. With the default
+# initialisation the bf16 model's logits are 11-14% (2 layers, 512 tokens; 41% at 1000 in the issue) from
+# the fp32 model's with the same weights, as a score's bf16 rounding error grows with the score, so any
+# two bf16 runs (sdpa's own forward and its generate among them) differ by as much; scaled, bf16 is 1.0% from
+# fp32 (measured on the CPU, transformers' sdpa in bf16 and fp32), and ours against sdpa means something.
+CONDITIONED_QK_GAIN = 0.25
+
+
+@pytest.fixture(scope="module")
+def conditioned_models():
+    """(sdpa bf16, ours bf16, sdpa fp32) with the query and key projections scaled by CONDITIONED_QK_GAIN."""
+    torch.manual_seed(1)
+    sdpa = _llama("sdpa", torch.float32)
+    with torch.no_grad():
+        for layer in sdpa.model.layers:
+            layer.self_attn.q_proj.weight.mul_(CONDITIONED_QK_GAIN)
+            layer.self_attn.k_proj.weight.mul_(CONDITIONED_QK_GAIN)
+    reference = sdpa
+    sdpa = _llama("sdpa", torch.bfloat16)
+    ours = _llama(register(), torch.bfloat16)
+    for model in (sdpa, ours):
+        model.load_state_dict(reference.state_dict())
+    return sdpa, ours, reference
+
+
+def _teacher_forced(model, ids: torch.Tensor, tokens: torch.Tensor) -> list[torch.Tensor]:
+    """The last position's logits of a prefill over ``ids`` on a fresh KV cache, then of one decode step
+    per token of ``tokens`` (1, steps - 1) on that cache: the path generate takes, with given tokens."""
+    out = model(ids, use_cache=True, logits_to_keep=1)
+    steps = [out.logits[:, -1].float()]
+    for step in range(tokens.shape[1]):
+        out = model(tokens[:, step:step + 1], past_key_values=out.past_key_values, use_cache=True)
+        steps.append(out.logits[:, -1].float())
+    return steps
+
+
 @torch.no_grad()
-def test_decode_with_a_kv_cache_matches_sdpas_greedy_steps(models):
-    """sdpa generates greedily; ours decodes the same tokens on its own KV cache, teacher-forced, and each
-    step's logits must agree. Logits, not tokens: two argmaxes within max|Δ| of each other can differ only
-    at a top-two gap under 2·max|Δ|, a bf16 tie, after which the two runs would continue on other tokens."""
-    sdpa, ours, _ = models
+def test_decode_with_a_kv_cache_matches_sdpa_teacher_forced(conditioned_models):
+    """sdpa and ours each decode on their own KV cache along the same path, fed sdpa's greedy tokens
+    (teacher-forced): each step's logits agree within BF16_TOL, and wherever sdpa's top-two gap exceeds
+    twice the largest difference the two pick the same token. The model is one whose bf16 logits sit
+    within a few percent of fp32 (checked first), so the comparison measures attention, not rounding."""
+    sdpa, ours, reference = conditioned_models
     ids = _prompt(1, 1000)
-    greedy = sdpa.generate(ids, max_new_tokens=DECODE_STEPS, do_sample=False, pad_token_id=0,
-                           output_logits=True, return_dict_in_generate=True)
-    tokens = greedy.sequences[:, ids.shape[1]:]  # (1, DECODE_STEPS)
+    exact = reference(ids).logits[:, -1]
+    conditioning = relative_error(sdpa(ids).logits[:, -1].float(), exact)
+    assert conditioning <= 0.05, f"the bf16 model is {conditioning:.2e} from fp32: ill-conditioned"
+
+    # sdpa's greedy tokens, on sdpa's own cache.
+    out = sdpa(ids, use_cache=True, logits_to_keep=1)
+    tokens = []
+    for _ in range(DECODE_STEPS - 1):
+        tokens.append(out.logits[:, -1].argmax(-1, keepdim=True))
+        out = sdpa(tokens[-1], past_key_values=out.past_key_values, use_cache=True)
+    tokens = torch.cat(tokens, dim=1)  # (1, DECODE_STEPS - 1)
+
+    want = _teacher_forced(sdpa, ids, tokens)
     STATS.reset()
-    out = ours(ids, use_cache=True)
-    steps = [out.logits[:, -1]]
-    for step in range(DECODE_STEPS - 1):
-        out = ours(tokens[:, step:step + 1], past_key_values=out.past_key_values, use_cache=True)
-        steps.append(out.logits[:, -1])
+    got = _teacher_forced(ours, ids, tokens)
     assert (STATS.kernel_calls, STATS.fallback_calls) == (LAYERS * DECODE_STEPS, 0)
-    for step, (got, want) in enumerate(zip(steps, greedy.logits)):
-        assert relative_error(got, want) <= BF16_TOL, f"step {step}: {relative_error(got, want):.2e}"
+    # The prefill on the Gluon forward in transformers' BSHD layout, every single-query step split-KV.
+    assert STATS.paths["fwd gluon-ws"] == LAYERS, STATS.paths
+    assert sum(n for path, n in STATS.paths.items() if path.startswith("fwd split-kv")) == LAYERS * (DECODE_STEPS - 1)
+    checked = 0
+    for step, (g, w) in enumerate(zip(got, want)):
+        assert relative_error(g, w) <= BF16_TOL, f"step {step}: {relative_error(g, w):.2e}"
+        top2 = w.topk(2, dim=-1).values[0]
+        if top2[0] - top2[1] > 2 * (g - w).abs().max():
+            assert g.argmax() == w.argmax(), f"step {step}"
+            checked += 1
+    assert checked >= DECODE_STEPS // 2, f"only {checked} steps had a top-two gap above the error"
+
