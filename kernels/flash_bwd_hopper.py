@@ -238,12 +238,11 @@ def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, n_blocks
         off_hk = off_bhk % kv_heads
         # The consumers are done with the previous block's K and V (their dK/dV stores still run).
         mbarrier.wait(kv_empty, _phase(done, 1) ^ 1)
-        mbarrier.expect(kv_ready, 2 * NUM_WG * k_desc.block_type.nbytes)
-        for w in gl.static_range(NUM_WG):
-            tma.async_copy_global_to_shared(k_desc, [off_z, off_hk, start_n + w * KEYS_PER_WG, 0], kv_ready,
-                                            _as_box(k_smem.slice(w * KEYS_PER_WG, KEYS_PER_WG), k_desc))
-            tma.async_copy_global_to_shared(v_desc, [off_z, off_hk, start_n + w * KEYS_PER_WG, 0], kv_ready,
-                                            _as_box(v_smem.slice(w * KEYS_PER_WG, KEYS_PER_WG), v_desc))
+        # The whole key block in one box each: at head_dim 128 a 128-byte swizzle stores a tile as two
+        # column halves, so a slice of its rows is not one contiguous box (_as_box needs one).
+        mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [off_z, off_hk, start_n, 0], kv_ready, _as_box(k_smem, k_desc))
+        tma.async_copy_global_to_shared(v_desc, [off_z, off_hk, start_n, 0], kv_ready, _as_box(v_smem, v_desc))
         m_lo, clean_lo, clean_hi, n_m = _query_tiles(start_n, seq_q, seq_kv, BLOCK_M, NUM_WG * KEYS_PER_WG, CAUSAL)
         for g in range(group):
             off_h = off_hk * group + g
@@ -630,14 +629,14 @@ def _dq_convert(DQ_ACC, DQ, stride_dqz, stride_dqh, stride_dqm, sm_scale, heads,
 
 
 def descriptors(q, k, v, do, dq_acc, config: BackwardConfig):
-    """TMA descriptors: Q and dO in BLOCK_M-row tiles and K and V in 64-row tiles, each on its
+    """TMA descriptors: Q and dO in BLOCK_M-row tiles and K and V in key blocks (BLOCK_N rows), each on its
     tensor's own strides (kernels.flash_fwd_hopper.tensor_descriptor), and the dQ buffer as
     (B·H·Nq_pad, D) fp32 in dQ shares (:meth:`BackwardConfig.dq_tile`)."""
     head_dim = q.shape[-1]
     dq_block = list(config.dq_tile(head_dim))
     dq_layout = gl.NVMMASharedLayout.get_default_for(dq_block, gl.float32)
     return (tensor_descriptor(q, config.block_m), tensor_descriptor(do, config.block_m),
-            tensor_descriptor(k, KEYS_PER_WG), tensor_descriptor(v, KEYS_PER_WG),
+            tensor_descriptor(k, config.block_n), tensor_descriptor(v, config.block_n),
             TensorDescriptor.from_tensor(dq_acc.view(-1, head_dim), dq_block, dq_layout))
 
 
@@ -678,7 +677,7 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, STAGES=config.stages, NUM_WG=config.consumers,
         KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols, QUERY_ROWS=config.query_rows,
         MASKED_FIRST=config.masked_first, CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
-        Q_LAYOUT=tile_layout(config.block_m, head_dim, q.dtype), KV_LAYOUT=tile_layout(KEYS_PER_WG, head_dim, q.dtype),
+        Q_LAYOUT=tile_layout(config.block_m, head_dim, q.dtype), KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype),
         num_warps=4,
     )
     dq = empty_in_layout(q)

@@ -258,7 +258,9 @@ def _tile(t, m_blocks, heads, seq_kv, bh, section, snake,
 @gluon.jit
 def _as_box(smem, desc):
     """A 2-D shared-memory tile seen as ``desc``'s 4-D box (1, 1, rows, head_dim), for a TMA copy:
-    the leading dimensions of extent 1 leave the bytes and their swizzle as they are."""
+    the leading dimensions of extent 1 leave the bytes and their swizzle as they are. ``smem`` must
+    be a whole tile, not a slice of a tile's rows: with rows wider than the 128-byte swizzle (head_dim
+    128 in 16 bits) a tile lies in memory as column halves, and a row slice is not one contiguous box."""
     return smem._reinterpret(desc.dtype, desc.block_type.shape, desc.layout)
 
 
