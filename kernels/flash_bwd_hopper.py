@@ -677,7 +677,8 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, STAGES=config.stages, NUM_WG=config.consumers,
         KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols, QUERY_ROWS=config.query_rows,
         MASKED_FIRST=config.masked_first, CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
-        Q_LAYOUT=tile_layout(config.block_m, head_dim, q.dtype), KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype),
+        Q_LAYOUT=tile_layout(config.block_m, head_dim, q.dtype),
+        KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype),
         num_warps=4,
     )
     dq = empty_in_layout(q)

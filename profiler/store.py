@@ -103,7 +103,8 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "density": ("float64", "observed: fraction of the Nq×Nkv score pairs the FLOPs count (0.5 square causal, the "
                            "convention; exact for other masks; computed blocks for a block mask)"),
     "layout": ("string", "observed: how q lay in memory: bhsd, bshd (a transposed (B, S, H, D) tensor), packed "
-                         "(varlen) or strided"),
+                         "(varlen) or strided; on replay rows, the layout the replay's inputs had (the observed "
+                         "one where it is bhsd or bshd, else bhsd)"),
     "seq_kv_min": ("float64", "observed: shortest Nkv of the row's calls (decode rows group growing Nkv into "
                               "buckets, four per octave; seq_kv is their mean)"),
     "seq_kv_max": ("float64", "observed: longest Nkv of the row's calls"),

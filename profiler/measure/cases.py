@@ -73,13 +73,16 @@ def trace_case(impl: Impl, shape: Shape, device, folder: Path) -> bool:
 def measure_cases(store: ResultStore, cases: list[tuple[Shape, Impl]], device, roofs: Roofs, *, rep_ms: int,
                   progress=None, finished: Callable[[str, list[dict] | None], None] | None = None,
                   trace_filter: Callable[[Shape], bool] | None = None,
-                  write_kernels: bool = True, graph: bool = False) -> list[dict]:
+                  write_kernels: bool = True, graph: bool = False,
+                  layouts: dict | None = None) -> list[dict]:
     """Measure every (shape, impl) case, appending rows to ``store`` as each finishes. ``progress``
     hears each case's description before it runs, ``finished`` the description and the rows it
     wrote after (None when --resume found it already measured). Shapes that
     ``trace_filter`` accepts also get a torch-profiler trace per implementation (and, with
     ``write_kernels``, the capture's kernel table is rebuilt from its traces). ``graph`` times
-    replays of a CUDA graph of each call (forward only; profiler.measure.timing)."""
+    replays of a CUDA graph of each call (forward only; profiler.measure.timing). ``layouts`` maps a
+    shape to the memory layout its inputs take (profiler.measure.runner.INPUT_LAYOUTS; default BHSD),
+    recorded in the rows' ``layout`` (observe's replays, in the layout the run's calls had)."""
     device = torch.device(device)
     new_rows = []
     with cuda_profiler_range(device.type == "cuda"):
@@ -93,13 +96,16 @@ def measure_cases(store: ResultStore, cases: list[tuple[Shape, Impl]], device, r
                     finished(description, None)
                 continue  # --resume: already measured
             with nvtx_range(shape_range(impl.name, shape)):
-                result = run_case(impl, shape, device, rep_ms=rep_ms, annotate=False, graph=graph)
+                layout = (layouts or {}).get(shape, "bhsd")
+                result = run_case(impl, shape, device, rep_ms=rep_ms, annotate=False, graph=graph, layout=layout)
                 rows = case_rows(result, impl, roofs)
                 if impl.costing.kind == "stepwise" and result.status == "ok":
-                    rows += time_naive_steps(impl, shape, device, roofs, rep_ms, graph=graph)
+                    rows += time_naive_steps(impl, shape, device, roofs, rep_ms, graph=graph, layout=layout)
                 elif impl.costing.kind == "stepwise" and result.status == "oom":
                     rows += [capture_row(impl.name, impl.costing, shape, step, roofs, timing=None,
                                           status="oom", message=result.message) for step in impl.steps]
+            if layouts is not None:
+                rows = [row | {"layout": layout} for row in rows]
             store.append(rows)
             new_rows += rows
             if finished is not None:

@@ -52,13 +52,13 @@ def _no_grad_call(fn, args):
         return fn(*args)
 
 
-def time_naive_steps(impl: Impl, shape: Shape, device, roofs: Roofs, rep_ms: int, graph: bool = False
-                     ) -> list[dict]:
-    """One row per naive step, each timed alone; a step that runs out of memory says so."""
+def time_naive_steps(impl: Impl, shape: Shape, device, roofs: Roofs, rep_ms: int, graph: bool = False,
+                     layout: str = "bhsd") -> list[dict]:
+    """One row per naive step, each timed alone on inputs in ``layout``; a step that runs out of memory says so."""
     rows = []
     done = set()
     try:
-        q, k, v, _ = make_inputs(shape, device, requires_grad=shape.mode != "fwd")
+        q, k, v, _ = make_inputs(shape, device, requires_grad=shape.mode != "fwd", layout=layout)
         for step, call in naive_step_calls(shape, q, k, v):
             name = step_range(shape_range(impl.name, shape), step)
 

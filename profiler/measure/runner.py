@@ -43,13 +43,23 @@ class CaseResult:
         return self.flops / (self.timing.median_ms * 1e-3) / 1e12
 
 
-def make_inputs(shape: Shape, device, seed: int = 0, requires_grad: bool = False):
-    """Random q, k, v (and dO) for ``shape``: normal, never zeros; k and v have the shape's kv_heads."""
+# Memory layouts make_inputs lays the inputs out in: contiguous BHSD, or (batch, seq, heads, head_dim)
+# storage seen as BHSD, as transformers and flash-attn callers hand it over (observe's 'bshd').
+INPUT_LAYOUTS = ("bhsd", "bshd")
+
+
+def make_inputs(shape: Shape, device, seed: int = 0, requires_grad: bool = False, layout: str = "bhsd"):
+    """Random q, k, v (and dO) for ``shape``: normal, never zeros; k and v have the shape's kv_heads.
+    ``layout`` (:data:`INPUT_LAYOUTS`) is how they lie in memory; the values are the same either way."""
+    if layout not in INPUT_LAYOUTS:
+        raise ValueError(f"layout {layout!r} is not one of {', '.join(INPUT_LAYOUTS)}")
     gen = torch.Generator(device=device).manual_seed(seed)
     dtype = TORCH_DTYPES[shape.dtype]
 
     def rand(heads, rows):
         t = torch.randn(shape.batch, heads, rows, shape.head_dim, generator=gen, device=device, dtype=dtype)
+        if layout == "bshd":
+            t = t.transpose(1, 2).contiguous().transpose(1, 2)
         return t.requires_grad_(requires_grad)
 
     q, k, v = rand(shape.heads, shape.seq_q), rand(shape.kv_heads, shape.seq_kv), rand(shape.kv_heads, shape.seq_kv)
@@ -111,12 +121,12 @@ def mode_call(impl: Impl, shape: Shape, q, k, v, do) -> Callable[[], None]:
 
 
 def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: int = 100,
-             annotate: bool = True, graph: bool = False) -> CaseResult:
-    """Time ``impl`` on ``shape`` in its mode, inside the NVTX range ``<impl>/<mode>/seq=<N>``
-    unless ``annotate`` is False (the caller opened it); with ``graph``, replays of a CUDA graph
-    of the call (profiler.measure.timing). Never raises for a failing case: the result's status
-    says ok, wrong (the output failed the correctness check: still timed, for the record), oom,
-    unsupported or error."""
+             annotate: bool = True, graph: bool = False, layout: str = "bhsd") -> CaseResult:
+    """Time ``impl`` on ``shape`` in its mode, inside the NVTX range ``<impl>/<mode>/seq=<N>`` unless ``annotate`` is
+    False (the caller opened it); with ``graph``, replays of a CUDA graph of the call (profiler.measure.timing);
+    inputs in ``layout`` (:func:`make_inputs`). Never raises for a failing case: the result's status says ok,
+    wrong (the output failed the correctness check: still timed, for the record), oom, unsupported or error.
+    """
     device = torch.device(device)
     result = CaseResult(impl.name, shape, "ok", flops=cost_of(impl.costing, shape).flops)
     reason = impl.unsupported_reason(device, TORCH_DTYPES[shape.dtype], shape.head_dim,
@@ -126,7 +136,7 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
         return result
     q = k = v = do = None
     try:
-        q, k, v, do = make_inputs(shape, device, requires_grad=shape.mode != "fwd")
+        q, k, v, do = make_inputs(shape, device, requires_grad=shape.mode != "fwd", layout=layout)
         if impl.path_of is not None:
             backward = None
             if shape.mode != "fwd" and impl.backward_path_of is not None:

@@ -92,4 +92,8 @@ def savings_sentence(whole: pd.DataFrame) -> str | None:
         # A slowdown as a factor above 1 (1.25x slower, not 0.80x slower).
         outcome = (f"would make the run {speedup:.2f}x faster" if speedup >= 1 else
                    f"would make the run {1 / speedup:.2f}x slower")
-    return f"Attention is {share:.1%} of {best['basis']} time; {best['impl']} {outcome}"  # as share_line rounds
+    other = int(best.get("calls_other_layout", 0) or 0)
+    layout_note = (f" ({other} of the {int(best['calls_replayed'])} replayed calls ran on contiguous BHSD inputs, "
+                   "not in the run's own layout)") if other else ""
+    # The share is rounded as share_line rounds it.
+    return f"Attention is {share:.1%} of {best['basis']} time; {best['impl']} {outcome}{layout_note}"

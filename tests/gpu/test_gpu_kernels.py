@@ -245,11 +245,12 @@ def test_gluon_path_falls_back_to_the_portable_kernel(monkeypatch):
     _needs_sm90()
     q, k, v = _inputs(1, 2, 300, 300, 64, torch.float16)
     assert forward_path(q, k, v) == "gluon-ws"
-    strided = q.transpose(1, 2).contiguous().transpose(1, 2)  # BSHD memory, BHSD view
+    assert forward_path(q.transpose(1, 2).contiguous().transpose(1, 2), k, v) == "gluon-ws"  # a BSHD view too
+    strided = q.transpose(-1, -2).contiguous().transpose(-1, -2)  # head_dim not unit-stride: no TMA descriptor
     assert forward_path(strided, k, v) == "tiled"
     assert forward_path(*_inputs(1, 2, 300, 300, 32, torch.float16)) == "tiled"
     assert forward_path(*_inputs(1, 2, 300, 300, 64, torch.float32)) == "tiled"
-    with pytest.raises(ValueError, match="contiguous"):
+    with pytest.raises(ValueError, match="TMA descriptors cannot read q"):
         flash_attention_forward(strided, k, v, gluon=True)
     o, _ = flash_attention_forward(strided, k, v)
     assert relative_error(o, attention_oracle(strided, k, v)) < 5e-3
