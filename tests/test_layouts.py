@@ -1,0 +1,78 @@
+"""Memory layouts on the CPU: which ones a TMA descriptor can read (the Gluon kernels' test, run on the
+GPU by tests/gpu/test_layouts_gpu.py), and the portable kernels (under the interpreter) on BSHD views and
+packed-QKV slices: values against the fp64 oracle, outputs and gradients in their inputs' memory order."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import flash_attention
+from kernels.flash_fwd_hopper import empty_in_layout, tma_layout_reason, tma_strides
+from kernels.reference import oracle_with_grads, relative_error
+
+
+def _order(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(sorted(range(t.dim()), key=lambda d: -t.stride(d)))
+
+
+def _layouts(batch, heads, kv_heads, seq, head_dim, dtype=torch.float32, seed=0):
+    """name -> (q, k, v) with equal values: contiguous BHSD, a BSHD view, a packed QKV projection's slices."""
+    g = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(batch, seq, heads + 2 * kv_heads, head_dim, generator=g, dtype=dtype)
+    packed = (qkv[:, :, :heads].transpose(1, 2), qkv[:, :, heads:heads + kv_heads].transpose(1, 2),
+              qkv[:, :, heads + kv_heads:].transpose(1, 2))
+    return {"bhsd": tuple(t.contiguous() for t in packed),
+            "bshd": tuple(t.transpose(1, 2).contiguous().transpose(1, 2) for t in packed),
+            "packed": packed}
+
+
+def test_tma_reads_contiguous_bshd_and_packed_layouts_at_16_bit_head_dims():
+    for head_dim in (64, 128):
+        for name, tensors in _layouts(2, 8, 2, 33, head_dim, torch.float16).items():
+            assert [tma_layout_reason(t) for t in tensors] == [None] * 3, (name, head_dim)
+
+
+def test_tma_refuses_what_a_tensor_map_cannot_describe():
+    q = torch.randn(1, 4, 33, 64, dtype=torch.float16)
+    d_strided = q.transpose(-1, -2).contiguous().transpose(-1, -2)
+    assert tma_layout_reason(d_strided) == "its head_dim is not unit-stride (strides (8448, 2112, 1, 33))"
+    misaligned = torch.empty(q.numel() + 1, dtype=torch.float16)[1:].view(q.shape)
+    assert tma_layout_reason(misaligned) == "its address is not 16-byte aligned (offset 2 bytes)"
+    # 33 heads of head_dim 4: a head's stride, 8 bytes, is not a multiple of 16
+    odd = torch.randn(1, 5, 33, 4, dtype=torch.float16).transpose(1, 2)
+    assert tma_layout_reason(odd) == "stride 4 x 2 bytes is not a multiple of 16 bytes (strides (660, 4, 132, 1))"
+
+
+def test_a_dimension_of_extent_one_keeps_any_stride():
+    """A (1, H, 1, D) decode query sliced from a wider tensor: its batch and seq strides never step."""
+    q = torch.randn(3, 1, 8, 64, dtype=torch.float16)[1:2].transpose(1, 2)  # (1, 8, 1, 64), odd seq stride
+    assert tma_layout_reason(q) is None
+    assert tma_strides(q) == [8 * 64, 64, 64, 1]
+
+
+def test_empty_in_layout_keeps_the_dimension_order_also_of_a_packed_slice():
+    layouts = _layouts(2, 4, 2, 7, 16)
+    assert _order(empty_in_layout(layouts["bhsd"][0])) == (0, 1, 2, 3)
+    for name in ("bshd", "packed"):
+        out = empty_in_layout(layouts[name][0])
+        assert out.shape == layouts[name][0].shape and _order(out) == (0, 2, 1, 3)
+        assert out.transpose(1, 2).is_contiguous()  # dense: the BSHD copy transformers makes is a view
+    assert empty_in_layout(layouts["bhsd"][0], torch.float64).dtype == torch.float64
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("layout", ["bshd", "packed"])
+def test_the_portable_kernels_take_every_layout_and_answer_in_it(layout, causal):
+    """N = 77 (no block size divides it; 154 query rows per K/V head, past the split-KV path's 128, so
+    the tiled forward runs), 4 query heads on 2 K/V heads, fp32 under the interpreter."""
+    q, k, v = _layouts(1, 4, 2, 77, 16, seed=3)[layout]
+    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(4))
+    ref = oracle_with_grads(q, k, v, do, causal=causal)
+    out = flash_attention(*leaves, causal=causal)
+    grads = torch.autograd.grad(out, leaves, do)
+    for name, got, want in zip(("o", "dq", "dk", "dv"), (out, *grads), ref):
+        assert relative_error(got, want) <= 1e-5, name
+    assert _order(out) == _order(q) == (0, 2, 1, 3)
+    assert [_order(g) for g in grads] == [(0, 2, 1, 3)] * 3
