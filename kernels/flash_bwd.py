@@ -333,11 +333,12 @@ def flash_attention_backward(
     precision = dot_precision(dtype_name(q.dtype))
     qk_scale = sm_scale * LOG2E  # as in the forward
     bucket = seq_bucket(seq_q, seq_kv)
-    # Each gradient in its input's memory order, as the Gluon kernel returns them.
+    # dq in q's memory order, dk and dv both in k's (the dK/dV kernel stores both through dk's strides),
+    # as the Gluon kernel returns them.
     dq = flash_fwd_hopper.empty_in_layout(q)
     kv_heads = k.shape[1]
     dk = flash_fwd_hopper.empty_in_layout(k)
-    dv = flash_fwd_hopper.empty_in_layout(v)
+    dv = flash_fwd_hopper.empty_in_layout(k)
     _attn_bwd_dkdv[lambda meta: (triton.cdiv(seq_kv, meta["BLOCK_N"]), batch * kv_heads)](
         q, k, v, do, dk, dv, lse, delta, qk_scale, sm_scale,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(),

@@ -76,3 +76,17 @@ def test_the_portable_kernels_take_every_layout_and_answer_in_it(layout, causal)
         assert relative_error(got, want) <= 1e-5, name
     assert _order(out) == _order(q) == (0, 2, 1, 3)
     assert [_order(g) for g in grads] == [(0, 2, 1, 3)] * 3
+
+
+def test_k_and_v_in_different_layouts_get_right_gradients():
+    """k a BSHD view, v contiguous BHSD: dk and dv both come back in k's order (one set of store strides)."""
+    q, k, _ = _layouts(1, 4, 2, 77, 16, seed=5)["bshd"]
+    v = _layouts(1, 4, 2, 77, 16, seed=6)["bhsd"][2]
+    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(7))
+    ref = oracle_with_grads(q, k, v, do, causal=True)
+    out = flash_attention(*leaves, causal=True)
+    grads = torch.autograd.grad(out, leaves, do)
+    for name, got, want in zip(("o", "dq", "dk", "dv"), (out, *grads), ref):
+        assert relative_error(got, want) <= 1e-5, name
+    assert _order(grads[2]) == _order(k)
