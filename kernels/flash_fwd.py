@@ -175,8 +175,9 @@ def flash_attention_forward(
     q: (batch, heads, seq_q, head_dim); k, v: (batch, kv_heads, seq_kv, head_dim), kv_heads dividing
     heads (grouped-query attention: query head h reads K/V head h // (heads // kv_heads)), any strides.
     Returns o: (batch, heads, seq_q, head_dim) in q's dtype and memory order (a BSHD view's output
-    is a BSHD view: kernels.flash_fwd_hopper.empty_in_layout; the split-KV path writes it contiguous,
-    which at one query row is the same memory either way), and
+    is a BSHD view: kernels.flash_fwd_hopper.empty_in_layout; the split-KV path, for at most 128 query
+    rows per K/V head, writes it contiguous: at one query row that is BSHD's memory too, at a few rows
+    a caller's transpose back copies that small output), and
     lse: (batch, heads, seq_q) fp32, the natural-log logsumexp of each row of the scaled scores.
     Causal masking is top-left aligned (key j visible to query i when j <= i), as SDPA's is_causal.
     ``config`` bypasses the autotuner, e.g. ``dict(BLOCK_M=128, BLOCK_N=64, num_warps=8,

@@ -170,6 +170,8 @@ def tma_layout_reason(t: torch.Tensor) -> str | None:
     dimension of extent 1 is never stepped along, so its stride does not count (see tma_strides)."""
     if t.stride(-1) != 1:
         return f"its head_dim is not unit-stride (strides {tuple(t.stride())})"
+    if any(s == 0 and n > 1 for s, n in zip(t.stride(), t.shape)):
+        return f"it is expanded (a stride of 0: strides {tuple(t.stride())})"
     if t.data_ptr() % 16:
         return f"its address is not 16-byte aligned (offset {t.data_ptr() % 16} bytes)"
     bad = [s for s, n in zip(t.stride()[:-1], t.shape[:-1]) if n > 1 and (s * t.element_size()) % 16]
@@ -201,10 +203,13 @@ def tensor_descriptor(t: torch.Tensor, rows: int):
 
 def empty_in_layout(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """An uninitialised tensor of t's shape whose dimensions lie in memory in t's order (largest
-    stride outermost), dense: a BSHD view's output (or gradient) is a BSHD view too, so the caller's
-    transpose back to (batch, seq, heads, head_dim) copies nothing. Unlike ``torch.empty_like`` it
-    keeps the order also for a slice of a packed QKV tensor, which is not dense."""
-    order = sorted(range(t.dim()), key=lambda d: -t.stride(d))  # stable: ties keep BHSD order
+    stride outermost; head_dim always innermost and unit-stride, as every kernel writes it), dense: a
+    BSHD view's output (or gradient) is a BSHD view too, so the caller's transpose back to (batch,
+    seq, heads, head_dim) copies nothing. Unlike ``torch.empty_like`` it keeps the order also for a
+    slice of a packed QKV tensor, which is not dense; an expanded dimension (stride 0) goes inside
+    the others."""
+    last = t.dim() - 1
+    order = sorted(range(last), key=lambda d: -t.stride(d)) + [last]  # stable: ties keep BHSD order
     dense = torch.empty([t.shape[d] for d in order], dtype=dtype or t.dtype, device=t.device)
     return dense.permute([order.index(d) for d in range(t.dim())])
 

@@ -106,7 +106,8 @@ def triton_flash_attention_forward(
     if _needs_backward(query, key, value):
         STATS.paths[f"bwd {backward_path(query, key, value)}"] += 1
     # transformers hands over (B, q_len, H, D) storage as a BHSD view; our kernels write o in q's memory
-    # order, so the transpose back is a view and .contiguous() copies nothing.
+    # order, so the transpose back is a view and .contiguous() copies nothing (but where the split-KV path
+    # ran with several query rows: it writes o contiguous, and the copy is of that small output).
     out = flash_attention(query, key, value, causal=causal, sm_scale=scaling)  # (B, H, q_len, D)
     return out.transpose(1, 2).contiguous(), None  # (B, q_len, H, D)
 

@@ -97,6 +97,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         fail(f"argument --out: {out} is not a new or empty folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        fail(f"argument --out: {out} cannot be made ({error.strerror})")
     if not args.tiny and not torch.cuda.is_available():
         fail("no CUDA device: run with --tiny for the CPU check")
     if args.tiny and os.environ.get("TRITON_INTERPRET") != "1":
@@ -194,8 +198,11 @@ def meta(args) -> dict:
     try:
         revision = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                                   timeout=10).stdout.strip()
+        # True when the tree differs from that revision (a copy on another machine with a stale .git).
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                    capture_output=True, text=True, timeout=10).stdout.strip())
     except OSError:
-        revision = ""
+        revision, dirty = "", None
     # The sources that ran, by content: a copy of the tree on another machine may carry a stale .git.
     sources = hashlib.sha256()
     for path in sorted([*ROOT.glob("kernels/*.py"), *ROOT.glob("attention_core/*.py")]):
@@ -203,7 +210,7 @@ def meta(args) -> dict:
     device = torch.cuda.get_device_name() if torch.cuda.is_available() and not args.tiny else "cpu"
     return {"command": " ".join(["python", "scripts/hf_vs_sdpa.py", *sys.argv[1:]]), "device": device,
             "torch": torch.__version__, "triton": triton.__version__, "transformers": transformers.__version__,
-            "git_revision": revision, "kernels_sha256": sources.hexdigest(),
+            "git_revision": revision, "git_dirty": dirty, "kernels_sha256": sources.hexdigest(),
             "layers": args.layers, "batch": args.batch, "rounds": args.rounds,
             "geometry": TINY if args.tiny else LLAMA3_8B, "dtype": "fp32" if args.tiny else "bf16",
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

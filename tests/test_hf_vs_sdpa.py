@@ -64,6 +64,14 @@ def test_out_must_be_new_or_empty(tmp_path):
     assert result.stderr == f"hf_vs_sdpa.py: error: argument --out: {tmp_path / 'full'} is not a new or empty folder\n"
 
 
+def test_an_out_that_cannot_be_made_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("")
+    result = _run("--tiny", "--out", str(tmp_path / "file" / "sub"))
+    assert result.returncode == 2
+    assert result.stderr == (f"hf_vs_sdpa.py: error: argument --out: {tmp_path / 'file' / 'sub'} cannot be made "
+                             "(Not a directory)\n")
+
+
 def test_the_shipped_table_is_the_one_its_rows_give():
     rows = [json.loads(line) for line in (SHIPPED / "rows.jsonl").read_text().splitlines()]
     assert hf_vs_sdpa.table(rows) in (SHIPPED / "table.md").read_text()

@@ -90,3 +90,18 @@ def test_k_and_v_in_different_layouts_get_right_gradients():
     for name, got, want in zip(("o", "dq", "dk", "dv"), (out, *grads), ref):
         assert relative_error(got, want) <= 1e-5, name
     assert _order(grads[2]) == _order(k)
+
+
+def test_expanded_inputs_take_no_descriptor_and_answer_dense():
+    """Multi-query attention written as k.expand(B, H, S, D): a stride of 0 on the heads."""
+    k = torch.randn(1, 1, 77, 16).expand(1, 4, 77, 16)
+    assert tma_layout_reason(k.half()) is None  # .half() copies: a dense tensor
+    assert tma_layout_reason(k) == "it is expanded (a stride of 0: strides (1232, 0, 16, 1))"
+    assert empty_in_layout(k).stride() == (4928, 16, 64, 1)  # dense, head_dim innermost, the heads inside seq
+    q = torch.randn(1, 4, 77, 16, generator=torch.Generator().manual_seed(8))
+    leaves = [q.requires_grad_(True), k.detach().requires_grad_(True), k.detach().clone().requires_grad_(True)]
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(9))
+    ref = oracle_with_grads(q.detach(), k, k, do, causal=True)
+    got = flash_attention(*leaves, causal=True)
+    for name, g, want in zip(("o", "dq", "dk", "dv"), (got, *torch.autograd.grad(got, leaves, do)), ref):
+        assert relative_error(g, want) <= 1e-5, name

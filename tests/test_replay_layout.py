@@ -96,5 +96,5 @@ def test_the_savings_sentence_says_when_replays_ran_in_another_layout():
     ])
     _, whole = savings(frame, {"wall_s": 0.1})
     assert savings_sentence(whole) == ("Attention is 10.0% of wall time; sdpa_math would make the run 1.05x faster "
-                                       "(10 of the 10 replayed calls ran on contiguous BHSD inputs, not in the run's "
-                                       "own layout)")
+                                       "(10 of the 10 replayed calls were replayed in another memory layout than the "
+                                       "run's)")

@@ -4,7 +4,7 @@ while an observation runs, and bound back after.
 Intercepted: ``torch.nn.functional.scaled_dot_product_attention``, FlexAttention's
 ``flex_attention``, flash-attn's ``flash_attn_func`` and ``flash_attn_varlen_func`` and
 FlashAttention-4's ``flash_attn.cute.flash_attn_func`` where installed, and our own
-``kernels.flash_attention.flash_attention`` (what ``attn_implementation="triton_flash"`` runs).
+``kernels.flash_attention.flash_attention`` (what ``attn_implementation="triton_fa"`` runs, kernels.hf_attention).
 Besides the attribute of the defining module, every module that imported the function by name
 before the observation (``from torch.nn.functional import scaled_dot_product_attention``) is
 re-bound too; torch's own modules are left alone, but for the defining ones.

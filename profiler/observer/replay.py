@@ -117,7 +117,6 @@ def savings(frame: pd.DataFrame, summary: dict) -> tuple[pd.DataFrame, pd.DataFr
     return per_row, pd.DataFrame(whole)
 
 
-
 def _same(replayed, observed) -> bool:
     """Whether a replay ran in the observed layout (a replay row from before layouts were recorded: BHSD)."""
     replayed = replayed if isinstance(replayed, str) and replayed else "bhsd"

@@ -93,7 +93,7 @@ def savings_sentence(whole: pd.DataFrame) -> str | None:
         outcome = (f"would make the run {speedup:.2f}x faster" if speedup >= 1 else
                    f"would make the run {1 / speedup:.2f}x slower")
     other = int(best.get("calls_other_layout", 0) or 0)
-    layout_note = (f" ({other} of the {int(best['calls_replayed'])} replayed calls ran on contiguous BHSD inputs, "
-                   "not in the run's own layout)") if other else ""
+    layout_note = (f" ({other} of the {int(best['calls_replayed'])} replayed calls were replayed in another "
+                   "memory layout than the run's)") if other else ""
     # The share is rounded as share_line rounds it.
     return f"Attention is {share:.1%} of {best['basis']} time; {best['impl']} {outcome}{layout_note}"

@@ -7,7 +7,8 @@ Per shape, layout (contiguous BHSD, BSHD as transformers views it, a packed QKV 
 pass (forward; backward alone, from saved forward outputs), the path our kernel takes
 (kernels.flash_fwd.forward_path / kernels.flash_bwd.backward_path) and the median time of
 ``triton.testing.do_bench`` for ours and for SDPA's cuDNN backend on the very same tensors, in ROUNDS
-interleaved rounds. TFLOP/s count 4·B·H·Nq·Nkv·D forward (x0.5 causal, x2.5 backward), as the bench.
+interleaved rounds; ``ours_over_cudnn`` is a speed ratio (cuDNN's time over ours: above 1, ours is
+faster). TFLOP/s count 4·B·H·Nq·Nkv·D forward (x0.5 causal, x2.5 backward), as the bench.
 """
 
 from __future__ import annotations
