@@ -49,6 +49,8 @@ def _make(layout, batch, heads, kv_heads, seq_q, seq_kv, head_dim, dtype, seed):
                 qkv[:, :, heads + kv_heads:].transpose(1, 2))
     if layout == "d_strided":  # head_dim not unit-stride: no tensor map reads it
         return tuple(t.transpose(-1, -2).contiguous().transpose(-1, -2) for t in (q, k, v))
+    if layout == "expanded":  # multi-query heads written as k.expand(B, H, S, D): a stride of 0
+        return q, k[:, :1].expand(k.shape), v[:, :1].expand(v.shape)
     if layout == "misaligned":  # a base address 2 bytes past 16-byte alignment
         out = []
         for t in (q, k, v):
@@ -114,13 +116,13 @@ def test_every_tma_layout_takes_the_gluon_kernels_and_matches_the_oracle(layout,
     assert [_layout_of(g) for g in grads] == [_layout_of(t) for t in leaves]
 
 
-@pytest.mark.parametrize("layout", ["d_strided", "misaligned"])
+@pytest.mark.parametrize("layout", ["d_strided", "misaligned", "expanded"])
 def test_layouts_no_descriptor_reads_take_the_portable_kernels(layout):
     _needs_sm90()
     q, k, v = _make(layout, 1, 4, 2, 333, 333, 64, torch.float16, seed=5)
-    assert tma_layout_reason(q) is not None
+    assert tma_layout_reason(k) is not None
     assert forward_path(q, k, v) == "tiled" and backward_path(q, k, v) == "tiled"
-    with pytest.raises(ValueError, match="TMA descriptors cannot read q"):
+    with pytest.raises(ValueError, match="TMA descriptors cannot read"):
         flash_attention_forward(q, k, v, gluon=True)
     leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
     do = torch.randn_like(q)
