@@ -62,6 +62,7 @@ from kernels._autotune import LOG2E, LOG2E_C
 from kernels.flash_fwd_hopper import (
     _as_box,
     _phase,
+    _shared_layout,
     _swizzled_tile,
     empty_in_layout,
     sm90_reason,
@@ -634,7 +635,7 @@ def descriptors(q, k, v, do, dq_acc, config: BackwardConfig):
     (B·H·Nq_pad, D) fp32 in dQ shares (:meth:`BackwardConfig.dq_tile`)."""
     head_dim = q.shape[-1]
     dq_block = list(config.dq_tile(head_dim))
-    dq_layout = gl.NVMMASharedLayout.get_default_for(dq_block, gl.float32)
+    dq_layout = _shared_layout(tuple(dq_block), torch.float32)
     return (tensor_descriptor(q, config.block_m), tensor_descriptor(do, config.block_m),
             tensor_descriptor(k, config.block_n), tensor_descriptor(v, config.block_n),
             TensorDescriptor.from_tensor(dq_acc.view(-1, head_dim), dq_block, dq_layout))

@@ -39,6 +39,7 @@ Gluon, so the CPU tests run the portable kernel; tests/gpu runs this one against
 
 from __future__ import annotations
 
+import functools
 import os
 import types
 from typing import NamedTuple
@@ -168,15 +169,16 @@ def tma_layout_reason(t: torch.Tensor) -> str | None:
     the (batch, seq, heads, head_dim) storage that transformers and flash-attn hand over as a BHSD
     view, and the q, k, v slices of a packed QKV projection all qualify at head_dim 64 and 128. A
     dimension of extent 1 is never stepped along, so its stride does not count (see tma_strides)."""
-    if t.stride(-1) != 1:
-        return f"its head_dim is not unit-stride (strides {tuple(t.stride())})"
-    if any(s == 0 and n > 1 for s, n in zip(t.stride(), t.shape)):
-        return f"it is expanded (a stride of 0: strides {tuple(t.stride())})"
+    strides, shape, size = t.stride(), t.shape, t.element_size()
+    if strides[-1] != 1:
+        return f"its head_dim is not unit-stride (strides {tuple(strides)})"
+    for stride, extent in zip(strides[:-1], shape[:-1]):
+        if extent > 1 and stride == 0:
+            return f"it is expanded (a stride of 0: strides {tuple(strides)})"
+        if extent > 1 and (stride * size) % 16:
+            return f"stride {stride} x {size} bytes is not a multiple of 16 bytes (strides {tuple(strides)})"
     if t.data_ptr() % 16:
         return f"its address is not 16-byte aligned (offset {t.data_ptr() % 16} bytes)"
-    bad = [s for s, n in zip(t.stride()[:-1], t.shape[:-1]) if n > 1 and (s * t.element_size()) % 16]
-    if bad:
-        return f"stride {bad[0]} x {t.element_size()} bytes is not a multiple of 16 bytes (strides {tuple(t.stride())})"
     return None
 
 
@@ -194,11 +196,16 @@ def tensor_descriptor(t: torch.Tensor, rows: int):
     """A 4-D TMA descriptor of BHSD ``t`` on its own strides whose tile is ``rows`` consecutive
     positions of one (batch, head) by the whole head_dim: a tile never crosses into another
     sequence, batch or head (TMA fills positions past the sequence's end with zeros)."""
-    head_dim = t.shape[-1]
-    dtype = gl.float16 if t.dtype == torch.float16 else gl.bfloat16
-    block = [1, 1, rows, head_dim]
-    layout = gl.NVMMASharedLayout.get_default_for(block, dtype)
-    return TensorDescriptor(t, list(t.shape), tma_strides(t), block, layout)
+    block = [1, 1, rows, t.shape[-1]]
+    return TensorDescriptor(t, list(t.shape), tma_strides(t), block, _shared_layout(tuple(block), t.dtype))
+
+
+@functools.cache
+def _shared_layout(block: tuple[int, ...], dtype: torch.dtype):
+    """NVMMASharedLayout.get_default_for, once per block shape and dtype: it costs tens of microseconds
+    a call, which a decode step or a short prefill pays on the host before every launch."""
+    element = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}[dtype]
+    return gl.NVMMASharedLayout.get_default_for(list(block), element)
 
 
 def empty_in_layout(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -548,7 +555,7 @@ def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_n: int)
 
 def tile_layout(rows: int, head_dim: int, dtype: torch.dtype):
     """The shared-memory layout of a 2-D (rows, head_dim) tile, as the wgmma reads it."""
-    return gl.NVMMASharedLayout.get_default_for([rows, head_dim], gl.float16 if dtype == torch.float16 else gl.bfloat16)
+    return _shared_layout((rows, head_dim), dtype)
 
 
 def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
