@@ -41,7 +41,10 @@ def flash_attention_with_lse(
     natural-log logsumexp of each row of the scaled (and masked) scores."""
     check_qkv(q, k, v, head_dims=HEAD_DIMS)
     scale = resolve_scale(sm_scale, q.shape[-1])
-    return FlashAttentionFunction.apply(q, k, v, bool(causal), scale)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        return FlashAttentionFunction.apply(q, k, v, bool(causal), scale)
+    # Nothing to differentiate (inference, a decode step): no autograd node, less host time per call.
+    return flash_attention_forward(q, k, v, causal=bool(causal), sm_scale=scale)
 
 
 def flash_attention(
