@@ -1,0 +1,125 @@
+"""Compile the Gluon kernels for sm_90a on a machine without a GPU: spills, shared memory, TMA ops, host time.
+
+    python -m pip install --no-deps --target /tmp/t36site triton==3.6.0     # the GPU machine's triton, once
+    TRITON_SITE=/tmp/t36site python scripts/perf_experiments/gluon_compile_cpu.py [bshd|bhsd]
+
+Triton compiles to PTX and cubin without a device when it is given a target, so the Gluon forward and
+backward (kernels/flash_fwd_hopper.py, kernels/flash_bwd_hopper.py) can be built here for every
+configuration the defaults take, and ptxas (shipped in the triton wheel) says what each costs in
+registers, spills and shared memory: the checks a kernel change needs before it spends GPU time. The
+script stands in for the CUDA driver (a fake one that names sm_90 and launches nothing), so every call
+compiles or finds its cached kernel and returns. It also times the host side of one inference call
+through kernels.hf_attention on BSHD views, everything but the launch itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+
+sys.path.insert(0, os.environ.get("TRITON_SITE", "/tmp/t36site"))
+sys.path.insert(1, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.runtime import driver  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
+
+
+class _NoDevice:
+    """The driver calls a compile makes, for an sm_90 target; nothing launches."""
+
+    def get_current_target(self):
+        return GPUTarget("cuda", 90, 32)
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_active_torch_device(self):
+        return torch.device("cpu")
+
+
+COMPILED: list[tuple[str, object]] = []
+_run = JITFunction.run
+
+
+def _compile_only(self, *args, grid, warmup, **kwargs):
+    kernel = _run(self, *args, grid=grid, warmup=True, **kwargs)
+    COMPILED.append((self.fn.__name__, kernel))
+    return kernel
+
+
+def stand_in_for_an_h100():
+    driver.set_active(_NoDevice())
+    JITFunction.run = _compile_only
+    # 132 SMs and 50 MB of L2, as an H100 SXM reports them; CPU tensors pass for CUDA ones.
+    torch.cuda.get_device_properties = lambda device=None: types.SimpleNamespace(multi_processor_count=132,
+                                                                                  L2_cache_size=50 * 2**20)
+    torch.cuda.get_device_capability = lambda device=None: (9, 0)
+    torch.Tensor.is_cuda = property(lambda self: True)
+
+
+def ptxas_report(kernel) -> str:
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(kernel.asm["ptx"])
+    out = subprocess.run([str(ptxas), "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
+                         text=True).stderr
+    spills = [line.split(":")[-1].strip() for line in out.splitlines() if "spill" in line]
+    tma = sorted(set(re.findall(r"cp\.(?:async\.bulk|reduce\.async\.bulk)\.tensor\.\dd", kernel.asm["ptx"])))
+    return f"smem {kernel.metadata.shared} B, {spills[0] if spills else '?'}, {', '.join(tma)}"
+
+
+def make(layout, batch, heads, seq, head_dim):
+    if layout == "bshd":
+        return torch.randn(batch, seq, heads, head_dim, dtype=torch.bfloat16).transpose(1, 2)
+    return torch.randn(batch, heads, seq, head_dim, dtype=torch.bfloat16)
+
+
+def main():
+    layout = sys.argv[1] if len(sys.argv) > 1 else "bshd"
+    stand_in_for_an_h100()
+    from kernels import flash_bwd_hopper, flash_fwd_hopper
+    from kernels.hf_attention import triton_flash_attention_forward
+
+    print(f"triton {triton.__version__}, {layout} inputs, sm_90a")
+    for head_dim in (64, 128):
+        for causal in (False, True):
+            q, k = make(layout, 2, 4, 1000, head_dim), make(layout, 2, 2, 1000, head_dim)
+            o, lse = flash_fwd_hopper.hopper_forward(q, k, k, causal, head_dim ** -0.5)
+            print(f"fwd D{head_dim} {'causal' if causal else 'full'}: {ptxas_report(COMPILED[-1][1])}")
+            flash_bwd_hopper.hopper_backward(o, q, k, k, o, lse, causal, head_dim ** -0.5, lse)
+            backward = next(kernel for name, kernel in reversed(COMPILED) if name == "_attn_bwd_hopper")
+            print(f"bwd D{head_dim} {'causal' if causal else 'full'}: {ptxas_report(backward)}")
+
+    class Layer(torch.nn.Module):
+        is_causal = True
+
+    q, k, v = make(layout, 1, 32, 256, 128), make(layout, 1, 8, 256, 128), make(layout, 1, 8, 256, 128)
+    import kernels.flash_fwd
+    import kernels.hf_attention
+
+    for module in (kernels.flash_fwd, kernels.hf_attention):  # CPU tensors are the stand-in's CUDA tensors
+        module.check_triton_device = lambda t, name="q": None
+    with torch.inference_mode():
+        for _ in range(3):
+            triton_flash_attention_forward(Layer(), q, k, v, None)
+        start = time.perf_counter()
+        for _ in range(300):
+            triton_flash_attention_forward(Layer(), q, k, v, None)
+    host = (time.perf_counter() - start) / 300 * 1e6
+    print(f"host time of one inference call through kernels.hf_attention (launch left out): {host:.0f} us")
+
+
+if __name__ == "__main__":
+    main()
