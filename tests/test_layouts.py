@@ -16,6 +16,19 @@ def _order(t: torch.Tensor) -> tuple[int, ...]:
     return tuple(sorted(range(t.dim()), key=lambda d: -t.stride(d)))
 
 
+def _against_the_oracle(q, k, v, causal: bool, seed: int):
+    """o and (dq, dk, dv) of flash_attention on these inputs (each a leaf as it lies in memory), each
+    within 1e-5 of the fp64 oracle; returns them for checks of their layout."""
+    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed))
+    ref = oracle_with_grads(*[t.detach() for t in (q, k, v)], do, causal=causal)
+    out = flash_attention(*leaves, causal=causal)
+    grads = torch.autograd.grad(out, leaves, do)
+    for name, got, want in zip(("o", "dq", "dk", "dv"), (out, *grads), ref):
+        assert relative_error(got, want) <= 1e-5, name
+    return out, grads
+
+
 def _layouts(batch, heads, kv_heads, seq, head_dim, dtype=torch.float32, seed=0):
     """name -> (q, k, v) with equal values: contiguous BHSD, a BSHD view, a packed QKV projection's slices."""
     g = torch.Generator().manual_seed(seed)
@@ -67,13 +80,7 @@ def test_the_portable_kernels_take_every_layout_and_answer_in_it(layout, causal)
     """N = 77 (no block size divides it; 154 query rows per K/V head, past the split-KV path's 128, so
     the tiled forward runs), 4 query heads on 2 K/V heads, fp32 under the interpreter."""
     q, k, v = _layouts(1, 4, 2, 77, 16, seed=3)[layout]
-    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
-    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(4))
-    ref = oracle_with_grads(q, k, v, do, causal=causal)
-    out = flash_attention(*leaves, causal=causal)
-    grads = torch.autograd.grad(out, leaves, do)
-    for name, got, want in zip(("o", "dq", "dk", "dv"), (out, *grads), ref):
-        assert relative_error(got, want) <= 1e-5, name
+    out, grads = _against_the_oracle(q, k, v, causal, seed=4)
     assert _order(out) == _order(q) == (0, 2, 1, 3)
     assert [_order(g) for g in grads] == [(0, 2, 1, 3)] * 3
 
@@ -82,13 +89,7 @@ def test_k_and_v_in_different_layouts_get_right_gradients():
     """k a BSHD view, v contiguous BHSD: dk and dv both come back in k's order (one set of store strides)."""
     q, k, _ = _layouts(1, 4, 2, 77, 16, seed=5)["bshd"]
     v = _layouts(1, 4, 2, 77, 16, seed=6)["bhsd"][2]
-    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
-    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(7))
-    ref = oracle_with_grads(q, k, v, do, causal=True)
-    out = flash_attention(*leaves, causal=True)
-    grads = torch.autograd.grad(out, leaves, do)
-    for name, got, want in zip(("o", "dq", "dk", "dv"), (out, *grads), ref):
-        assert relative_error(got, want) <= 1e-5, name
+    _, grads = _against_the_oracle(q, k, v, True, seed=7)
     assert _order(grads[2]) == _order(k)
 
 
@@ -99,9 +100,4 @@ def test_expanded_inputs_take_no_descriptor_and_answer_dense():
     assert tma_layout_reason(k) == "it is expanded (a stride of 0: strides (1232, 0, 16, 1))"
     assert empty_in_layout(k).stride() == (4928, 16, 64, 1)  # dense, head_dim innermost, the heads inside seq
     q = torch.randn(1, 4, 77, 16, generator=torch.Generator().manual_seed(8))
-    leaves = [q.requires_grad_(True), k.detach().requires_grad_(True), k.detach().clone().requires_grad_(True)]
-    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(9))
-    ref = oracle_with_grads(q.detach(), k, k, do, causal=True)
-    got = flash_attention(*leaves, causal=True)
-    for name, g, want in zip(("o", "dq", "dk", "dv"), (got, *torch.autograd.grad(got, leaves, do)), ref):
-        assert relative_error(g, want) <= 1e-5, name
+    _against_the_oracle(q, k, k.clone(), True, seed=9)
