@@ -5,8 +5,8 @@ replay measures every named implementation at that shape (random inputs of the o
 dtype, the same causal mask, in the memory layout the run's calls had: a transformers model's BSHD
 views are replayed as BSHD views, so a replay takes the code path the model's calls would take;
 profiler.measure.cases, as ``capture`` does) and stores ordinary rows with ``source`` = replay and
-their ``layout``. Packed (varlen) and other strided layouts are replayed as contiguous BHSD, and
-:func:`savings` says so (``same_layout``). :func:`savings` then charges each observed row's calls at the replayed
+their ``layout``; packed (varlen) and other strided layouts are replayed as contiguous BHSD, which
+:func:`savings` marks (``same_layout``). :func:`savings` charges each observed row's calls at the replayed
 time: saved = observed total − calls × replayed median. Calls an implementation cannot run (a mask
 it lacks: explicit masks, block masks, windows, bottom-right causal with Nq != Nkv; or a status
 other than ok) keep their observed time. The run would take ``basis − saved``, where the basis is
