@@ -6,6 +6,7 @@ and what is allowed, so a user never meets an assert or a Triton compile error f
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -116,3 +117,12 @@ def check_triton_device(t: torch.Tensor, name: str = "q") -> None:
         f"{name} is on device '{t.device}'; Triton kernels need a CUDA tensor "
         "(or a CPU tensor with TRITON_INTERPRET=1 set before kernels are imported)"
     )
+
+
+@functools.cache
+def cuda_properties(index: int | None):
+    """torch.cuda.get_device_properties of device ``index``, once: the SM count, L2 size and compute
+    capability do not change while a process runs, and torch's own call costs a few microseconds of
+    Python that every launch of a decode step or a short prefill paid again (docs/perf-notes.md,
+    "Our kernels inside a transformers model")."""
+    return torch.cuda.get_device_properties(index)

@@ -28,8 +28,9 @@ and its hopper/ sources) does the backward in one pass, which this kernel follow
   dS reach dV's and dK's wgmma through shared memory as transposed operands.
 - delta_i = Σ_d O_id dO_id comes from kernels.flash_bwd's preprocess kernel.
 - Causal: a key block sees the query tiles from its own position on; the first key blocks go first
-  (the longest work first), head by head with a program per block, in small snaked sections of
-  heads with persistent programs (kernels.tile_schedule), and only the tiles on the diagonal or past
+  (the longest work first), within sections of heads (kernels.tile_schedule.plan: with a program per
+  block, one head at a time unless few long programs need more to fill the SMs; snaked with
+  persistent programs), and only the tiles on the diagonal or past
   a ragged end are masked. With ``BackwardConfig.masked_first`` (causal D128) a key block walks those
   masked tiles first and then the clean ones, so the step is inlined twice rather than three times
   (fewer spills: docs/perf-notes.md, "Gluon backward", round 6).
@@ -57,6 +58,7 @@ import triton.language as tl
 
 from kernels import tile_schedule
 from kernels._autotune import LOG2E, LOG2E_C
+from kernels._checks import cuda_properties
 
 # The ring's mbarrier phase, the tile order and the sm_90 checks, shared with the forward.
 from kernels.flash_fwd_hopper import (
@@ -118,7 +120,8 @@ class BackwardConfig(NamedTuple):
 # By (head_dim, causal). Shared memory per program (bytes): Q and dO rings 2·STAGES·BLOCK_M·D·2, K and V
 # 2·BLOCK_N·D·2, dSᵀ staging 2·consumers·64·BLOCK_M·2 (double-buffered), dQ staging consumers·BLOCK_M·D·4,
 # and with query_rows P staging consumers·BLOCK_M·64·2; ptxas reports 128 KB at D64 and 192 KB at D128
-# (208 KB with query_rows), under sm_90's 227 KB. Causal runs a program per key block, head by head.
+# (208 KB with query_rows), under sm_90's 227 KB. Causal runs a program per key block, in
+# tile_schedule.plan's order.
 # Against persistent programs in snaked sections on the H100 (gluon_schedule_round3.jsonl) that
 # measured 0-11% faster at D128, and at D64 3-6% slower up to N8192 but 13% faster at N16384; the
 # same kernel's per-block D64 times moved by up to 8% between runs, so one rule serves both
@@ -170,10 +173,10 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: tor
 
 @gluon.jit
 def _key_block(t, n_blocks, bh_kv, section, snake, BLOCK_N: gl.constexpr):
-    """Key block t as (batch·K/V head, first key), in _swizzled_tile's order: head by head
-    (``section`` 1), so a head's Q and dO stay in L2 while its key blocks run; causal the first key
-    block (which sees every query tile) first, for persistent programs within snaked sections of
-    heads (kernels.tile_schedule.plan)."""
+    """Key block t as (batch·K/V head, first key), in _swizzled_tile's order: heads in sections
+    (``section`` 1: head by head), so few heads' Q and dO are in L2 while their key blocks run;
+    causal, the first key block of a section (which sees every query tile) first, snaked for
+    persistent programs (kernels.tile_schedule.plan)."""
     off_bhk, block = _swizzled_tile(t, n_blocks, bh_kv, section, snake)
     return off_bhk, block * BLOCK_N
 
@@ -662,16 +665,19 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
     descs = descriptors(q, k, v, do, dq_acc, config)
     n_blocks = triton.cdiv(seq_kv, config.block_n)
     bh_kv = batch * kv_heads
-    props = torch.cuda.get_device_properties(q.device)
+    props = cuda_properties(q.device.index)
     programs = n_blocks * bh_kv
     if config.persistent:
         programs = min(programs, props.multi_processor_count)
     # Per K/V head, what its key blocks read and reduce into: Q and dO of its query heads, and
     # their fp32 dQ rows (FA3's SingleTileBwdLPTScheduler counts the same three).
     head_bytes = (heads // kv_heads) * seq_q * head_dim * (2 * q.element_size() + 4)
+    # A key block's program walks block_n / block_m query tiles per block of queries, for each query
+    # head of its group: the work of a visited block, for the grid's order (tile_schedule.grid_makespan).
+    repeat = (heads // kv_heads) * config.block_n / config.block_m
     schedule = schedule or tile_schedule.plan(n_blocks, bh_kv, head_bytes, props.L2_cache_size,
                                               tile_schedule.BACKWARD_L2_SHARE, programs, bool(causal),
-                                              config.persistent)
+                                              config.persistent, props.multi_processor_count, repeat)
     _attn_bwd_hopper[(programs,)](
         *descs, dk, dv, *dk.stride()[:3], lse, delta, sm_scale * LOG2E, sm_scale,
         heads, heads // kv_heads, seq_q, seq_kv, q_pad, n_blocks, bh_kv, schedule.section, int(schedule.snake),

@@ -27,7 +27,7 @@ import triton.language as tl
 
 from attention_core import split_kv
 from kernels._autotune import INTERPRET, LN2_C, LOG2E, dot_precision
-from kernels._checks import dtype_name
+from kernels._checks import cuda_properties, dtype_name
 
 # (num_warps, num_stages) by head_dim: 128 from the H100 sweep in docs/perf-notes.md ("Decode"); the
 # others are untuned (a small block of rows needs few warps; head_dim 256 tiles need fewer stages).
@@ -187,7 +187,7 @@ def flash_decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
     the short causal D64 forward")."""
     if pdl is None:
         pdl = (q.is_cuda and not INTERPRET and torch.version.hip is None
-               and torch.cuda.get_device_capability(q.device)[0] >= 9)
+               and cuda_properties(q.device.index).major >= 9)
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     o = torch.empty((batch, heads, seq_q, head_dim), dtype=q.dtype, device=q.device)

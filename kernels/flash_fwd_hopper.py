@@ -17,7 +17,7 @@ did not get there on triton 3.6):
   next K can land while the current V is still in use; ``q_empty`` when a consumer is done with
   its Q), and two or three consumer warpgroups of 64 query rows each, which run the wgmma
   instructions and the online softmax. Tiles go head by head; causal ones longest block first
-  (persistent programs: in small snaked sections of heads, kernels.tile_schedule).
+  in small sections of heads (snaked for persistent programs: kernels.tile_schedule.plan).
 - ``OVERLAP``: a consumer issues the next tile's QKᵀ and the current PV as asynchronous wgmma
   before it runs the softmax of the tile it just waited for, so its exponentials run while its own
   matmuls are in flight (FA3's intra-warpgroup pipelining, their Algorithm 2).
@@ -49,6 +49,7 @@ import triton
 
 from kernels import tile_schedule
 from kernels._autotune import INTERPRET, LN2_C, LOG2E
+from kernels._checks import cuda_properties
 
 try:  # Gluon's Hopper API as triton 3.6 ships it; other versions may lack or rename parts of it
     from triton.experimental import gluon
@@ -142,13 +143,35 @@ def forward_tile(head_dim: int, dtype: str = "fp16") -> tuple[int, int] | None:
 def sm90_reason(kernel: str, head_dims: tuple[int, ...], **tensors: torch.Tensor) -> str | None:
     """Why a Gluon sm_90 kernel (``kernel``: 'forward', 'backward') cannot take these tensors (q
     first), or None when it can: Gluon present and on, an sm_90 GPU, fp16/bf16, a head_dim it has,
-    and every tensor in a layout its TMA descriptor can read (:func:`tma_layout_reason`)."""
+    and every tensor in a layout its TMA descriptor can read (:func:`tma_layout_reason`).
+
+    The answer depends on each tensor's device, dtype, shape, strides and base address modulo 16
+    only, so it is kept per such layout: a model calls attention with the same few layouts every
+    step, and the checks cost more host time than the key (about 25 us a call on the H100 machine)."""
+    key = (kernel, head_dims, os.environ.get("ATTN_GLUON", "1"),
+           *((name, t.device, t.dtype, t.shape, t.stride(), t.data_ptr() % 16) for name, t in tensors.items()))
+    reason = _SM90_REASONS.get(key, _UNKNOWN)
+    if reason is _UNKNOWN:
+        if len(_SM90_REASONS) >= 4096:
+            _SM90_REASONS.clear()
+        reason = _SM90_REASONS[key] = _sm90_reason(kernel, head_dims, tensors)
+    return reason
+
+
+_SM90_REASONS: dict = {}
+_UNKNOWN = object()
+
+
+def _sm90_reason(kernel: str, head_dims: tuple[int, ...], tensors: dict[str, torch.Tensor]) -> str | None:
     q = next(iter(tensors.values()))
     if GLUON_IMPORT_ERROR is not None:
         return GLUON_IMPORT_ERROR
     if INTERPRET or os.environ.get("ATTN_GLUON", "1") == "0":
         return "Gluon kernels are off (TRITON_INTERPRET=1 or ATTN_GLUON=0)"
-    if not q.is_cuda or torch.cuda.get_device_capability(q.device) != (9, 0):
+    if not q.is_cuda:
+        return f"the Gluon {kernel} needs an sm_90 GPU (H100/H200)"
+    props = cuda_properties(q.device.index)
+    if (props.major, props.minor) != (9, 0):
         return f"the Gluon {kernel} needs an sm_90 GPU (H100/H200)"
     if q.dtype not in (torch.float16, torch.bfloat16):
         return f"the Gluon {kernel} takes fp16 or bf16, not {q.dtype}"
@@ -574,13 +597,13 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     q_desc, k_desc, v_desc = descriptors(q, k, v, config.block_n)
     m_blocks = triton.cdiv(seq_q, config.block_m)
     total = m_blocks * batch * heads
-    props = torch.cuda.get_device_properties(q.device)
+    props = cuda_properties(q.device.index)
     programs = min(total, props.multi_processor_count) if config.persistent else total
     # Per query head, the K and V its tiles read (a K/V head's, shared by its group of query heads).
     head_bytes = 2 * seq_kv * head_dim * q.element_size() * kv_heads // heads
     schedule = schedule or tile_schedule.plan(m_blocks, batch * heads, head_bytes, props.L2_cache_size,
                                               tile_schedule.FORWARD_L2_SHARE, programs, bool(causal),
-                                              config.persistent)
+                                              config.persistent, props.multi_processor_count)
     _attn_fwd_hopper[(programs,)](
         q_desc, k_desc, v_desc, o, *o.stride()[:3], lse, scale * LOG2E, heads, heads // kv_heads, seq_q, seq_kv,
         m_blocks, total, schedule.section, int(schedule.snake),

@@ -13,6 +13,13 @@ tile goes head by head (the hardware hands the next tile to a free SM, which eve
 and persistent programs take sections as small as their balance allows (below), FA3's share of L2
 only as the upper bound.
 
+"The hardware evens the tail out" needs many tiles, though. With few long ones (batch 1 with grouped
+heads, where a backward program walks every query head of its K/V group) head by head starts the
+last heads' longest tiles after the first wave has run, and the run ends late: Llama-3-8B's backward at
+N4096 ran at 302 TFLOP/s head by head and 396 in sections of 4 heads on the H100. So a grid of one
+program per tile also takes sections, from a model of how the hardware fills its SMs
+(:func:`grid_makespan`), and never larger than the heads one wave of programs spans anyway.
+
 One more step matters for persistent programs that take every programs-th tile of that order (a
 static round robin, not FA3's atomic counter): when a section holds a multiple of the programs'
 count of tiles, each program meets the same block index in every section, and some programs get
@@ -30,6 +37,7 @@ no GPU or triton needed (numpy for :func:`largest_share`).
 from __future__ import annotations
 
 import functools
+import heapq
 from typing import NamedTuple
 
 import numpy as np
@@ -84,23 +92,58 @@ def largest_share(n_blocks: int, bh: int, programs: int, schedule: Schedule, cau
     return float(work.max() * programs / work.sum())
 
 
+def grid_makespan(n_blocks: int, bh: int, slots: int, schedule: Schedule, repeat: float = 1.0) -> float:
+    """For a causal grid of one program per tile: when the last program ends, over the mean work per
+    slot. ``slots`` programs run at once (one per SM for our kernels: their shared memory and
+    registers fit one program an SM), and the next program in tile order starts on the first slot to
+    come free, as the hardware hands out thread blocks in index order while SMs free up. A tile's work
+    is 1 + ``repeat`` · the blocks it visits (as :func:`largest_share`; the backward's program visits
+    every query head of its K/V group, so its ``repeat`` counts those). 1.0 is a perfect fill; with
+    few long programs a head-by-head order starts the longest ones of the last heads late."""
+    t = np.arange(n_blocks * bh)
+    _, rank = tiles(t, n_blocks, bh, schedule.section, schedule.snake)
+    work = 1 + repeat * (n_blocks - rank)
+    free = [0.0] * min(slots, len(work))
+    end = 0.0
+    for w in work.tolist():
+        start = heapq.heappop(free)
+        end = max(end, start + w)
+        heapq.heappush(free, start + w)
+    return float(end * len(free) / work.sum())
+
+
 # A persistent launch takes the smallest section whose snaked order keeps the largest program's
 # work within this factor of the mean (or, when none does, the most even one). On the H100, the
 # smallest such section was the fastest measured or within 2% of it on every causal shape of
 # reports/perf-h100/gluon_schedule_sections.jsonl (docs/perf-notes.md, "Gluon backward", round 4).
 BALANCE = 1.04
 
+# A grid of one program per tile takes the smallest section whose :func:`grid_makespan` is within
+# this factor of the best candidate's (fewer heads in flight measured faster: round 4).
+GRID_TOLERANCE = 1.01
+
 
 @functools.lru_cache(maxsize=256)
 def plan(n_blocks: int, bh: int, head_bytes: int, l2_bytes: int, share: float, programs: int,
-         causal: bool, persistent: bool) -> Schedule:
+         causal: bool, persistent: bool, slots: int = 0, repeat: float = 1.0) -> Schedule:
     """The order for one launch. Head by head when not causal (every tile is as long, and a head's
-    data stays in L2 while its tiles run), and when causal with one program per tile (the hardware
-    hands the next tile to a free SM, so the tail evens out by itself; head by head measured faster
-    than sections there). Persistent causal: snaked sections, the smallest that balance the
-    programs' work (:data:`BALANCE`), no larger than :func:`section_heads` lets fit in L2."""
-    if not causal or not persistent or programs >= n_blocks * bh:
+    data stays in L2 while its tiles run). Persistent causal: snaked sections, the smallest that
+    balance the programs' work (:data:`BALANCE`), no larger than :func:`section_heads` lets fit in
+    L2. Causal with one program per tile (``slots`` programs at once, 0: unknown, head by head):
+    sections no larger than the heads one wave of ``slots`` programs spans anyway (so no more heads
+    are in flight than head by head has), the smallest whose :func:`grid_makespan` is within
+    :data:`GRID_TOLERANCE` of the best; head by head when the tiles are many, sections where few long
+    programs would otherwise start the last heads' longest tiles late (batch 1 with grouped heads)."""
+    if not causal:
         return Schedule(1, False)
+    if not persistent or programs >= n_blocks * bh:
+        if slots <= 0:
+            return Schedule(1, False)
+        wave_heads = min(bh, -(-slots // n_blocks))
+        candidates = [Schedule(1 << i, False) for i in range(wave_heads.bit_length())]
+        spans = [grid_makespan(n_blocks, bh, slots, schedule, repeat) for schedule in candidates]
+        best = min(spans)
+        return next(s for s, span in zip(candidates, spans) if span <= best * GRID_TOLERANCE)
     largest = section_heads(bh, head_bytes, l2_bytes, share)
     sizes = sorted({*(1 << i for i in range(largest.bit_length())), largest})
     candidates = [Schedule(size, True) for size in sizes]

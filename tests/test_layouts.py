@@ -57,6 +57,35 @@ def test_tma_refuses_what_a_tensor_map_cannot_describe():
     assert tma_layout_reason(odd) == "stride 4 x 2 bytes is not a multiple of 16 bytes (strides (660, 4, 132, 1))"
 
 
+def test_the_sm90_answer_is_kept_per_layout_and_address_alignment(monkeypatch):
+    """sm90_reason keeps its answer per (device, dtype, shape, strides, address mod 16, ATTN_GLUON): a model's
+    repeated layouts skip the checks, and a layout that differs in any of those is checked afresh. Here the
+    CPU stands in for an sm_90 GPU, so the only reasons left are the layouts'."""
+    from kernels import flash_fwd_hopper as hopper
+
+    monkeypatch.setattr(hopper, "GLUON_IMPORT_ERROR", None)
+    monkeypatch.setattr(hopper, "INTERPRET", False)
+    monkeypatch.setattr(hopper, "cuda_properties", lambda index: type("Props", (), {"major": 9, "minor": 0}))
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(hopper, "_SM90_REASONS", {})
+    checked = []
+    real = hopper._sm90_reason
+    monkeypatch.setattr(hopper, "_sm90_reason", lambda *args: checked.append(args) or real(*args))
+
+    q = torch.randn(1, 4, 33, 64, dtype=torch.float16)
+    misaligned = torch.empty(q.numel() + 1, dtype=torch.float16)[1:].view(q.shape)
+    assert hopper.sm90_reason("forward", (64,), q=q) is None
+    assert hopper.sm90_reason("forward", (64,), q=q.clone()) is None  # same layout: the kept answer
+    assert len(checked) == 1
+    assert hopper.sm90_reason("forward", (64,), q=misaligned).endswith("not 16-byte aligned (offset 2 bytes)")
+    assert hopper.sm90_reason("forward", (64,), q=q.transpose(1, 2).contiguous().transpose(1, 2)) is None
+    assert hopper.sm90_reason("forward", (64,), q=q.float()).startswith("the Gluon forward takes fp16 or bf16")
+    assert hopper.sm90_reason("forward", (128,), q=q).startswith("the Gluon forward takes head_dim in (128,)")
+    monkeypatch.setenv("ATTN_GLUON", "0")
+    assert hopper.sm90_reason("forward", (64,), q=q).startswith("Gluon kernels are off")
+    assert len(checked) == 6
+
+
 def test_a_dimension_of_extent_one_keeps_any_stride():
     """A (1, H, 1, D) decode query sliced from a wider tensor: its batch and seq strides never step."""
     q = torch.randn(3, 1, 8, 64, dtype=torch.float16)[1:2].transpose(1, 2)  # (1, 8, 1, 64), odd seq stride

@@ -93,7 +93,44 @@ def test_plan_takes_the_smallest_balanced_section():
     assert ts.plan(16, 256, 2 * 2048 * 128 * 2, H100_L2, ts.FORWARD_L2_SHARE, H100_SMS, True, True) == Schedule(1, True)
 
 
-def test_one_program_per_tile_goes_head_by_head():
+def test_grid_makespan_by_hand():
+    """Two slots, 2 heads of 3 key blocks, work 1 + blocks visited: 4, 3, 2 a head. Head by head the
+    second head's longest tile starts at 4 (slot A) and the run ends at 10 over a mean of 9; a section
+    of both heads pairs the longest tiles and ends at 9."""
+    assert ts.grid_makespan(3, 2, 2, Schedule(1, False)) == pytest.approx(10 / 9)
+    assert ts.grid_makespan(3, 2, 2, Schedule(2, False)) == pytest.approx(1.0)
+    # repeat weighs the visited blocks: works 1 + 2·(3, 2, 1) = 7, 5, 3 a head; head by head the slots end
+    # their tiles at A 7, B 5, B 8, A 14, B 13, B 16, over a mean of 15.
+    assert ts.grid_makespan(3, 2, 2, Schedule(1, False), repeat=2) == pytest.approx(16 / 15)
+
+
+def test_one_program_per_tile_without_an_sm_count_goes_head_by_head():
     head_bytes = 2 * 2048 * 64 * 2
     for programs in (11 * 512, H100_SMS):
         assert ts.plan(11, 512, head_bytes, H100_L2, ts.FORWARD_L2_SHARE, programs, True, False) == Schedule(1, False)
+    assert ts.plan(32, 8, head_bytes, H100_L2, ts.FORWARD_L2_SHARE, 256, False, False, H100_SMS) == Schedule(1, False)
+
+
+def test_a_grid_of_few_long_programs_takes_sections():
+    """Llama-3-8B's backward at batch 1, N4096: 8 K/V heads of 32 key blocks, each program walking 4 query
+    heads of 64 query tiles (repeat 4 · 128/64). Head by head, the last heads' longest programs start after
+    the first wave and the run ends at 1.59x the mean work; sections of 4 heads fill the 132 SMs evenly.
+    Measured on the H100 (docs/perf-notes.md, "Causal grids of few long programs"): 302 -> 396 TFLOP/s."""
+    grid = dict(n_blocks=32, bh=8, slots=H100_SMS, repeat=8.0)
+    assert ts.grid_makespan(**grid, schedule=Schedule(1, False)) > 1.5
+    schedule = ts.plan(32, 8, 16 * 2**20, H100_L2, ts.BACKWARD_L2_SHARE, 256, True, False, H100_SMS, 8.0)
+    assert schedule == Schedule(4, False)
+    assert ts.grid_makespan(**grid, schedule=schedule) < 1.01
+
+
+@pytest.mark.parametrize("n_blocks,bh,repeat", [(128, 8, 8.0), (64, 32, 2.0), (16, 256, 2.0), (32, 32, 1.0),
+                                                (43, 128, 1.0), (128, 64, 2.0), (1, 3, 1.0)])
+def test_grid_sections_stay_within_one_wave_of_heads_and_near_the_best(n_blocks, bh, repeat):
+    """No more heads in flight than head by head has (a section spans at most the heads one wave of
+    programs covers), and the chosen order within GRID_TOLERANCE of the best candidate's makespan."""
+    schedule = ts.plan(n_blocks, bh, 1, H100_L2, ts.BACKWARD_L2_SHARE, n_blocks * bh, True, False, H100_SMS, repeat)
+    wave_heads = min(bh, -(-H100_SMS // n_blocks))
+    assert not schedule.snake and 1 <= schedule.section <= wave_heads
+    spans = [ts.grid_makespan(n_blocks, bh, H100_SMS, Schedule(1 << i, False), repeat)
+             for i in range(wave_heads.bit_length())]
+    assert ts.grid_makespan(n_blocks, bh, H100_SMS, schedule, repeat) <= min(spans) * ts.GRID_TOLERANCE

@@ -63,8 +63,8 @@ def stand_in_for_an_h100():
     driver.set_active(_NoDevice())
     JITFunction.run = _compile_only
     # 132 SMs and 50 MB of L2, as an H100 SXM reports them; CPU tensors pass for CUDA ones.
-    torch.cuda.get_device_properties = lambda device=None: types.SimpleNamespace(multi_processor_count=132,
-                                                                                  L2_cache_size=50 * 2**20)
+    torch.cuda.get_device_properties = lambda device=None: types.SimpleNamespace(
+        multi_processor_count=132, L2_cache_size=50 * 2**20, major=9, minor=0)
     torch.cuda.get_device_capability = lambda device=None: (9, 0)
     torch.Tensor.is_cuda = property(lambda self: True)
 
