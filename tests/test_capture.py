@@ -141,6 +141,24 @@ def test_capture_refuses_to_overwrite(tmp_path, capsys):
     assert "already holds a capture; pass --resume" in capsys.readouterr().err
 
 
+def test_ctrl_c_says_where_the_rows_are_and_how_to_go_on(tmp_path, capsys, monkeypatch):
+    """Ctrl-C during the measuring loop: exit 130 as python does, and one line naming the folder that keeps
+    the finished rows and the command that measures the rest; before any folder exists, just 'interrupted'."""
+    import profiler.cli.capture as capture_cli
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(capture_cli, "measure_with_progress", interrupt)
+    out = tmp_path / "cap1"
+    assert main(["capture", "--device", "cpu", "--seq", "16", "--impl", "naive", "--out", str(out)]) == 130
+    assert capsys.readouterr().err.strip() == (f"interrupted: the rows finished so far are kept in {out}/; run the same "
+                                               f"command with --out {out} --resume to measure the rest")
+    monkeypatch.setattr(capture_cli, "start_capture", interrupt)
+    assert main(["capture", "--device", "cpu", "--seq", "16", "--impl", "naive", "--out", str(tmp_path / "c2")]) == 130
+    assert capsys.readouterr().err.strip() == "interrupted"
+
+
 def test_interrupted_sweep_keeps_every_finished_row(tmp_path):
     out = tmp_path / "sweep"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 
 EXIT_USAGE = 2
@@ -100,6 +101,18 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
 
 
+def interrupted_message(args) -> str:
+    """One line for Ctrl-C: where the finished rows are and how to go on, once a capture folder exists
+    (every row is written as it finishes, so nothing finished is lost)."""
+    folder = getattr(args, "capture_folder", None)
+    if folder is None:
+        return "interrupted"
+    line = f"interrupted: the rows finished so far are kept in {folder}/"
+    if getattr(args, "capture_resumable", False) and hasattr(args, "resume"):
+        line += f"; run the same command with --out {shlex.quote(str(folder))} --resume to measure the rest"
+    return line
+
+
 def _peer_lost(err: RuntimeError) -> bool:
     """Whether a collective failed because another rank went away (gloo's words for it)."""
     return any(words in str(err) for words in ("Connection closed by peer", "Connection reset by peer"))
@@ -114,7 +127,7 @@ def _run(argv: list[str] | None) -> int:
         print(f"python -m profiler {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(interrupted_message(args), file=sys.stderr)
         return 130
     except RuntimeError as err:
         if args.ranks is None or not _peer_lost(err):

@@ -85,6 +85,8 @@ def start_capture(args, device_label: str, dtypes, meta: dict, impls=(), head_di
             ranks = args.ranks
     except FolderError as err:
         raise UsageError(str(err)) from None
+    # What an interrupted run tells the user (profiler.cli._run): its rows are written one by one.
+    args.capture_folder, args.capture_resumable = store.folder, resumable
     source = store.meta.get("measured_ceilings_source", "")
     if source.startswith("cache") and (ranks is None or ranks.main):
         console.print(f"Roofs (measured ceilings) from the {source}.", soft_wrap=True)

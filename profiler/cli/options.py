@@ -10,9 +10,19 @@ import argparse
 from profiler.cli import UsageError
 
 
+def _items(text: str) -> list[str]:
+    """The comma-separated items of ``text``, stripped; an empty one (``64,,128``, a trailing comma) is
+    refused rather than dropped, since it is most often a value the user meant to type."""
+    items = [x.strip() for x in text.split(",")]
+    if text.strip() and "" in items:
+        raise argparse.ArgumentTypeError(f"'{text}' has an empty item; separate values with single commas")
+    return [x for x in items if x]
+
+
 def int_list(text: str) -> list[int]:
+    items = _items(text)
     try:
-        values = [int(x) for x in text.split(",") if x.strip()]
+        values = [int(x) for x in items]
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of integers") from None
     if not values or any(x < 1 for x in values):
@@ -34,7 +44,7 @@ def choice_list(allowed: tuple[str, ...]):
     """A type for a comma-separated list of values from ``allowed``."""
 
     def parse(text: str) -> list[str]:
-        values = [x.strip() for x in text.split(",") if x.strip()]
+        values = _items(text)
         bad = [x for x in values if x not in allowed]
         if bad or not values:
             raise argparse.ArgumentTypeError(f"'{text}': allowed values are {', '.join(allowed)}")
@@ -57,7 +67,7 @@ def impl_list(text: str) -> list[str]:
 
     if text == "all":
         return list(BUILTIN)
-    names = [x.strip() for x in text.split(",") if x.strip()]
+    names = _items(text)
     if not names:
         raise argparse.ArgumentTypeError(f"'{text}': name at least one implementation")
     try:
