@@ -100,6 +100,17 @@ def test_bad_arguments_give_one_line_and_exit_2(args, message):
     assert "Traceback" not in out.stderr
 
 
+def test_the_ceilings_cache_is_a_folder_or_a_json_file(tmp_path, monkeypatch):
+    from profiler.measure.ceilings import cache_path
+
+    monkeypatch.setenv("ATTN_ROOFLINE_CACHE", str(tmp_path / "x"))
+    assert cache_path() == tmp_path / "x" / "ceilings.json"
+    monkeypatch.setenv("ATTN_ROOFLINE_CACHE", str(tmp_path / "x" / "c.json"))
+    assert cache_path() == tmp_path / "x" / "c.json"  # the file itself, not a folder named c.json
+    monkeypatch.delenv("ATTN_ROOFLINE_CACHE")
+    assert cache_path().parts[-3:] == (".cache", "attention-roofline", "ceilings.json")
+
+
 def test_ceilings_on_the_cpu_are_measured_and_cached(tmp_path):
     out = run_cli("ceilings", "--json", env={"ATTN_ROOFLINE_CACHE": str(tmp_path)})
     assert out.returncode == 0, out.stderr

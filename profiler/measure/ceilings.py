@@ -31,8 +31,12 @@ def device_name(device: torch.device | str) -> str:
 
 
 def cache_path() -> Path:
-    root = Path(os.environ.get("ATTN_ROOFLINE_CACHE", Path.home() / ".cache" / "attention-roofline"))
-    return root / "ceilings.json"
+    """Where measured ceilings are cached: ceilings.json in ``$ATTN_ROOFLINE_CACHE`` (a folder), or that
+    file itself where the variable names a .json file; by default under ~/.cache/attention-roofline."""
+    value = os.environ.get("ATTN_ROOFLINE_CACHE")
+    if value and value.endswith(".json"):
+        return Path(value)
+    return Path(value or Path.home() / ".cache" / "attention-roofline") / "ceilings.json"
 
 
 def load_cached(device: torch.device | str) -> Ceilings | None:
