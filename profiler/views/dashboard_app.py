@@ -480,13 +480,20 @@ with tabs["Trace"]:
                 "scripts/nsys_profile.sh.")
 
 with tabs["What-if"]:
-    target = st.selectbox("Project onto", list(hardware.DEVICES), index=list(hardware.DEVICES).index("B200"))
-    device = hardware.DEVICES[target]
-    if device.peak_flops_or_none(dtype) is None:
-        st.info(f"{target} has no {dtype} peak in the datasheet table: pick another GPU to project onto.")
+    # Only GPUs whose datasheet entry has this dtype's peak can take the projection (B200 has no fp32 one):
+    # the newest of those first, so a CPU fp32 capture opens on a projection, not on an apology.
+    targets = [name for name, gpu in hardware.DEVICES.items() if gpu.peak_flops_or_none(dtype) is not None]
+    if not targets:
+        st.info(f"No GPU in the datasheet table has a {dtype} peak to project onto.")
     else:
+        preferred = next((name for name in ("B200", "H200", "H100-SXM") if name in targets), targets[0])
+        target = st.selectbox("Project onto", targets, index=targets.index(preferred))
+        device = hardware.DEVICES[target]
+        missing = [name for name in hardware.DEVICES if name not in targets]
         st.caption("A projection from the cost model and the datasheet: each step's intensity (compulsory bytes), "
-                   f"and the roof of {target} at that intensity. Nothing here was measured on {target}.")
+                   f"and the roof of {target} at that intensity. Nothing here was measured on {target}."
+                   + (f" Not offered, without a peak for {dtype} in the datasheet table: {', '.join(missing)}."
+                      if missing else ""))
         chart(st, plots.whatif_figure(drawn[drawn.status == "ok"], device, dtype))
 
 with tabs["Validation"]:
