@@ -204,12 +204,13 @@ def test_every_tab_renders_on_an_observed_capture(reports, monkeypatch):
     assert sorted(titles) == sorted([
         "Roofline, compulsory bytes: B2 H4/2 D16 fp32 {full,causal} {bwd,fwd}", "Time", "Throughput",
         "Peak memory: measured vs model", "Decode: achieved bandwidth against the DRAM roof",
-        "Attention time by call site", "Observed calls and replays (fp32)"])
+        "Attention time by call site", "Observed calls and replays (fp32)",
+        "Projection onto H200 (model only: points sit on the roof by construction)"])
     # An observed run times no naive: Scaling says so instead of drawing an empty speedup chart.
     assert any(i.startswith("No speedup over naive here") for i in _texts(_tab(at, "Scaling"), "info"))
     # An observed run has no naive steps: the Step breakdown tab says where they are instead.
     assert any(i.startswith("No naive steps in llama") for i in _texts(_tab(at, "Step breakdown"), "info"))
-    assert any("B200 has no fp32 peak" in i for i in _texts(_tab(at, "What-if"), "info"))
+    assert any("Not offered, without a peak for fp32" in i for i in _texts(_tab(at, "What-if"), "caption"))
     next(r for r in at.radio if r.label == "Bytes for intensity").set_value("tile").run()
     assert not at.exception
     # Beside a capture of the usual kind: Compare says they share nothing, Observed shows the run.
