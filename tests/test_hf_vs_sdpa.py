@@ -81,3 +81,14 @@ def test_the_shipped_table_is_the_one_its_rows_give():
         assert r["dispatch"]["fallbacks"] == {} and r["dispatch"]["kernel_calls"] == 2
         if r["phase"] != "decode":
             assert r["dispatch"]["paths"]["fwd gluon-ws"] == 2
+
+
+def test_the_readme_quotes_the_shipped_rows():
+    """The README's table of ours / sdpa is the shipped run's, every cell (rounded as printed)."""
+    rows = {(r["context"], r["phase"]): r["ours_over_sdpa"]
+            for r in map(json.loads, (SHIPPED / "rows.jsonl").read_text().splitlines())}
+    readme = (ROOT / "README.md").read_text()
+    for context in (4096, 16384, 32768):
+        cells = " | ".join(f"{rows[context, phase]:.3f}" for phase in ("prefill", "train", "decode"))
+        assert f"| {context} | {cells} |" in readme, context
+    assert f"{json.loads((SHIPPED / 'meta.json').read_text())['rounds']} rounds, time ours / sdpa" in readme
