@@ -25,9 +25,10 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import flash_bwd_hopper, flash_fwd_hopper
+from kernels import flash_bwd_hopper
 from kernels._autotune import LOG2E, LOG2E_C, autotune, configs_from, default_tile, dot_precision, pruner, seq_bucket
 from kernels._checks import check_backward_inputs, check_triton_device, dtype_name
+from kernels._layout import empty_in_layout
 
 HEAD_DIMS = (16, 32, 64, 128)
 
@@ -335,10 +336,10 @@ def flash_attention_backward(
     bucket = seq_bucket(seq_q, seq_kv)
     # dq in q's memory order, dk and dv both in k's (the dK/dV kernel stores both through dk's strides),
     # as the Gluon kernel returns them.
-    dq = flash_fwd_hopper.empty_in_layout(q)
+    dq = empty_in_layout(q)
     kv_heads = k.shape[1]
-    dk = flash_fwd_hopper.empty_in_layout(k)
-    dv = flash_fwd_hopper.empty_in_layout(k)
+    dk = empty_in_layout(k)
+    dv = empty_in_layout(k)
     _attn_bwd_dkdv[lambda meta: (triton.cdiv(seq_kv, meta["BLOCK_N"]), batch * kv_heads)](
         q, k, v, do, dk, dv, lse, delta, qk_scale, sm_scale,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(),

@@ -59,6 +59,7 @@ import triton.language as tl
 from kernels import tile_schedule
 from kernels._autotune import LOG2E, LOG2E_C
 from kernels._checks import cuda_properties
+from kernels._layout import empty_in_layout
 
 # The ring's mbarrier phase, the tile order and the sm_90 checks, shared with the forward.
 from kernels.flash_fwd_hopper import (
@@ -66,7 +67,6 @@ from kernels.flash_fwd_hopper import (
     _phase,
     _shared_layout,
     _swizzled_tile,
-    empty_in_layout,
     sm90_reason,
     tensor_descriptor,
     tile_layout,

@@ -25,6 +25,7 @@ from attention_core import split_kv
 from kernels import flash_fwd_hopper
 from kernels._autotune import LN2_C, LOG2E, autotune, configs_from, default_tile, dot_precision, pruner, seq_bucket
 from kernels._checks import check_qkv, check_triton_device, dtype_name, resolve_scale
+from kernels._layout import empty_in_layout
 from kernels.flash_decode import flash_decode_forward
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
@@ -175,7 +176,7 @@ def flash_attention_forward(
     q: (batch, heads, seq_q, head_dim); k, v: (batch, kv_heads, seq_kv, head_dim), kv_heads dividing
     heads (grouped-query attention: query head h reads K/V head h // (heads // kv_heads)), any strides.
     Returns o: (batch, heads, seq_q, head_dim) in q's dtype and memory order (a BSHD view's output
-    is a BSHD view: kernels.flash_fwd_hopper.empty_in_layout; the split-KV path, for at most 128 query
+    is a BSHD view: kernels._layout.empty_in_layout; the split-KV path, for at most 128 query
     rows per K/V head, writes it contiguous: at one query row that is BSHD's memory too, at a few rows
     a caller's transpose back copies that small output), and
     lse: (batch, heads, seq_q) fp32, the natural-log logsumexp of each row of the scaled scores.
@@ -206,7 +207,7 @@ def flash_attention_forward(
             return flash_fwd_hopper.hopper_forward(q, k, v, causal, scale)
         if gluon:
             raise ValueError(reason)
-    o = flash_fwd_hopper.empty_in_layout(q)
+    o = empty_in_layout(q)
     lse = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
 
     def grid(meta):

@@ -50,6 +50,7 @@ import triton
 from kernels import tile_schedule
 from kernels._autotune import INTERPRET, LN2_C, LOG2E
 from kernels._checks import cuda_properties
+from kernels._layout import empty_in_layout
 
 try:  # Gluon's Hopper API as triton 3.6 ships it; other versions may lack or rename parts of it
     from triton.experimental import gluon
@@ -229,19 +230,6 @@ def _shared_layout(block: tuple[int, ...], dtype: torch.dtype):
     a call, which a decode step or a short prefill pays on the host before every launch."""
     element = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}[dtype]
     return gl.NVMMASharedLayout.get_default_for(list(block), element)
-
-
-def empty_in_layout(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """An uninitialised tensor of t's shape whose dimensions lie in memory in t's order (largest
-    stride outermost; head_dim always innermost and unit-stride, as every kernel writes it), dense: a
-    BSHD view's output (or gradient) is a BSHD view too, so the caller's transpose back to (batch,
-    seq, heads, head_dim) copies nothing. Unlike ``torch.empty_like`` it keeps the order also for a
-    slice of a packed QKV tensor, which is not dense; an expanded dimension (stride 0) goes inside
-    the others."""
-    last = t.dim() - 1
-    order = sorted(range(last), key=lambda d: -t.stride(d)) + [last]  # stable: ties keep BHSD order
-    dense = torch.empty([t.shape[d] for d in order], dtype=dtype or t.dtype, device=t.device)
-    return dense.permute([order.index(d) for d in range(t.dim())])
 
 
 def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:

@@ -152,8 +152,8 @@ def test_ctrl_c_says_where_the_rows_are_and_how_to_go_on(tmp_path, capsys, monke
     monkeypatch.setattr(capture_cli, "measure_with_progress", interrupt)
     out = tmp_path / "cap1"
     assert main(["capture", "--device", "cpu", "--seq", "16", "--impl", "naive", "--out", str(out)]) == 130
-    assert capsys.readouterr().err.strip() == (f"interrupted: the rows finished so far are kept in {out}/; run the same "
-                                               f"command with --out {out} --resume to measure the rest")
+    assert capsys.readouterr().err.strip() == (f"interrupted: the rows finished so far are kept in {out}/; "
+                                               f"run the same command with --out {out} --resume to measure the rest")
     monkeypatch.setattr(capture_cli, "start_capture", interrupt)
     assert main(["capture", "--device", "cpu", "--seq", "16", "--impl", "naive", "--out", str(tmp_path / "c2")]) == 130
     assert capsys.readouterr().err.strip() == "interrupted"

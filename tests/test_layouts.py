@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from kernels import flash_attention
-from kernels.flash_fwd_hopper import empty_in_layout, tma_layout_reason, tma_strides
+from kernels._layout import empty_in_layout
+from kernels.flash_fwd_hopper import tma_layout_reason, tma_strides
 from kernels.reference import oracle_with_grads, relative_error
 
 
