@@ -122,6 +122,10 @@ def test_ceilings_on_the_cpu_are_measured_and_cached(tmp_path):
     assert result["datasheet_entry"] is None  # a CPU has measured ceilings only
     cached = json.loads((tmp_path / "ceilings.json").read_text())
     assert len(cached) == 1
+    # A second run takes them from the cache (a CPU stores fp32 only; it used to measure again every time).
+    again = run_cli("ceilings", "--json", env={"ATTN_ROOFLINE_CACHE": str(tmp_path)})
+    assert again.returncode == 0, again.stderr
+    assert json.loads((tmp_path / "ceilings.json").read_text()) == cached
 
 
 def test_demo_on_the_cpu_runs_the_pytorch_implementations():

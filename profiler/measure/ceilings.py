@@ -69,18 +69,19 @@ def measure_ceilings(device: torch.device | str, dtypes=("fp16", "bf16", "fp32")
     """Time a large matmul per dtype and a large copy on ``device`` (GPU: n=8192 and 2 GiB;
     CPU: n=2048 and 256 MiB, so it finishes in seconds)."""
     device = torch.device(device)
+    on_gpu = device.type == "cuda"
+    # CPU half-precision matmuls are emulated on most CPUs: not a ceiling, so a CPU measures fp32 only
+    # (and a cache entry holding it is complete).
+    dtypes = tuple(dtypes) if on_gpu else tuple(d for d in dtypes if d == "fp32")
     cached = load_cached(device) if use_cache else None
     if cached is not None and set(dtypes) <= set(cached.matmul_tflops) and cached.l2_copy_gbps is not None:
         return cached
-    on_gpu = device.type == "cuda"
     n = 8192 if on_gpu else 2048
     rates = {}
     old_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means IEEE fp32, as in our kernels
     try:
         for dtype in dtypes:
-            if not on_gpu and dtype != "fp32":
-                continue  # CPU half-precision matmuls are emulated on most CPUs: not a ceiling
             a = torch.randn(n, n, device=device, dtype=TORCH_DTYPES[dtype])
             b = torch.randn(n, n, device=device, dtype=TORCH_DTYPES[dtype])
             t = measure(lambda a=a, b=b: torch.matmul(a, b), device)
