@@ -11,9 +11,10 @@ built once with ``create_block_mask``, as Mistral-style sliding-window models do
 ``flex_attention`` is wrapped in ``torch.compile`` (``--compile``, the default), as FlexAttention's
 documentation asks: that is what fuses it into one Triton kernel; ``--no-compile`` runs it eagerly.
 
-Without CUDA the model is tiny (``--tiny``) and runs eagerly on the CPU, forward only: torch's
-FlexAttention has no backward on the CPU (``_validate_device`` in torch/nn/attention/flex_attention.py
-raises NotImplementedError, torch 2.13), so there each step is a forward under ``torch.no_grad``.
+Without CUDA the model is tiny (``--tiny``) and runs on the CPU, forward only: torch's FlexAttention
+has no backward on the CPU (``_validate_device`` in torch/nn/attention/flex_attention.py raises
+NotImplementedError, torch 2.13), so there each step is a forward under ``torch.no_grad``. It runs
+eagerly there unless ``--compile`` asks for Inductor's C++ FlexAttention kernel (a C++ compiler needed).
 """
 
 from __future__ import annotations
@@ -100,13 +101,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.add_argument(f"--{name}", type=_positive,
                             help=f"{help_text} (default {DEFAULTS[key]}; tiny {TINY[key]})")
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                        help="wrap flex_attention in torch.compile (default: on with CUDA; CUDA only)")
+                        help="wrap flex_attention in torch.compile (default: on with CUDA, off on the CPU)")
     parser.add_argument("--tiny", action=argparse.BooleanOptionalAction, default=None,
                         help="a tiny fp32 model that runs in seconds on a CPU (default: on without CUDA)")
     args = parser.parse_args(argv)
     args.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if args.compile and args.device.type != "cuda":
-        parser.error("--compile needs CUDA: on the CPU this example runs flex_attention eagerly; use --no-compile")
     args.compile = args.device.type == "cuda" if args.compile is None else args.compile
     if args.tiny is None:
         args.tiny = args.device.type != "cuda"

@@ -14,6 +14,9 @@ key/value heads, head_dim 128, intermediate 14336, vocabulary 128256, rope_theta
   one single-query step per further token, reading the KV cache);
 - train: one forward and backward over (batch, context) tokens with next-token labels, one SGD step.
 
+``--compile`` compiles the model first (``model.compile()``, as training frameworks do), so a profiler
+sees the attention of compiled graphs.
+
 ``--attn`` is passed to transformers as ``attn_implementation`` (eager, sdpa, flex_attention, ...);
 ``triton_fa`` is this project's Triton kernel (kernels.hf_attention, registered with transformers
 first; its name avoids "flash", which transformers reserves for flash-attn kernels from the Hub).
@@ -32,6 +35,8 @@ from torch.utils.checkpoint import checkpoint
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 PHASES = ("prefill", "generate", "train")
+# torch.compile's modes (torch.compile docs); reduce-overhead adds CUDA graphs.
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 
 # Meta-Llama-3-8B's config.json, all but the layer count; the tiny model keeps its ratios of query to
 # key/value heads (2:1 here, 4:1 there) so grouped-query attention is exercised on the CPU too.
@@ -102,6 +107,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=_non_negative, default=0,
                         help="untimed runs of each phase before the timed one (default 0: the first run is the one "
                              "a profiler should see)")
+    parser.add_argument("--compile", nargs="?", const="default", choices=COMPILE_MODES, default=None,
+                        help="compile the model with model.compile(mode=...) (default: eager; bare --compile: "
+                             "mode default)")
     parser.add_argument("--tiny", action=argparse.BooleanOptionalAction, default=None,
                         help="a tiny fp32 model that runs in seconds on a CPU (default: on without CUDA)")
     args = parser.parse_args(argv)
@@ -237,12 +245,17 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.manual_seed(0)
     model = build_model(args).eval()
+    if args.compile:
+        # The decoder too: the training step calls it directly (next_token_loss chunks the head).
+        model.compile(mode=args.compile)
+        model.model.compile(mode=args.compile)
     config = model.config
     print(f"config: llama layers={config.num_hidden_layers} hidden={config.hidden_size} "
           f"heads={config.num_attention_heads} kv_heads={config.num_key_value_heads} head_dim={config.head_dim} "
           f"intermediate={config.intermediate_size} vocab={config.vocab_size} "
           f"dtype={str(args.dtype).removeprefix('torch.')} device={args.device.type} "
-          f"attn={config._attn_implementation} batch={args.batch} context={args.context}", flush=True)
+          f"attn={config._attn_implementation} batch={args.batch} context={args.context}"
+          + (f" compile={args.compile}" if args.compile else ""), flush=True)
     input_ids = torch.randint(0, config.vocab_size, (args.batch, args.context), device=args.device)
     # Plain SGD keeps no state per parameter (AdamW would add two fp32 copies of the weights).
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)

@@ -9,7 +9,8 @@ layers: learned token and position embeddings, pre-LayerNorm blocks of causal se
 ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)`` on (batch, heads, seq,
 head_dim) views of a fused qkv projection, as a hand-written training script has it. Training is
 AdamW under bf16 autocast on a GPU; without CUDA the model is tiny (``--tiny``), fp32, on the CPU.
-One line per step gives its loss and wall time.
+One line per step gives its loss and wall time. ``--compile`` wraps the model in ``torch.compile``, as
+nanoGPT's train.py does by default.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from torch import nn
 
 DEFAULTS = dict(layers=6, heads=12, head_dim=64, context=1024, batch=8, steps=5, vocab=50304)
 # The tiny context is odd on purpose: no power-of-two tile fits it exactly.
+# torch.compile's modes (torch.compile docs); reduce-overhead adds CUDA graphs.
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 TINY = dict(layers=2, heads=2, head_dim=16, context=33, batch=2, steps=2, vocab=128)
 
 
@@ -102,6 +105,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         key = name.replace("-", "_")
         parser.add_argument(f"--{name}", type=_positive,
                             help=f"{help_text} (default {DEFAULTS[key]}; tiny {TINY[key]})")
+    parser.add_argument("--compile", nargs="?", const="default", choices=COMPILE_MODES, default=None,
+                        help="wrap the model in torch.compile(mode=...) as nanoGPT's train.py does (default: eager; "
+                             "bare --compile: mode default)")
     parser.add_argument("--tiny", action=argparse.BooleanOptionalAction, default=None,
                         help="a tiny fp32 model that runs in seconds on a CPU (default: on without CUDA)")
     args = parser.parse_args(argv)
@@ -125,13 +131,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.manual_seed(0)
     model = GPT(args.vocab, args.context, args.layers, args.heads, args.head_dim).to(args.device)
+    if args.compile:
+        model = torch.compile(model, mode=args.compile)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
     # bf16 autocast on a GPU, as nanoGPT-style training runs; plain fp32 for the tiny model.
     autocast = nullcontext() if args.tiny else torch.autocast(args.device.type, dtype=torch.bfloat16)
     precision = "fp32" if args.tiny else "bf16-autocast"
     print(f"config: nanogpt layers={args.layers} heads={args.heads} head_dim={args.head_dim} "
           f"width={args.heads * args.head_dim} vocab={args.vocab} dtype={precision} device={args.device.type} "
-          f"batch={args.batch} context={args.context}", flush=True)
+          f"batch={args.batch} context={args.context}" + (f" compile={args.compile}" if args.compile else ""),
+          flush=True)
     for step in range(1, args.steps + 1):
         # Random tokens: the attention's work depends on the shapes only, not on what the tokens say.
         tokens = torch.randint(0, args.vocab, (args.batch, args.context + 1), device=args.device)

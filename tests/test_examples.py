@@ -160,16 +160,6 @@ def test_flex_window_tiny_runs_forward_steps():
     assert len(losses) == 2 and losses[0] == losses[1]  # no optimizer step on the CPU: the same forward twice
 
 
-def test_flex_window_compile_needs_cuda(capsys):
-    if torch.cuda.is_available():
-        pytest.skip("--compile is allowed with CUDA")
-    with pytest.raises(SystemExit) as stop:
-        _load("flex_window.py").parse_args(["--compile"])
-    assert stop.value.code == 2
-    assert capsys.readouterr().err == ("flex_window.py: error: --compile needs CUDA: on the CPU this example runs "
-                                       "flex_attention eagerly; use --no-compile\n")
-
-
 def test_flex_window_counts_the_visited_blocks():
     """At 4096 tokens and a 256-token window (two 128-blocks), query block i visits kv blocks i-2 (partial),
     i-1 (full) and i (the diagonal, partial): 32 + 31 + 30 of 32 x 32."""

@@ -141,8 +141,9 @@ def _print_summary(run_) -> None:
                    "bound", "roof"):
         table.add_column(column, justify="right" if column not in ("site", "api", "shape", "mask") else "left")
     for _, r in top_rows(frame, TOP).iterrows():
+        bound = r["bound"] if isinstance(r["bound"], str) and r["bound"] else "-"  # untimed rows have none
         table.add_row(r["site"], r["impl"], r["mode"], r["label"], r["mask"], f"{int(r['calls'])}",
-                      fmt(r["total_ms"]), fmt(r["median_ms"]), fmt(r["tflops"]), fmt(r["gbps"]), r["bound"] or "-",
+                      fmt(r["total_ms"]), fmt(r["median_ms"]), fmt(r["tflops"]), fmt(r["gbps"]), bound,
                       fmt(r["of_roof"], ".0%"))
     console.print(table)
 

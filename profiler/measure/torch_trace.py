@@ -46,8 +46,11 @@ def record_one_iteration(fn: Callable[[], object], range_name: str, path: Path, 
     prof.export_chrome_trace(str(path))
 
 
-def kernels_from_chrome_trace(path: Path | str) -> pd.DataFrame:
-    """One row per GPU kernel in the trace, with its enclosing ranges (see module docstring)."""
+def kernels_from_chrome_trace(path: Path | str, ops: re.Pattern | None = None) -> pd.DataFrame:
+    """One row per GPU kernel in the trace, with its enclosing ranges (see module docstring). With
+    ``ops``, a column ``op`` names the outermost CPU operator matching it that launched the kernel, as
+    ``name@timestamp`` (one per operator call; "" for none): profiler.observer.graphs tells the
+    attention calls of a compiled graph apart by their ATen operators."""
     try:
         events = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:
@@ -74,6 +77,13 @@ def kernels_from_chrome_trace(path: Path | str) -> pd.DataFrame:
     for tid, spans in ranges_by_tid.items():
         spans.sort()
         starts_by_tid[tid] = [s for s, _, _ in spans]
+    ops_by_tid: dict[object, list[tuple[float, float, str]]] = {}
+    if ops is not None:
+        for e in complete:
+            if e.get("cat") == "cpu_op" and ops.search(e.get("name", "")):
+                ops_by_tid.setdefault(e.get("tid"), []).append((e["ts"], e["ts"] + e.get("dur", 0), e["name"]))
+        for spans in ops_by_tid.values():
+            spans.sort()
 
     rows = []
     for e in complete:
@@ -87,12 +97,28 @@ def kernels_from_chrome_trace(path: Path | str) -> pd.DataFrame:
             # Ranges that start before the launch and end after it, outermost (earliest) first.
             upto = bisect.bisect_right(starts_by_tid[tid], ts)
             enclosing = [name for start, end, name in spans[:upto] if start <= ts <= end]
-        rows.append({
+        row = {
             "kernel": e["name"], "gpu_us": float(e.get("dur", 0.0)), "start_us": float(e["ts"]),
             "stream": e.get("args", {}).get("stream", e.get("tid")),
             "range": enclosing[-1] if enclosing else "", "ranges": " > ".join(enclosing),
-        })
-    return pd.DataFrame(rows, columns=KERNEL_COLUMNS)
+        }
+        if ops is not None:
+            row["op"] = _outermost_op(ops_by_tid, launch)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=KERNEL_COLUMNS + (["op"] if ops is not None else []))
+
+
+def _outermost_op(ops_by_tid: dict, launch) -> str:
+    """``name@start`` of the earliest-starting operator span around a launch (thread, timestamp)."""
+    if launch is None or launch[0] not in ops_by_tid:
+        return ""
+    tid, ts = launch
+    for start, end, name in ops_by_tid[tid]:
+        if start > ts:
+            break
+        if ts <= end:
+            return f"{name}@{start}"
+    return ""
 
 
 def trace_file_name(impl: str, shape: Shape) -> str:

@@ -103,24 +103,39 @@ def _mask_cache_key(mask) -> tuple:
     return (mask.data_ptr(), mask._version, tuple(mask.shape), tuple(mask.stride()), str(mask.dtype))
 
 
-_mask_density: dict[tuple, tuple[float, int]] = {}
+_mask_density: dict[tuple, tuple[str, float, int]] = {}
 
 
-def explicit_mask(mask, scores_shape: tuple[int, ...]) -> tuple[float, int]:
-    """(fraction of pairs an SDPA attn_mask keeps, bytes it occupies). Boolean masks keep True;
-    additive float masks keep every entry above -inf. Broadcast dims (stride 0, or size 1) are read
-    once, so they count once in the bytes; the kept fraction is over the broadcast scores. Cached
-    per tensor version, so a mask shared by every layer of a forward is counted once (one sync)."""
-    key = _mask_cache_key(mask)
+def explicit_mask(mask, scores_shape: tuple[int, ...]) -> tuple[str, float, int]:
+    """(kind, fraction of pairs an SDPA attn_mask keeps, bytes it occupies). Boolean masks keep True;
+    additive float masks keep every entry above -inf. A mask that keeps every pair is kind ``none``,
+    one that keeps exactly the causal pairs ``causal`` (top-left, as ``is_causal``) or ``causal-br``
+    (bottom-right), so its FLOPs follow the convention ``is_causal`` rows use (:func:`causal_density`):
+    transformers passes ``is_causal=True`` eagerly and the same causal mask as a tensor under
+    ``torch.compile``. Any other is kind ``mask``. Broadcast dims (stride 0, or size 1) are read once,
+    so they count once in the bytes; the kept fraction is over the broadcast scores (a mean, which
+    broadcasting leaves as it is). Cached per tensor version, so a mask shared by every layer of a
+    forward is counted once (one sync)."""
+    key = _mask_cache_key(mask) + (tuple(scores_shape),)
     if key in _mask_density:
         return _mask_density[key]
     import torch
 
     kept = mask if mask.dtype == torch.bool else mask > float("-inf")
-    full = kept.expand(scores_shape) if kept.shape != scores_shape else kept
-    fraction = float(full.float().mean().item()) if full.numel() else 1.0
+    seq_q, seq_kv = scores_shape[-2], scores_shape[-1]
     stored = math.prod(size for size, stride in zip(mask.shape, mask.stride()) if stride != 0 and size != 1)
-    result = (fraction, stored * mask.element_size())
+    if not kept.numel():
+        result = ("mask", 1.0, stored * mask.element_size())
+    elif bool(kept.all()):
+        result = ("none", 1.0, stored * mask.element_size())
+    else:
+        result = ("mask", float(kept.float().mean().item()), stored * mask.element_size())
+        for kind, align, diagonal in (("causal", "top-left", 0), ("causal-br", "bottom-right", seq_kv - seq_q)):
+            causal = torch.ones(seq_q, seq_kv, dtype=torch.bool, device=kept.device).tril(diagonal)
+            if bool((kept == causal).all()):
+                kind = "causal" if seq_q == seq_kv else kind
+                result = (kind, causal_density(seq_q, seq_kv, align), result[2])
+                break
     if len(_mask_density) > 256:
         _mask_density.clear()
     _mask_density[key] = result
@@ -133,8 +148,7 @@ def sdpa_call(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     batch, heads, seq_q, head_dim = _batch(q), q.shape[-3], q.shape[-2], q.shape[-1]
     kv_heads, seq_kv = k.shape[-3], k.shape[-2]
     if attn_mask is not None:
-        density, mask_bytes = explicit_mask(attn_mask, (*q.shape[:-1], seq_kv))
-        mask, extra = "mask", mask_bytes
+        mask, density, extra = explicit_mask(attn_mask, (*q.shape[:-1], seq_kv))
     elif is_causal:
         mask, density, extra = "causal", causal_density(seq_q, seq_kv, "top-left"), 0
     else:
@@ -157,17 +171,29 @@ def flex_call(query, key, value, score_mod=None, block_mask=None, *args, **kwarg
 
 def block_density(block_mask) -> float:
     """Fraction of (query block, key block) pairs a FlexAttention BlockMask computes (partial and
-    full blocks: FlexAttention runs each listed block whole). ``BlockMask.sparsity()`` is the
-    percentage it skips (torch.nn.attention.flex_attention). Cached on the mask object, which
-    models build once and pass to every layer."""
+    full blocks: FlexAttention runs each listed block whole): :func:`block_fraction` of its block
+    counts. Cached on the mask object, which models build once and pass to every layer."""
     cached = getattr(block_mask, "_attention_roofline_density", None)
     if cached is None:
-        cached = 1.0 - float(block_mask.sparsity()) / 100.0
+        cached = block_fraction([block_mask.kv_num_blocks, block_mask.full_kv_num_blocks],
+                                block_mask.seq_lengths[1], block_mask.BLOCK_SIZE[1])
         try:
             block_mask._attention_roofline_density = cached
         except AttributeError:  # a BlockMask with __slots__: counted again next call
             pass
     return cached
+
+
+def block_fraction(num_blocks, seq_kv: int, block_kv: int) -> float:
+    """The computed blocks (``kv_num_blocks`` partial and ``full_kv_num_blocks`` full ones, summed over
+    batch, heads and query blocks: torch.nn.attention.flex_attention.BlockMask) over all the blocks of
+    the mask: (entries of kv_num_blocks, one per query block) x ceil(Nkv / block). Counted in blocks,
+    not in the block area ``BlockMask.sparsity()`` uses, which exceeds the scores when a block is
+    larger than the sequence (a 64-token mask in 128 x 128 blocks is 400% dense by that count)."""
+    counts = [t for t in num_blocks if t is not None]
+    computed = sum(int(t.sum().item()) for t in counts)
+    total = counts[0].numel() * -(-int(seq_kv) // int(block_kv))
+    return computed / total if total else 1.0
 
 
 def flash_attn_call(api: str, q, k, v, *args, causal=False, window_size=(-1, -1), **kwargs) -> Call:

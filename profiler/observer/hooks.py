@@ -78,6 +78,15 @@ def compiled_graphs() -> int:
     return int(counters["stats"].get("unique_graphs", 0)) if "stats" in counters else 0
 
 
+_local = threading.local()  # .inside: an intercepted call is running on this thread
+
+
+def inside_observed_call() -> bool:
+    """True while an intercepted call runs on this thread (profiler.observer.graphs reads it: eager
+    FlexAttention compiles and runs a graph of its own, which the interceptor has counted already)."""
+    return getattr(_local, "inside", False)
+
+
 def _first_tensor(args, kwargs) -> torch.Tensor:
     """The query: the first positional argument, or ``query``/``q`` by keyword."""
     if args and isinstance(args[0], torch.Tensor):
@@ -92,7 +101,6 @@ class Interceptor:
         self.recorder = recorder
         self.targets = targets
         self._bound: list[tuple[object, str, object]] = []  # (namespace, name, original)
-        self._local = threading.local()
         self._ids = itertools.count()
         self._attrs: dict[str, object] = {}  # NVTX event attributes by range name
         self._domain = nvtx.get_domain(DOMAIN)
@@ -138,7 +146,7 @@ class Interceptor:
     # ---------------------------------------------------------------- the wrapper
 
     def _wrap(self, target: Target, original):
-        recorder, local = self.recorder, self._local
+        recorder, local = self.recorder, _local
 
         def observed(*args, **kwargs):
             if torch.compiler.is_compiling() or getattr(local, "inside", False):

@@ -108,6 +108,8 @@ class Recorder:
         self.unmodelled: dict[str, int] = {}  # reason -> calls
         self.pending: deque[Pending] = deque()
         self.by_range: dict[str, RowStats] = {}  # trace clock: range name -> its row
+        self.by_graph_range: dict[str, list[RowStats]] = {}  # trace clock: a compiled graph's run -> its rows
+        self.graph_calls_untimed = 0  # calls inside compiled graphs whose kernels the trace did not tell apart
         self._events: list = []  # CUDA events free for reuse
         self.calls = 0
         self.on_call = None  # called after each call (the run's periodic flush)
@@ -157,6 +159,11 @@ class Recorder:
         if self.on_call is not None:
             self.on_call()
 
+    def graph_started(self, name: str, rows: list[RowStats]) -> None:
+        """A compiled graph's run (or its backward's) opened the range ``name``; ``rows``: its attention
+        calls in the order their kernels run (profiler.observer.graphs)."""
+        self.by_graph_range[name] = rows
+
     # ---------------------------------------------------------------- CUDA events
 
     def _event(self):
@@ -193,7 +200,38 @@ class Recorder:
                         break
         for name, stats in self.by_range.items():
             stats.times_ms.append(per_range.get(name, 0.0) / 1e3)
+        self._graph_times(kernels)
         return sum(1 for name in self.by_range if name not in per_range)
+
+    def _graph_times(self, kernels) -> None:
+        """Each compiled graph run's attention calls, timed from its attention kernels: those of one
+        attention operator (the ``op`` column) or one FlexAttention kernel are one call's, in launch
+        order (profiler.observer.graphs). A run whose count of such calls differs from its rows' is
+        left untimed."""
+        if not self.by_graph_range:
+            return
+        from profiler.observer.graphs import FLEX_KERNEL
+
+        units: dict[str, dict[str, list]] = {}  # graph range -> unit -> [first start, summed us]
+        if len(kernels):
+            ops = kernels["op"] if "op" in kernels else [""] * len(kernels)
+            for ranges, kernel, op, start, gpu_us in zip(kernels["ranges"], kernels["kernel"], ops,
+                                                         kernels["start_us"], kernels["gpu_us"]):
+                graph = next((n for n in ranges.split(" > ") if n in self.by_graph_range), None)
+                if graph is None:
+                    continue
+                unit = op or (f"{kernel}@{start}" if FLEX_KERNEL.search(kernel) else None)
+                if unit is None:
+                    continue
+                found = units.setdefault(graph, {}).setdefault(unit, [start, 0.0])
+                found[0], found[1] = min(found[0], start), found[1] + gpu_us
+        for graph, rows in self.by_graph_range.items():
+            timed = sorted(units.get(graph, {}).values())
+            if len(timed) != len(rows):
+                self.graph_calls_untimed += len(rows)
+                continue
+            for stats, (_, gpu_us) in zip(rows, timed):
+                stats.times_ms.append(gpu_us / 1e3)
 
     # ---------------------------------------------------------------- results
 
@@ -203,6 +241,10 @@ class Recorder:
 
     def timed(self) -> list[RowStats]:
         return [s for s in self.rows.values() if s.times_ms]
+
+    def untimed(self) -> list[RowStats]:
+        """Rows of calls no clock timed: calls inside compiled graphs (profiler.observer.graphs)."""
+        return [s for s in self.rows.values() if s.calls and not s.times_ms]
 
 
 def row_times(stats: RowStats) -> dict:

@@ -27,6 +27,7 @@ from profiler.measure.ranges import OBSERVE
 from profiler.model.cost import arithmetic_intensity
 from profiler.model.roofs import Roofs
 from profiler.model.rows import rates
+from profiler.observer.graphs import ATTENTION_OP, GraphObserver
 from profiler.observer.hooks import Interceptor, compiled_graphs
 from profiler.observer.recorder import Recorder, RowStats, row_times
 from profiler.store import Capture, to_frame
@@ -50,6 +51,7 @@ class ObservedRun:
     roofs: Roofs
     recorder: Recorder
     interceptor: Interceptor
+    graphs: GraphObserver
     meta: dict
     rows: list[dict] = field(default_factory=list)
     wall_s: float = float("nan")
@@ -67,29 +69,40 @@ class ObservedRun:
         return to_frame(self.rows)
 
 
-def observed_row(stats: RowStats, roofs: Roofs) -> dict:
+def observed_row(stats: RowStats, roofs: Roofs, untimed_reason: str = "") -> dict:
     """One results row of an observed (API, site, shape, mask, mode): FLOPs and bytes per call are
-    the means of exact per-call sums; ``time_ms`` is the mean time per call, so flops / time_ms is
-    the row's rate over all its calls (``median_ms`` beside it)."""
+    the means of exact per-call sums; ``time_ms`` is the mean time per timed call, so flops / time_ms
+    is the row's rate over its calls (``median_ms`` beside it). A row no clock timed (calls inside
+    compiled graphs, profiler.observer.graphs) has status ``untimed`` and ``untimed_reason``."""
     call, calls = stats.call, stats.calls
     seq_kv = round(stats.seq_kv_sum / calls)
     shape = Shape(call.batch, call.heads, call.seq_q, seq_kv, call.head_dim, call.dtype, call.causal, stats.mode,
                   call.kv_heads)
     flops, hbm_bytes = stats.flops / calls, stats.hbm_bytes / calls
-    times = row_times(stats)
+    timed = len(stats.times_ms)
+    times = row_times(stats) if timed else {"total_ms": float("nan"), "median_ms": float("nan"),
+                                            "time_ms_p10": float("nan"), "time_ms_p90": float("nan")}
     ai = arithmetic_intensity(flops, hbm_bytes)
     row = {**dict(zip(ROW_KEY, shape.row_key(call.api))), "path": "", "flops": flops, "hbm_bytes": hbm_bytes,
            "tile_bytes": float("nan"), "arithmetic_intensity": ai,
-           "time_ms": times["total_ms"] / calls, "time_ms_p10": times["time_ms_p10"],
+           "time_ms": times["total_ms"] / timed if timed else float("nan"), "time_ms_p10": times["time_ms_p10"],
            "time_ms_p90": times["time_ms_p90"], "status": "ok", "message": "",
            "source": "observed", "site": stats.site, "calls": calls, "total_ms": times["total_ms"],
            "median_ms": times["median_ms"], "mask": call.mask,
            "density": stats.flops / stats.full_flops if stats.full_flops else 1.0, "layout": call.layout,
            "seq_kv_min": stats.seq_kv_min, "seq_kv_max": stats.seq_kv_max}
+    if not timed:
+        return row | {"status": "untimed", "message": f"compiled: {untimed_reason or UNTIMED}"}
     if times["total_ms"] <= 0:
         return row | {"status": "error", "message": "no GPU kernel of these calls was found in the trace"}
-    # The rate over every call: summed FLOPs and bytes over summed time.
-    return row | rates(stats.flops, stats.hbm_bytes, times["total_ms"] * 1e-3, call.dtype, roofs)
+    if timed < calls:
+        row["message"] = f"{timed} of {calls} calls timed (compiled: {untimed_reason or UNTIMED}); total_ms is theirs"
+    # The rate over the timed calls: their FLOPs and bytes over their summed time.
+    return row | rates(flops * timed, hbm_bytes * timed, times["total_ms"] * 1e-3, call.dtype, roofs)
+
+
+UNTIMED = ("the trace did not tell this graph's attention kernels apart (CUDA graphs replay kernels without "
+           "their operators; a compiler that decomposes attention leaves no attention kernel)")
 
 
 def busy_ms(kernels: pd.DataFrame) -> float:
@@ -132,7 +145,8 @@ def observe(out: str | Path, trace: str | None = None, device: str | None = None
                                 status=status)
     clock = "trace" if cuda and trace == "torch" else "events" if cuda else "cpu"  # calls on CPU tensors: cpu
     recorder = Recorder(clock)
-    run = ObservedRun(Path(out), trace, device, roofs, recorder, Interceptor(recorder), store.meta)
+    run = ObservedRun(Path(out), trace, device, roofs, recorder, Interceptor(recorder), GraphObserver(recorder),
+                      store.meta)
     profile = None
     if trace == "torch":
         from torch.profiler import ProfilerActivity
@@ -145,10 +159,12 @@ def observe(out: str | Path, trace: str | None = None, device: str | None = None
     if profile is not None:
         profile.__enter__()
     run.interceptor.install()
+    run.graphs.install()
     started = time.perf_counter()
     try:
         yield run
     finally:
+        run.graphs.remove()
         run.interceptor.remove()
         if cuda:
             torch.cuda.synchronize(device)
@@ -169,7 +185,7 @@ class _Flusher:
         now = time.monotonic()
         if now - self.last >= FLUSH_S and self.run.recorder.clock != "trace":
             self.last = now
-            self.run.rows = [observed_row(s, self.run.roofs) for s in self.run.recorder.timed()]
+            _collect_rows(self.run)
             _write(self.run, partial=True)
 
 
@@ -185,16 +201,21 @@ def _finish(run: ObservedRun, profile, compiled_frames: int) -> None:
         path = run.capture.trace_path(TRACE_FILE)
         path.parent.mkdir(parents=True, exist_ok=True)
         profile.export_chrome_trace(str(path))
-        kernels = kernels_from_chrome_trace(path)
+        kernels = kernels_from_chrome_trace(path, ops=ATTENTION_OP)
         if recorder.clock == "trace":
             summary["calls_without_kernels"] = recorder.times_from_kernels(kernels)
         run.capture.write_kernels(kernels.assign(trace=TRACE_FILE))
     recorder.finish()
-    run.rows = [observed_row(s, run.roofs) for s in recorder.timed()]
-    attention_ms = sum(r["total_ms"] for r in run.rows)
+    _collect_rows(run)
+    timed = [r for r in run.rows if r["status"] != "untimed"]
+    attention_ms = sum(r["total_ms"] for r in timed)
     summary.update(rows=len(run.rows), attention_ms=attention_ms,
-                   attention_fwd_ms=sum(r["total_ms"] for r in run.rows if r["mode"] == "fwd"),
-                   attention_bwd_ms=sum(r["total_ms"] for r in run.rows if r["mode"] == "bwd"),
+                   attention_fwd_ms=sum(r["total_ms"] for r in timed if r["mode"] == "fwd"),
+                   attention_bwd_ms=sum(r["total_ms"] for r in timed if r["mode"] == "bwd"),
+                   compiled_graphs_observed=run.graphs.graphs,
+                   compiled_calls_untimed=sum(s.calls - len(s.times_ms) for s in recorder.rows.values()),
+                   compiled_untimed_reason=run.graphs.untimed_reason
+                   or (UNTIMED if recorder.graph_calls_untimed else ""),
                    attention_share_of_wall=attention_ms / (run.wall_s * 1e3) if run.wall_s > 0 else None)
     if kernels is not None and len(kernels):
         gpu_busy = busy_ms(kernels)
@@ -218,6 +239,11 @@ def _finish(run: ObservedRun, profile, compiled_frames: int) -> None:
                        unobserved_attention_ms=float(outside["gpu_us"].sum() / 1e3))
     run.summary = summary
     _write(run, partial=False)
+
+
+def _collect_rows(run: ObservedRun) -> None:
+    reason = run.graphs.untimed_reason
+    run.rows = [observed_row(s, run.roofs, reason) for s in (*run.recorder.timed(), *run.recorder.untimed())]
 
 
 def _write(run: ObservedRun, partial: bool) -> None:

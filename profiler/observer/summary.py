@@ -35,9 +35,15 @@ def warning_lines(s: dict) -> list[str]:
     """What the share leaves out: compiled regions, attention kernels outside any observed call, calls
     without kernels in the trace, calls in a dtype the model lacks."""
     lines = []
-    if s.get("compiled_frames"):
+    if s.get("compiled_frames") and s.get("compiled_graphs_observed") is None:  # a capture from before graphs were read
         lines.append(f"torch.compile compiled {s['compiled_frames']} frame(s) during the run: attention inside "
                      "compiled code runs without Python and is not counted above")
+    elif s.get("compiled_graphs_observed"):
+        lines.append(f"torch.compile compiled {s['compiled_frames']} graph(s) during the run; the attention calls "
+                     f"inside the {s['compiled_graphs_observed']} that hold attention are counted above")
+    if s.get("compiled_calls_untimed"):
+        lines.append(f"{s['compiled_calls_untimed']} calls inside compiled graphs are counted and costed but not "
+                     f"timed: {s.get('compiled_untimed_reason') or 'see the rows of status untimed'}")
     if s.get("unobserved_attention_kernels"):
         lines.append(f"{s['unobserved_attention_kernels']} attention kernels ({s['unobserved_attention_ms']:.1f} ms) "
                      "ran outside any observed call (compiled regions or other APIs): see kernels.parquet")
