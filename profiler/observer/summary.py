@@ -24,6 +24,9 @@ def share_line(s: dict) -> str:
     the wall time; with its forward and backward parts."""
     if s.get("attention_ms") is None:  # a run killed before its end keeps the rows of its last flush only
         return "The run did not finish: its rows are those written up to its last flush, and no share was recorded"
+    untimed = s.get("compiled_calls_untimed") or 0
+    if untimed and untimed >= s.get("calls", 0):
+        return f"Attention's time was not measured: its {untimed} calls ran inside compiled graphs (see below)"
     parts = f"(forward {s['attention_fwd_ms']:.1f} ms, backward {s['attention_bwd_ms']:.1f} ms)"
     if s.get("gpu_busy_ms"):
         return (f"GPU busy {s['gpu_busy_ms']:.1f} ms ({s['gpu_busy_share_of_wall']:.0%} of wall time); attention "
