@@ -36,6 +36,9 @@ KEY = ["site", "mode", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_di
 
 def observe(out: Path, example: str, args: list[str], extra: list[str]) -> Path:
     folder = out / example
+    if (folder / "meta.json").exists() and example.endswith("-eager"):
+        print(f"reusing {folder}", flush=True)  # one eager run serves the compile modes
+        return folder
     command = [sys.executable, "-m", "profiler", "observe", "--out", str(folder), "--",
                str(ROOT / "examples" / f"{example.split('-')[0]}.py"), *args, *extra]
     print("$", " ".join(command), flush=True)

@@ -100,7 +100,10 @@ def causal_density(seq_q: int, seq_kv: int, align: str) -> float:
 
 
 def _mask_cache_key(mask) -> tuple:
-    return (mask.data_ptr(), mask._version, tuple(mask.shape), tuple(mask.stride()), str(mask.dtype))
+    """A tensor's storage, version and layout. Inference tensors keep no version counter (made under
+    torch.inference_mode, they cannot change outside it): -1 stands for theirs."""
+    version = -1 if mask.is_inference() else mask._version
+    return (mask.data_ptr(), version, tuple(mask.shape), tuple(mask.stride()), str(mask.dtype))
 
 
 _mask_density: dict[tuple, tuple[str, float, int]] = {}

@@ -21,8 +21,9 @@ aot_eager, a user's own) is wrapped:
 Times come from the torch profiler's trace (``trace='torch'`` on a GPU): each graph run and each
 backward run is a ``record_function`` range (and an NVTX range), and the attention kernels inside it
 are told apart, in launch order, as the kernels of one attention operator (the SDPA kernels the
-compiler calls as ATen operators) or one FlexAttention kernel (the Triton template Inductor makes
-for it, named ``..._flex_attention...``); the k-th one is charged to the graph's k-th attention node
+compiler calls as ATen operators) or one FlexAttention template kernel (the Triton template Inductor
+makes for it, ``triton_tem_fused_flex_attention...``, with the backward's preprocessing kernel before
+it); the k-th one is charged to the graph's k-th attention node
 (the last one first in a backward). Where the two counts differ (CUDA graphs replay kernels without
 their operators; a compiler that decomposes attention into matmuls leaves no attention kernel), the
 calls are counted and costed but not timed, and the run says so. CUDA events around a graph or the CPU
@@ -51,6 +52,8 @@ from profiler.observer import sites
 # their kernels are one call's. FlexAttention compiles to a Triton template kernel instead.
 ATTENTION_OP = re.compile(r"^aten::_(scaled_dot_product|flash_attention|efficient_attention|cudnn_attention)")
 FLEX_KERNEL = re.compile(r"flex_attention")
+# Inductor's template kernels are triton_tem_*: FlexAttention's forward and backward, one per call.
+FLEX_TEMPLATE = re.compile(r"tem_\w*flex_attention")
 GRAPH = f"{OBSERVE}/compiled"
 
 
@@ -406,9 +409,15 @@ class GraphObserver:
             recorder.not_understood(reason)
         if not spec.nodes:
             return compiled(*args)
+        try:
+            calls = node_calls(spec, args)
+        except Exception as err:  # never stop the user's run: the graph's calls are counted as unread
+            for node in spec.nodes:
+                recorder.not_understood(f"{node.api} in a compiled graph ({type(err).__name__}: {err})")
+            return compiled(*args)
         found = sites.graph_sites(2)
         rows = []
-        for node, call in zip(spec.nodes, node_calls(spec, args)):
+        for node, call in zip(spec.nodes, calls):
             site = sites.join(found, node.module_path, node.code_line)
             stats = recorder.row_for(call, site, "fwd")
             rows.append((node, call, site, stats))

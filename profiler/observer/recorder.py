@@ -205,32 +205,38 @@ class Recorder:
 
     def _graph_times(self, kernels) -> None:
         """Each compiled graph run's attention calls, timed from its attention kernels: those of one
-        attention operator (the ``op`` column) or one FlexAttention kernel are one call's, in launch
-        order (profiler.observer.graphs). A run whose count of such calls differs from its rows' is
-        left untimed."""
+        attention operator (the ``op`` column) are one call's, and so is a FlexAttention template
+        kernel with the latest launch of each FlexAttention kernel of another name before it (the
+        backward's preprocessing; earlier launches in the same range are the compiler's benchmarks
+        on the first run). Calls are taken in launch order (profiler.observer.graphs); a run whose
+        count of calls differs from its rows' is left untimed."""
         if not self.by_graph_range:
             return
-        from profiler.observer.graphs import FLEX_KERNEL
+        from profiler.observer.graphs import FLEX_KERNEL, FLEX_TEMPLATE
 
-        units: dict[str, dict[str, list]] = {}  # graph range -> unit -> [first start, summed us]
+        launched: dict[str, list] = {}  # graph range -> [(start, kernel, op, gpu_us)]
         if len(kernels):
             ops = kernels["op"] if "op" in kernels else [""] * len(kernels)
             for ranges, kernel, op, start, gpu_us in zip(kernels["ranges"], kernels["kernel"], ops,
                                                          kernels["start_us"], kernels["gpu_us"]):
                 graph = next((n for n in ranges.split(" > ") if n in self.by_graph_range), None)
-                if graph is None:
-                    continue
-                unit = op or (f"{kernel}@{start}" if FLEX_KERNEL.search(kernel) else None)
-                if unit is None:
-                    continue
-                found = units.setdefault(graph, {}).setdefault(unit, [start, 0.0])
-                found[0], found[1] = min(found[0], start), found[1] + gpu_us
+                if graph is not None and (op or FLEX_KERNEL.search(kernel)):
+                    launched.setdefault(graph, []).append((start, kernel, op, gpu_us))
         for graph, rows in self.by_graph_range.items():
-            timed = sorted(units.get(graph, {}).values())
-            if len(timed) != len(rows):
+            units: dict[str, float] = {}  # in launch order (dicts keep insertion order)
+            before: dict[str, float] = {}  # FlexAttention kernels since the last template: latest by name
+            for start, kernel, op, gpu_us in sorted(launched.get(graph, [])):
+                if op:
+                    units[op] = units.get(op, 0.0) + gpu_us
+                elif FLEX_TEMPLATE.search(kernel):
+                    units[f"{kernel}@{start}"] = gpu_us + sum(before.values())
+                    before = {}
+                else:
+                    before[kernel] = gpu_us
+            if len(units) != len(rows):
                 self.graph_calls_untimed += len(rows)
                 continue
-            for stats, (_, gpu_us) in zip(rows, timed):
+            for stats, gpu_us in zip(rows, units.values()):
                 stats.times_ms.append(gpu_us / 1e3)
 
     # ---------------------------------------------------------------- results
