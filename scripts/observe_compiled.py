@@ -31,7 +31,9 @@ EXAMPLES = {
     "hf_llama": (["--phases", "prefill,train", "--context", "8192", "--batch", "1"],
                  ["--phases", "prefill,train", "--context", "8192", "--batch", "1", "--compile"]),
 }
-KEY = ["site", "mode", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "dtype", "mask"]
+# A call's identity: what the model asked for. K/V heads and the mask can differ between the two runs
+# (transformers passes a mask tensor and expands K/V per query head when compiled), so they are compared.
+KEY = ["site", "mode", "batch", "heads", "seq_q", "seq_kv", "head_dim", "dtype"]
 
 
 def observe(out: Path, example: str, args: list[str], extra: list[str]) -> Path:
@@ -50,7 +52,7 @@ def compare(eager: Path, compiled: Path) -> pd.DataFrame:
     """One row per (site, mode, shape, mask) seen in either run: calls, FLOPs per call and ms per call."""
     def table(folder):
         frame = Capture(folder).results()
-        return frame.set_index(KEY)[["calls", "flops", "time_ms", "status"]]
+        return frame.set_index(KEY)[["calls", "flops", "kv_heads", "mask", "time_ms", "status"]]
     return table(eager).join(table(compiled), how="outer", lsuffix="_eager", rsuffix="_compiled")
 
 

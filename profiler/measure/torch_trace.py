@@ -13,6 +13,7 @@ ranges, outermost first, joined by " > ").
 from __future__ import annotations
 
 import bisect
+import gzip
 import json
 import re
 from collections.abc import Callable
@@ -52,7 +53,9 @@ def kernels_from_chrome_trace(path: Path | str, ops: re.Pattern | None = None) -
     ``name@timestamp`` (one per operator call; "" for none): profiler.observer.graphs tells the
     attention calls of a compiled graph apart by their ATen operators."""
     try:
-        events = json.loads(Path(path).read_text())
+        opened = gzip.open(path, "rt") if str(path).endswith(".gz") else open(path)  # Kineto writes .json.gz too
+        with opened as handle:
+            events = json.load(handle)
     except (OSError, ValueError) as err:
         raise ValueError(f"'{path}' is not a readable Chrome trace: {err}") from None
     if isinstance(events, dict):

@@ -91,12 +91,19 @@ def observed_row(stats: RowStats, roofs: Roofs, untimed_reason: str = "") -> dic
            "median_ms": times["median_ms"], "mask": call.mask,
            "density": stats.flops / stats.full_flops if stats.full_flops else 1.0, "layout": call.layout,
            "seq_kv_min": stats.seq_kv_min, "seq_kv_max": stats.seq_kv_max}
+    notes = []
+    if timed < calls:
+        notes.append(f"compiled: {untimed_reason or UNTIMED}" if not timed else
+                     f"{timed} of {calls} calls timed (compiled: {untimed_reason or UNTIMED}); total_ms is theirs")
+    if call.mask_bytes and call.mask in ("none", "causal", "causal-br"):
+        # calls.explicit_mask: the pattern is causal (or keeps everything), but the kernel was handed a tensor.
+        notes.append(f"the {call.mask} mask came as a tensor ({call.mask_bytes} bytes read per call): a kernel given "
+                     "a mask computes every block instead of skipping the masked ones")
+    row["message"] = "; ".join(notes)
     if not timed:
-        return row | {"status": "untimed", "message": f"compiled: {untimed_reason or UNTIMED}"}
+        return row | {"status": "untimed"}
     if times["total_ms"] <= 0:
         return row | {"status": "error", "message": "no GPU kernel of these calls was found in the trace"}
-    if timed < calls:
-        row["message"] = f"{timed} of {calls} calls timed (compiled: {untimed_reason or UNTIMED}); total_ms is theirs"
     # The rate over the timed calls: their FLOPs and bytes over their summed time.
     return row | rates(flops * timed, hbm_bytes * timed, times["total_ms"] * 1e-3, call.dtype, roofs)
 

@@ -1,12 +1,15 @@
-"""Keep what the kernel tables read from a torch profiler Chrome trace, drop the rest (CPU ops but
-attention's, Python events, memory events): a real trace small enough for tests/data.
+"""Keep what the kernel tables read from a torch profiler Chrome trace, drop the rest: a real trace
+small enough for tests/data.
 
-    python scripts/perf_experiments/trim_chrome_trace.py IN.json OUT.json
+    python scripts/perf_experiments/trim_chrome_trace.py IN.json OUT.json [--inside observe/]
 
-Kept: GPU kernels, the runtime/driver launches they correlate with, record_function ranges
-(user_annotation) and the ATen attention operators (profiler.observer.graphs.ATTENTION_OP), unchanged.
+Kept, unchanged: GPU kernels, the runtime/driver launches they correlate with, record_function ranges
+(user_annotation) and the ATen attention operators (profiler.observer.graphs.ATTENTION_OP). With
+``--inside PREFIX``, only the ranges whose name starts with PREFIX and the kernels launched inside one
+of them (on the same thread), with their launches.
 """
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -15,21 +18,41 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from profiler.observer.graphs import ATTENTION_OP  # noqa: E402
 
-KEEP = {"kernel", "cuda_runtime", "cuda_driver", "user_annotation"}
+LAUNCHES = {"cuda_runtime", "cuda_driver"}
 
 
-def keep(event: dict) -> bool:
-    category = event.get("cat")
-    return category in KEEP or (category == "cpu_op" and bool(ATTENTION_OP.search(event.get("name", ""))))
+def trim(events: list, inside: str | None) -> list:
+    complete = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
+    ranges = [e for e in complete if e.get("cat") == "user_annotation"
+              and (inside is None or e["name"].startswith(inside))]
+    ops = [e for e in complete if e.get("cat") == "cpu_op" and ATTENTION_OP.search(e.get("name", ""))]
+    launches = {e["args"]["correlation"]: e for e in complete
+                if e.get("cat") in LAUNCHES and "correlation" in e.get("args", {})}
+
+    def launched_inside(kernel) -> bool:
+        launch = launches.get(kernel.get("args", {}).get("correlation"))
+        if launch is None:
+            return inside is None
+        return inside is None or any(r.get("tid") == launch.get("tid") and r["ts"] <= launch["ts"] <= r["ts"] + r["dur"]
+                                     for r in ranges)
+
+    kernels = [e for e in complete if e.get("cat") == "kernel" and launched_inside(e)]
+    kept_launches = [launches[c] for c in {k["args"].get("correlation") for k in kernels} if c in launches]
+    return ranges + ops + kept_launches + kernels
 
 
-def main(source: str, target: str) -> None:
-    trace = json.loads(Path(source).read_text())
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("source")
+    parser.add_argument("target")
+    parser.add_argument("--inside", default=None, help="keep only kernels launched inside ranges named PREFIX...")
+    args = parser.parse_args(argv)
+    trace = json.loads(Path(args.source).read_text())
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    kept = [e for e in events if isinstance(e, dict) and keep(e)]
-    Path(target).write_text(json.dumps({"traceEvents": kept}, separators=(",", ":")))
-    print(f"{target}: {len(kept)} of {len(events)} events")
+    kept = trim(events, args.inside)
+    Path(args.target).write_text(json.dumps({"traceEvents": kept}, separators=(",", ":")))
+    print(f"{args.target}: {len(kept)} of {len(events)} events")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main()
