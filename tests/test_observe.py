@@ -302,6 +302,10 @@ for _ in range(int(sys.argv[1])):
     F.scaled_dot_product_attention(q, q, q, is_causal=True)
 if sys.argv[2:] == ["raise"]:
     raise RuntimeError("the user's own error")
+if sys.argv[2:] == ["sigint"]:  # Ctrl-C, as the terminal sends it
+    import os, signal, time
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(30)
 """
 
 
@@ -332,9 +336,21 @@ def test_a_script_that_raises_keeps_its_traceback_and_its_calls(tmp_path):
     assert Capture(tmp_path / "run").meta()["observed"]["script_failed"] == "raised RuntimeError: the user's own error"
 
 
+def test_ctrl_c_exits_130_and_keeps_what_was_observed(tmp_path):
+    out = observe_cli(tmp_path, "--out", str(tmp_path / "run"), ["4", "sigint"])
+    assert out.returncode == 130 and "Traceback" not in out.stderr + out.stdout
+    assert f"observe: interrupted; the 4 attention calls observed before it are kept in {tmp_path / 'run'}" in \
+        " ".join(out.stdout.split())
+    assert rows(tmp_path / "run").calls.tolist() == [4]
+    assert Capture(tmp_path / "run").meta()["observed"]["script_failed"] == "was interrupted (Ctrl-C)"
+
+
 @pytest.mark.parametrize("args,message", [
     ([], "name the script to observe after --"),
     (["missing.py"], "script 'missing.py' is not a file"),
+    (["-m", "nosuchmodule"], "-m nosuchmodule: no module named 'nosuchmodule' on this Python's path"),
+    (["-m", "nosuchpackage.train"], "-m nosuchpackage.train: no module named 'nosuchpackage.train' on this Python's "
+                                    "path"),
 ])
 def test_bad_input_is_one_line_and_status_2(tmp_path, args, message):
     out = subprocess.run([sys.executable, "-m", "profiler", "observe", "--out", str(tmp_path / "run"), "--", *args],
@@ -343,6 +359,7 @@ def test_bad_input_is_one_line_and_status_2(tmp_path, args, message):
     assert out.stderr.strip().splitlines() == [f"python -m profiler observe: error: {message}" +
                                                (", e.g. observe --out reports/run -- train.py --steps 10"
                                                 if not args else "")]
+    assert not (tmp_path / "run").exists()  # nothing written
 
 
 def test_keyword_arguments_and_arguments_it_cannot_read(tmp_path):

@@ -42,11 +42,23 @@ def _script(command: list[str]) -> tuple[str, str, list[str]]:
     if command[0] == "-m":
         if len(command) < 2:
             raise UsageError("-m needs a module name, e.g. observe -- -m mypackage.train")
+        if not _importable(command[1]):
+            raise UsageError(f"-m {command[1]}: no module named '{command[1]}' on this Python's path")
         return "module", command[1], [command[1], *command[2:]]
     path = Path(command[0])
     if not path.is_file():
         raise UsageError(f"script '{command[0]}' is not a file")
     return "path", str(path), command
+
+
+def _importable(name: str) -> bool:
+    """Whether ``python -m name`` would find the module (importing its parent packages, as python does)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent package that is missing, or an empty or relative name
+        return False
 
 
 def _run_user_code(kind: str, target: str, argv: list[str]) -> BaseException | None:
@@ -98,6 +110,11 @@ def run(args) -> int:
         failure = _run_user_code(kind, target, argv)
     finally:
         session.__exit__(None, None, None)
+    if isinstance(failure, KeyboardInterrupt):
+        _record_script_failure(run_, failure)
+        console.print(f"observe: interrupted; the {run_.calls} attention calls observed before it are kept in "
+                      f"{folder}", style="red", soft_wrap=True)
+        return 130  # as python exits on Ctrl-C
     if failure is not None:
         if isinstance(failure, SystemExit):
             console.print(f"observe: the script exited with status {failure.code}", style="red")
@@ -117,8 +134,12 @@ def run(args) -> int:
 def _record_script_failure(run_, failure: BaseException) -> None:
     """meta.json's ``observed`` says the script failed (``finished`` says only that the observation
     wrote everything it saw)."""
-    what = f"exited with status {failure.code}" if isinstance(failure, SystemExit) else \
-        f"raised {type(failure).__name__}: {failure}"
+    if isinstance(failure, KeyboardInterrupt):
+        what = "was interrupted (Ctrl-C)"
+    elif isinstance(failure, SystemExit):
+        what = f"exited with status {failure.code}"
+    else:
+        what = f"raised {type(failure).__name__}: {failure}"
     run_.meta["observed"]["script_failed"] = what
     run_.capture.write_meta(run_.meta)
 
