@@ -222,6 +222,47 @@ def test_every_tab_renders_on_an_observed_capture(reports, monkeypatch):
     assert len(compare) == 1 and compare[0].startswith("llama and plain share no implementation and shape")
 
 
+def test_an_observed_run_opens_on_every_row_and_names_its_sites(reports, run, monkeypatch):
+    """Prefill, decode and backward calls are the run: nothing hidden at first, each row with its site, and
+    the two layers' calls at one length two lines, not one line drawn up and down between them."""
+    _, frame = run
+    at = _app(reports, monkeypatch, "--select", "llama")
+    assert not at.exception
+    chosen = {m.label: m.value for m in at.multiselect if m.label != "Captures"}
+    for label, column in (("causal", "causal"), ("Mode", "mode"), ("Query length", "seq_q"),
+                          ("Implementation", "impl")):
+        assert sorted(map(str, chosen[label])) == sorted(map(str, frame[column].unique())), label
+    table = next(d.value for d in _tab(at, "Roofline").get("dataframe") if "site" in d.value.columns)
+    sites = frame.site.fillna("").astype(str)
+    assert set(table.site) == set(sites[frame.status == "ok"])  # replays have no site
+    assert set(table.site) - {""} == set(SITES) and len(table) == (frame.status == "ok").sum()
+    decode = next(d.value for d in _tab(at, "Bandwidth").get("dataframe"))
+    assert set(decode.site) - {""} == set(SITES)  # the replays beside them have none
+    for trace in _chart(_tab(at, "Scaling"), "Time")["data"]:
+        x = _values(trace["x"])
+        assert len(x) == len(set(x)), trace["name"]  # one point per length on a line
+    assert {t["name"].split(" · ")[1] for t in _chart(_tab(at, "Scaling"), "Time")["data"]} >= set(SITES)
+    # The longest row is a decode bucket's (Nq 1, Nkv up to 17): its trips are of its own Nq×Nkv matrix.
+    trips = next(t for t in _texts(_tab(at, "Step breakdown"), "markdown") if "trips of the" in t)
+    assert "trips of the Nq×Nkv matrix" in trips and "N=17" not in trips
+
+
+def test_the_report_tables_carry_the_site(reports, run):
+    page = report.build_report(reports / "llama")
+    families = page[page.index("<h2 id='family-"):]
+    assert "<th class='text'>site</th>" in families
+    assert all(f"<td class='text'>{site}</td>" in families for site in SITES)
+
+
+def test_the_trips_table_keeps_a_decode_rows_lengths():
+    row = {"batch": 2, "heads": 4, "kv_heads": 2, "seq_q": 1, "seq_kv": 17, "head_dim": 16, "dtype": "fp32",
+           "causal": False, "mode": "fwd"}
+    shape = plots.trips_shape(row)
+    assert (shape.seq_q, shape.seq_kv, shape.mode) == (1, 17, "fwd")
+    assert plots.trips_heading(shape) == ("Nq×Nkv matrix", plots.lengths_label(1, 17))
+    assert plots.trips_heading(plots.trips_shape(row | {"seq_q": 17})) == ("N×N matrix", "N=17")
+
+
 def test_a_capture_without_an_observed_run_says_how_to_make_one(reports, monkeypatch):
     at = _app(reports, monkeypatch, "--select", "plain")
     assert not at.exception

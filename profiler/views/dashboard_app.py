@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -39,7 +38,6 @@ if str(ROOT) not in sys.path:  # `streamlit run` from a checkout without `pip in
     sys.path.insert(0, str(ROOT))
 
 from attention_core.presets import PRESETS, preset_of  # noqa: E402
-from attention_core.shape import Shape  # noqa: E402
 from profiler.model import hardware  # noqa: E402
 from profiler.model.roofs import meta_for_device  # noqa: E402
 from profiler.store import KEY, Capture, CaptureError, discover_captures  # noqa: E402
@@ -202,7 +200,11 @@ with st.sidebar:
     preset = st.selectbox("Model preset", presets, help="; ".join(f"{n}: {p.heads} heads, {p.kv_heads} K/V heads, "
                                                                  f"D{p.head_dim}" for n, p in PRESETS.items()))
     fixed = {} if preset == "any" else dict(zip(("heads", "kv_heads", "head_dim"), PRESETS[preset][:3]))
-    preferred = {**PREFERRED, "device": first.get("device")}  # rank 0's of the first capture
+    # An observed run (its calls and their replays) opens on every row: its prefill, decode and backward
+    # calls are the run, not a grid to slice; a capture opens on PREFERRED's slice.
+    observed_only = "source" in data and bool(data.source.isin(["observed", "replay"]).all())
+    preferences = {} if observed_only else PREFERRED
+    preferred = {**preferences, "device": first.get("device")}  # rank 0's of the first capture
     # Where every selected capture has rows to draw (ok totals of the preset's shape), among those of the
     # device drawn first (one at a time).
     drawable = data[(data.status == "ok") & (data.step == "total")]
@@ -210,7 +212,7 @@ with st.sidebar:
         drawable = drawable[drawable[column] == value]
     if "device" in drawable and preferred["device"] in set(drawable.device):
         drawable = drawable[drawable.device == preferred["device"]]
-    starts = starting_filters(drawable, PREFERRED)
+    starts = starting_filters(drawable, preferences)
 
     def choose(label: str, column: str):
         options = sorted_values(data[column].dropna().unique().tolist())
@@ -297,8 +299,10 @@ with tabs["Roofline"]:
     table = table.sort_values(["steps_last", "impl", "step", *order])
     # The kernel path (gluon-ws, tiled, split-kv xS) where an implementation has several.
     has_path = bool("path" in table and table.path.fillna("").astype(str).ne("").any())
-    columns = ["impl", *["path"] * has_path, "step", "shape", "time_ms", "tflops", "x", "view_bound", "of_roof",
-               "binds", "of_ceiling", *extra_columns]
+    # The call site of observed rows (model.layers.3.self_attn), where the selection has any.
+    has_site = bool("site" in table and table.site.fillna("").astype(str).ne("").any())
+    columns = ["impl", *["site"] * has_site, *["path"] * has_path, "step", "shape", "time_ms", "tflops", "x",
+               "view_bound", "of_roof", "binds", "of_ceiling", *extra_columns]
     table = table[["capture"] * ("capture" in varying) + columns]
     table = table.rename(columns={"time_ms": "time (ms)", "tflops": "TFLOP/s", "x": "FLOP/B", "view_bound": "bound",
                                   "of_roof": "% of roof", "binds": "binding ceiling",
@@ -353,7 +357,8 @@ with tabs["Bandwidth"]:
                     f"this tab draws achieved GB/s for those. {where}")
     else:
         chart(st, plots.bandwidth_figure(drawn, meta))
-        shown = decode[["capture", "impl", "path", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim",
+        site = ["site"] * bool("site" in decode and decode.site.fillna("").astype(str).ne("").any())  # observed
+        shown = decode[["capture", "impl", *site, "path", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim",
                         "dtype", "time_ms", "gbps"]].copy()
         shown["of measured copy"] = shown.gbps / copy * 100 if copy else None
         st.caption("GB/s counts the model's compulsory bytes (Q, K, V read once, O and the logsumexp written once): "
@@ -382,10 +387,10 @@ with tabs["Step breakdown"]:
     steps = naive_step_rows(view)
     measured = view if steps.empty else steps
     longest = measured.loc[measured.seq_kv.idxmax()]
-    n = int(longest.seq_kv)
-    shape = replace(Shape.from_row(longest), seq_q=n, seq_kv=n, mode="fwd")
+    shape = plots.trips_shape(longest)
     family = plots.family_label(shape.to_row())
-    st.markdown(f"**{memory} trips of the N×N matrix, naive vs fused** (model, {family}, N={n})")
+    matrix, lengths = plots.trips_heading(shape)
+    st.markdown(f"**{memory} trips of the {matrix}, naive vs fused** (model, {family}, {lengths})")
     st.dataframe(plots.hbm_trips_table(shape, device_type=device_type), hide_index=True)
 
 with tabs["Compare"]:

@@ -110,6 +110,32 @@ def _token_leads(data: pd.DataFrame) -> pd.Series:
 LINE_KEY = ["lead", "line_batch", *[c for c in FAMILY_COLUMNS if c != "batch"], "queries"]
 
 
+def _line_owner(data: pd.DataFrame) -> pd.Series:
+    """What a line belongs to besides its shape: its capture where several are drawn, and its call site
+    where an observed run has several (two layers' calls at one N are two points, not a vertical line)."""
+    owner = pd.Series("", index=data.index)
+    if "capture" in data and data.capture.nunique() > 1:
+        owner = data.capture.astype(str)
+    sites = data["site"].fillna("").astype(str) if "site" in data else owner.iloc[:0]
+    if len(sites) and sites.nunique() > 1:
+        owner = (owner + " · ").where(owner != "", "") + sites
+    return owner
+
+
+def trips_shape(row) -> Shape:
+    """The forward shape whose score matrix the HBM-trips table counts: a row's own lengths (a decode
+    row's Nq and its bucket's Nkv), never a square N made of its key length."""
+    return Shape.from_row(row).with_mode("fwd")
+
+
+def trips_heading(shape: Shape, thousands: bool = False) -> tuple[str, str]:
+    """(the matrix the trips count, its lengths): ('N×N matrix', 'N=8192') for a square shape,
+    ('Nq×Nkv matrix', 'Nq=1 Nkv=17'-style, attention_core.shape.lengths_label) otherwise."""
+    if shape.seq_q == shape.seq_kv:
+        return "N×N matrix", f"N={shape.seq_q:,}" if thousands else f"N={shape.seq_q}"
+    return "Nq×Nkv matrix", lengths_label(shape.seq_q, shape.seq_kv)
+
+
 def _sweep_lines(data: pd.DataFrame) -> pd.DataFrame:
     """``data`` (rows with :func:`_lines`' queries) with LINE_KEY's own columns: ``lead`` ('' or 'T
     tokens', :func:`_token_leads`) and ``line_batch`` (the batch, or 0 on a sweep)."""
@@ -142,8 +168,7 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
     # A line (LINE_KEY) in one capture: two captures of the same shapes (say one kernel before and after
     # a change) would otherwise zig-zag between their times on one line.
     data = _sweep_lines(data)
-    several = "capture" in data and data.capture.nunique() > 1
-    data["line_capture"] = data.capture.astype(str) if several else ""
+    data["line_capture"] = _line_owner(data)
     line_key = ["line_capture", *LINE_KEY]
     families = list(dict.fromkeys(tuple(r) for r in data[line_key].itertuples(index=False)))
     for (impl, *line), group in data.groupby(["impl", *line_key], sort=False):
@@ -473,10 +498,13 @@ def bandwidth_figure(totals: pd.DataFrame, meta: dict) -> go.Figure:
     data = _lines(ok[(ok.step == "total") & (ok.seq_q < ok.seq_kv)])
     memory = memory_name(meta.get("device_type"))
     fig = go.Figure()
-    families = list(dict.fromkeys(tuple(r) for r in data[[*FAMILY_COLUMNS, "queries"]].itertuples(index=False)))
-    for (impl, *family, queries), group in data.groupby(["impl", *FAMILY_COLUMNS, "queries"], sort=False):
-        k = families.index((*family, queries))
-        name = impl if len(families) == 1 else f"{impl} · {_line_label(tuple(family), queries)}"
+    data["owner"] = _line_owner(data)
+    families = list(dict.fromkeys(tuple(r) for r in data[[*FAMILY_COLUMNS, "queries", "owner"]].itertuples(
+        index=False)))
+    for (impl, *family, queries, owner), group in data.groupby(["impl", *FAMILY_COLUMNS, "queries", "owner"],
+                                                               sort=False):
+        k = families.index((*family, queries, owner))
+        name = impl if len(families) == 1 else f"{impl} · {_line_label(tuple(family), queries, capture=owner)}"
         fig.add_trace(go.Scatter(x=group.seq_kv, y=group.gbps, mode="lines+markers", name=name,
                                  line={"color": impl_color(impl), "dash": DASHES[k % len(DASHES)]},
                                  customdata=group.time_ms * 1e3,

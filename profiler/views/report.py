@@ -19,7 +19,6 @@ from __future__ import annotations
 import html
 import math
 import re
-from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -27,7 +26,6 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from attention_core.shape import Shape
 from profiler.model.roofs import Roofs, meta_for_device
 from profiler.store import Capture, CaptureError, write_bytes_atomic
 from profiler.views import observed, plots, rooflines, style
@@ -183,6 +181,7 @@ def summary_table(rows: pd.DataFrame, points: pd.DataFrame, copy_gbps: float | N
     decode = bool((totals.seq_q < totals.seq_kv).any())
     square = bool((totals.seq_q == totals.seq_kv).all())
     show_path = "path" in totals and bool(totals.path.fillna("").astype(str).str.len().gt(0).any())
+    show_site = "site" in totals and bool(totals.site.fillna("").astype(str).str.len().gt(0).any())  # observed
     out = []
     for index, r in totals.iterrows():
         ok = r.status == "ok"
@@ -193,6 +192,8 @@ def summary_table(rows: pd.DataFrame, points: pd.DataFrame, copy_gbps: float | N
         point = points.loc[index] if ok and index in points.index else None
         base = naive.get((r.seq_q, r.seq_kv))
         row = {"implementation": r.impl}
+        if show_site:
+            row["site"] = r.site or "-"
         if show_path:
             row["path"] = r.path or "-"
         row |= {
@@ -499,12 +500,13 @@ def _family_section(label: str, rows: pd.DataFrame, meta: dict, kernels: pd.Data
         if caption:
             parts.append(f"<p class='caption'>{e(caption)}</p>")
         if name == "Step breakdown":
-            longest = int(rows.seq_kv.max())  # at the batch measured there (a token sweep's smallest)
-            trips = plots.hbm_trips_table(replace(Shape.from_row(rows.loc[rows.seq_kv.idxmax()]), seq_q=longest,
-                                                  seq_kv=longest, mode="fwd"), device_type=meta.get("device_type"))
-            parts += [f"<p><b>{style.memory_name(meta.get('device_type'))} trips of the N×N matrix, naive vs fused</b> "
-                      "<span class='caption'>(model, "
-                      f"N={longest:,})</span></p>", html_table(trips, set(trips.columns) - {"step"})]
+            # The longest row, at the batch measured there (a token sweep's smallest), with its own lengths.
+            shape = plots.trips_shape(rows.loc[rows.seq_kv.idxmax()])
+            trips = plots.hbm_trips_table(shape, device_type=meta.get("device_type"))
+            matrix, lengths = plots.trips_heading(shape, thousands=True)
+            parts += [f"<p><b>{style.memory_name(meta.get('device_type'))} trips of the {matrix}, naive vs "
+                      f"fused</b> <span class='caption'>(model, {lengths})</span></p>",
+                      html_table(trips, set(trips.columns) - {"step"})]
         if name == "Validation":
             table = validation_table(checked)
             parts += [f"<p><b>Nsight Compute counters vs the cost model</b> <span class='caption'>({len(checked)} "
