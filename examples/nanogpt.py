@@ -127,6 +127,17 @@ def _clock(device: torch.device) -> float:
     return time.perf_counter()
 
 
+def train_step(model: nn.Module, tokens: torch.Tensor, optimizer: torch.optim.Optimizer, autocast) -> torch.Tensor:
+    """One AdamW step of next-token prediction on ``tokens`` (batch, context + 1); the loss."""
+    with autocast:
+        logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.manual_seed(0)
@@ -145,12 +156,7 @@ def main(argv: list[str] | None = None) -> None:
         # Random tokens: the attention's work depends on the shapes only, not on what the tokens say.
         tokens = torch.randint(0, args.vocab, (args.batch, args.context + 1), device=args.device)
         start = _clock(args.device)
-        with autocast:
-            logits = model(tokens[:, :-1])
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss = train_step(model, tokens, optimizer, autocast)
         seconds = _clock(args.device) - start
         print(f"train step {step}/{args.steps}: B{args.batch} x {args.context} tokens, loss {loss.item():.4f} "
               f"in {seconds:.2f} s", flush=True)

@@ -233,3 +233,21 @@ def test_graphs_compiled_before_the_observation_and_graphs_run_after_it(tmp_path
     early(q)
     early_builtin(q)
     assert run.calls == 1
+
+
+# ----------------------------------------------------------------------------- what observing costs
+
+
+def test_the_overhead_script_interleaves_the_variants_and_observes_every_call(tmp_path):
+    """scripts/observe_overhead.py on the tiny nanoGPT, compiled: each round runs plain, observe --trace none and
+    observe --trace torch; the observed steps see the step's 4 attention calls (2 blocks, forward and backward),
+    compiled or not."""
+    spec = importlib.util.spec_from_file_location("observe_overhead", ROOT / "scripts" / "observe_overhead.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    torch._dynamo.reset()
+    assert script.main(["--tiny", "--model", "nanogpt", "--compile", "--rounds", "2", "--out", str(tmp_path)]) == 0
+    rows = pd.read_json(tmp_path / "overhead.jsonl", lines=True)
+    assert rows.variant.tolist() == ["plain", "observe-none", "observe-torch"] * 2
+    assert rows["round"].tolist() == [0, 0, 0, 1, 1, 1] and (rows.ms > 0).all()
+    assert rows.calls.tolist() == [0, 4, 4] * 2
