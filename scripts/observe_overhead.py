@@ -4,10 +4,10 @@ under ``observe --trace torch``, interleaved round by round in one process, eage
     python scripts/observe_overhead.py --model nanogpt --rounds 5 --out reports/observe-overhead-h100
     python scripts/observe_overhead.py --model llama --compile --rounds 5 --out ...
 
-Each round runs the step once per variant, in turn, each timed with CUDA events around the step alone
-(perf_counter on a CPU); an observed variant's step runs inside its own ``profiler.observe`` block, whose
-capture (its rows, and with the torch profiler the run's trace) is written after the step, outside the
-timing. Every variant first runs once untimed (compiling, and recompiling for the observation: observing
+Each round runs each variant in turn: two steps, the second timed with CUDA events around the step alone
+(perf_counter on a CPU). An observed variant's steps run inside their own ``profiler.observe`` block: the
+first makes what a long run makes once (rows, CUDA events, NVTX names), and the capture (its rows, and
+with the torch profiler the run's trace) is written after the timed step, outside the timing. Every variant first runs once untimed (compiling, and recompiling for the observation: observing
 rebinds ``F.scaled_dot_product_attention``, which compiled graphs guard on). Rows go to
 ``<out>/overhead.jsonl`` as they are measured (one per step); the medians and their ratios to the plain
 step are printed last. The models are the examples': nanoGPT (GPT-2 small, 6 layers, B8 N1024, bf16
@@ -84,13 +84,17 @@ def timed(step, cuda: bool) -> float:
 
 
 def run_variant(variant: str, step, cuda: bool, scratch: Path, index: int) -> tuple[float, int]:
-    """(ms of the step, attention calls observed) for one variant."""
+    """(ms of the step, attention calls observed in it) for one variant: two steps, the second timed. In an
+    observation the first step makes the rows, CUDA events and NVTX names a long run makes once."""
     if variant == "plain":
+        step()
         return timed(step, cuda), 0
     trace = variant.removeprefix("observe-")
     with profiler.observe(out=scratch / f"{variant}-{index}", trace=trace) as run:
+        step()
+        before = run.calls
         ms = timed(step, cuda)
-    return ms, run.calls
+    return ms, run.calls - before
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,8 +14,9 @@ time (profiler.observer.recorder), inside an NVTX range ``observe/<api>/<mode>/<
 (profiler.measure.ranges.observe_range) so Nsight Systems sees each call. When the output needs a
 gradient, the backward is timed too and charged to the same row in mode ``bwd``: it starts when
 autograd reaches the output's node (a pre-hook) and ends when the gradients of q, k and v that
-need one are all computed (tensor hooks), which covers one fused backward node and the several
-nodes of an unfused (math) backward alike.
+need one are all computed: the node's post-hook where one fused SDPA node computes them all
+(:data:`FUSED_BACKWARD_NODES`), else a hook on each input, which covers the several nodes of an
+unfused (math) backward.
 
 Inside a ``torch.compile``d region the wrapper steps aside (``torch.compiler.is_compiling()``): the
 compiled graph runs without Python, so those calls are not seen; the run reports compiled frames.
@@ -66,6 +67,13 @@ TARGETS = (
     Target("fa4", "flash_attn.cute", "flash_attn_func", _flash_attn("fa4")),
     Target("triton_flash", "kernels.flash_attention", "flash_attention", _triton_flash),
 )
+
+
+# Autograd nodes of SDPA's fused backends (torch's derivatives.yaml): one node computes dq, dk and dv.
+FUSED_BACKWARD_NODES = frozenset({
+    "ScaledDotProductFlashAttentionBackward0", "ScaledDotProductEfficientAttentionBackward0",
+    "ScaledDotProductCudnnAttentionBackward0", "ScaledDotProductFlashAttentionForCpuBackward0",
+    "ScaledDotProductFusedAttentionOverrideableBackward0"})
 
 
 def compiled_graphs() -> int:
@@ -210,12 +218,13 @@ class Interceptor:
         if not inputs:
             return
         name = observe_range(call.api, "bwd", site)
+        fused = type(node).__name__ in FUSED_BACKWARD_NODES
         state = {"open": None, "left": 0}
 
         def start(grad_outputs):
             if state["open"] is None:
                 stats = self.recorder.row_for(call, site, "bwd")
-                state["open"], state["left"] = self._open(name, stats, on_gpu), len(inputs)
+                state["open"], state["left"] = self._open(name, stats, on_gpu), 1 if fused else len(inputs)
 
         def done(grad):
             if state["open"] is not None:
@@ -225,5 +234,8 @@ class Interceptor:
                     state["open"] = None
 
         node.register_prehook(start)
+        if fused:  # one node computes every gradient: its post-hook ends the backward
+            node.register_hook(lambda grad_inputs, grad_outputs: done(None))
+            return
         for t in inputs:
             t.register_hook(done)
