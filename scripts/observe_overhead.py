@@ -7,8 +7,9 @@ under ``observe --trace torch``, interleaved round by round in one process, eage
 Each round runs each variant in turn: two steps, the second timed with CUDA events around the step alone
 (perf_counter on a CPU). An observed variant's steps run inside their own ``profiler.observe`` block: the
 first makes what a long run makes once (rows, CUDA events, NVTX names), and the capture (its rows, and
-with the torch profiler the run's trace) is written after the timed step, outside the timing. Every variant first runs once untimed (compiling, and recompiling for the observation: observing
-rebinds ``F.scaled_dot_product_attention``, which compiled graphs guard on). Rows go to
+with the torch profiler the run's trace) is written after the timed step, outside the timing. Every
+variant first runs once untimed (compiling, and recompiling for the observation: observing rebinds
+``F.scaled_dot_product_attention``, which compiled graphs guard on). Rows go to
 ``<out>/overhead.jsonl`` as they are measured (one per step); the medians and their ratios to the plain
 step are printed last. The models are the examples': nanoGPT (GPT-2 small, 6 layers, B8 N1024, bf16
 autocast, AdamW) and the Llama-3-8B-geometry transformers model (2 layers, B1 N8192, bf16, SGD).

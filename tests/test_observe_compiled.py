@@ -251,3 +251,79 @@ def test_the_overhead_script_interleaves_the_variants_and_observes_every_call(tm
     assert rows.variant.tolist() == ["plain", "observe-none", "observe-torch"] * 2
     assert rows["round"].tolist() == [0, 0, 0, 1, 1, 1] and (rows.ms > 0).all()
     assert rows.calls.tolist() == [0, 4, 4] * 2
+
+
+# ----------------------------------------------------------------------------- edges the review found
+
+
+def test_the_eager_backend_and_a_retained_backward_run_twice_count_as_eagerly(tmp_path):
+    """A backward run twice (retain_graph) is two backward calls, compiled or not. backend="eager" hands
+    dynamo a lazily compiled GraphModule (the wrapper must stay what runs); without AOTAutograd its
+    backward is eager autograd's, which is said, not counted."""
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def run(fn):
+        def go():
+            q, k, v = (torch.randn(1, 2, 9, 8, requires_grad=True) for _ in range(3))
+            out = fn(q, k, v).sum()
+            out.backward(retain_graph=True)
+            out.backward()
+        return go
+
+    _, eager = observed(tmp_path / "eager", run(attend))
+    assert eager.set_index("mode").calls.to_dict() == {"bwd": 2, "fwd": 1}
+    for backend in ("aot_eager", "inductor"):
+        _, compiled = observed(tmp_path / f"compiled-{backend}", run(torch.compile(attend, backend=backend)))
+        assert_same_calls(eager, compiled)
+    plain, compiled = observed(tmp_path / "compiled-eager", run(torch.compile(attend, backend="eager")))
+    assert_same_calls(eager[eager["mode"] == "fwd"].reset_index(drop=True), compiled)
+    assert list(plain.summary["unmodelled_calls"].values()) == [1]
+    assert "compiled without AOTAutograd" in next(iter(plain.summary["unmodelled_calls"]))
+
+
+def test_attention_under_activation_checkpointing_is_counted_as_not_read(tmp_path):
+    from torch.utils.checkpoint import checkpoint
+
+    def attend(q):
+        return checkpoint(lambda x: F.scaled_dot_product_attention(x, x, x), q, use_reentrant=False)
+
+    q = torch.randn(1, 2, 8, 8, requires_grad=True)
+    run, frame = observed(tmp_path / "run", lambda: torch.compile(attend)(q).sum().backward())
+    assert run.calls == 0 and len(frame) == 0
+    (reason, calls), = run.summary["unmodelled_calls"].items()
+    assert calls == 1 and reason.startswith("sdpa inside a sub-graph of a compiled graph")
+    assert any("none held attention that observe reads" in line for line in run_summary_lines(run.summary))
+
+
+def test_a_mask_made_by_in_place_operations_is_not_made_again(tmp_path):
+    """Making the mask again would run the in-place op twice: the user's counter must count only its own steps."""
+    position = torch.zeros(1, dtype=torch.long)
+
+    def attend(q):
+        step = position.add_(1)  # the user's own state, advanced once per call
+        keep = torch.arange(q.shape[-2])[None, :] < q.shape[-2] - step % 2
+        return F.scaled_dot_product_attention(q, q, q, attn_mask=keep)
+
+    q = torch.randn(1, 2, 6, 8)
+    compiled = torch.compile(attend)
+    run, _ = observed(tmp_path / "run", lambda: [compiled(q) for _ in range(3)])
+    assert int(position) == 3
+    assert list(run.summary["unmodelled_calls"].values()) == [3]
+    assert "in-place operations" in next(iter(run.summary["unmodelled_calls"]))
+
+
+def test_masks_at_a_reused_address_and_finfo_min_masks_are_read_afresh():
+    """A new mask tensor may land where a freed one was (the allocator reuses addresses): its density is its
+    own. An additive mask that fills masked entries with finfo.min (older transformers) masks them."""
+    from profiler.observer.calls import explicit_mask
+
+    fractions = []
+    for kept in (12, 3, 7, 10):
+        mask = torch.zeros(1, 1, 4, 4, dtype=torch.bool)
+        mask.view(-1)[:kept] = True
+        fractions.append(explicit_mask(mask, (1, 2, 4, 4))[1])
+        del mask
+    assert fractions == [12 / 16, 3 / 16, 7 / 16, 10 / 16]
+    causal = torch.full((8, 8), torch.finfo(torch.float32).min).triu(1)  # 0 kept, finfo.min masked
+    assert explicit_mask(causal, (1, 1, 8, 8))[:2] == ("causal", 0.5)

@@ -42,8 +42,9 @@ def _script(command: list[str]) -> tuple[str, str, list[str]]:
     if command[0] == "-m":
         if len(command) < 2:
             raise UsageError("-m needs a module name, e.g. observe -- -m mypackage.train")
-        if not _importable(command[1]):
-            raise UsageError(f"-m {command[1]}: no module named '{command[1]}' on this Python's path")
+        found = _importable(command[1])
+        if found is not True:
+            raise UsageError(f"-m {command[1]}: {found}")
         return "module", command[1], [command[1], *command[2:]]
     path = Path(command[0])
     if not path.is_file():
@@ -51,14 +52,19 @@ def _script(command: list[str]) -> tuple[str, str, list[str]]:
     return "path", str(path), command
 
 
-def _importable(name: str) -> bool:
-    """Whether ``python -m name`` would find the module (importing its parent packages, as python does)."""
+def _importable(name: str) -> bool | str:
+    """True when ``python -m name`` would find the module (importing its parent packages, as python
+    does), else why not."""
     import importlib.util
 
     try:
-        return importlib.util.find_spec(name) is not None
+        if importlib.util.find_spec(name) is not None:
+            return True
     except (ImportError, ValueError):  # a parent package that is missing, or an empty or relative name
-        return False
+        pass
+    except Exception as err:  # noqa: BLE001 - a parent package whose own import fails
+        return f"importing its package failed ({type(err).__name__}: {err})"
+    return f"no module named '{name}' on this Python's path"
 
 
 def _run_user_code(kind: str, target: str, argv: list[str]) -> BaseException | None:

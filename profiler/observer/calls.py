@@ -99,50 +99,99 @@ def causal_density(seq_q: int, seq_kv: int, align: str) -> float:
     return 0.5 if seq_q == seq_kv else visible_fraction(seq_q, seq_kv, align)
 
 
-def _mask_cache_key(mask) -> tuple:
-    """A tensor's storage, version and layout. Inference tensors keep no version counter (made under
-    torch.inference_mode, they cannot change outside it): -1 stands for theirs."""
-    version = -1 if mask.is_inference() else mask._version
-    return (mask.data_ptr(), version, tuple(mask.shape), tuple(mask.stride()), str(mask.dtype))
+def _version(t) -> int:
+    """A tensor's version counter; -1 for an inference tensor, which keeps none (made under
+    torch.inference_mode, it cannot change outside it)."""
+    return -1 if t.is_inference() else t._version
 
 
-_mask_density: dict[tuple, tuple[str, float, int]] = {}
+class PerTensor:
+    """Results cached per live tensor and its version. An entry goes when one of its tensors is freed,
+    so a new tensor at a reused address (the caching allocator's normal case) never reads an old result."""
+
+    def __init__(self, limit: int = 256):
+        self.limit = limit
+        self._entries: dict[tuple, tuple] = {}
+
+    def get(self, tensors, extra: tuple = ()):
+        entry = self._entries.get(tuple(id(t) for t in tensors) + extra)
+        if entry is None:
+            return None
+        refs, versions, value = entry
+        alive = all(ref() is t for ref, t in zip(refs, tensors))
+        return value if alive and versions == tuple(_version(t) for t in tensors) else None
+
+    def put(self, tensors, extra: tuple, value) -> None:
+        import weakref
+
+        key = tuple(id(t) for t in tensors) + extra
+        entries = self._entries
+
+        def evict(_, key=key):
+            entries.pop(key, None)
+
+        if len(entries) >= self.limit:
+            entries.clear()
+        entries[key] = (tuple(weakref.ref(t, evict) for t in tensors), tuple(_version(t) for t in tensors), value)
+
+
+_MASKS = PerTensor()
+CAUSAL_ROWS = 1024  # rows of the score matrix compared at a time: a 32k mask is not copied whole
 
 
 def explicit_mask(mask, scores_shape: tuple[int, ...]) -> tuple[str, float, int]:
     """(kind, fraction of pairs an SDPA attn_mask keeps, bytes it occupies). Boolean masks keep True;
-    additive float masks keep every entry above -inf. A mask that keeps every pair is kind ``none``,
-    one that keeps exactly the causal pairs ``causal`` (top-left, as ``is_causal``) or ``causal-br``
-    (bottom-right), so its FLOPs follow the convention ``is_causal`` rows use (:func:`causal_density`):
-    transformers passes ``is_causal=True`` eagerly and the same causal mask as a tensor under
-    ``torch.compile``. Any other is kind ``mask``. Broadcast dims (stride 0, or size 1) are read once,
-    so they count once in the bytes; the kept fraction is over the broadcast scores (a mean, which
-    broadcasting leaves as it is). Cached per tensor version, so a mask shared by every layer of a
-    forward is counted once (one sync)."""
-    key = _mask_cache_key(mask) + (tuple(scores_shape),)
-    if key in _mask_density:
-        return _mask_density[key]
+    additive float masks keep every entry above half the dtype's lowest value (-inf, and the
+    ``finfo.min`` older transformers fill masked entries with). A mask that keeps every pair is kind
+    ``none``, one that keeps exactly the causal pairs ``causal`` (top-left, as ``is_causal``) or
+    ``causal-br`` (bottom-right), so its FLOPs follow the convention ``is_causal`` rows use
+    (:func:`causal_density`): transformers passes ``is_causal=True`` eagerly and the same causal mask
+    as a tensor under ``torch.compile``. Any other is kind ``mask``. Broadcast dims (stride 0, or size
+    1) are read once, so they count once in the bytes; the kept fraction is over the broadcast scores
+    (a mean, which broadcasting leaves as it is). Cached per live tensor and version, so a mask shared
+    by every layer of a forward is counted once (one sync)."""
+    found = _MASKS.get([mask], (tuple(scores_shape),))
+    if found is None:
+        found = classify_mask(mask, scores_shape)
+        _MASKS.put([mask], (tuple(scores_shape),), found)
+    return found
+
+
+def classify_mask(mask, scores_shape: tuple[int, ...]) -> tuple[str, float, int]:
+    """:func:`explicit_mask` without its cache (a mask made for this call alone)."""
     import torch
 
-    kept = mask if mask.dtype == torch.bool else mask > float("-inf")
+    kept = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
     seq_q, seq_kv = scores_shape[-2], scores_shape[-1]
-    stored = math.prod(size for size, stride in zip(mask.shape, mask.stride()) if stride != 0 and size != 1)
+    nbytes = math.prod(size for size, stride in zip(mask.shape, mask.stride()) if stride != 0 and size != 1) \
+        * mask.element_size()
     if not kept.numel():
-        result = ("mask", 1.0, stored * mask.element_size())
-    elif bool(kept.all()):
-        result = ("none", 1.0, stored * mask.element_size())
-    else:
-        result = ("mask", float(kept.float().mean().item()), stored * mask.element_size())
-        for kind, align, diagonal in (("causal", "top-left", 0), ("causal-br", "bottom-right", seq_kv - seq_q)):
-            causal = torch.ones(seq_q, seq_kv, dtype=torch.bool, device=kept.device).tril(diagonal)
-            if bool((kept == causal).all()):
-                kind = "causal" if seq_q == seq_kv else kind
-                result = (kind, causal_density(seq_q, seq_kv, align), result[2])
-                break
-    if len(_mask_density) > 256:
-        _mask_density.clear()
-    _mask_density[key] = result
-    return result
+        return "mask", 1.0, nbytes
+    count = int(kept.sum().item())
+    if count == kept.numel():
+        return "none", 1.0, nbytes
+    slices = kept.numel() // (kept.shape[-2] * kept.shape[-1]) if kept.dim() >= 2 else 1
+    if kept.dim() >= 2 and tuple(kept.shape[-2:]) == (seq_q, seq_kv):
+        aligns = [("causal", "top-left", 0)] + ([("causal-br", "bottom-right", seq_kv - seq_q)]
+                                                if seq_q != seq_kv else [])
+        for kind, align, diagonal in aligns:
+            pairs = round(visible_fraction(seq_q, seq_kv, align) * seq_q * seq_kv)
+            if count == slices * pairs and _is_causal(kept, diagonal):
+                return kind, causal_density(seq_q, seq_kv, align), nbytes
+    return "mask", count / kept.numel(), nbytes
+
+
+def _is_causal(kept, diagonal: int) -> bool:
+    """Whether key j is kept for query i exactly when j <= i + diagonal, in every broadcast slice."""
+    import torch
+
+    seq_q, seq_kv = kept.shape[-2], kept.shape[-1]
+    keys = torch.arange(seq_kv, device=kept.device)
+    for start in range(0, seq_q, CAUSAL_ROWS):
+        rows = torch.arange(start, min(start + CAUSAL_ROWS, seq_q), device=kept.device)
+        if not bool((kept[..., start:start + len(rows), :] == (keys[None, :] <= rows[:, None] + diagonal)).all()):
+            return False
+    return True
 
 
 def sdpa_call(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False

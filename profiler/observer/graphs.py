@@ -8,9 +8,9 @@ aot_eager, a user's own) is wrapped:
 - before the backend compiles a graph, :func:`read_graph` finds its attention nodes
   (``F.scaled_dot_product_attention`` calls and FlexAttention's higher-order op) and keeps what
   each computes: the fake example values of q, k and v (sizes and strides, symbolic under dynamic
-  shapes, dtype, whether a gradient is needed), the mask arguments (``is_causal``, ``attn_mask``,
-  ``enable_gqa``, the block mask's tensors) and ``nn_module_stack``, the module path the call was
-  made from;
+  shapes, dtype, whether a gradient is needed), the mask arguments (``is_causal``, ``attn_mask``, the
+  block mask's tensors; K/V heads are read off k's size, as eager calls read them) and
+  ``nn_module_stack``, the module path the call was made from;
 - the compiled function the backend returns is wrapped in :class:`ObservedGraph`. Called during an
   observation, it binds the graph's size symbols to its inputs' sizes, turns each node into the
   :class:`~profiler.observer.calls.Call` an eager run of the same code would have made (so the row
@@ -29,8 +29,13 @@ their operators; a compiler that decomposes attention into matmuls leaves no att
 calls are counted and costed but not timed, and the run says so. CUDA events around a graph or the CPU
 clock would time the whole graph, not its attention, so with those clocks compiled calls are untimed.
 
-Graphs compiled before an observation began are not wrapped (their calls go unseen); recompiling
-inside one (``torch._dynamo.reset()``) makes them seen.
+Graphs compiled before an observation began are not wrapped, unless dynamo compiles them again inside
+it: a graph that calls ``F.scaled_dot_product_attention`` guards on that name, which the observation
+rebinds (profiler.observer.hooks). Graphs compiled during an observation stay wrapped after it and
+record again in a later one. One observation runs at a time in a process (``_ACTIVE``); calls from
+every thread are recorded into it. Attention inside a sub-graph (activation checkpointing) is counted
+as not read. The k-th attention kernel of a graph run is charged to its k-th attention node: a compiler
+that reorders two independent attention calls would swap their times.
 """
 
 from __future__ import annotations
@@ -73,14 +78,11 @@ _SIGNATURES = {"sdpa": inspect.signature(_sdpa_signature), "flex_attention": ins
 def _attention_api(node) -> str | None:
     if node.op != "call_function":
         return None
-    if node.target in (torch._C._nn.scaled_dot_product_attention, _ORIGINAL_SDPA):
+    if node.target is torch._C._nn.scaled_dot_product_attention:  # F.scaled_dot_product_attention is this builtin
         return "sdpa"
     if getattr(node.target, "__name__", None) == "flex_attention" and type(node.target).__name__ == "FlexAttentionHOP":
         return "flex_attention"
     return None
-
-
-_ORIGINAL_SDPA = torch.nn.functional.scaled_dot_product_attention
 
 
 # ---------------------------------------------------------------- sizes, symbolic or not
@@ -166,6 +168,30 @@ def _code_line(node) -> str:
     return "<compiled>"
 
 
+def _mutates(node) -> bool:
+    """Whether an FX node writes to a tensor, so running it again is not free of side effects: an
+    in-place method (``add_``) or torch function (``torch.relu_``), an ATen overload whose schema writes
+    an argument, an in-place operator (``operator.iadd``; ``operator.and_`` is not one), or a node FX
+    itself calls impure."""
+    import operator
+
+    if node.op in ("placeholder", "get_attr", "output"):
+        return False
+    name = str(node.target if isinstance(node.target, str) else getattr(node.target, "__name__", ""))
+    schema = getattr(node.target, "_schema", None)
+    if schema is not None:
+        return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+    if getattr(node.target, "__module__", None) in ("_operator", "operator"):
+        return (name.startswith("i") and (hasattr(operator, name[1:]) or hasattr(operator, name[1:] + "_"))
+                and name not in ("index", "indexOf", "invert", "is_", "is_not", "itemgetter"))
+    try:
+        if node.is_impure():
+            return True
+    except Exception:  # noqa: BLE001 - an FX without the check: the name decides
+        pass
+    return name.endswith("_") and not name.endswith("__")
+
+
 class MaskSource:
     """Where an attn_mask's values come from at run time: a graph input, or the nodes of the graph that
     compute it (transformers builds its causal mask inside the compiled forward), copied into a graph
@@ -175,7 +201,7 @@ class MaskSource:
     def __init__(self, module, inputs: list[int]):
         self.module = module  # None: the mask is input ``inputs[0]``
         self.inputs = inputs
-        self._cache: dict[tuple, tuple[str, float, int]] = {}
+        self._cache = describe.PerTensor(limit=64)
 
     @classmethod
     def of(cls, node, placeholders: dict) -> MaskSource:
@@ -187,6 +213,9 @@ class MaskSource:
             if current not in needed:
                 needed.add(current)
                 stack.extend(current.all_input_nodes)
+        changes = [n for n in needed if n.op != "placeholder" and _mutates(n)]
+        if changes:  # running them again would change the user's tensors
+            raise ValueError(f"an attn_mask made inside the graph by in-place operations ({changes[0].name})")
         graph, env = torch.fx.Graph(), {}
         for current in node.graph.nodes:  # topological order
             if current in needed:
@@ -196,19 +225,19 @@ class MaskSource:
         return cls(torch.fx.GraphModule(node.graph.owning_module, graph), inputs)
 
     def kind(self, args, scores_shape: tuple) -> tuple[str, float, int]:
-        """calls.explicit_mask of this run's mask: (kind, kept fraction, bytes)."""
+        """calls.explicit_mask of this run's mask: (kind, kept fraction, bytes). A mask made in the graph
+        is made again here only when its inputs changed (calls.PerTensor: the same live tensors at the
+        same versions, and the same other values), and the mask itself is not kept."""
         values = [args[i] for i in self.inputs]
         if self.module is None:
             return describe.explicit_mask(values[0], scores_shape)
-        key = tuple(describe._mask_cache_key(v) if isinstance(v, torch.Tensor) else v for v in values)
-        key += (tuple(scores_shape),)
-        found = self._cache.get(key)
+        tensors = [v for v in values if isinstance(v, torch.Tensor)]
+        extra = tuple(v for v in values if not isinstance(v, torch.Tensor)) + (tuple(scores_shape),)
+        found = self._cache.get(tensors, extra)
         if found is None:
             with torch.no_grad():
-                found = describe.explicit_mask(self.module(*values), scores_shape)
-            if len(self._cache) > 64:
-                self._cache.clear()
-            self._cache[key] = found
+                found = describe.classify_mask(self.module(*values), scores_shape)
+            self._cache.put(tensors, extra, found)
         return found
 
 
@@ -242,6 +271,8 @@ def read_graph(gm, name: str) -> GraphSpec:
                     bindings.setdefault(expr, (i, d))
     nodes, unread = [], []
     for node in gm.graph.nodes:
+        unread += [f"{api} inside a sub-graph of a compiled graph ({getattr(node.target, '__name__', node.target)}:"
+                   " activation checkpointing or another higher-order op; not read)" for api in _nested(gm, node)]
         api = _attention_api(node)
         if api is None:
             continue
@@ -256,6 +287,21 @@ def read_graph(gm, name: str) -> GraphSpec:
                         for n in nodes]
         spec.nodes = []
     return spec
+
+
+def _nested(gm, node) -> list[str]:
+    """The attention APIs called inside the sub-graphs a node runs (``torch.utils.checkpoint`` in a
+    compiled graph is a higher-order op over a sub-graph, reached through get_attr), recursively."""
+    found = []
+    for arg in node.args:
+        if getattr(arg, "op", None) != "get_attr":
+            continue
+        sub = getattr(gm, arg.target, None)
+        if isinstance(sub, torch.fx.GraphModule):
+            for inner in sub.graph.nodes:
+                api = _attention_api(inner)
+                found += [api] if api else _nested(sub, inner)
+    return found
 
 
 def _read_node(api: str, node, placeholders: dict) -> AttentionNode:
@@ -299,22 +345,19 @@ def _bind(spec: GraphSpec, args) -> tuple[tuple, callable]:
     return tuple(values), bind
 
 
-_densities: dict[tuple, float] = {}
+_DENSITIES = describe.PerTensor()
 
 
 def _block_density(node: AttentionNode, args, seq_kv: int) -> float:
     """FlexAttention's computed-block fraction from the block mask's input tensors, counted as eager
-    calls count it (calls.block_fraction). Cached per tensor version (one sync per mask)."""
+    calls count it (calls.block_fraction). Cached per live tensor and version (one sync per mask)."""
     kv_num, full_num, _, block_kv = node.block
-    tensors = [args[kv_num.placeholder], args[full_num.placeholder] if full_num is not None else None]
-    key = tuple(describe._mask_cache_key(t) for t in tensors if t is not None) + (seq_kv, block_kv)
-    cached = _densities.get(key)
-    if cached is None:
-        cached = describe.block_fraction(tensors, seq_kv, block_kv)
-        if len(_densities) > 256:
-            _densities.clear()
-        _densities[key] = cached
-    return cached
+    tensors = [args[kv_num.placeholder]] + ([args[full_num.placeholder]] if full_num is not None else [])
+    found = _DENSITIES.get(tensors, (seq_kv, block_kv))
+    if found is None:
+        found = describe.block_fraction(tensors, seq_kv, block_kv)
+        _DENSITIES.put(tensors, (seq_kv, block_kv), found)
+    return found
 
 
 def node_calls(spec: GraphSpec, args) -> list[describe.Call]:
@@ -322,6 +365,8 @@ def node_calls(spec: GraphSpec, args) -> list[describe.Call]:
     key, bind = _bind(spec, args)
     cached = spec.calls.get(key)
     if cached is None:
+        if len(spec.calls) >= 256:  # a dynamic graph serving ever new sizes (decode): keep the cache bounded
+            spec.calls.clear()
         cached = spec.calls[key] = [None if n.mask or n.block else _call(n, bind) for n in spec.nodes]
     out = []
     for node, call in zip(spec.nodes, cached):
@@ -353,9 +398,7 @@ class GraphObserver:
 
     def __init__(self, recorder):
         self.recorder = recorder
-        self.installed = False
         self.graphs = 0  # graphs compiled during the observation that hold attention
-        self.nodes = 0
         self.untimed_reason = ""  # why compiled calls have no time with this clock (empty: from the trace)
         self._original = None
         self._ids = itertools.count()
@@ -373,25 +416,23 @@ class GraphObserver:
         observer = self
 
         @functools.wraps(original)
-        def call_user_compiler(graph, gm, example_inputs):
+        def call_user_compiler(graph, gm, *args, **kwargs):  # (gm, example_inputs) now; (gm) in older torch
             if _inside_eager_call():  # eager FlexAttention's own graph: the interceptor counts its call
-                return original(graph, gm, example_inputs)
+                return original(graph, gm, *args, **kwargs)
             spec = None
             try:
                 spec = read_graph(gm, f"graph {getattr(graph, 'dynamo_compile_id', '') or next(observer._ids)}")
             except Exception as err:  # never stop a compile: the graph is counted as unread
                 observer.recorder.not_understood(f"a compiled graph ({type(err).__name__}: {err})")
-            compiled = original(graph, gm, example_inputs)
+            compiled = original(graph, gm, *args, **kwargs)
             if spec is None or not (spec.nodes or spec.unread):
                 return compiled
-            observer.graphs += 1
-            observer.nodes += len(spec.nodes)
-            return ObservedGraph(spec, compiled)
+            observer.graphs += bool(spec.nodes)
+            return ObservedGraph(spec, _eager_forward(compiled))
 
         call_user_compiler.__attention_roofline_wrapped__ = True
         self._original = original
         OutputGraph.call_user_compiler = call_user_compiler
-        self.installed = True
         _ACTIVE.observer = self
 
     def remove(self) -> None:
@@ -404,33 +445,41 @@ class GraphObserver:
             _ACTIVE.observer = None
 
     def run(self, spec: GraphSpec, compiled, args):
+        """One run of a wrapped graph: its calls recorded, the run in a range, its backward hooked. The
+        bookkeeping never stops the user's step: where it fails, the graph runs unobserved and the
+        failure is counted among the calls not understood."""
         recorder = self.recorder
         for reason in spec.unread:
             recorder.not_understood(reason)
         if not spec.nodes:
             return compiled(*args)
         try:
-            calls = node_calls(spec, args)
-        except Exception as err:  # never stop the user's run: the graph's calls are counted as unread
+            rows, on_gpu = self._record(spec, args), any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+            opened = self._open(spec, "fwd", [r[3] for r in rows if r[3] is not None], on_gpu)
+        except Exception as err:  # noqa: BLE001 - the run goes on unobserved
             for node in spec.nodes:
                 recorder.not_understood(f"{node.api} in a compiled graph ({type(err).__name__}: {err})")
             return compiled(*args)
-        found = sites.graph_sites(2)
-        rows = []
-        for node, call in zip(spec.nodes, calls):
-            site = sites.join(found, node.module_path, node.code_line)
-            stats = recorder.row_for(call, site, "fwd")
-            rows.append((node, call, site, stats))
-        on_gpu = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
-        opened = self._open(spec, "fwd", [r[3] for r in rows if r[3] is not None], on_gpu)
+        before = {id(a.grad_fn) for a in args if isinstance(a, torch.Tensor) and a.grad_fn is not None}
         try:
             out = compiled(*args)
         finally:
             self._close(opened)
         graded = [r for r in rows if r[0].needs_grad and r[3] is not None]
         if graded and torch.is_grad_enabled():
-            self._time_backward(spec, graded, out, on_gpu)
+            try:
+                self._time_backward(spec, graded, out, on_gpu, before)
+            except Exception as err:  # noqa: BLE001 - the backward runs untimed and uncounted
+                recorder.not_understood(f"a compiled graph's backward ({type(err).__name__}: {err})")
         return out
+
+    def _record(self, spec: GraphSpec, args) -> list[tuple]:
+        found = sites.graph_sites(4)  # the graph's caller: above run() and ObservedGraph.__call__
+        rows = []
+        for node, call in zip(spec.nodes, node_calls(spec, args)):
+            site = sites.join(found, node.module_path, node.code_line)
+            rows.append((node, call, site, self.recorder.row_for(call, site, "fwd")))
+        return rows
 
     def _open(self, spec: GraphSpec, mode: str, rows: list, on_gpu: bool):
         name = f"{GRAPH}/{mode}/{spec.name}"
@@ -454,14 +503,19 @@ class GraphObserver:
             record.__exit__(None, None, None)
         self._domain.pop_range()
 
-    def _time_backward(self, spec: GraphSpec, rows: list, out, on_gpu: bool) -> None:
-        node = _compiled_backward_node(out)
-        if node is None:
+    def _time_backward(self, spec: GraphSpec, rows: list, out, on_gpu: bool, before: set) -> None:
+        """Each run of the graph's backward (a retained graph may run it again) records its rows in mode
+        bwd, in a range from the node's pre-hook to its post-hook."""
+        node = _compiled_backward_node(out, before)
+        if node is None:  # a backend without AOTAutograd (backend="eager") leaves eager autograd nodes
+            for _, call, _, _ in rows:
+                self.recorder.not_understood(f"{call.api} backward of a graph compiled without AOTAutograd "
+                                             "(backend='eager'): not counted")
             return
-        state = {"open": None, "done": False}
+        state = {"open": None}
 
         def start(grad_outputs):
-            if state["open"] is None and not state["done"]:
+            if state["open"] is None:
                 stats = [self.recorder.row_for(call, site, "bwd") for _, call, site, _ in rows]
                 state["open"] = (self._open(spec, "bwd", list(reversed([s for s in stats if s is not None])),
                                             on_gpu),)
@@ -469,24 +523,37 @@ class GraphObserver:
         def done(grad_inputs, grad_outputs):
             if state["open"] is not None:
                 self._close(state["open"][0])
-                state["open"], state["done"] = None, True
+                state["open"] = None
 
         node.register_prehook(start)
         node.register_hook(done)
 
 
-def _compiled_backward_node(out):
-    """The autograd node of a compiled graph's backward among its outputs' grad_fns (an output that is
-    a view has a view node before it)."""
+def _eager_forward(compiled):
+    """The function a backend returned, with a lazily compiled GraphModule (``backend="eager"`` returns
+    its ``_lazy_forward``) made real first, as dynamo does, so the wrapper is what runs."""
+    try:
+        from torch.fx._lazy_graph_module import _LazyGraphModule
+    except ImportError:
+        return compiled
+    lazy = compiled if isinstance(compiled, _LazyGraphModule) else getattr(compiled, "__self__", None)
+    if isinstance(lazy, _LazyGraphModule):
+        _LazyGraphModule.force_recompile(lazy)
+        return lazy.forward
+    return compiled
+
+
+def _compiled_backward_node(out, before: set):
+    """The autograd node of this run's compiled backward: an output's grad_fn, or the first node behind
+    it (an output that is a view has a view node before it), never one that was the grad_fn of an
+    input (``before``: an output that is a view of an input leads back to an earlier graph's node)."""
     tensors = [t for t in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(t, torch.Tensor)]
-    for t in tensors:
-        node = t.grad_fn
-        for _ in range(4):
-            if node is None:
-                break
-            if "CompiledFunction" in type(node).__name__ or "CompiledFunction" in node.name():
+    level = [t.grad_fn for t in tensors if t.grad_fn is not None]
+    for _ in range(4):  # breadth first, a few levels
+        for node in level:
+            if id(node) not in before and "CompiledFunction" in type(node).__name__:
                 return node
-            node = next((n for n, _ in node.next_functions if n is not None), None)
+        level = [n for node in level if id(node) not in before for n, _ in node.next_functions if n is not None]
     return None
 
 
@@ -505,6 +572,8 @@ class ObservedGraph:
         return observer.run(self.spec, self.compiled, args)
 
     def __getattr__(self, name):  # attributes dynamo or inductor read off the compiled function
+        if name.startswith("__"):  # not __self__ or __name__: dynamo would unwrap a lazy forward through them
+            raise AttributeError(name)
         return getattr(self.compiled, name)
 
 

@@ -41,6 +41,9 @@ def warning_lines(s: dict) -> list[str]:
     if s.get("compiled_frames") and s.get("compiled_graphs_observed") is None:  # a capture from before graphs were read
         lines.append(f"torch.compile compiled {s['compiled_frames']} frame(s) during the run: attention inside "
                      "compiled code runs without Python and is not counted above")
+    elif s.get("compiled_frames") and not s.get("compiled_graphs_observed"):
+        lines.append(f"torch.compile compiled {s['compiled_frames']} graph(s) during the run; none held attention "
+                     "that observe reads (any it could not read is listed below)")
     elif s.get("compiled_graphs_observed"):
         lines.append(f"torch.compile compiled {s['compiled_frames']} graph(s) during the run; the attention calls "
                      f"inside the {s['compiled_graphs_observed']} that hold attention are counted above")

@@ -1,7 +1,7 @@
 """Keep what the kernel tables read from a torch profiler Chrome trace, drop the rest: a real trace
 small enough for tests/data.
 
-    python scripts/perf_experiments/trim_chrome_trace.py IN.json OUT.json [--inside observe/]
+    python scripts/perf_experiments/trim_chrome_trace.py IN.json OUT.json.gz [--inside observe/]
 
 Kept, unchanged: GPU kernels, the runtime/driver launches they correlate with, record_function ranges
 (user_annotation) and the ATen attention operators (profiler.observer.graphs.ATTENTION_OP). With
@@ -10,6 +10,7 @@ of them (on the same thread), with their launches.
 """
 
 import argparse
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -33,8 +34,8 @@ def trim(events: list, inside: str | None) -> list:
         launch = launches.get(kernel.get("args", {}).get("correlation"))
         if launch is None:
             return inside is None
-        return inside is None or any(r.get("tid") == launch.get("tid") and r["ts"] <= launch["ts"] <= r["ts"] + r["dur"]
-                                     for r in ranges)
+        return inside is None or any(r.get("tid") == launch.get("tid")
+                                     and r["ts"] <= launch["ts"] <= r["ts"] + r.get("dur", 0) for r in ranges)
 
     kernels = [e for e in complete if e.get("cat") == "kernel" and launched_inside(e)]
     kept_launches = [launches[c] for c in {k["args"].get("correlation") for k in kernels} if c in launches]
@@ -47,10 +48,16 @@ def main(argv=None) -> None:
     parser.add_argument("target")
     parser.add_argument("--inside", default=None, help="keep only kernels launched inside ranges named PREFIX...")
     args = parser.parse_args(argv)
-    trace = json.loads(Path(args.source).read_text())
+    opened = gzip.open(args.source, "rt") if args.source.endswith(".gz") else open(args.source)
+    with opened as handle:
+        trace = json.load(handle)
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     kept = trim(events, args.inside)
-    Path(args.target).write_text(json.dumps({"traceEvents": kept}, separators=(",", ":")))
+    text = json.dumps({"traceEvents": kept}, separators=(",", ":"))
+    if args.target.endswith(".gz"):  # what tests/data holds (profiler.measure.torch_trace reads either)
+        Path(args.target).write_bytes(gzip.compress(text.encode(), compresslevel=9))
+    else:
+        Path(args.target).write_text(text)
     print(f"{args.target}: {len(kept)} of {len(events)} events")
 
 
