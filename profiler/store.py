@@ -108,6 +108,8 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "seq_kv_min": ("float64", "observed: shortest Nkv of the row's calls (decode rows group growing Nkv into "
                               "buckets, four per octave; seq_kv is their mean)"),
     "seq_kv_max": ("float64", "observed: longest Nkv of the row's calls"),
+    "rank": ("float64", "observed under torchrun: the rank (torch.distributed's RANK) whose process made the calls; "
+                        "each rank's rows are its own (profiler.observer.ranks); not stored for a run of one process"),
 }
 COLUMNS = list(SCHEMA)
 # Meta keys that describe one run; a resumed capture keeps the earlier runs' values in earlier_runs.
@@ -119,7 +121,7 @@ KEY = list(ROW_KEY)
 ADDED_COLUMNS = {"kv_heads": lambda frame: frame["heads"], "path": lambda frame: "",
                  "source": lambda frame: "measured", "site": lambda frame: "", "device": lambda frame: ""}
 # Columns only observed rows fill (profiler.observer): empty in rows of other sources and older files.
-OBSERVED_ONLY = ("calls", "total_ms", "median_ms", "mask", "density", "layout", "seq_kv_min", "seq_kv_max")
+OBSERVED_ONLY = ("calls", "total_ms", "median_ms", "mask", "density", "layout", "seq_kv_min", "seq_kv_max", "rank")
 
 
 class CaptureError(ValueError):
@@ -181,6 +183,8 @@ def to_frame(rows: list[dict]) -> pd.DataFrame:
         columns = [c for c in COLUMNS if c not in ("source", "site", *OBSERVED_ONLY)]
     if len(frame) == 0 or (frame["device"].fillna("") == "").all():
         columns = [c for c in columns if c != "device"]  # one kind of device: meta.json names it
+    if "rank" in columns and frame["rank"].isna().all():
+        columns = [c for c in columns if c != "rank"]  # one process observed
     return frame[columns + extra]
 
 

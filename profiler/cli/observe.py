@@ -67,11 +67,26 @@ def _importable(name: str) -> bool | str:
     return f"no module named '{name}' on this Python's path"
 
 
+class Terminated(BaseException):
+    """SIGTERM while the script ran: how torchrun stops the other ranks when one fails, and how a batch
+    system ends a job. Raised in the script so that what was observed is written before the process ends."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
 def _run_user_code(kind: str, target: str, argv: list[str]) -> BaseException | None:
     """Run the script as ``python`` would (``__main__``, sys.argv, its folder first on sys.path);
-    the exception it ended with, or None. SystemExit(0) and SystemExit(None) are a clean exit."""
+    the exception it ended with, or None. SystemExit(0) and SystemExit(None) are a clean exit.
+    SIGTERM ends the script with :class:`Terminated` (where the script installed no handler of its own)."""
+    import signal
+
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = argv
+    saved_term = None
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        saved_term = signal.signal(signal.SIGTERM, _terminate)
     if kind == "path":
         sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
     try:
@@ -85,6 +100,8 @@ def _run_user_code(kind: str, target: str, argv: list[str]) -> BaseException | N
         return err
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
+        if saved_term is not None:
+            signal.signal(signal.SIGTERM, saved_term)
     return None
 
 
@@ -115,21 +132,32 @@ def run(args) -> int:
     try:
         failure = _run_user_code(kind, target, argv)
     finally:
+        if failure is not None:  # told before the observation ends: under torchrun it goes to rank 0 with the rows
+            run_.failure = _failure_text(failure)
         session.__exit__(None, None, None)
+    rank = run_.link.ranks if run_.link is not None else None
+    calls = run_.summary.get("calls", run_.calls)
+    where = f"{folder}" if rank is None or rank.main else f"{folder} by rank 0"
     if isinstance(failure, KeyboardInterrupt):
-        _record_script_failure(run_, failure)
-        console.print(f"observe: interrupted; the {run_.calls} attention calls observed before it are kept in "
-                      f"{folder}", style="red", soft_wrap=True)
+        console.print(f"observe: interrupted; the {calls} attention calls observed before it are kept in {where}",
+                      style="red", soft_wrap=True)
         return 130  # as python exits on Ctrl-C
+    if isinstance(failure, Terminated):
+        console.print(f"observe: terminated (SIGTERM); the {calls} attention calls observed before it are kept in "
+                      f"{where}", style="red", soft_wrap=True)
+        return 128 + 15  # as a shell reports a process ended by SIGTERM
     if failure is not None:
         if isinstance(failure, SystemExit):
             console.print(f"observe: the script exited with status {failure.code}", style="red")
         else:
             _print_user_traceback(failure, target)
-        console.print(f"observe: {run_.calls} attention calls observed before the script stopped; written to "
-                      f"{folder}", soft_wrap=True)
-        _record_script_failure(run_, failure)
+        console.print(f"observe: {calls} attention calls observed before the script stopped; written to {where}",
+                      soft_wrap=True)
         return failure.code if isinstance(failure, SystemExit) and isinstance(failure.code, int) else 1
+    if rank is not None and not rank.main:
+        console.print(f"observe: rank {rank.rank} observed {run_.calls} attention calls; rank 0 merged them into "
+                      f"{folder}", soft_wrap=True)
+        return 0
     _print_summary(run_)
     if args.replay:
         _replay(run_, args.replay, args.rep_ms)
@@ -137,27 +165,27 @@ def run(args) -> int:
     return 0
 
 
-def _record_script_failure(run_, failure: BaseException) -> None:
-    """meta.json's ``observed`` says the script failed (``finished`` says only that the observation
-    wrote everything it saw)."""
+def _failure_text(failure: BaseException) -> str:
+    """How the script failed, as meta.json's ``observed.script_failed`` says it (``finished`` says only
+    that the observation wrote everything it saw)."""
     if isinstance(failure, KeyboardInterrupt):
-        what = "was interrupted (Ctrl-C)"
-    elif isinstance(failure, SystemExit):
-        what = f"exited with status {failure.code}"
-    else:
-        what = f"raised {type(failure).__name__}: {failure}"
-    run_.meta["observed"]["script_failed"] = what
-    run_.capture.write_meta(run_.meta)
+        return "was interrupted (Ctrl-C)"
+    if isinstance(failure, Terminated):
+        return "was terminated (SIGTERM)"
+    if isinstance(failure, SystemExit):
+        return f"exited with status {failure.code}"
+    return f"raised {type(failure).__name__}: {failure}"
 
 
 def _print_summary(run_) -> None:
     from rich.table import Table
 
-    from profiler.observer.summary import TOP, run_summary_lines, top_rows
+    from profiler.observer.summary import TOP, rank_sites, run_summary_lines, top_rows
 
     s = run_.summary
-    frame = run_.results()
-    console.print(f"Observed {s['calls']} attention calls in {s['wall_s']:.2f} s of wall time "
+    frame = rank_sites(run_.results())
+    ranks = f" on {s['world']} ranks" if s.get("world") else ""
+    console.print(f"Observed {s['calls']} attention calls{ranks} in {s['wall_s']:.2f} s of wall time "
                   f"({len(frame)} rows, clock: {s['clock']}); written to {run_.folder}", soft_wrap=True)
     for line in run_summary_lines(s):
         console.print(line, soft_wrap=True)

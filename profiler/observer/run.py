@@ -13,6 +13,7 @@ run's kernels. Rows are written when the run ends, also when it raises, and ever
 from __future__ import annotations
 
 import re
+import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from profiler.model.roofs import Roofs
 from profiler.model.rows import rates
 from profiler.observer.graphs import ATTENTION_OP, GraphObserver
 from profiler.observer.hooks import Interceptor, compiled_graphs
+from profiler.observer.ranks import RankLink, join
 from profiler.observer.recorder import Recorder, RowStats, row_times
 from profiler.store import Capture, to_frame
 
@@ -52,10 +54,12 @@ class ObservedRun:
     recorder: Recorder
     interceptor: Interceptor
     graphs: GraphObserver
-    meta: dict
+    meta: dict | None  # meta.json's contents (None on ranks other than 0 of a torchrun job: rank 0 writes it)
     rows: list[dict] = field(default_factory=list)
     wall_s: float = float("nan")
     summary: dict = field(default_factory=dict)
+    link: RankLink | None = None  # the other ranks of a torchrun job (profiler.observer.ranks)
+    failure: str | None = None  # how the observed script failed, as its runner tells before the block ends
 
     @property
     def calls(self) -> int:
@@ -137,23 +141,21 @@ def observe(out: str | Path, trace: str | None = None, device: str | None = None
     busy time, traces/observed.json) or 'none' (CUDA events around each call: least overhead);
     default torch on a GPU, none on a CPU. ``device``: the GPU whose roofs judge the rows (default
     cuda when there is one, else cpu). ``status(text)``: a context manager showing long work."""
-    from profiler.measure.folder import open_capture
-
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if trace not in (None, "torch", "none"):
+        raise ValueError(f"trace '{trace}' is not one of torch, none")
+    link = join()  # several ranks (torchrun): profiler.observer.ranks
+    if device is None and torch.cuda.is_available():
+        device = f"cuda:{link.ranks.local_rank}" if link is not None else "cuda"
+    device = torch.device(device or "cpu")
     cuda = device.type == "cuda"
     trace = trace or ("torch" if cuda else "none")
-    if trace not in ("torch", "none"):
-        raise ValueError(f"trace '{trace}' is not one of torch, none")
-    from profiler.measure.ceilings import device_name
-
     dtypes = ("fp16", "bf16", "fp32") if cuda else ("fp32",)
     run_meta = {"observed": {"command": command, "trace": trace}, **(meta or {})}
-    store, roofs = open_capture(str(device), Path(out), device_name(device), dtypes, run_meta, resumable=False,
-                                status=status)
+    out, roofs, stored_meta = _open(link, Path(out), device, dtypes, run_meta, status)
     clock = "trace" if cuda and trace == "torch" else "events" if cuda else "cpu"  # calls on CPU tensors: cpu
     recorder = Recorder(clock)
-    run = ObservedRun(Path(out), trace, device, roofs, recorder, Interceptor(recorder), GraphObserver(recorder),
-                      store.meta)
+    run = ObservedRun(out, trace, device, roofs, recorder, Interceptor(recorder), GraphObserver(recorder),
+                      stored_meta, link=link)
     profile = None
     if trace == "torch":
         from torch.profiler import ProfilerActivity
@@ -181,6 +183,43 @@ def observe(out: str | Path, trace: str | None = None, device: str | None = None
         _finish(run, profile, compiled_graphs() - compiled_before - recorder.compiled_inside)
 
 
+def _open(link: RankLink | None, out: Path, device: torch.device, dtypes, run_meta: dict, status
+          ) -> tuple[Path, Roofs, dict | None]:
+    """(the capture folder, the roofs this process's rows are judged against, meta.json's contents).
+    With several ranks: rank 0's folder for all; every rank checks it as its host sees it, and all
+    refuse it if one does, before rank 0 writes meta.json; every other rank measures its own roofs."""
+    from profiler.measure.ceilings import device_name
+    from profiler.measure.folder import FolderError, check_folder, measure_roofs, open_capture
+
+    label = device_name(device)
+    if link is None:
+        store, roofs = open_capture(str(device), out, label, dtypes, run_meta, resumable=False, status=status)
+        return out, roofs, store.meta
+    out = Path(link.share("folder", str(out)))
+    error = None
+    try:
+        check_folder(out, resumable=False)
+    except FolderError as err:
+        error = f"{err} (as rank {link.ranks.rank} on {socket.gethostname()} sees it)"
+    errors = [e for e in link.everyones("checked", error) if e]
+    if errors:
+        raise FolderError(errors[0])
+    meta = error = None
+    if link.main:
+        try:
+            store, roofs = open_capture(str(device), out, label, dtypes, run_meta | {"world": link.ranks.world},
+                                        checked=True, status=status)
+            meta = store.meta
+        except FolderError as err:
+            error = str(err)
+    error = link.share("opened", error)
+    if error:
+        raise FolderError(error)
+    if not link.main:
+        roofs, _ = measure_roofs(str(device), label, dtypes)
+    return out, roofs, meta
+
+
 class _Flusher:
     """Writes the rows timed so far every FLUSH_S seconds (called after each call)."""
 
@@ -205,13 +244,16 @@ def _finish(run: ObservedRun, profile, compiled_frames: int) -> None:
     if profile is not None:
         from profiler.measure.torch_trace import kernels_from_chrome_trace
 
-        path = run.capture.trace_path(TRACE_FILE)
+        trace_file = run.link.trace_file if run.link is not None else TRACE_FILE
+        path = run.capture.trace_path(trace_file)
         path.parent.mkdir(parents=True, exist_ok=True)
         profile.export_chrome_trace(str(path))
         kernels = kernels_from_chrome_trace(path, ops=ATTENTION_OP)
         if recorder.clock == "trace":
             summary["calls_without_kernels"] = recorder.times_from_kernels(kernels)
-        run.capture.write_kernels(kernels.assign(trace=TRACE_FILE))
+        kernels = kernels.assign(trace=trace_file)
+        if run.link is None:
+            run.capture.write_kernels(kernels)
     recorder.finish()
     _collect_rows(run)
     timed = [r for r in run.rows if r["status"] != "untimed"]
@@ -244,17 +286,54 @@ def _finish(run: ObservedRun, profile, compiled_frames: int) -> None:
                        attention_share_of_gpu=attention_ms / gpu_busy if gpu_busy > 0 else None,
                        unobserved_attention_kernels=int(len(outside)),
                        unobserved_attention_ms=float(outside["gpu_us"].sum() / 1e3))
+    if run.failure:
+        summary["script_failed"] = run.failure
     run.summary = summary
-    _write(run, partial=False)
+    if run.link is None:
+        _write(run, partial=False)
+    else:
+        _finish_ranks(run, kernels)
+
+
+def _finish_ranks(run: ObservedRun, kernels) -> None:
+    """A rank of a torchrun job: its rows into its part file, then to rank 0, which merges every rank's
+    (profiler.observer.ranks); the others wait for that and drop a copy rank 0 does not see."""
+    from profiler.observer import ranks
+
+    link = run.link
+    _write(run, partial=True)  # on disk first: a rank 0 that never merges leaves this rank's rows
+    trace = run.capture.trace_path(link.trace_file) if kernels is not None else None
+    ranks.send(link, ranks.Sent.of(link, str(run.device), run.rows, run.summary, kernels, trace,
+                                   run.roofs.as_meta().get("measured_ceilings") or {}))
+    if not link.main:
+        if run.failure is None:  # a rank whose script failed ends at once, as python would: others may wait on it
+            ranks.wait_merged(link, run.folder)
+        return
+    # A rank 0 whose script failed waits briefly: the others may be stopped, or waiting on it in a collective.
+    sent, missing = ranks.receive(link, run.failure is not None)
+    run.rows = ranks.merge(link, run.folder, sent)
+    run.summary = ranks.merged_summary(sent, missing, link.ranks.world)
+    run.meta["observed"] = {**run.meta.get("observed", {}), **run.summary, "finished": not missing}
+    run.capture.write_meta(run.meta)
+    ranks.done(link)
 
 
 def _collect_rows(run: ObservedRun) -> None:
     reason = run.graphs.untimed_reason
-    run.rows = [observed_row(s, run.roofs, reason) for s in (*run.recorder.timed(), *run.recorder.untimed())]
+    rank = {"rank": run.link.ranks.rank} if run.link is not None else {}
+    run.rows = [observed_row(s, run.roofs, reason) | rank
+                for s in (*run.recorder.timed(), *run.recorder.untimed())]
 
 
 def _write(run: ObservedRun, partial: bool) -> None:
+    """The rows so far (``partial``) or all of them, with meta.json; a rank of a torchrun job writes
+    only its own part file (rank 0 merges them and writes meta.json, :func:`_finish_ranks`)."""
     capture = run.capture
+    if run.link is not None:
+        from profiler.observer.ranks import write_part
+
+        write_part(run.link, run.folder, run.rows)
+        return
     run.meta["observed"] = {**run.meta.get("observed", {}), **run.summary, "finished": not partial}
     capture.write_results(to_frame(run.rows))
     capture.write_meta(run.meta)

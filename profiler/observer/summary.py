@@ -19,6 +19,20 @@ def observed_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["source"] == "observed"] if "source" in frame else frame.iloc[:0]
 
 
+def rank_sites(frame: pd.DataFrame) -> pd.DataFrame:
+    """A run observed over several ranks (torchrun, profiler.observer.ranks) with each row's site named
+    with its rank ("rank 1 · model.layers.0.self_attn"), so every table and chart that groups or draws
+    by site keeps the ranks apart; other frames as they are."""
+    if "rank" not in frame or not frame["rank"].notna().any():
+        return frame
+    frame = frame.copy()
+    ranked = frame["rank"].notna()
+    names = "rank " + frame.loc[ranked, "rank"].astype(int).astype(str)
+    sites = frame.loc[ranked, "site"].fillna("").astype(str)
+    frame.loc[ranked, "site"] = names.where(sites == "", names + " · " + sites)
+    return frame
+
+
 def share_line(s: dict) -> str:
     """Attention's share of the run: of the GPU's busy time when the torch trace measured it, else of
     the wall time; with its forward and backward parts."""
@@ -28,6 +42,11 @@ def share_line(s: dict) -> str:
     if untimed and untimed >= s.get("calls", 0):
         return f"Attention's time was not measured: its {untimed} calls ran inside compiled graphs (see below)"
     parts = f"(forward {s['attention_fwd_ms']:.1f} ms, backward {s['attention_bwd_ms']:.1f} ms)"
+    if s.get("world"):
+        parts += f", summed over {s['world']} ranks"
+        if s.get("ranks_missing"):
+            parts += f" (ranks {', '.join(map(str, s['ranks_missing']))} sent nothing: only rows they wrote to a " \
+                     "shared folder are counted)"
     if s.get("gpu_busy_ms"):
         return (f"GPU busy {s['gpu_busy_ms']:.1f} ms ({s['gpu_busy_share_of_wall']:.0%} of wall time); attention "
                 f"{s['attention_ms']:.1f} ms = {s['attention_share_of_gpu']:.1%} of GPU busy time {parts}")

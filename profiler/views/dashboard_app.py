@@ -40,6 +40,7 @@ if str(ROOT) not in sys.path:  # `streamlit run` from a checkout without `pip in
 from attention_core.presets import PRESETS, preset_of  # noqa: E402
 from profiler.model import hardware  # noqa: E402
 from profiler.model.roofs import meta_for_device  # noqa: E402
+from profiler.observer.summary import rank_sites  # noqa: E402
 from profiler.store import KEY, Capture, CaptureError, discover_captures  # noqa: E402
 from profiler.views import observed, plots, rooflines, style  # noqa: E402
 from profiler.views.selection import (  # noqa: E402
@@ -93,12 +94,14 @@ def folder_stamps(root: Path) -> dict[str, tuple[int, int]]:
 
 @st.cache_data(show_spinner="Loading captures ...", max_entries=4)
 def load_all(root: str, written: tuple) -> tuple[dict[str, tuple[dict, pd.DataFrame]], list[str]]:
-    return discover_captures(root)
+    captures, warnings = discover_captures(root)
+    return {name: (meta, rank_sites(frame)) for name, (meta, frame) in captures.items()}, warnings
 
 
 @st.cache_data(max_entries=64)
 def load_one(path: str, written: tuple = ()) -> tuple[dict, pd.DataFrame]:
-    return Capture(path).load()
+    meta, frame = Capture(path).load()
+    return meta, rank_sites(frame)  # the ranks of a torchrun observation apart in every view
 
 
 @st.cache_data(max_entries=64)

@@ -27,6 +27,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from profiler.model.roofs import Roofs, meta_for_device
+from profiler.observer.summary import rank_sites
 from profiler.store import Capture, CaptureError, write_bytes_atomic
 from profiler.views import observed, plots, rooflines, style
 from profiler.views.selection import naive_step_rows
@@ -569,6 +570,7 @@ def build_report(folder: Path | str, family: list[str] | None = None) -> str:
     selects (see :func:`select_families`; FamilyNotFound, a CaptureError, when an item matches none)."""
     capture = Capture(folder)
     meta, frame = capture.load()
+    frame = rank_sites(frame)  # the ranks of a torchrun observation apart in every table
     families = families_of(frame)
     shown = select_families(list(families), family, f"'{capture.name}'")
     kernels = capture.kernels()  # the torch profiler's (the dashboard's Trace tab also reads an nsys export's)
