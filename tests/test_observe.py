@@ -362,6 +362,19 @@ def test_bad_input_is_one_line_and_status_2(tmp_path, args, message):
     assert not (tmp_path / "run").exists()  # nothing written
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU's refusal; tests/gpu runs --trace nsys for real")
+def test_trace_nsys_on_a_cpu_is_one_line_and_status_2(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('never runs')\n")
+    out = subprocess.run([sys.executable, "-m", "profiler", "observe", "--trace", "nsys", "--out",
+                          str(tmp_path / "run"), "--", str(script)], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120)
+    assert out.returncode == 2 and "never runs" not in out.stdout
+    assert out.stderr.strip().splitlines() == ["python -m profiler observe: error: --trace nsys needs a GPU (Nsight "
+                                               "Systems times CUDA kernels); on this machine use --trace none"]
+    assert not (tmp_path / "run").exists()
+
+
 def test_keyword_arguments_and_arguments_it_cannot_read(tmp_path):
     q = torch.randn(1, 1, 3, 8)
     with profiler.observe(out=tmp_path / "run") as run:

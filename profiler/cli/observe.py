@@ -21,10 +21,11 @@ HELP = "run a script and profile the attention calls it makes (python -m profile
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="capture folder (default reports/observed-<script>-<time>)")
-    p.add_argument("--trace", choices=("torch", "none"), default=None,
+    p.add_argument("--trace", choices=("torch", "none", "nsys"), default=None,
                    help="torch: the torch profiler records the run (each call's own kernel time, the GPU's busy "
-                        "time); none: CUDA events around each call, least overhead (default: torch on a GPU, "
-                        "none on a CPU)")
+                        "time); none: CUDA events around each call, least overhead; nsys: the run under Nsight "
+                        "Systems, each call's GPU time from its NVTX range, profile.nsys-rep and profile.sqlite "
+                        "kept in the capture (default: torch on a GPU, none on a CPU)")
     p.add_argument("--replay", type=impl_list, default=None, metavar="IMPLS",
                    help="after the run, re-run each observed shape through these implementations (names, 'all', "
                         "or module:function / file.py:function) and print what each would save")
@@ -117,10 +118,14 @@ def run(args) -> int:
     kind, target, argv = _script(args.script)
 
     from profiler.measure.folder import FolderError, default_folder
+    from profiler.observer.nsys_times import UNDER_NSYS
     from profiler.observer.run import observe
 
     stem = Path(target).stem if kind == "path" else target.rsplit(".", 1)[-1]
     folder = Path(args.out) if args.out else default_folder(f"observed-{stem}")
+    under_nsys = args.trace == "nsys" and os.environ.get(UNDER_NSYS) == str(folder)
+    if args.trace == "nsys" and not under_nsys:
+        return _run_under_nsys(args, folder)
     command = " ".join(shlex.quote(a) for a in argv)
     try:
         session = observe(folder, trace=args.trace, command=command,
@@ -158,11 +163,84 @@ def run(args) -> int:
         console.print(f"observe: rank {rank.rank} observed {run_.calls} attention calls; rank 0 merged them into "
                       f"{folder}", soft_wrap=True)
         return 0
+    if under_nsys:
+        console.print(f"observe: {calls} attention calls observed; Nsight Systems writes its report next",
+                      soft_wrap=True)
+        return 0
     _print_summary(run_)
     if args.replay:
         _replay(run_, args.replay, args.rep_ms)
     dashboard_hint(folder)
     return 0
+
+
+def _run_under_nsys(args, folder: Path) -> int:
+    """``--trace nsys``: this command again under ``nsys profile``, then ``nsys export``, then each
+    call's time from the export (profiler.observer.nsys_times); returns the observed command's status."""
+    import subprocess
+    from types import SimpleNamespace
+
+    import torch
+
+    from profiler.measure.distributed import from_env
+    from profiler.measure.folder import FolderError, check_folder
+    from profiler.model.roofs import Roofs
+    from profiler.nsight.nsys import NsysExportError
+    from profiler.observer import nsys_times
+    from profiler.store import Capture
+
+    if from_env() is not None:
+        raise UsageError("--trace nsys under torchrun is not supported: use --trace torch, which merges the ranks")
+    if not torch.cuda.is_available():
+        raise UsageError("--trace nsys needs a GPU (Nsight Systems times CUDA kernels); on this machine use "
+                         "--trace none")
+    nsys = nsys_times.find_nsys()
+    if nsys is None:
+        raise UsageError("--trace nsys: Nsight Systems (nsys) is not on PATH nor in "
+                         f"{', '.join(nsys_times.NSYS_PLACES)}; set NSYS=/path/to/nsys")
+    try:
+        check_folder(folder, resumable=False)
+    except FolderError as err:
+        raise UsageError(str(err)) from None
+    observe_argv = [sys.executable, "-m", "profiler", "observe", "--trace", "nsys", "--out", str(folder), "--",
+                    *(args.script[1:] if args.script[:1] == ["--"] else args.script)]
+    env = {**os.environ, nsys_times.UNDER_NSYS: str(folder)}
+    console.print(f"observe: running under Nsight Systems ({nsys}); report in {folder}/", soft_wrap=True)
+    child = subprocess.Popen(nsys_times.profile_command(nsys, folder, observe_argv), env=env)
+    while True:
+        try:
+            status = child.wait()
+            break
+        except KeyboardInterrupt:  # the run below gets it too: it keeps what it saw and nsys writes its report
+            continue
+    capture = Capture(folder)
+    if not capture.started:
+        return status or 1  # the observation refused to start, and said why
+    if not (folder / f"{nsys_times.REPORT}.nsys-rep").exists():
+        console.print(f"observe: nsys wrote no report (status {status}); the rows in {folder} have no times",
+                      style="red", soft_wrap=True)
+        return status or 1
+    with console.status("nsys export --type sqlite ..."):
+        exported = subprocess.run(nsys_times.export_command(nsys, folder), capture_output=True, text=True)
+    if exported.returncode != 0:
+        console.print(f"observe: nsys export failed ({exported.stderr.strip()[-300:]}); "
+                      f"{folder}/{nsys_times.REPORT}.nsys-rep is kept", style="red", soft_wrap=True)
+        return exported.returncode
+    try:
+        summary = nsys_times.fill(folder)
+    except (NsysExportError, OSError) as err:
+        console.print(f"observe: {err}", style="red", soft_wrap=True)
+        return 1
+    meta, frame = capture.load()
+    done = SimpleNamespace(summary=summary, results=lambda: frame, folder=folder, capture=capture,
+                           device="cuda", roofs=Roofs.from_meta(meta))
+    _print_summary(done)
+    console.print(f"Nsight Systems: {folder}/{nsys_times.REPORT}.nsys-rep (open it in the GUI) and "
+                  f"{folder}/{nsys_times.REPORT}.sqlite", soft_wrap=True)
+    if status == 0 and args.replay:
+        _replay(done, args.replay, args.rep_ms)
+    dashboard_hint(folder)
+    return status
 
 
 def _failure_text(failure: BaseException) -> str:

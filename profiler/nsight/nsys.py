@@ -126,13 +126,18 @@ def nvtx_ranges(conn) -> pd.DataFrame:
     """Every NVTX range (push/pop and start/end) with its name, domain, thread and nesting."""
     strings = dict(conn.execute("SELECT id, value FROM StringIds"))
     domains = dict(conn.execute("SELECT domainId, text FROM NVTX_EVENTS WHERE eventType = ?", (DOMAIN_CREATE,)))
+    # payload: the integer an NVTX event attribute carried, where one did (observe --trace nsys numbers calls so)
+    have = {r[1] for r in conn.execute('PRAGMA table_info("NVTX_EVENTS")')}
+    values = [c for c in ("int64Value", "uint64Value") if c in have]
+    payload = f"COALESCE({', '.join(values)}, NULL)" if values else "NULL"
     frame = pd.read_sql_query(
-        "SELECT rowid AS range_id, start AS start_ns, end AS end_ns, text, textId, domainId, globalTid AS global_tid "
+        "SELECT rowid AS range_id, start AS start_ns, end AS end_ns, text, textId, domainId, globalTid AS global_tid, "
+        f"{payload} AS payload "
         "FROM NVTX_EVENTS WHERE eventType IN (?, ?) AND end IS NOT NULL ORDER BY global_tid, start_ns, end_ns DESC",
         conn, params=(PUSH_POP, START_END),
     )
     columns = ["range_id", "domain", "name", "range", "start_ns", "end_ns", "range_ns", "global_tid", "tid", "depth",
-               "parent_id"]
+               "parent_id", "payload"]
     if frame.empty:
         return pd.DataFrame(columns=columns)
     # Registered strings (nvtxDomainRegisterString, as the nvtx package does) sit in StringIds.
@@ -241,9 +246,26 @@ def _innermost_range(ops: pd.DataFrame, ranges: pd.DataFrame) -> tuple[list[int]
     return ids, names
 
 
+def busy_ns(start: np.ndarray, end: np.ndarray) -> int:
+    """The time covered by the intervals [start, end): their union's length (gaps not counted, overlaps
+    counted once)."""
+    order = np.argsort(start, kind="stable")
+    total, reach = 0, None
+    for lo, hi in zip(start[order], end[order]):
+        if reach is None or lo > reach:
+            total += hi - lo
+            reach = hi
+        elif hi > reach:
+            total += hi - reach
+            reach = hi
+    return int(total)
+
+
 def range_projection(ranges: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
     """Per range instance: GPU work launched inside it (on its thread), projected onto the GPU as
-    nsys's nvtx_gpu_proj_sum does (first op start to last op end), with op and kernel counts."""
+    nsys's nvtx_gpu_proj_sum does (first op start to last op end), the time that work kept the GPU
+    busy (the union of its ops' intervals: the projection without the gaps between them), with op
+    and kernel counts."""
     rows = []
     by_tid = {}
     for tid, group in ops.dropna(subset=["launch_ns"]).groupby("global_tid"):
@@ -251,15 +273,17 @@ def range_projection(ranges: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
         by_tid[tid] = (group.launch_ns.to_numpy(), group.start_ns.to_numpy(), group.end_ns.to_numpy(),
                        (group.kind == "kernel").to_numpy())
     for r in ranges.itertuples():
-        proj, n_ops, n_kernels = 0, 0, 0
+        proj, busy, n_ops, n_kernels = 0, 0, 0, 0
         if r.global_tid in by_tid:
             launch, start, end, is_kernel = by_tid[r.global_tid]
             lo, hi = np.searchsorted(launch, r.start_ns, "left"), np.searchsorted(launch, r.end_ns, "right")
             if hi > lo:
                 proj = int(end[lo:hi].max() - start[lo:hi].min())
+                busy = busy_ns(start[lo:hi], end[lo:hi])
                 n_ops, n_kernels = int(hi - lo), int(is_kernel[lo:hi].sum())
-        rows.append((r.range_id, r.range, proj, int(r.range_ns), n_ops, n_kernels))
-    return pd.DataFrame(rows, columns=["range_id", "range", "gpu_proj_ns", "range_ns", "gpu_ops", "kernels"])
+        rows.append((r.range_id, r.range, proj, busy, int(r.range_ns), n_ops, n_kernels))
+    return pd.DataFrame(rows, columns=["range_id", "range", "gpu_proj_ns", "gpu_busy_ns", "range_ns", "gpu_ops",
+                                       "kernels"])
 
 
 def summarize(projection: pd.DataFrame) -> pd.DataFrame:

@@ -492,8 +492,8 @@ class GraphObserver:
             self.recorder.graph_started(unique, rows)
         else:
             self.untimed_reason = ("calls on the CPU are timed per call, which a compiled graph does not make"
-                                   if not on_gpu else "--trace none times whole graphs; --trace torch times "
-                                   "each attention kernel inside them")
+                                   if not on_gpu else f"--trace {'nsys' if self.recorder.clock == 'nsys' else 'none'}"
+                                   " times whole graphs; --trace torch times each attention kernel inside them")
         if self.recorder.on_call is not None:
             self.recorder.on_call()
         return record

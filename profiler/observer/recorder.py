@@ -13,7 +13,10 @@ Times come from one of three clocks, the GPU's chosen per run (the recorder's ``
   CPU to launch the call's kernels (decode steps of a CPU-bound loop);
 - on a GPU with ``trace='torch'``, nothing at the call: each call opens a uniquely named
   ``record_function`` range, and after the run the torch profiler's kernels inside that range are
-  summed (:meth:`Recorder.times_from_kernels`): GPU time of the call's own kernels, gaps excluded.
+  summed (:meth:`Recorder.times_from_kernels`): GPU time of the call's own kernels, gaps excluded;
+- on a GPU with ``trace='nsys'`` (the run under Nsight Systems), nothing at the call either: each
+  call's NVTX range carries the call's number as its payload, and after nsys has written its export
+  each call gets its range's GPU time as nsys projects it (profiler.observer.nsys_times).
 """
 
 from __future__ import annotations
@@ -23,8 +26,6 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from attention_core.shape import DTYPE_BYTES, Shape
 from profiler.model.fused import compulsory_bytes, fused_flops
@@ -89,10 +90,10 @@ class RowStats:
 @dataclass
 class Pending:
     stats: RowStats
-    start: object  # a CUDA event, or a perf_counter reading, or None (times from the trace)
+    start: object  # a CUDA event, a perf_counter reading, None (times from the trace) or the call's number (nsys)
     end: object = None
     name: str = ""  # the call's record_function range, when times come from the trace
-    kind: str = "cpu"  # which clock: cpu (perf_counter), events or trace
+    kind: str = "cpu"  # which clock: cpu (perf_counter), events, trace or nsys
 
 
 class Recorder:
@@ -101,8 +102,8 @@ class Recorder:
     POLL_EVERY = 64  # CUDA events read back once this many are waiting
 
     def __init__(self, clock: str):
-        if clock not in ("cpu", "events", "trace"):
-            raise ValueError(f"clock '{clock}' is not one of cpu, events, trace")
+        if clock not in ("cpu", "events", "trace", "nsys"):
+            raise ValueError(f"clock '{clock}' is not one of cpu, events, trace, nsys")
         self.clock = clock
         self.rows: dict[tuple, RowStats] = {}
         self.unmodelled: dict[str, int] = {}  # reason -> calls
@@ -114,6 +115,7 @@ class Recorder:
         self.calls = 0
         self.on_call = None  # called after each call (the run's periodic flush)
         self.compiled_inside = 0  # graphs torch.compile made inside observed calls (eager FlexAttention's own)
+        self.nsys_calls: list[RowStats] = []  # nsys clock: each call's row, by the call's number (its NVTX payload)
 
     # ---------------------------------------------------------------- one call
 
@@ -143,6 +145,9 @@ class Recorder:
         if self.clock == "trace":
             self.by_range[name] = stats
             return Pending(stats, None, name=name, kind="trace")
+        if self.clock == "nsys":
+            self.nsys_calls.append(stats)
+            return Pending(stats, len(self.nsys_calls) - 1, kind="nsys")
         event = self._event()
         event.record()
         return Pending(stats, event, kind="events")
@@ -252,8 +257,3 @@ class Recorder:
         """Rows of calls no clock timed: calls inside compiled graphs (profiler.observer.graphs)."""
         return [s for s in self.rows.values() if s.calls and not s.times_ms]
 
-
-def row_times(stats: RowStats) -> dict:
-    times = np.asarray(stats.times_ms, dtype=np.float64)
-    return {"calls": stats.calls, "total_ms": float(times.sum()), "median_ms": float(np.median(times)),
-            "time_ms_p10": float(np.percentile(times, 10)), "time_ms_p90": float(np.percentile(times, 90))}

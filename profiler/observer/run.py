@@ -31,7 +31,7 @@ from profiler.model.rows import rates
 from profiler.observer.graphs import ATTENTION_OP, GraphObserver
 from profiler.observer.hooks import Interceptor, compiled_graphs
 from profiler.observer.ranks import RankLink, join
-from profiler.observer.recorder import Recorder, RowStats, row_times
+from profiler.observer.recorder import Recorder, RowStats
 from profiler.store import Capture, to_frame
 
 FLUSH_S = 30.0
@@ -73,32 +73,32 @@ class ObservedRun:
         return to_frame(self.rows)
 
 
-def observed_row(stats: RowStats, roofs: Roofs, untimed_reason: str = "") -> dict:
+def observed_row(stats: RowStats, roofs: Roofs, untimed_reason: str = "", pending: int = 0) -> dict:
     """One results row of an observed (API, site, shape, mask, mode): FLOPs and bytes per call are
     the means of exact per-call sums; ``time_ms`` is the mean time per timed call, so flops / time_ms
     is the row's rate over its calls (``median_ms`` beside it). A row no clock timed (calls inside
-    compiled graphs, profiler.observer.graphs) has status ``untimed`` and ``untimed_reason``."""
+    compiled graphs, profiler.observer.graphs) has status ``untimed`` and ``untimed_reason``. ``pending``
+    calls of the row get their times later (from the Nsight Systems export, profiler.observer.nsys_times):
+    the row is ``untimed`` until :func:`with_times` gives them."""
     call, calls = stats.call, stats.calls
     seq_kv = round(stats.seq_kv_sum / calls)
     shape = Shape(call.batch, call.heads, call.seq_q, seq_kv, call.head_dim, call.dtype, call.causal, stats.mode,
                   call.kv_heads)
     flops, hbm_bytes = stats.flops / calls, stats.hbm_bytes / calls
     timed = len(stats.times_ms)
-    times = row_times(stats) if timed else {"total_ms": float("nan"), "median_ms": float("nan"),
-                                            "time_ms_p10": float("nan"), "time_ms_p90": float("nan")}
-    ai = arithmetic_intensity(flops, hbm_bytes)
+    will_be = timed + pending  # calls that have, or will have, a time
+    nan = float("nan")
     row = {**dict(zip(ROW_KEY, shape.row_key(call.api))), "path": "", "flops": flops, "hbm_bytes": hbm_bytes,
-           "tile_bytes": float("nan"), "arithmetic_intensity": ai,
-           "time_ms": times["total_ms"] / timed if timed else float("nan"), "time_ms_p10": times["time_ms_p10"],
-           "time_ms_p90": times["time_ms_p90"], "status": "ok", "message": "",
-           "source": "observed", "site": stats.site, "calls": calls, "total_ms": times["total_ms"],
-           "median_ms": times["median_ms"], "mask": call.mask,
+           "tile_bytes": nan, "arithmetic_intensity": arithmetic_intensity(flops, hbm_bytes),
+           "time_ms": nan, "time_ms_p10": nan, "time_ms_p90": nan, "status": "ok", "message": "",
+           "source": "observed", "site": stats.site, "calls": calls, "total_ms": nan, "median_ms": nan,
+           "mask": call.mask,
            "density": stats.flops / stats.full_flops if stats.full_flops else 1.0, "layout": call.layout,
            "seq_kv_min": stats.seq_kv_min, "seq_kv_max": stats.seq_kv_max}
     notes = []
-    if timed < calls:
-        notes.append(f"compiled: {untimed_reason or UNTIMED}" if not timed else
-                     f"{timed} of {calls} calls timed (compiled: {untimed_reason or UNTIMED}); total_ms is theirs")
+    if will_be < calls:
+        notes.append(f"compiled: {untimed_reason or UNTIMED}" if not will_be else
+                     f"{will_be} of {calls} calls timed (compiled: {untimed_reason or UNTIMED}); total_ms is theirs")
     if call.mask_bytes and call.mask in ("none", "causal", "causal-br"):
         # calls.explicit_mask: the pattern is causal (or keeps everything), but the kernel was handed a tensor.
         notes.append(f"the {call.mask} mask came as a tensor ({call.mask_bytes} bytes read per call): a kernel given "
@@ -106,10 +106,21 @@ def observed_row(stats: RowStats, roofs: Roofs, untimed_reason: str = "") -> dic
     row["message"] = "; ".join(notes)
     if not timed:
         return row | {"status": "untimed"}
-    if times["total_ms"] <= 0:
+    return with_times(row, stats.times_ms, roofs)
+
+
+def with_times(row: dict, times_ms: list[float], roofs: Roofs) -> dict:
+    """An observed row (FLOPs and bytes per call) with the times of its timed calls: total, median and
+    percentiles, mean time per timed call, and the rate over those calls (their FLOPs and bytes over
+    their summed time) against ``roofs``."""
+    times = np.asarray(times_ms, dtype=np.float64)
+    timed, total = len(times), float(times.sum())
+    row = row | {"total_ms": total, "median_ms": float(np.median(times)), "time_ms": total / timed,
+                 "time_ms_p10": float(np.percentile(times, 10)), "time_ms_p90": float(np.percentile(times, 90)),
+                 "status": "ok"}
+    if total <= 0:
         return row | {"status": "error", "message": "no GPU kernel of these calls was found in the trace"}
-    # The rate over the timed calls: their FLOPs and bytes over their summed time.
-    return row | rates(flops * timed, hbm_bytes * timed, times["total_ms"] * 1e-3, call.dtype, roofs)
+    return row | rates(row["flops"] * timed, row["hbm_bytes"] * timed, total * 1e-3, row["dtype"], roofs)
 
 
 UNTIMED = ("the trace did not tell this graph's attention kernels apart (CUDA graphs replay kernels without "
@@ -141,18 +152,21 @@ def observe(out: str | Path, trace: str | None = None, device: str | None = None
     busy time, traces/observed.json) or 'none' (CUDA events around each call: least overhead);
     default torch on a GPU, none on a CPU. ``device``: the GPU whose roofs judge the rows (default
     cuda when there is one, else cpu). ``status(text)``: a context manager showing long work."""
-    if trace not in (None, "torch", "none"):
-        raise ValueError(f"trace '{trace}' is not one of torch, none")
+    if trace not in (None, "torch", "none", "nsys"):
+        raise ValueError(f"trace '{trace}' is not one of torch, none, nsys")
     link = join()  # several ranks (torchrun): profiler.observer.ranks
     if device is None and torch.cuda.is_available():
         device = f"cuda:{link.ranks.local_rank}" if link is not None else "cuda"
     device = torch.device(device or "cpu")
     cuda = device.type == "cuda"
     trace = trace or ("torch" if cuda else "none")
+    if trace == "nsys" and not cuda:
+        raise ValueError("trace 'nsys' needs a GPU: Nsight Systems times CUDA kernels")
     dtypes = ("fp16", "bf16", "fp32") if cuda else ("fp32",)
     run_meta = {"observed": {"command": command, "trace": trace}, **(meta or {})}
     out, roofs, stored_meta = _open(link, Path(out), device, dtypes, run_meta, status)
-    clock = "trace" if cuda and trace == "torch" else "events" if cuda else "cpu"  # calls on CPU tensors: cpu
+    # calls on CPU tensors: cpu, whatever the trace
+    clock = {"torch": "trace", "nsys": "nsys"}.get(trace, "events") if cuda else "cpu"
     recorder = Recorder(clock)
     run = ObservedRun(out, trace, device, roofs, recorder, Interceptor(recorder), GraphObserver(recorder),
                       stored_meta, link=link)
@@ -169,6 +183,9 @@ def observe(out: str | Path, trace: str | None = None, device: str | None = None
         profile.__enter__()
     run.interceptor.install()
     run.graphs.install()
+    if trace == "nsys":  # nsys records from here (--capture-range=cudaProfilerApi, profiler.observer.nsys_times)
+        torch.cuda.synchronize(device)
+        torch.cuda.cudart().cudaProfilerStart()
     started = time.perf_counter()
     try:
         yield run
@@ -178,6 +195,8 @@ def observe(out: str | Path, trace: str | None = None, device: str | None = None
         if cuda:
             torch.cuda.synchronize(device)
         run.wall_s = time.perf_counter() - started
+        if trace == "nsys":
+            torch.cuda.cudart().cudaProfilerStop()
         if profile is not None:
             profile.__exit__(None, None, None)
         _finish(run, profile, compiled_graphs() - compiled_before - recorder.compiled_inside)
@@ -229,7 +248,7 @@ class _Flusher:
 
     def __call__(self) -> None:
         now = time.monotonic()
-        if now - self.last >= FLUSH_S and self.run.recorder.clock != "trace":
+        if now - self.last >= FLUSH_S and self.run.recorder.clock not in ("trace", "nsys"):
             self.last = now
             _collect_rows(self.run)
             _write(self.run, partial=True)
@@ -262,7 +281,8 @@ def _finish(run: ObservedRun, profile, compiled_frames: int) -> None:
                    attention_fwd_ms=sum(r["total_ms"] for r in timed if r["mode"] == "fwd"),
                    attention_bwd_ms=sum(r["total_ms"] for r in timed if r["mode"] == "bwd"),
                    compiled_graphs_observed=run.graphs.graphs,
-                   compiled_calls_untimed=sum(s.calls - len(s.times_ms) for s in recorder.rows.values()),
+                   compiled_calls_untimed=sum(s.calls - len(s.times_ms) for s in recorder.rows.values())
+                   - len(recorder.nsys_calls),  # those the Nsight Systems export will time
                    compiled_untimed_reason=run.graphs.untimed_reason
                    or (UNTIMED if recorder.graph_calls_untimed else ""),
                    attention_share_of_wall=attention_ms / (run.wall_s * 1e3) if run.wall_s > 0 else None)
@@ -288,6 +308,11 @@ def _finish(run: ObservedRun, profile, compiled_frames: int) -> None:
                        unobserved_attention_ms=float(outside["gpu_us"].sum() / 1e3))
     if run.failure:
         summary["script_failed"] = run.failure
+    if recorder.clock == "nsys":
+        from profiler.observer.nsys_times import write_calls
+
+        write_calls(run.folder, recorder.nsys_calls, [*recorder.timed(), *recorder.untimed()])
+        summary["times_pending"] = "nsys"  # profiler.observer.nsys_times.fill reads them from the export
     run.summary = summary
     if run.link is None:
         _write(run, partial=False)
@@ -319,9 +344,13 @@ def _finish_ranks(run: ObservedRun, kernels) -> None:
 
 
 def _collect_rows(run: ObservedRun) -> None:
+    """The rows so far, timed ones first (profiler.observer.nsys_times numbers them in this order)."""
     reason = run.graphs.untimed_reason
     rank = {"rank": run.link.ranks.rank} if run.link is not None else {}
-    run.rows = [observed_row(s, run.roofs, reason) | rank
+    pending: dict[int, int] = {}  # row -> its calls that the Nsight Systems export will time
+    for stats in run.recorder.nsys_calls:
+        pending[id(stats)] = pending.get(id(stats), 0) + 1
+    run.rows = [observed_row(s, run.roofs, reason, pending=pending.get(id(s), 0)) | rank
                 for s in (*run.recorder.timed(), *run.recorder.untimed())]
 
 

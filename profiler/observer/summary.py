@@ -72,6 +72,11 @@ def warning_lines(s: dict) -> list[str]:
     if s.get("unobserved_attention_kernels"):
         lines.append(f"{s['unobserved_attention_kernels']} attention kernels ({s['unobserved_attention_ms']:.1f} ms) "
                      "ran outside any observed call (compiled regions or other APIs): see kernels.parquet")
+    if s.get("calls_without_ranges"):
+        lines.append(f"{s['calls_without_ranges']} calls had no NVTX range in the Nsight Systems export (untimed)")
+    if s.get("times_pending") == "nsys":
+        lines.append("the calls' times come from the Nsight Systems export, which observe --trace nsys reads "
+                     "after nsys has written it; this capture has none yet")
     if s.get("calls_without_kernels"):
         lines.append(f"{s['calls_without_kernels']} calls had no GPU kernel in the trace (their time counts as 0)")
     for reason, calls in (s.get("unmodelled_calls") or {}).items():
