@@ -117,9 +117,11 @@ def test_a_folder_one_rank_refuses_is_refused_by_all(tmp_path):
     (tmp_path / "run" / "notes.txt").write_text("mine")
     done = _observe(tmp_path / "run")
     assert done.returncode != 0
-    # each rank says why in one line (on stderr, where two ranks' lines may run together) and exits 2
-    assert done.stderr.count("holds other files and is not a capture; choose a new or empty folder") == 2
-    assert done.stderr.count("exitcode  : 2") == 2
+    # a rank says why in one line (on stderr) and exits 2; torchrun then stops the other, which may or may not
+    # have said it too by then
+    assert "holds other files and is not a capture; choose a new or empty folder" in done.stderr
+    assert "exitcode  : 2" in done.stderr
+    assert f'File "{ROOT / "profiler"}' not in done.stderr  # no traceback of ours (torchrun prints its own)
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["notes.txt"]
 
 
