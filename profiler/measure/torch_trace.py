@@ -22,8 +22,10 @@ from pathlib import Path
 import pandas as pd
 
 from attention_core.shape import TAG, Shape
+from profiler.measure.ranges import OBSERVE
 from profiler.store import Capture
 
+OBSERVED = f"{OBSERVE}/"  # the ranges observe opens (profiler.observer.hooks)
 KERNEL_COLUMNS = ["kernel", "gpu_us", "start_us", "stream", "range", "ranges"]
 # <impl>-<mode>-<Shape.tag>.json, "+" of a mode written "_": triton_flash-fwd_bwd-B4H32N8192D64-fp16.json
 TRACE_NAME = re.compile(rf"^(?P<impl>\w+?)-(?P<mode>fwd|bwd|fwd_bwd)-{TAG.pattern}\.json$")
@@ -74,7 +76,9 @@ def kernels_from_chrome_trace(path: Path | str, ops: re.Pattern | None = None) -
     # CPU ranges per thread, sorted by start, for the containment lookup.
     ranges_by_tid: dict[object, list[tuple[float, float, str]]] = {}
     for e in complete:
-        if e.get("cat") == "user_annotation":
+        # record_function ranges, and observe's lightweight ones (profiler.observer.hooks.RECORD_RANGE), which
+        # the trace lists as operators
+        if e.get("cat") == "user_annotation" or (e.get("cat") == "cpu_op" and e.get("name", "").startswith(OBSERVED)):
             ranges_by_tid.setdefault(e.get("tid"), []).append((e["ts"], e["ts"] + e.get("dur", 0), e["name"]))
     starts_by_tid = {}
     for tid, spans in ranges_by_tid.items():

@@ -93,6 +93,7 @@ class Pending:
     start: object  # a CUDA event, a perf_counter reading, None (times from the trace) or the call's number (nsys)
     end: object = None
     name: str = ""  # the call's record_function range, when times come from the trace
+    stream: object = None  # events clock: the stream the start was recorded on, where the end goes too
     kind: str = "cpu"  # which clock: cpu (perf_counter), events, trace or nsys
 
 
@@ -112,6 +113,7 @@ class Recorder:
         self.by_graph_range: dict[str, list[RowStats]] = {}  # trace clock: a compiled graph's run -> its rows
         self.graph_calls_untimed = 0  # calls inside compiled graphs whose kernels the trace did not tell apart
         self._events: list = []  # CUDA events free for reuse
+        self._streams: dict = {}  # torch.cuda.Stream objects by (stream id, device, type)
         self.calls = 0
         self.on_call = None  # called after each call (the run's periodic flush)
         self.compiled_inside = 0  # graphs torch.compile made inside observed calls (eager FlexAttention's own)
@@ -138,8 +140,9 @@ class Recorder:
         self.calls += 1
         return stats
 
-    def start(self, stats: RowStats, name: str = "", on_gpu: bool = True) -> Pending:
-        """Start timing a call; ``on_gpu``: its tensors are on a GPU (else perf_counter, whatever the clock)."""
+    def start(self, stats: RowStats, name: str = "", on_gpu: bool = True, device: int = -1) -> Pending:
+        """Start timing a call; ``on_gpu``: its tensors are on a GPU (else perf_counter, whatever the clock),
+        ``device`` (events clock): that GPU's index, -1 for the current one."""
         if not on_gpu or self.clock == "cpu":
             return Pending(stats, time.perf_counter(), kind="cpu")
         if self.clock == "trace":
@@ -149,15 +152,16 @@ class Recorder:
             self.nsys_calls.append(stats)
             return Pending(stats, len(self.nsys_calls) - 1, kind="nsys")
         event = self._event()
-        event.record()
-        return Pending(stats, event, kind="events")
+        stream = self._stream(device)
+        event.record(stream)
+        return Pending(stats, event, kind="events", stream=stream)
 
     def stop(self, pending: Pending) -> None:
         if pending.kind == "cpu":
             pending.stats.times_ms.append((time.perf_counter() - pending.start) * 1e3)
         elif pending.kind == "events":
             pending.end = self._event()
-            pending.end.record()
+            pending.end.record(pending.stream)
             self.pending.append(pending)
             if len(self.pending) >= self.POLL_EVERY:
                 self.poll()
@@ -170,6 +174,19 @@ class Recorder:
         self.by_graph_range[name] = rows
 
     # ---------------------------------------------------------------- CUDA events
+
+    def _stream(self, device: int):
+        """The current stream of a device, as torch.cuda.current_stream gives it, with its Stream object
+        made once per stream (current_stream makes one per call: 5.4 of the 6.8 us of a bare
+        ``event.record()`` on an H100 host, scripts/perf_experiments/observe_call_cost.py)."""
+        import torch
+
+        raw = torch._C._cuda_getCurrentStream(device if device >= 0 else torch.cuda.current_device())
+        stream = self._streams.get(raw)
+        if stream is None:
+            stream = self._streams[raw] = torch.cuda.Stream(stream_id=raw[0], device_index=raw[1],
+                                                            device_type=raw[2])
+        return stream
 
     def _event(self):
         if self._events:

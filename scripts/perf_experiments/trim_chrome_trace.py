@@ -4,9 +4,9 @@ small enough for tests/data.
     python scripts/perf_experiments/trim_chrome_trace.py IN.json OUT.json.gz [--inside observe/]
 
 Kept, unchanged: GPU kernels, the runtime/driver launches they correlate with, record_function ranges
-(user_annotation) and the ATen attention operators (profiler.observer.graphs.ATTENTION_OP). With
-``--inside PREFIX``, only the ranges whose name starts with PREFIX and the kernels launched inside one
-of them (on the same thread), with their launches.
+(user_annotation, and observe's own, which are cpu_op events named observe/...) and the ATen attention
+operators (profiler.observer.graphs.ATTENTION_OP). With ``--inside PREFIX``, only the ranges whose name
+starts with PREFIX and the kernels launched inside one of them (on the same thread), with their launches.
 """
 
 import argparse
@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from profiler.measure.torch_trace import OBSERVED  # noqa: E402
 from profiler.observer.graphs import ATTENTION_OP  # noqa: E402
 
 LAUNCHES = {"cuda_runtime", "cuda_driver"}
@@ -24,7 +25,9 @@ LAUNCHES = {"cuda_runtime", "cuda_driver"}
 
 def trim(events: list, inside: str | None) -> list:
     complete = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
-    ranges = [e for e in complete if e.get("cat") == "user_annotation"
+    # record_function ranges, and observe's lightweight ones, which the trace lists as operators
+    ranges = [e for e in complete if (e.get("cat") == "user_annotation" or
+                                      (e.get("cat") == "cpu_op" and e.get("name", "").startswith(OBSERVED)))
               and (inside is None or e["name"].startswith(inside))]
     ops = [e for e in complete if e.get("cat") == "cpu_op" and ATTENTION_OP.search(e.get("name", ""))]
     launches = {e["args"]["correlation"]: e for e in complete
