@@ -1,7 +1,9 @@
 """A data-parallel training loop in miniature, for ``observe`` under torchrun (tests/test_observe_ranks.py):
 it joins its own gloo process group as a real script does, and each rank attends over its own length
-(24 + 8·rank keys, causal, 3 steps of forward and backward), so the merged capture tells the ranks apart."""
+(24 + 8·rank keys, causal, 3 steps of forward and backward), so the merged capture tells the ranks apart.
+On GPUs each rank takes its own (LOCAL_RANK) with NCCL, in bf16."""
 
+import os
 import sys
 
 import torch
@@ -12,11 +14,15 @@ STEPS = 3
 
 
 def main() -> None:
-    dist.init_process_group("gloo")
+    cuda = torch.cuda.is_available()  # on GPUs: NCCL, each rank on its own, bf16
+    if cuda:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank = dist.get_rank()
     torch.manual_seed(rank)
     n = 24 + 8 * rank
-    q, k, v = (torch.randn(1, 2, n, 16, requires_grad=True) for _ in range(3))
+    q, k, v = (torch.randn(1, 2, n, 16, device="cuda" if cuda else "cpu", dtype=torch.bfloat16 if cuda else None,
+                           requires_grad=True) for _ in range(3))
     for _ in range(STEPS):
         F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
         loss = q.grad.sum().reshape(1)

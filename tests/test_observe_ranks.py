@@ -20,6 +20,9 @@ from profiler.store import Capture
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "tests" / "observe_ranks_train.py")
+# the call site observe names: the line of the script's attention call
+SITE = "observe_ranks_train.py:" + str(next(i for i, line in enumerate(Path(SCRIPT).read_text().splitlines(), 1)
+                                            if "scaled_dot_product_attention(" in line))
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 
 
@@ -44,7 +47,7 @@ def _check_merged(folder: Path) -> dict:
     want = pd.concat([_expected(0), _expected(1)], ignore_index=True)
     pd.testing.assert_frame_equal(got, want, check_dtype=False)
     assert (frame["status"] == "ok").all() and (frame["total_ms"] > 0).all()
-    assert (frame["source"] == "observed").all() and set(frame["site"]) == {"observe_ranks_train.py:21"}
+    assert (frame["source"] == "observed").all() and set(frame["site"]) == {SITE}
     observed = meta["observed"]
     assert observed["finished"] and observed["world"] == 2 and observed["ranks_missing"] == []
     assert observed["calls"] == 12 and observed["rows"] == 4
@@ -65,8 +68,7 @@ def test_two_ranks_in_one_folder_merge_into_one_capture(tmp_path):
     assert "summed over 2 ranks" in done.stdout
     # the views keep the ranks apart: each site named with its rank
     _, frame = Capture(tmp_path / "run").load()
-    assert sorted(set(rank_sites(frame)["site"])) == ["rank 0 · observe_ranks_train.py:21",
-                                                      "rank 1 · observe_ranks_train.py:21"]
+    assert sorted(set(rank_sites(frame)["site"])) == [f"rank 0 · {SITE}", f"rank 1 · {SITE}"]
 
 
 def test_two_hosts_without_a_shared_folder_merge_on_rank_0s(tmp_path):
@@ -139,4 +141,5 @@ def test_the_merged_summary_adds_counts_and_keeps_each_ranks():
     assert merged["gpu_busy_share_of_wall"] == pytest.approx(30.0 / 4000.0)
     assert merged["script_failed"] == "rank 1 raised X: y" and merged["ranks_missing"] == [2]
     assert [r["rank"] for r in merged["ranks"]] == [0, 1]
+    assert [r["trace_file"] for r in merged["ranks"]] == [None, None]
     assert "summed over 3 ranks (ranks 2 sent nothing" in run_summary_lines(merged)[0]

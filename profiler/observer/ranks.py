@@ -20,7 +20,8 @@ rendezvous uses (torch.distributed.rendezvous._create_c10d_store):
 Rows reach rank 0 through the store, so hosts need not share the capture folder: the part files of a
 rank on another host are written by rank 0 from what it received, and that host's own copy is removed
 once rank 0 has merged. Each rank's Chrome trace stays on its host (``traces/observed-rank-<r>.json``),
-and meta.json says where; its kernels are in the capture's kernels.parquet with their rank.
+and meta.json says where (``ranks[r].trace_file``); its kernels are in the capture's kernels.parquet with
+their rank.
 """
 
 from __future__ import annotations
@@ -179,8 +180,9 @@ def merged_summary(sent: list[Sent], missing: list[int], world: int) -> dict:
     if sums.get("gpu_busy_ms"):
         summary.update(gpu_busy_share_of_wall=sums["gpu_busy_ms"] / (sum(wall) * 1e3),
                        attention_share_of_gpu=sums["attention_ms"] / sums["gpu_busy_ms"])
-    summary["ranks"] = [{"rank": s.rank, "host": s.host, "device": s.device, "trace": s.trace,
-                         "measured_ceilings": s.ceilings, **s.summary} for s in sent]
+    # trace_file: where the rank's Chrome trace is, on its host (the summary's own "trace" is the clock's kind)
+    summary["ranks"] = [{"rank": s.rank, "host": s.host, "device": s.device, "measured_ceilings": s.ceilings,
+                         **s.summary, "trace_file": s.trace} for s in sent]
     return summary
 
 
