@@ -86,7 +86,9 @@ SCHEMA: dict[str, tuple[str, str]] = {
                          "GPUs (--allow-mixed: meta.json's devices holds each one's roofs); not stored when one kind "
                          "of device measured every row (meta.json's device; read_results gives it as empty)"),
     "status": ("string", "ok; wrong (the output failed the correctness check: its times are kept for the record, "
-                         "it has no rates, bound or roof fractions and is on no chart); oom, unsupported or error"),
+                         "it has no rates, bound or roof fractions and is on no chart); interpreted (a Triton "
+                         "kernel run by the Triton interpreter on a CPU, TRITON_INTERPRET=1: checked and timed for "
+                         "the record, no rates, on no chart); oom, unsupported or error"),
     "message": ("string", "why, when status is not ok (for wrong: the error and the tolerance it exceeded)"),
     # What `observe` adds (profiler.observer): rows of a real run's attention calls, and their replays.
     "source": ("string", "measured (capture, sweep, bench), observed (a real run's calls, `observe`: impl is the API "

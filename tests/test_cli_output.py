@@ -413,3 +413,11 @@ def test_report_family_matching_nothing_is_a_usage_error(cpu_capture, tmp_path, 
     assert len(lines) == 1 and lines[0].startswith("python -m profiler report: error: ")
     assert "fp16 D999" in lines[0] and "B1 H1 D16 fp32" in lines[0]  # the selection and what there is
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_case_the_triton_interpreter_ran_says_so_in_its_progress_line():
+    from profiler.cli.console import case_line
+
+    row = {"status": "interpreted", "time_ms": 56.2, "message": "the Triton interpreter ran it ..."}
+    assert case_line(3, 8, "triton_flash fwd B1 H2 N=48 D64 fp32", row) == \
+        "[3/8] triton_flash fwd B1 H2 N=48 D64 fp32: interpreted: 56.2 ms in the Triton interpreter, not a kernel time"

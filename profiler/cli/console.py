@@ -111,6 +111,8 @@ def case_line(done: int, total: int, description: str, row: dict | None) -> str:
         return head + "already in the capture"
     if row["status"] == "ok":
         return head + f"ok {fmt(row.get('time_ms'), '.4g')} ms"
+    if row["status"] == "interpreted":
+        return head + f"interpreted: {fmt(row.get('time_ms'), '.4g')} ms in the Triton interpreter, not a kernel time"
     message = row.get("message")
     return head + row["status"] + (f": {message}" if isinstance(message, str) and message else "")
 

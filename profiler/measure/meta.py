@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -44,8 +45,16 @@ def _driver_version() -> str | None:
 
 
 def _program() -> str:
+    """How the command was started: ``python -m profiler`` or the script's name, after ``torchrun
+    --nproc-per-node=G [--nnodes=N]`` when torchrun started it (its workers' argv leave it out)."""
     name = Path(sys.argv[0]).name
-    return "python -m profiler" if name == "__main__.py" else name
+    program = "python -m profiler" if name == "__main__.py" else name
+    if "TORCHELASTIC_RUN_ID" in os.environ and os.environ.get("LOCAL_WORLD_SIZE"):
+        per_node, world = int(os.environ["LOCAL_WORLD_SIZE"]), int(os.environ.get("WORLD_SIZE", "1"))
+        nodes = f" --nnodes={world // per_node}" if world > per_node else ""
+        program = f"torchrun{nodes} --nproc-per-node={per_node} -m profiler" if name == "__main__.py" else \
+            f"torchrun{nodes} --nproc-per-node={per_node} {name}"
+    return program
 
 
 def run_metadata(device: torch.device | str) -> dict:
@@ -65,6 +74,8 @@ def run_metadata(device: torch.device | str) -> dict:
         "git_revision": _git_revision(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    if os.environ.get("TRITON_INTERPRET") == "1":  # Triton kernels ran in its interpreter: their rows say so too
+        meta["triton_interpreter"] = True
     try:
         import triton
 

@@ -120,12 +120,17 @@ def mode_call(impl: Impl, shape: Shape, q, k, v, do) -> Callable[[], None]:
     return call
 
 
+INTERPRETED = ("the Triton interpreter ran it on the CPU (TRITON_INTERPRET=1): its output passed the check, but "
+               "the time is the interpreter's, not a kernel's, so it has no rate and is on no chart")
+
+
 def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: int = 100,
              annotate: bool = True, graph: bool = False, layout: str = "bhsd") -> CaseResult:
     """Time ``impl`` on ``shape`` in its mode, inside the NVTX range ``<impl>/<mode>/seq=<N>`` unless ``annotate`` is
     False (the caller opened it); with ``graph``, replays of a CUDA graph of the call (profiler.measure.timing);
     inputs in ``layout`` (:func:`make_inputs`). Never raises for a failing case: the result's status says ok,
-    wrong (the output failed the correctness check: still timed, for the record), oom, unsupported or error.
+    wrong (the output failed the correctness check: still timed, for the record), interpreted (a Triton kernel
+    the interpreter ran: checked, timed for the record, no rate), oom, unsupported or error.
     """
     device = torch.device(device)
     result = CaseResult(impl.name, shape, "ok", flops=cost_of(impl.costing, shape).flops)
@@ -167,6 +172,8 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
                 result.message += f"; not timed: {type(err).__name__}: {first_line(err)}"
         else:
             _time(result, impl, shape, q, k, v, do, device, rep_ms, annotate, graph)
+            if impl.is_triton and device.type != "cuda":  # registry: only under TRITON_INTERPRET=1
+                result.status, result.message = "interpreted", INTERPRETED
     except Unsupported as err:
         result.status, result.message = "unsupported", str(err)
     except GraphCaptureError as err:

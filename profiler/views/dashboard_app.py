@@ -65,7 +65,7 @@ COMPARE_COLUMNS = (("implementation", "impl"), ("batch", "batch"), ("N", "seq_kv
 # Filters that pick one value at first (so the first view is one shape family), and which.
 PREFERRED = {"dtype": "fp16", "head_dim": 64, "causal": False, "mode": "fwd"}
 NOT_OK = {"wrong": "failed the correctness check", "oom": "out of memory", "unsupported": "not supported",
-          "error": "failed"}
+          "error": "failed", "interpreted": "ran in the Triton interpreter (no kernel time)"}
 CHECKOUT = checkout_of(__file__)
 # How a person opens this app on other captures (the Bandwidth tab's hint).
 LAUNCH = "streamlit run dashboards/roofline.py" if CHECKOUT else f"streamlit run {Path(__file__).resolve()}"
@@ -273,7 +273,8 @@ if view.dtype.nunique() > 1:
     st.info(f"Several dtypes are selected: the roofs drawn are those of {dtype}.")
 if view.device.nunique() > 1:
     st.info(f"Several devices are selected: the roofs drawn are those of {drawn_device}.")
-drawn = view[view.status != "wrong"]  # a wrong output's time is kept for the record, never drawn
+# a wrong output's time, and a Triton interpreter's, are kept for the record, never drawn
+drawn = view[~view.status.isin(["wrong", "interpreted"])]
 
 tabs = dict(zip(TABS, st.tabs(TABS, key="tab", bind="query-params")))
 
