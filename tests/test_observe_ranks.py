@@ -65,7 +65,9 @@ def test_two_ranks_in_one_folder_merge_into_one_capture(tmp_path):
     _check_merged(tmp_path / "run")
     assert "Observed 12 attention calls on 2 ranks" in done.stdout
     assert "rank 1 observed 6 attention calls; rank 0 merged them" in done.stdout
-    assert "summed over 2 ranks" in done.stdout
+    assert "of the ranks' summed wall time" in done.stdout and "summed over 2 ranks" in done.stdout
+    meta = Capture(tmp_path / "run").meta()
+    assert meta["command"].startswith("torchrun --nproc-per-node=2 -m profiler observe --out ")
     # the views keep the ranks apart: each site named with its rank
     _, frame = Capture(tmp_path / "run").load()
     assert sorted(set(rank_sites(frame)["site"])) == [f"rank 0 · {SITE}", f"rank 1 · {SITE}"]

@@ -341,3 +341,20 @@ def test_the_sentences_of_a_gpu_run_and_of_a_run_that_did_not_finish():
     rows = pd.DataFrame([{"impl": "sdpa_math", "basis": "wall", "attention_share": float("nan"), "saved_ms": 5.0,
                           "speedup": float("nan")}])
     assert savings_sentence(rows) == "sdpa_math would save 5.0 ms of attention (the run's time was not recorded)"
+
+
+def test_compare_keeps_each_ranks_and_sites_calls_apart():
+    """Two ranks (torchrun) whose layers make calls of one shape: Compare joins each rank's and each site's
+    row with its own, never one rank's for both (rows of equal key but another site or rank are kept)."""
+    from profiler.observer.summary import rank_sites
+    from profiler.views.plots import compare_figure
+
+    _, frame = Capture(Path(__file__).resolve().parents[1] / "reports" / "observed-nanogpt").load()
+    calls = frame[(frame["source"] == "observed") & (frame["status"] == "ok")]
+    assert calls["site"].nunique() > 1 and calls.duplicated(["impl", "mode", "seq_q"]).any()  # sites share shapes
+    ranks = rank_sites(pd.concat([calls.assign(rank=0.0), calls.assign(rank=1.0, time_ms=calls["time_ms"] * 2)]))
+    fig, joined = compare_figure(ranks, ranks, "A", "B")
+    assert len(joined) == 2 * len(calls) and joined["site"].nunique() == 2 * calls["site"].nunique()
+    slow = joined[joined["site"].str.startswith("rank 1 · ")]
+    assert (slow["time_ms A"] == slow["time_ms B"]).all() and len(slow) == len(calls)
+    assert len(fig.data) == 2 * len(calls)  # a line per implementation, shape family (here fwd or bwd) and site

@@ -39,7 +39,8 @@ def check_folder(folder: Path, *, resume: bool = False, resumable: bool = True) 
     cannot be created or written, a folder with other files in it, or (unless resuming) a capture,
     or the rows an interrupted distributed sweep left in parts/."""
     if folder.exists() and not folder.is_dir():
-        raise FolderError(f"--out '{folder}' is a file; name a folder (new, empty, or a capture with --resume)")
+        raise FolderError(f"--out '{folder}' is a file; name a folder (new, empty"
+                          + (", or a capture with --resume)" if resumable else ")"))
     capture = Capture(folder)
     is_capture = capture.started or bool(capture.part_files())
     if is_capture and not resume:

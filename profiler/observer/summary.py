@@ -42,15 +42,18 @@ def share_line(s: dict) -> str:
     if untimed and untimed >= s.get("calls", 0):
         return f"Attention's time was not measured: its {untimed} calls ran inside compiled graphs (see below)"
     parts = f"(forward {s['attention_fwd_ms']:.1f} ms, backward {s['attention_bwd_ms']:.1f} ms)"
-    if s.get("world"):
+    ranks = ""
+    if s.get("world"):  # times summed over the ranks, shares of their summed wall and busy times
+        ranks = "the ranks' summed "
         parts += f", summed over {s['world']} ranks"
         if s.get("ranks_missing"):
             parts += f" (ranks {', '.join(map(str, s['ranks_missing']))} sent nothing: only rows they wrote to a " \
                      "shared folder are counted)"
     if s.get("gpu_busy_ms"):
-        return (f"GPU busy {s['gpu_busy_ms']:.1f} ms ({s['gpu_busy_share_of_wall']:.0%} of wall time); attention "
-                f"{s['attention_ms']:.1f} ms = {s['attention_share_of_gpu']:.1%} of GPU busy time {parts}")
-    return f"Attention {s['attention_ms']:.1f} ms = {s['attention_share_of_wall']:.1%} of wall time {parts}"
+        return (f"GPU busy {s['gpu_busy_ms']:.1f} ms ({s['gpu_busy_share_of_wall']:.0%} of {ranks}wall time); "
+                f"attention {s['attention_ms']:.1f} ms = {s['attention_share_of_gpu']:.1%} of {ranks}GPU busy time "
+                f"{parts}")
+    return f"Attention {s['attention_ms']:.1f} ms = {s['attention_share_of_wall']:.1%} of {ranks}wall time {parts}"
 
 
 def warning_lines(s: dict) -> list[str]:

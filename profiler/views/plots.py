@@ -307,7 +307,9 @@ def compare_figure(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str)
     (implementation, step and every shape column, so decode rows of one Nq but several Nkv stay
     apart), their times and TFLOP/s, and B / A ratios against the key length, one line per
     implementation, shape family (or fixed-token sweep) and query length."""
-    key = list(ROW_KEY)
+    # observed rows: also the call site (named with its rank where several ranks ran: summary.rank_sites), so
+    # two layers', or two ranks', calls of one shape are compared each with its own
+    key = list(ROW_KEY) + [c for c in ("site",) if c in a and c in b]
     ok_a = _ok(a)[[*key, "time_ms", "tflops"]].drop_duplicates(key)
     ok_b = _ok(b)[[*key, "time_ms", "tflops"]].drop_duplicates(key)
     joined = ok_a.merge(ok_b, on=key, suffixes=(f" {label_a}", f" {label_b}"))
@@ -315,10 +317,12 @@ def compare_figure(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str)
     totals = _sweep_lines(_lines(joined[joined.step == "total"]))  # a token sweep: one line, as in Scaling
     families = list(dict.fromkeys(tuple(r) for r in totals[LINE_KEY].itertuples(index=False)))
     fig = go.Figure()
-    for (impl, *line), group in totals.groupby(["impl", *LINE_KEY], sort=False):
+    totals = totals.assign(owner=_line_owner(totals))
+    for (impl, owner, *line), group in totals.groupby(["impl", "owner", *LINE_KEY], sort=False):
         k = families.index(tuple(line))
         lead, queries, family = line[0], line[-1], tuple(group[FAMILY_COLUMNS].iloc[0])
         name = impl if len(families) == 1 else f"{impl} · {_line_label(family, queries, lead)}"
+        name = f"{name} · {owner}" if owner else name
         fig.add_trace(go.Scatter(x=group.seq_kv, y=group["speedup B/A"], mode="lines+markers", name=name,
                                  line={"color": impl_color(impl), "dash": DASHES[k % len(DASHES)]}))
     fig.add_hline(y=1.0, line_dash="dot")
