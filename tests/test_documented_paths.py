@@ -199,3 +199,15 @@ def test_no_argument_list_ends_in_a_traceback(tmp_path, monkeypatch, argv):
     except SystemExit as stop:  # argparse: --help, or a usage error
         code = stop.code
     assert code in (0, 2)
+
+
+def test_the_install_section_gets_the_cpu_build_of_torch_before_the_wheel():
+    """Issue 41 defect 2: on a CPU machine `pip install "...whl[dashboard]"` pulled CUDA torch and its NVIDIA
+    libraries (5.9 GB) and the README did not say how to avoid it. It must say so, in that order: the CPU build
+    first, from PyTorch's CPU index, then the wheel, whose torch requirement that build satisfies."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### Install as a package"):readme.index("## Usage")]
+    cpu = section.index("pip install torch --index-url https://download.pytorch.org/whl/cpu")
+    assert cpu < section.index('pip install "attention_roofline-0.1.0-py3-none-any.whl[dashboard]"')
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'version = "0.1.0"' in pyproject  # the wheel's name in the README
