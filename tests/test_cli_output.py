@@ -174,8 +174,8 @@ def test_progress_in_a_pipe_is_one_line_per_finished_case(cpu_capture):
 
 def test_capture_hint_names_the_capture(cpu_capture):
     folder, stdout = cpu_capture
-    assert (f"Explore it: streamlit run dashboards/roofline.py -- --reports '{folder.parent}' --select 'cpu capture'"
-            in stdout.splitlines())
+    # a capture outside the checkout's reports/ opens alone: the dashboard does not scan the folder around it
+    assert f"Explore it: streamlit run dashboards/roofline.py -- --reports '{folder}'" in stdout.splitlines()
 
 
 def test_sweep_progress_lines_arrive_while_it_runs_and_the_hint_names_it(tmp_path):
@@ -194,8 +194,7 @@ def test_sweep_progress_lines_arrive_while_it_runs_and_the_hint_names_it(tmp_pat
     assert first.startswith("[1/6] naive fwd B1 H1 N=64 D16 fp32: ok ")
     assert running, "the first progress line came only when the sweep had ended"
     assert [line[:6] for line in rest.splitlines() if line.startswith("[")] == [f"[{i}/6] " for i in range(2, 7)]
-    assert (f"Explore it: streamlit run dashboards/roofline.py -- --reports {tmp_path} --select sweep"
-            in rest.splitlines())
+    assert f"Explore it: streamlit run dashboards/roofline.py -- --reports {folder}" in rest.splitlines()
 
 
 # ---------------------------------------------------------------------------------------------- bench
@@ -390,7 +389,7 @@ def test_bench_on_a_cpu_runs_its_defaults_and_says_what_shrank(tmp_path):
     assert "sdpa_flash/naive: lowest" in out.stdout and "sdpa_flash/sdpa_math: lowest" in out.stdout
     assert [line for line in out.stdout.splitlines() if line.startswith("[")][0].startswith(
         "[1/3] sdpa_flash fwd B1 H2 N=128 D64 fp32: ok ")
-    assert f"Explore it: streamlit run dashboards/roofline.py -- --reports {tmp_path} --select bench" in flat
+    assert f"Explore it: streamlit run dashboards/roofline.py -- --reports {tmp_path / 'bench'}" in flat
 
 
 # --------------------------------------------------------------------------------------- report --family
@@ -421,3 +420,20 @@ def test_a_case_the_triton_interpreter_ran_says_so_in_its_progress_line():
     row = {"status": "interpreted", "time_ms": 56.2, "message": "the Triton interpreter ran it ..."}
     assert case_line(3, 8, "triton_flash fwd B1 H2 N=48 D64 fp32", row) == \
         "[3/8] triton_flash fwd B1 H2 N=48 D64 fp32: interpreted: 56.2 ms in the Triton interpreter, not a kernel time"
+
+
+@pytest.mark.parametrize("inside,where", [(True, "--reports reports --select run1"), (False, None)])
+def test_the_dashboard_hint_opens_a_capture_beside_the_others_only_in_the_default_folder(
+        tmp_path, monkeypatch, capsys, inside, where):
+    """Issue 41 defect 4: `--out /tmp/cap1` made the hint scan all of /tmp, and outside a checkout there was no
+    hint. A capture in the folder the dashboard opens by default is preselected there; one elsewhere opens
+    alone; outside a checkout the hint is the CLI's own dashboard command."""
+    from profiler.cli.console import dashboard_hint
+
+    monkeypatch.chdir(tmp_path)  # no dashboards/roofline.py here: as installed from the wheel
+    monkeypatch.setenv("ATTN_REPORTS", "reports")
+    monkeypatch.setattr(sys, "argv", ["attention-roofline", "capture"])
+    folder = Path("reports/run1") if inside else tmp_path / "elsewhere" / "cap1"
+    dashboard_hint(folder)
+    out = capsys.readouterr().out.strip()
+    assert out == f"Explore it: attention-roofline dashboard {where or f'--reports {folder}'}"

@@ -346,6 +346,19 @@ def test_a_capture_folder_as_reports_scans_its_parent_and_selects_it(monkeypatch
     assert {"reference-h200", "decode-capture-h100"} <= set(captures.options)  # its siblings are there to pick
 
 
+def test_a_capture_folder_elsewhere_opens_alone(tmp_path, monkeypatch):
+    """Issue 41 defect 4: `capture --out /tmp/cap1` then `--reports /tmp/cap1` scanned all of /tmp. Outside
+    the default folder a capture opens alone; the folders around it are not read."""
+    _small_capture(tmp_path / "mine", time="2026-01-01T00:00:00+0000")
+    _small_capture(tmp_path / "theirs", time="2027-01-01T00:00:00+0000")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "meta.json").write_text("{")  # scanned, it would be a warning
+    at = _app(tmp_path / "mine", monkeypatch)
+    assert not at.exception and not at.error and not at.warning
+    captures = next(m for m in at.multiselect if m.label == "Captures")
+    assert captures.value == ["mine"] and captures.options == ["mine"]
+
+
 def test_a_missing_capture_gets_one_error_naming_it_and_the_others(tmp_path, monkeypatch):
     _small_capture(tmp_path / "mine", time="2026-01-01T00:00:00+0000")
     _small_capture(tmp_path / "theirs", time="2025-01-01T00:00:00+0000")

@@ -94,13 +94,29 @@ def start_capture(args, device_label: str, dtypes, meta: dict, impls=(), head_di
 
 
 def dashboard_hint(folder: Path) -> None:
-    """The command that opens the dashboard on this capture: its parent folder as the reports root
-    and the capture preselected by name (a root alone would preselect whatever sorts first)."""
-    if not Path("dashboards/roofline.py").exists():
-        return
+    """The command that opens the dashboard on this capture. A capture in the folder the dashboard opens by
+    default (a checkout's reports/) is preselected there by name, beside the others; one elsewhere (``--out
+    /tmp/cap1``) is opened alone, so the dashboard does not scan the folder around it. In a checkout the
+    command is streamlit's on dashboards/roofline.py; installed, the CLI's ``dashboard``."""
+    import os
+    import sys
+
+    import profiler
+    from profiler.views.selection import checkout_of, default_reports
+
     folder = Path(folder) if Path(folder).name else Path(folder).resolve()
-    console.print(f"Explore it: streamlit run dashboards/roofline.py -- --reports {shlex.quote(str(folder.parent))} "
-                  f"--select {shlex.quote(folder.name)}", soft_wrap=True)
+    app = Path(profiler.__file__).parent / "views" / "dashboard_app.py"
+    home = default_reports(checkout_of(app), os.environ, Path.cwd())
+    if folder.parent.resolve() == home.resolve():
+        where = f"--reports {shlex.quote(str(folder.parent))} --select {shlex.quote(folder.name)}"
+    else:
+        where = f"--reports {shlex.quote(str(folder))}"
+    if Path("dashboards/roofline.py").exists():
+        command = f"streamlit run dashboards/roofline.py -- {where}"
+    else:
+        program = "attention-roofline" if Path(sys.argv[0]).name == "attention-roofline" else "python -m profiler"
+        command = f"{program} dashboard {where}"
+    console.print(f"Explore it: {command}", soft_wrap=True)
 
 
 def case_line(done: int, total: int, description: str, row: dict | None) -> str:

@@ -5,13 +5,16 @@ dashboards/roofline.py runs it, installed from a wheel `attention-roofline dashb
     streamlit run dashboards/roofline.py                                      # newest capture under reports/
     streamlit run dashboards/roofline.py -- --reports reports --select NAME   # that capture (NAME,NAME: several)
     streamlit run dashboards/roofline.py -- --reports reports/NAME            # a capture folder: the same
+    streamlit run dashboards/roofline.py -- --reports /tmp/cap1               # one elsewhere: it alone
     streamlit run dashboards/roofline.py -- --reports DIR                     # another folder of captures
 
-``--reports`` is a folder of captures or one capture folder (meta.json + results.parquet: its parent is
-scanned and it is selected). Its default is $ATTN_REPORTS; else, in a checkout, the checkout's reports/;
-else reports/ under the current directory (profiler.views.selection.default_reports). With no capture
-named, the newest opens: by meta.json's "time", else the folder's modification time, so the capture just
-made is what you see. A name that is not there gets an error naming the captures that are.
+``--reports`` is a folder of captures or one capture folder (meta.json + results.parquet), which is selected:
+in the default folder (below) beside the others there, elsewhere alone, with any --select names beside it (the
+folder it sits in, /tmp say, is not scanned). Its default is
+$ATTN_REPORTS; else, in a checkout, the checkout's reports/; else reports/ under the current directory
+(profiler.views.selection.default_reports). With no capture named, the newest opens: by meta.json's "time",
+else the folder's modification time, so the capture just made is what you see. A name that is not there
+gets an error naming the captures that are.
 
 Needs no GPU. Loading and maths live in profiler/ (store, model, views); this file is layout and widgets only.
 Every tab follows the sidebar: the selected captures and every filter; but Observed, which shows a real run
@@ -71,18 +74,20 @@ CHECKOUT = checkout_of(__file__)
 LAUNCH = "streamlit run dashboards/roofline.py" if CHECKOUT else f"streamlit run {Path(__file__).resolve()}"
 
 
-def parse_args(argv: list[str]) -> tuple[Path, list[str]]:
-    """(the folder of captures to scan, the captures to preselect) from the arguments after `--`."""
+def parse_args(argv: list[str]) -> tuple[Path, list[str], bool]:
+    """(the folder of captures, the captures to preselect, whether those are the only ones to load: a
+    capture folder given as --reports) from the arguments after `--`."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--reports", default=str(default_reports(CHECKOUT, os.environ, Path.cwd())))
     parser.add_argument("--select", default="", help="NAME[,NAME]: captures of --reports to preselect")
     args, _ = parser.parse_known_args(argv)
     reports = Path(args.reports)
     named = [name.strip() for name in args.select.split(",") if name.strip()]
-    if Capture(reports).has_meta_and_results:  # one capture: scan beside it, select it
-        reports = reports.resolve()
-        return reports.parent, list(dict.fromkeys([reports.name, *named]))
-    return reports, named
+    if Capture(reports).has_meta_and_results:  # one capture, selected: beside the others in the default folder,
+        reports = reports.resolve()          # else alone (and any named beside it), the folder around it not scanned
+        home = default_reports(CHECKOUT, os.environ, Path.cwd()).resolve()
+        return reports.parent, list(dict.fromkeys([reports.name, *named])), reports.parent != home
+    return reports, named, False
 
 
 def folder_stamps(root: Path) -> dict[str, tuple[int, int]]:
@@ -146,10 +151,19 @@ def chart(where, fig, key: str | None = None) -> None:
 st.set_page_config(page_title="Attention roofline", layout="wide")
 st.title("Attention roofline")
 
-root, named = parse_args(sys.argv[1:])
+root, named, only_named = parse_args(sys.argv[1:])
 shown_root = os.path.relpath(root) if root.resolve().is_relative_to(Path.cwd()) else str(root)
-stamps = folder_stamps(root)
-captures, problems = load_all(str(root), tuple(sorted(stamps.items())))
+if only_named:  # a capture folder given: it (and the names beside it), not every folder around it
+    stamps = {name: Capture(root / name).stamp for name in named if Capture(root / name).has_meta_and_results}
+    captures, problems = {}, []
+    for name in stamps:
+        try:
+            captures[name] = load_one(str(root / name), stamps[name])
+        except CaptureError as err:
+            problems.append(f"skipped {name}: {err}")
+else:
+    stamps = folder_stamps(root)
+    captures, problems = load_all(str(root), tuple(sorted(stamps.items())))
 folders = {name: root / name for name in captures}
 for problem in problems:
     st.warning(problem)
