@@ -3,8 +3,13 @@ Streamlit is missing."""
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
 import subprocess
 import sys
+import time
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -17,14 +22,14 @@ APP = str(Path(profiler.views.__file__).parent / "dashboard_app.py")
 
 @pytest.fixture
 def launched(monkeypatch):
-    """The command lines subprocess.run was given; each run exits with status 3."""
+    """The command lines the process would have become; each "exits" with status 3."""
     calls = []
 
-    def fake_run(command, *args, **kwargs):
+    def fake_replace(command):
         calls.append(command)
-        return subprocess.CompletedProcess(command, 3)
+        return 3
 
-    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(dashboard, "replace_process", fake_replace)
     return calls
 
 
@@ -56,3 +61,39 @@ def test_dashboard_port_out_of_range_is_one_line(value, launched, capsys):
     assert capsys.readouterr().err == (f"python -m profiler dashboard: error: argument --port: '{value}': a port is "
                                        "an integer from 1 to 65535\n")
     assert launched == []
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _serving(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.skipif(find_spec("streamlit") is None, reason="needs streamlit")
+def test_sigterm_stops_the_server_it_started(tmp_path):
+    """Issue 41 defect 5: SIGTERM to `attention-roofline dashboard` left its streamlit server running. The
+    command becomes the server, so the signal reaches the server itself and its port closes."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "profiler", "dashboard", "--port", str(port), "--reports",
+                             str(tmp_path)], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "STREAMLIT_SERVER_HEADLESS": "true",
+                                 "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"})
+    try:
+        deadline = time.monotonic() + 90
+        while not _serving(port):
+            assert proc.poll() is None and time.monotonic() < deadline, "the server never listened"
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while _serving(port) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _serving(port), "a server still listens after SIGTERM"
+    finally:
+        if proc.poll() is None:
+            proc.kill()

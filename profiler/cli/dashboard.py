@@ -6,7 +6,7 @@ Streamlit comes with the ``dashboard`` extra; without it the command says how to
 from __future__ import annotations
 
 import argparse
-import subprocess
+import os
 import sys
 from importlib.util import find_spec
 from pathlib import Path
@@ -55,7 +55,16 @@ def streamlit_command(args) -> list[str]:
     return command
 
 
+def replace_process(command: list[str]) -> int:
+    """Become ``command`` (os.execv): the Streamlit server is this process, so SIGTERM, SIGINT and a
+    closed terminal reach it, and no server is left behind as a child of a process that was stopped."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(command[0], command)
+    return 1  # not reached: execv returns only by raising
+
+
 def run(args) -> int:
     if find_spec("streamlit") is None:
         raise UsageError("the dashboard needs Streamlit: pip install 'attention-roofline[dashboard]'")
-    return subprocess.run(streamlit_command(args)).returncode
+    return replace_process(streamlit_command(args))
