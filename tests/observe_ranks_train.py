@@ -23,11 +23,14 @@ def main() -> None:
     n = 24 + 8 * rank
     q, k, v = (torch.randn(1, 2, n, 16, device="cuda" if cuda else "cpu", dtype=torch.bfloat16 if cuda else None,
                            requires_grad=True) for _ in range(3))
-    for _ in range(STEPS):
+    fail = int(sys.argv[sys.argv.index("--fail-rank") + 1]) if "--fail-rank" in sys.argv else None
+    for step in range(STEPS):
         F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+        if step == STEPS - 1 and fail == rank and "--fail-before-collectives" in sys.argv:
+            raise RuntimeError(f"rank {rank} fails before its last all-reduce")
         loss = q.grad.sum().reshape(1)
         dist.all_reduce(loss)  # the ranks' steps meet, as gradient all-reduces make them
-    if "--fail-rank" in sys.argv and rank == int(sys.argv[sys.argv.index("--fail-rank") + 1]):
+    if fail == rank:
         raise RuntimeError(f"rank {rank} fails after its steps")
     dist.barrier()
     dist.destroy_process_group()

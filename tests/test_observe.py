@@ -383,3 +383,46 @@ def test_keyword_arguments_and_arguments_it_cannot_read(tmp_path):
             F.scaled_dot_product_attention(q, q)
     assert run.calls == 1 and rows(tmp_path / "run").calls.tolist() == [1]
     assert list(run.summary["unmodelled_calls"].values()) == [1]
+
+
+def test_cuda_events_are_reused_only_on_their_own_device(monkeypatch):
+    """A model split over two GPUs in one process: a freed event of cuda:0 must not be recorded on a stream of
+    cuda:1 (CUDA refuses: "Event device 1 does not match recording stream's device"). Fake events that refuse
+    it, as CUDA does, and two devices taking turns, with read-backs in between."""
+    from profiler.observer.calls import Call
+    from profiler.observer.recorder import Recorder, RowStats
+
+    class FakeStream:
+        def __init__(self, stream_id, device_index, device_type):
+            self.device_index = device_index
+
+    class FakeEvent:
+        def __init__(self, enable_timing):
+            self.device = None
+
+        def record(self, stream):
+            self.device = stream.device_index if self.device is None else self.device
+            if self.device != stream.device_index:
+                raise RuntimeError(f"Event device {stream.device_index} does not match recording stream's device")
+
+        def query(self):
+            return True
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):
+            return 0.5
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentStream", lambda device: (7, device, 1), raising=False)
+    recorder = Recorder("events")
+    recorder.POLL_EVERY = 3
+    stats = RowStats(Call("sdpa", 1, 1, 1, 8, 8, 8, "bf16", "bhsd", "none", 1.0), "site", "fwd")
+    for i in range(40):
+        recorder.stop(recorder.start(stats, device=i % 2))
+    recorder.finish()
+    assert stats.times_ms == [0.5] * 40
+    assert sorted(recorder._events) == [0, 1] and all(e.device == d for d, free in recorder._events.items()
+                                                       for e in free)

@@ -40,18 +40,19 @@ def _expected(rank: int) -> pd.DataFrame:
                          "calls": [3.0, 3.0], "flops": [fwd, 2.5 * fwd]})
 
 
-def _check_merged(folder: Path) -> dict:
+def _check_merged(folder: Path, world: int = 2) -> dict:
     meta, frame = Capture(folder).load()
     got = frame.sort_values(["rank", "mode"], ascending=[True, False])[
         ["rank", "mode", "seq_q", "seq_kv", "calls", "flops"]].reset_index(drop=True)
-    want = pd.concat([_expected(0), _expected(1)], ignore_index=True)
+    want = pd.concat([_expected(r) for r in range(world)], ignore_index=True)
     pd.testing.assert_frame_equal(got, want, check_dtype=False)
     assert (frame["status"] == "ok").all() and (frame["total_ms"] > 0).all()
     assert (frame["source"] == "observed").all() and set(frame["site"]) == {SITE}
     observed = meta["observed"]
-    assert observed["finished"] and observed["world"] == 2 and observed["ranks_missing"] == []
-    assert observed["calls"] == 12 and observed["rows"] == 4
-    assert [r["rank"] for r in observed["ranks"]] == [0, 1] and [r["calls"] for r in observed["ranks"]] == [6, 6]
+    assert observed["finished"] and observed["world"] == world and observed["ranks_missing"] == []
+    assert observed["calls"] == 6 * world and observed["rows"] == 2 * world
+    assert [r["rank"] for r in observed["ranks"]] == list(range(world))
+    assert [r["calls"] for r in observed["ranks"]] == [6] * world
     per_rank = sum(r["attention_ms"] for r in observed["ranks"])
     assert observed["attention_ms"] == pytest.approx(per_rank) == pytest.approx(frame["total_ms"].sum())
     assert observed["wall_s"] == max(r["wall_s"] for r in observed["ranks"])
@@ -77,11 +78,12 @@ def test_two_hosts_without_a_shared_folder_merge_on_rank_0s(tmp_path):
     probe = subprocess.run([*UNSHARE, "true"], capture_output=True, text=True)
     assert probe.returncode == 0, f"unshare -m is refused here: {probe.stderr.strip()}"
     out, homes = tmp_path / "out", [tmp_path / "host-a", tmp_path / "host-b"]
-    done = _two_hosts(["observe", "--out", str(out), "--", SCRIPT], out, homes)
+    # two ranks per host: the ranks of the host without rank 0 drop their copies together
+    done = _two_hosts(["observe", "--out", str(out), "--", SCRIPT], out, homes, per_host=2)
     assert [d.returncode for d in done] == [0, 0], "\n".join(d.stderr[-2000:] for d in done)
     holding = [h for h in homes if (h / "results.parquet").exists()]
     assert len(holding) == 1, [sorted(p.name for p in h.rglob("*")) for h in homes]
-    _check_merged(holding[0])
+    _check_merged(holding[0], world=4)
     other = next(h for h in homes if h != holding[0])
     assert list(other.rglob("*.parquet")) == []  # its part file went once rank 0 had merged it
 
@@ -145,3 +147,67 @@ def test_the_merged_summary_adds_counts_and_keeps_each_ranks():
     assert [r["rank"] for r in merged["ranks"]] == [0, 1]
     assert [r["trace_file"] for r in merged["ranks"]] == [None, None]
     assert "summed over 3 ranks (ranks 2 sent nothing" in run_summary_lines(merged)[0]
+
+
+def test_rank_0_ending_first_leaves_the_others_rows_in_their_part_files(tmp_path):
+    """Rank 0's script raises while rank 1 waits on it in a collective: rank 0 waits a short while for rank 1,
+    merges what it has and says who is missing; rank 1, stopped by then, keeps its rows in its part file."""
+    done = _observe(tmp_path / "run", "--fail-rank", "0", "--fail-before-collectives")
+    assert done.returncode != 0 and "RuntimeError: rank 0 fails" in done.stderr
+    meta, frame = Capture(tmp_path / "run").load()
+    assert meta["observed"]["ranks_missing"] == [1] and not meta["observed"]["finished"]
+    assert sorted(set(frame["rank"])) == [0.0]
+    kept = pd.read_parquet(tmp_path / "run" / "parts" / "rank-1.parquet")
+    assert kept["calls"].sum() == 6 and set(kept["rank"]) == {1.0}
+
+
+OBSERVE_TWICE = """
+import sys
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+import profiler
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+for phase, n in (("a", 16), ("b", 32)):
+    q = torch.randn(1, 1, n + 8 * rank, 8)
+    with profiler.observe(out=sys.argv[1] + "-" + phase, ranks=True):
+        for _ in range(2 if phase == "a" else 3):
+            F.scaled_dot_product_attention(q, q, q)
+    dist.barrier()
+if rank == 0:
+    with profiler.observe(out=sys.argv[1] + "-alone"):  # on one rank only, without ranks=True: it alone
+        F.scaled_dot_product_attention(q, q, q)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_two_observations_in_one_run_and_one_on_a_single_rank(tmp_path):
+    script = tmp_path / "twice.py"
+    script.write_text(OBSERVE_TWICE)
+    done = subprocess.run([*TORCHRUN, str(script), str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for phase, n, calls in (("a", 16, 2), ("b", 32, 3)):
+        meta, frame = Capture(tmp_path / f"run-{phase}").load()
+        assert meta["observed"]["calls"] == 2 * calls
+        assert sorted(zip(frame["rank"], frame["seq_q"], frame["calls"])) == [(0.0, n, calls), (1.0, n + 8, calls)]
+    _, alone = Capture(tmp_path / "run-alone").load()
+    assert alone["calls"].tolist() == [1.0] and alone["rank"].isna().all()  # one process: no rank stored
+
+
+def test_a_value_over_the_stores_8_mib_goes_in_pieces():
+    """The store's libuv server refuses a value over 8 MiB; a rank's rows and kernel table can be more."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    from profiler.measure.distributed import Ranks
+
+    store = TCPStore("127.0.0.1", _free_port(), 1, is_master=True, timeout=timedelta(seconds=30))
+    link = ranks.RankLink(Ranks(0, 1, 0), store)
+    value = {"kernels": bytes(range(256)) * (9 << 12)}  # 9 MiB
+    link.put("sent/0", value)
+    assert link.take("sent/0") == value and int(store.get("sent/0")) == 3

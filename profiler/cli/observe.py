@@ -120,6 +120,7 @@ def run(args) -> int:
     from profiler.measure.folder import FolderError, default_folder
     from profiler.observer.nsys_times import UNDER_NSYS
     from profiler.observer.run import observe
+    from profiler.store import Capture
 
     stem = Path(target).stem if kind == "path" else target.rsplit(".", 1)[-1]
     folder = Path(args.out) if args.out else default_folder(f"observed-{stem}")
@@ -127,11 +128,13 @@ def run(args) -> int:
     if args.trace == "nsys" and not under_nsys:
         return _run_under_nsys(args, folder)
     command = " ".join(shlex.quote(a) for a in argv)
+    if under_nsys:  # read: the script and what it starts are not observed under nsys again
+        os.environ.pop(UNDER_NSYS, None)
     try:
         session = observe(folder, trace=args.trace, command=command,
-                          status=lambda text: console.status(text))
+                          status=lambda text: console.status(text), ranks=True)
         run_ = session.__enter__()
-    except FolderError as err:
+    except (FolderError, ValueError) as err:  # a folder refused; RANK without MASTER_ADDR (profiler.observer.ranks)
         raise UsageError(str(err)) from None
     failure = None
     try:
@@ -160,8 +163,13 @@ def run(args) -> int:
                       soft_wrap=True)
         return failure.code if isinstance(failure, SystemExit) and isinstance(failure.code, int) else 1
     if rank is not None and not rank.main:
-        console.print(f"observe: rank {rank.rank} observed {run_.calls} attention calls; rank 0 merged them into "
-                      f"{folder}", soft_wrap=True)
+        if run_.merged:
+            console.print(f"observe: rank {rank.rank} observed {run_.calls} attention calls; rank 0 merged them into "
+                          f"{folder}", soft_wrap=True)
+        else:
+            console.print(f"observe: rank {rank.rank} observed {run_.calls} attention calls; rank 0 did not merge "
+                          f"them (it ended first): they are in {Capture(folder).part_path(rank.part)}",
+                          style="red", soft_wrap=True)
         return 0
     if under_nsys:
         console.print(f"observe: {calls} attention calls observed; Nsight Systems writes its report next",

@@ -31,7 +31,7 @@ import os
 import pickle
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -41,6 +41,7 @@ from profiler.measure.distributed import WAIT, Ranks, from_env
 from profiler.store import Capture, read_parquet_snapshot, to_frame, write_parquet_atomic
 
 PREFIX = "profiler-observe"
+CHUNK = 4 << 20  # bytes per store value: the store's libuv server refuses values over 8 MiB
 # How long rank 0 waits for the others when its own script failed or was stopped (Ctrl-C reaches every
 # rank of a torchrun job; torchrun stops the others with SIGTERM when one fails): they send what they saw
 # at once, or were stopped before they could, or wait on rank 0 in a collective of their script's.
@@ -70,25 +71,44 @@ class RankLink:
     def trace_file(self) -> str:
         return f"observed-{self.part}.json"
 
-    def share(self, key: str, value=None):
+    def put(self, key: str, value) -> None:
+        """``value`` pickled under ``key``, in pieces of at most :data:`CHUNK` bytes (the store refuses a
+        value over 8 MiB) and then their count, which readers wait for."""
+        data = pickle.dumps(value)
+        pieces = [data[i:i + CHUNK] for i in range(0, len(data), CHUNK)] or [b""]
+        for i, piece in enumerate(pieces):
+            self.store.set(f"{key}/{i}", piece)
+        self.store.set(key, str(len(pieces)).encode())
+
+    def take(self, key: str, wait: timedelta = WAIT):
+        """The value :meth:`put` stored under ``key``, once it is there (DistStoreError after ``wait``)."""
+        self.store.wait([key], wait)
+        count = int(self.store.get(key))
+        return pickle.loads(b"".join(self.store.get(f"{key}/{i}") for i in range(count)))
+
+    def share(self, key: str, value=None, wait: timedelta = WAIT):
         """Rank 0's ``value`` on every rank (each other rank waits for it)."""
         if self.main:
-            self.store.set(key, pickle.dumps(value))
+            self.put(key, value)
             return value
-        return pickle.loads(self.store.get(key))
+        return self.take(key, wait)
 
-    def everyones(self, key: str, value) -> list:
+    def everyones(self, key: str, value, wait: timedelta = WAIT) -> list:
         """Every rank's ``value``, in rank order, on every rank (each waits for all)."""
-        self.store.set(f"{key}/{self.ranks.rank}", pickle.dumps(value))
-        return [pickle.loads(self.store.get(f"{key}/{r}")) for r in range(self.ranks.world)]
+        self.put(f"{key}/{self.ranks.rank}", value)
+        return [self.take(f"{key}/{r}", wait) for r in range(self.ranks.world)]
 
 
 def join() -> RankLink | None:
     """The link of this rank when a launcher started several (RANK and WORLD_SIZE > 1 in the
-    environment), else None. Raises ValueError when the environment lacks the store's address."""
+    environment), else None. Raises ValueError when the environment lacks the store's address. Every
+    rank must observe as often as the others: the n-th observation of each process meets the others'
+    n-th under a prefix of its own."""
+    global _observations
     ranks = from_env()
     if ranks is None:
         return None
+    ranks = replace(ranks, local_rank=local_rank(ranks))
     missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name)]
     if missing:
         raise ValueError(f"RANK and WORLD_SIZE are set but {' and '.join(missing)} is not: start the ranks with "
@@ -101,9 +121,24 @@ def join() -> RankLink | None:
     else:
         store = TCPStore(host, port, ranks.world, is_master=ranks.main, timeout=WAIT, wait_for_workers=False,
                          multi_tenant=True)
-    # One prefix per job and restart: torchrun reuses its store when it restarts failed workers.
+    # One prefix per job, restart (torchrun reuses its store when it restarts failed workers) and observation.
     job = f"{os.environ.get('TORCHELASTIC_RUN_ID', 'job')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-    return RankLink(ranks, PrefixStore(f"{PREFIX}/{job}", store))
+    _observations += 1
+    return RankLink(ranks, PrefixStore(f"{PREFIX}/{job}/{_observations}", store))
+
+
+_observations = 0  # observations this process has joined (profiler.observe may run several)
+
+
+def local_rank(ranks: Ranks) -> int:
+    """This rank's index on its host: LOCAL_RANK (torchrun), SLURM_LOCALID (srun), OMPI_COMM_WORLD_LOCAL_RANK
+    (mpirun), else the global rank modulo the host's GPUs (a launcher that sets none of them)."""
+    for name in ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    import torch
+
+    return ranks.rank % max(1, torch.cuda.device_count() if torch.cuda.is_available() else 1)
 
 
 def write_part(link: RankLink, folder: Path, rows: list[dict]) -> None:
@@ -136,23 +171,21 @@ class Sent:
 
 
 def send(link: RankLink, sent: Sent) -> None:
-    link.store.set(f"sent/{link.ranks.rank}", pickle.dumps(sent))
+    link.put(f"sent/{link.ranks.rank}", sent)
 
 
 def receive(link: RankLink, failed: bool) -> tuple[list[Sent], list[int]]:
     """On rank 0: what every rank sent, in rank order, and the ranks that sent nothing in time
     (:data:`FAILED_WAIT` when rank 0's own script ``failed``)."""
-    from torch.distributed import DistStoreError
+    from torch.distributed import DistError
 
     came, missing = [], []
     deadline = time.monotonic() + (FAILED_WAIT if failed else WAIT).total_seconds()
     for rank in range(link.ranks.world):
         try:
-            link.store.wait([f"sent/{rank}"], timedelta(seconds=max(0.01, deadline - time.monotonic())))
-        except DistStoreError:
+            came.append(link.take(f"sent/{rank}", timedelta(seconds=max(0.01, deadline - time.monotonic()))))
+        except DistError:
             missing.append(rank)
-            continue
-        came.append(pickle.loads(link.store.get(f"sent/{rank}")))
     return came, missing
 
 
@@ -200,30 +233,38 @@ def merge(link: RankLink, folder: Path, sent: list[Sent]) -> list[dict]:
     capture.write_results(to_frame(rows))  # written before the parts go: a kill in between loses nothing
     for p in parts:
         p.unlink()
-    for tmp in capture.parts_dir.glob(".*.tmp"):
-        tmp.unlink()
-    capture.parts_dir.rmdir()
+    try:  # a rank that comes late may be writing its part here still: it keeps it (wait_merged)
+        capture.parts_dir.rmdir()
+    except OSError:
+        pass
     kernels = [pd.read_parquet(io.BytesIO(s.kernels)) for s in sent if s.kernels is not None]
     if kernels:
         capture.write_kernels(pd.concat(kernels, ignore_index=True))
     return rows
 
 
-def done(link: RankLink) -> None:
-    link.store.set("merged", b"1")
+def done(link: RankLink, merged: list[int]) -> None:
+    """Rank 0 has merged the rows of the ranks ``merged``."""
+    link.put("merged", merged)
 
 
 def wait_merged(link: RankLink, folder: Path) -> bool:
-    """On another rank: wait for rank 0's merge; then a copy of this rank's part file that is still
-    here is one rank 0 does not see (another host's folder) and goes. False when rank 0 never merged."""
-    from torch.distributed import DistStoreError
+    """On another rank: wait for rank 0's merge. When it holds this rank's rows, a copy of its part file
+    still here is one rank 0 did not see (another host's folder) and goes; when rank 0 merged without them
+    (its script ended first and it stopped waiting), the part file stays, and False says so."""
+    from torch.distributed import DistError
 
     try:
-        link.store.wait(["merged"], WAIT)
-    except DistStoreError:
+        merged = link.take("merged")
+    except DistError:  # rank 0 gone (it hosted the store: srun, mpirun) or never merging
+        return False
+    if link.ranks.rank not in merged:
         return False
     capture = Capture(folder)
     capture.part_path(link.part).unlink(missing_ok=True)
-    if capture.parts_dir.is_dir() and not any(capture.parts_dir.iterdir()):
-        capture.parts_dir.rmdir()
+    try:  # the other ranks of this host may empty and remove it at the same time
+        if not any(capture.parts_dir.iterdir()):
+            capture.parts_dir.rmdir()
+    except OSError:
+        pass
     return True

@@ -112,7 +112,8 @@ class Recorder:
         self.by_range: dict[str, RowStats] = {}  # trace clock: range name -> its row
         self.by_graph_range: dict[str, list[RowStats]] = {}  # trace clock: a compiled graph's run -> its rows
         self.graph_calls_untimed = 0  # calls inside compiled graphs whose kernels the trace did not tell apart
-        self._events: list = []  # CUDA events free for reuse
+        # CUDA events free for reuse, per device: an event is recorded only on a stream of the device it was made on
+        self._events: dict[int, list] = {}
         self._streams: dict = {}  # torch.cuda.Stream objects by (stream id, device, type)
         self.calls = 0
         self.on_call = None  # called after each call (the run's periodic flush)
@@ -151,8 +152,8 @@ class Recorder:
         if self.clock == "nsys":
             self.nsys_calls.append(stats)
             return Pending(stats, len(self.nsys_calls) - 1, kind="nsys")
-        event = self._event()
         stream = self._stream(device)
+        event = self._event(stream.device_index)
         event.record(stream)
         return Pending(stats, event, kind="events", stream=stream)
 
@@ -160,7 +161,7 @@ class Recorder:
         if pending.kind == "cpu":
             pending.stats.times_ms.append((time.perf_counter() - pending.start) * 1e3)
         elif pending.kind == "events":
-            pending.end = self._event()
+            pending.end = self._event(pending.stream.device_index)
             pending.end.record(pending.stream)
             self.pending.append(pending)
             if len(self.pending) >= self.POLL_EVERY:
@@ -188,9 +189,12 @@ class Recorder:
                                                             device_type=raw[2])
         return stream
 
-    def _event(self):
-        if self._events:
-            return self._events.pop()
+    def _event(self, device: int):
+        """A timing event of ``device``: a freed one of that device, else a new one (made on the device when
+        first recorded on its stream)."""
+        free = self._events.get(device)
+        if free:
+            return free.pop()
         import torch
 
         return torch.cuda.Event(enable_timing=True)
@@ -205,7 +209,7 @@ class Recorder:
                 return
             self.pending.popleft()
             pending.stats.times_ms.append(pending.start.elapsed_time(pending.end))
-            self._events += [pending.start, pending.end]
+            self._events.setdefault(pending.stream.device_index, []).extend((pending.start, pending.end))
 
     # ---------------------------------------------------------------- trace
 

@@ -17,6 +17,7 @@ import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,9 @@ from profiler.observer.recorder import Recorder, RowStats
 from profiler.store import Capture, to_frame
 
 FLUSH_S = 30.0
+# How long the ranks of a torchrun observation wait for each other to start: all start together, so a rank
+# missing after this long will not come (a script that observes on some ranks only)
+HANDSHAKE = timedelta(minutes=5)
 TRACE_FILE = "observed.json"
 # Kernel names that are attention whoever launched them (cuDNN's and FlashAttention's fmha kernels,
 # FlexAttention's and our Triton kernels): counted when they ran outside any observed call.
@@ -60,6 +64,7 @@ class ObservedRun:
     summary: dict = field(default_factory=dict)
     link: RankLink | None = None  # the other ranks of a torchrun job (profiler.observer.ranks)
     failure: str | None = None  # how the observed script failed, as its runner tells before the block ends
+    merged: bool = True  # a rank other than 0: whether rank 0 merged its rows (else its part file keeps them)
 
     @property
     def calls(self) -> int:
@@ -145,16 +150,20 @@ def busy_ms(kernels: pd.DataFrame) -> float:
 
 @contextmanager
 def observe(out: str | Path, trace: str | None = None, device: str | None = None, command: str | None = None,
-            meta: dict | None = None, status=None):
+            meta: dict | None = None, status=None, ranks: bool = False):
     """Observe every attention call made inside the block; write a capture to ``out``.
 
     ``trace``: 'torch' (the torch profiler records the run: exact kernel times per call, the GPU's
     busy time, traces/observed.json) or 'none' (CUDA events around each call: least overhead);
-    default torch on a GPU, none on a CPU. ``device``: the GPU whose roofs judge the rows (default
-    cuda when there is one, else cpu). ``status(text)``: a context manager showing long work."""
+    default torch on a GPU, none on a CPU; 'nsys' only for a process Nsight Systems runs
+    (profiler.observer.nsys_times: ``observe --trace nsys`` arranges it). ``device``: the GPU whose
+    roofs judge the rows (default cuda when there is one, else cpu). ``status(text)``: a context manager
+    showing long work. ``ranks``: under a launcher of several ranks (torchrun), observe them all into one
+    capture, rank 0's ``out`` (profiler.observer.ranks); every rank must then observe, as often as the
+    others. Without it each process observes alone (``observe`` on the command line passes it)."""
     if trace not in (None, "torch", "none", "nsys"):
         raise ValueError(f"trace '{trace}' is not one of torch, none, nsys")
-    link = join()  # several ranks (torchrun): profiler.observer.ranks
+    link = join() if ranks else None  # several ranks (torchrun) into one capture: profiler.observer.ranks
     if device is None and torch.cuda.is_available():
         device = f"cuda:{link.ranks.local_rank}" if link is not None else "cuda"
     device = torch.device(device or "cpu")
@@ -207,6 +216,8 @@ def _open(link: RankLink | None, out: Path, device: torch.device, dtypes, run_me
     """(the capture folder, the roofs this process's rows are judged against, meta.json's contents).
     With several ranks: rank 0's folder for all; every rank checks it as its host sees it, and all
     refuse it if one does, before rank 0 writes meta.json; every other rank measures its own roofs."""
+    from torch.distributed import DistError
+
     from profiler.measure.ceilings import device_name
     from profiler.measure.folder import FolderError, check_folder, measure_roofs, open_capture
 
@@ -214,13 +225,21 @@ def _open(link: RankLink | None, out: Path, device: torch.device, dtypes, run_me
     if link is None:
         store, roofs = open_capture(str(device), out, label, dtypes, run_meta, resumable=False, status=status)
         return out, roofs, store.meta
-    out = Path(link.share("folder", str(out)))
+    try:  # every rank must come: one that never calls observe would leave the others waiting
+        out = Path(link.share("folder", str(out), wait=HANDSHAKE))
+    except DistError:
+        raise RuntimeError(f"rank {link.ranks.rank}: rank 0 did not start observing within "
+                           f"{HANDSHAKE.total_seconds():.0f} s; with ranks=True every rank must observe") from None
     error = None
     try:
         check_folder(out, resumable=False)
     except FolderError as err:
         error = f"{err} (as rank {link.ranks.rank} on {socket.gethostname()} sees it)"
-    errors = [e for e in link.everyones("checked", error) if e]
+    try:
+        errors = [e for e in link.everyones("checked", error, wait=HANDSHAKE) if e]
+    except DistError:
+        raise RuntimeError(f"rank {link.ranks.rank}: not every rank started observing within "
+                           f"{HANDSHAKE.total_seconds():.0f} s; with ranks=True every rank must observe") from None
     if errors:
         raise FolderError(errors[0])
     meta = error = None
@@ -332,7 +351,7 @@ def _finish_ranks(run: ObservedRun, kernels) -> None:
                                    run.roofs.as_meta().get("measured_ceilings") or {}))
     if not link.main:
         if run.failure is None:  # a rank whose script failed ends at once, as python would: others may wait on it
-            ranks.wait_merged(link, run.folder)
+            run.merged = ranks.wait_merged(link, run.folder)
         return
     # A rank 0 whose script failed waits briefly: the others may be stopped, or waiting on it in a collective.
     sent, missing = ranks.receive(link, run.failure is not None)
@@ -340,7 +359,7 @@ def _finish_ranks(run: ObservedRun, kernels) -> None:
     run.summary = ranks.merged_summary(sent, missing, link.ranks.world)
     run.meta["observed"] = {**run.meta.get("observed", {}), **run.summary, "finished": not missing}
     run.capture.write_meta(run.meta)
-    ranks.done(link)
+    ranks.done(link, [s.rank for s in sent])
 
 
 def _collect_rows(run: ObservedRun) -> None:
