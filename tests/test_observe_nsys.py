@@ -59,3 +59,12 @@ def test_busy_time_counts_overlaps_once_and_gaps_never():
     start, end = np.array([0, 5, 20, 22]), np.array([10, 8, 25, 30])
     assert busy_ns(start, end) == 10 + 10  # [0, 10) holds [5, 8); [20, 30) joins two; the gap 10-20 is idle
     assert busy_ns(np.array([], dtype=np.int64), np.array([], dtype=np.int64)) == 0
+
+
+def test_nsys_ingest_times_an_observation_whose_export_came_later(untimed, tmp_path, capsys):
+    """An observation under nsys interrupted before its calls were timed: `nsys ingest` times them."""
+    from profiler.cli import main
+
+    assert main(["nsys", "ingest", str(untimed)]) == 0
+    assert "Timed the 16 observed calls" in " ".join(capsys.readouterr().out.split())
+    check_capture(untimed, untimed / "stats_nvtx_gpu_proj_sum.csv", untimed / "profile.sqlite.xz", tmp_path)

@@ -22,7 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     summarize.add_argument("export", help="a file from `nsys export --type sqlite` (.sqlite or .sqlite.xz)")
     summarize.add_argument("--json", action="store_true", help="print a JSON list of objects")
     summarize.set_defaults(nsys_run=_summarize)
-    ingest = actions.add_parser("ingest", help="join a capture's profile.sqlite into its results (nsys_gpu_ms)")
+    ingest = actions.add_parser("ingest", help="join a capture's profile.sqlite into its results (nsys_gpu_ms; "
+                                               "an observe --trace nsys capture: each call's time)")
     ingest.add_argument("capture", help="a capture folder holding profile.sqlite (scripts/nsys_profile.sh makes one)")
     ingest.set_defaults(nsys_run=_ingest)
 
@@ -56,9 +57,19 @@ def _summarize(args) -> int:
 
 def _ingest(args) -> int:
     from profiler.nsight import nsys as nsys_export
+    from profiler.observer import nsys_times
     from profiler.store import CaptureError
 
     folder = Path(args.capture)
+    if (folder / nsys_times.NSYS_CALLS).is_file():  # an observation under nsys whose calls were not timed yet
+        try:
+            summary = nsys_times.fill(folder)
+        except (CaptureError, nsys_export.NsysExportError) as err:
+            raise UsageError(str(err)) from None
+        console.print(f"Timed the {summary['calls'] - summary['compiled_calls_untimed']} observed calls of {folder} "
+                      f"from its Nsight Systems export ({summary['calls_without_ranges']} without a range)",
+                      soft_wrap=True)
+        return 0
     try:
         results = nsys_export.ingest_capture(folder)
     except (CaptureError, nsys_export.NsysExportError) as err:

@@ -228,14 +228,20 @@ def _run_under_nsys(args, folder: Path) -> int:
         console.print(f"observe: nsys wrote no report (status {status}); the rows in {folder} have no times",
                       style="red", soft_wrap=True)
         return status or 1
-    with console.status("nsys export --type sqlite ..."):
-        exported = subprocess.run(nsys_times.export_command(nsys, folder), capture_output=True, text=True)
-    if exported.returncode != 0:
-        console.print(f"observe: nsys export failed ({exported.stderr.strip()[-300:]}); "
-                      f"{folder}/{nsys_times.REPORT}.nsys-rep is kept", style="red", soft_wrap=True)
-        return exported.returncode
+    again = (f"`{shlex.join(nsys_times.export_command(nsys, folder))}` then `python -m profiler nsys ingest "
+             f"{shlex.quote(str(folder))}` time the calls")
     try:
+        with console.status("nsys export --type sqlite ..."):
+            exported = subprocess.run(nsys_times.export_command(nsys, folder), capture_output=True, text=True)
+        if exported.returncode != 0:
+            console.print(f"observe: nsys export failed ({exported.stderr.strip()[-300:]}); "
+                          f"{folder}/{nsys_times.REPORT}.nsys-rep is kept; {again}", style="red", soft_wrap=True)
+            return exported.returncode
         summary = nsys_times.fill(folder)
+    except KeyboardInterrupt:
+        console.print(f"observe: interrupted before the calls were timed; {folder}/{nsys_times.REPORT}.nsys-rep is "
+                      f"kept; {again}", style="red", soft_wrap=True)
+        return 130
     except (NsysExportError, OSError) as err:
         console.print(f"observe: {err}", style="red", soft_wrap=True)
         return 1
