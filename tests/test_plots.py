@@ -559,3 +559,41 @@ def test_the_memory_model_lines_name_what_the_mode_keeps():
     assert list(fused.y) == pytest.approx([predicted_peak_bytes(s, True) / 2**20 for s in shapes])
     forward = plots.scaling_figures(frame[(frame["mode"] == "fwd") & (frame.head_dim == 64)])["memory"]
     assert any(t.name.startswith("model O(N): fused keeps O, lse ·") for t in forward.data)
+
+
+def _label_boxes(fig) -> list[tuple[float, float, float, float]]:
+    """The kept point labels' boxes in pixels, as rooflines.declutter_labels places them."""
+    (x_lo, x_hi), (y_lo, y_hi) = fig.layout.xaxis.range, fig.layout.yaxis.range
+    width, height = rooflines.PLOT_PX
+    boxes = []
+    for trace in fig.data:
+        if trace.text is None or "text" not in (trace.mode or "") or isinstance(trace.text, str):
+            continue
+        for x, y, text in zip(trace.x, trace.y, trace.text):
+            if text:
+                w, h = rooflines.label_box_px(str(text), trace.textfont.size or 9)
+                boxes.append(((np.log10(x) - x_lo) / (x_hi - x_lo) * width,
+                              (np.log10(y) - y_lo) / (y_hi - y_lo) * height + h / 2 + 5, w / 2, h / 2))
+    return boxes
+
+
+@pytest.mark.parametrize("capture,dtype,query", [
+    ("observed-llama3-32k-train", "bf16", "mode == 'fwd'"),  # two layers' stars and three replays at one shape
+    ("reference-h200", "fp16", "mode == 'fwd' and not causal and head_dim == 64 and seq_q <= 4096"),
+])
+def test_point_labels_do_not_pile_up(capture, dtype, query):
+    """Issue 41 defect 7: labels piled up on coincident markers (an observed call and its replays at one shape,
+    What-if points on one roof). No two kept labels overlap, and every point keeps its hover."""
+    meta, frame = load_capture(ROOT / "reports" / capture)
+    rows = frame[(frame.dtype == dtype) & (frame.step == "total") & (frame.status == "ok")].query(query)
+    assert 0 < len(rows) <= rooflines.MAX_LABELS  # few enough to be labelled
+    figures = [rooflines.roofline_figure(rows, rooflines.roofs_from_meta(meta, dtype))]
+    figures.append(plots.whatif_figure(rows, hardware.get_device("B200"), dtype))
+    for fig in figures:
+        boxes = _label_boxes(fig)
+        assert boxes
+        for i, (x, y, w, h) in enumerate(boxes):
+            assert not any(abs(x - x2) < w + w2 and abs(y - y2) < h + h2 for x2, y2, w2, h2 in boxes[i + 1:])
+        hovers = [t for t in fig.data if t.hovertext is not None and t.text is not None]
+        assert all(len(t.hovertext) == len(t.x) for t in hovers)
+    assert rooflines.declutter_labels(figures[0]) == 0  # already decluttered: nothing left to drop

@@ -393,4 +393,35 @@ def roofline_figure(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "co
     subtitle = "filled: compute-bound · open: memory-bound" + ("" if not notes else " · " + " · ".join(notes))
     fig.update_layout(template=PLOTLY_TEMPLATE, title={"text": f"{title or 'Roofline'}<br><sup>{subtitle}</sup>"},
                       height=640, legend={"groupclick": "toggleitem"}, margin={"t": 80})
+    declutter_labels(fig)
     return fig
+
+
+def declutter_labels(fig: go.Figure, plot_px: tuple[float, float] = PLOT_PX) -> int:
+    """Blank each point label that would overlap one already kept (traces in drawing order, points left to
+    right), on the narrowest plot area the app draws (:data:`PLOT_PX`): an observed call's star and its
+    replays at one shape, What-if points on one roof, sweeps near one intensity each keep one legible label;
+    every point keeps its hover. Labels sit above their marker (textposition "top center"), sized as
+    :func:`label_box_px` sizes text. Returns how many were blanked."""
+    (x_lo, x_hi), (y_lo, y_hi) = fig.layout.xaxis.range, fig.layout.yaxis.range
+    width, height = plot_px
+    kept: list[tuple[float, float, float, float]] = []  # boxes: centre x, centre y, half width, half height
+    blanked = 0
+    for trace in fig.data:
+        if trace.text is None or "text" not in (trace.mode or "") or isinstance(trace.text, str):
+            continue
+        size = (trace.textfont.size if trace.textfont and trace.textfont.size else 9)
+        texts = list(trace.text)
+        for i, (x, y, text) in enumerate(zip(trace.x, trace.y, texts)):
+            if not text or not x or not y or x <= 0 or y <= 0:
+                continue
+            w, h = label_box_px(str(text), size)
+            cx = (np.log10(x) - x_lo) / (x_hi - x_lo) * width
+            cy = (np.log10(y) - y_lo) / (y_hi - y_lo) * height + h / 2 + 5  # above the 10-px marker
+            if any(abs(cx - kx) < (w / 2 + kw) and abs(cy - ky) < (h / 2 + kh) for kx, ky, kw, kh in kept):
+                texts[i] = ""
+                blanked += 1
+            else:
+                kept.append((cx, cy, w / 2, h / 2))
+        trace.text = texts
+    return blanked
