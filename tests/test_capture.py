@@ -254,7 +254,8 @@ def test_run_case_times_every_mode_and_checks_gradients(impl, mode):
     from profiler.registry import REGISTRY
 
     result = run_case(REGISTRY[impl], Shape(1, 2, 33, 33, 16, "fp32", causal=True, mode=mode), "cpu", rep_ms=5)
-    assert result.status == "ok", result.message
+    # a Triton kernel here runs in the interpreter (tests/conftest.py): checked and timed, but not a kernel time
+    assert result.status == ("interpreted" if REGISTRY[impl].is_triton else "ok"), result.message
     assert result.timing.median_ms > 0 and result.max_rel_err < 1e-5  # output, and dq, dk, dv when bwd
     assert result.flops == fused_flops(Shape(1, 2, 33, 33, 16, "fp32", causal=True, mode=mode))
 

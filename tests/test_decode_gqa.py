@@ -211,7 +211,9 @@ def test_capture_decode_gqa_on_cpu(tmp_path):
     totals = frame[frame.step == "total"]
     assert sorted(set(zip(totals.seq_q, totals.seq_kv, totals.kv_heads))) == [(1, 77, 1), (1, 77, 4), (3, 77, 1),
                                                                               (3, 77, 4)]
-    assert (totals.status == "ok").all() and (totals.max_rel_err < 1e-5).all()
+    # triton_flash ran in the Triton interpreter: checked, but its time is not a kernel's
+    assert (totals.status == totals.impl.map(lambda i: "interpreted" if i == "triton_flash" else "ok")).all()
+    assert (totals.max_rel_err < 1e-5).all()
     ours = totals[totals.impl == "triton_flash"]
     assert set(ours.path) == {"split-kv x1"}
     grouped = totals[(totals.kv_heads == 1) & (totals.seq_q == 1)].set_index("impl")

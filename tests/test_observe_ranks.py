@@ -211,3 +211,29 @@ def test_a_value_over_the_stores_8_mib_goes_in_pieces():
     value = {"kernels": bytes(range(256)) * (9 << 12)}  # 9 MiB
     link.put("sent/0", value)
     assert link.take("sent/0") == value and int(store.get("sent/0")) == 3
+
+
+OBSERVE_WITHOUT_RANKS = """
+import sys
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+import profiler
+
+dist.init_process_group("gloo")
+dist.barrier() if dist.get_rank() == 1 else None
+q = torch.randn(1, 1, 16, 8)
+with profiler.observe(out=sys.argv[1]):  # every rank into one folder, without ranks=True
+    F.scaled_dot_product_attention(q, q, q)
+dist.barrier() if dist.get_rank() == 0 else None
+"""
+
+
+def test_ranks_observing_into_one_folder_without_ranks_true_are_told_how(tmp_path):
+    script = tmp_path / "same.py"
+    script.write_text(OBSERVE_WITHOUT_RANKS)
+    done = subprocess.run([*TORCHRUN, str(script), str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode != 0
+    assert "of 2: pass ranks=True on every rank to merge the ranks into one capture, or give each rank its own out" \
+        in done.stderr

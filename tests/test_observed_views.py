@@ -358,3 +358,16 @@ def test_compare_keeps_each_ranks_and_sites_calls_apart():
     slow = joined[joined["site"].str.startswith("rank 1 · ")]
     assert (slow["time_ms A"] == slow["time_ms B"]).all() and len(slow) == len(calls)
     assert len(fig.data) == 2 * len(calls)  # a line per implementation, shape family (here fwd or bwd) and site
+
+
+def test_compare_falls_back_to_shapes_where_the_runs_share_no_site():
+    """One run observed on one GPU against the same run under torchrun (sites 'X' and 'rank 0 · X'), or after an
+    edit moved the call's line: no site in common, so rows pair by shape as any two captures do."""
+    from profiler.observer.summary import rank_sites
+    from profiler.views.plots import compare_figure
+
+    _, frame = Capture(Path(__file__).resolve().parents[1] / "reports" / "observed-nanogpt").load()
+    calls = frame[(frame["source"] == "observed") & (frame["status"] == "ok")]
+    ranked = rank_sites(calls.assign(rank=0.0))
+    _, joined = compare_figure(calls, ranked, "one GPU", "torchrun")
+    assert len(joined) == 2  # forward and backward: the first layer's row of each shape, as before sites

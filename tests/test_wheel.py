@@ -173,7 +173,7 @@ def test_model_gives_the_flops_of_the_formula(installed):
         assert row["flops"] == 4 * batch * heads * seq * seq * dim  # 4·B·H·N²·D: two matmuls, non-causal fwd
 
 
-def test_capture_on_the_cpu_writes_ok_rows_under_the_working_folder(installed):
+def test_capture_on_the_cpu_writes_its_rows_under_the_working_folder(installed):
     """A capture under the Triton interpreter (triton_flash needs its kernels' source, which the wheel
     ships) into ./reports of the user's project, as the README says."""
     impls = ["naive", "sdpa_math", "triton_flash"]
@@ -185,7 +185,9 @@ def test_capture_on_the_cpu_writes_ok_rows_under_the_working_folder(installed):
     expected = {("naive", "total"), *(("naive", step) for step in NAIVE_STEPS),
                 ("sdpa_math", "total"), ("triton_flash", "total")}
     assert set(zip(rows["impl"], rows["step"])) == expected and len(rows) == len(expected)
-    assert (rows["status"] == "ok").all(), rows[["impl", "step", "status", "message"]]
+    # triton_flash ran in the Triton interpreter: checked, but its time is not a kernel's, and the row says so
+    expected_status = rows["impl"].map(lambda impl: "interpreted" if impl == "triton_flash" else "ok")
+    assert (rows["status"] == expected_status).all(), rows[["impl", "step", "status", "message"]]
     assert (rows[["batch", "heads", "seq_q", "seq_kv", "head_dim"]] == [1, 2, 64, 64, 16]).all().all()
     assert set(rows["dtype"]) == {"fp32"}  # the CPU default
     totals = rows[rows["step"] == "total"]

@@ -134,8 +134,8 @@ def run(args) -> int:
         session = observe(folder, trace=args.trace, command=command,
                           status=lambda text: console.status(text), ranks=True)
         run_ = session.__enter__()
-    except (FolderError, ValueError) as err:  # a folder refused; RANK without MASTER_ADDR (profiler.observer.ranks)
-        raise UsageError(str(err)) from None
+    except (FolderError, ValueError, RuntimeError) as err:  # a folder refused; RANK without MASTER_ADDR; ranks
+        raise UsageError(str(err)) from None                # that did not all start (profiler.observer.ranks)
     failure = None
     try:
         failure = _run_user_code(kind, target, argv)

@@ -5,6 +5,7 @@ CUDA events (``triton.testing.do_bench``), and peak memory. The benchmark and th
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -120,7 +121,7 @@ def mode_call(impl: Impl, shape: Shape, q, k, v, do) -> Callable[[], None]:
     return call
 
 
-INTERPRETED = ("the Triton interpreter ran it on the CPU (TRITON_INTERPRET=1): its output passed the check, but "
+INTERPRETED = ("the Triton interpreter ran it (TRITON_INTERPRET=1): its output passed the check, but "
                "the time is the interpreter's, not a kernel's, so it has no rate and is on no chart")
 
 
@@ -172,8 +173,8 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
                 result.message += f"; not timed: {type(err).__name__}: {first_line(err)}"
         else:
             _time(result, impl, shape, q, k, v, do, device, rep_ms, annotate, graph)
-            if impl.is_triton and device.type != "cuda":  # registry: only under TRITON_INTERPRET=1
-                result.status, result.message = "interpreted", INTERPRETED
+            if impl.is_triton and (device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1"):
+                result.status, result.message = "interpreted", INTERPRETED  # also on a GPU: its time is not a kernel's
     except Unsupported as err:
         result.status, result.message = "unsupported", str(err)
     except GraphCaptureError as err:

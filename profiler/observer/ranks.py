@@ -86,6 +86,16 @@ class RankLink:
         count = int(self.store.get(key))
         return pickle.loads(b"".join(self.store.get(f"{key}/{i}") for i in range(count)))
 
+    def drop(self, key: str) -> None:
+        """Delete what :meth:`put` stored under ``key``."""
+        try:
+            count = int(self.store.get(key))
+        except Exception:  # noqa: BLE001 - nothing there (or the store gone): nothing to drop
+            return
+        for i in range(count):
+            self.store.delete_key(f"{key}/{i}")
+        self.store.delete_key(key)
+
     def share(self, key: str, value=None, wait: timedelta = WAIT):
         """Rank 0's ``value`` on every rank (each other rank waits for it)."""
         if self.main:
@@ -243,9 +253,22 @@ def merge(link: RankLink, folder: Path, sent: list[Sent]) -> list[dict]:
     return rows
 
 
+ACK_WAIT = timedelta(seconds=30)  # how long rank 0, which may host the store, waits for the others to read it
+
+
 def done(link: RankLink, merged: list[int]) -> None:
-    """Rank 0 has merged the rows of the ranks ``merged``."""
+    """Rank 0 has merged the rows of the ranks ``merged``: it says so, waits (briefly) until each of them has
+    read it, since under srun or mpirun the store lives in rank 0's process, then drops what the ranks sent
+    (torchrun's agent would keep it for the whole job)."""
+    from torch.distributed import DistError
+
     link.put("merged", merged)
+    try:
+        link.store.wait([f"ack/{r}" for r in merged if r != link.ranks.rank], ACK_WAIT)
+    except DistError:
+        pass
+    for r in merged:
+        link.drop(f"sent/{r}")
 
 
 def wait_merged(link: RankLink, folder: Path) -> bool:
@@ -258,6 +281,7 @@ def wait_merged(link: RankLink, folder: Path) -> bool:
         merged = link.take("merged")
     except DistError:  # rank 0 gone (it hosted the store: srun, mpirun) or never merging
         return False
+    link.store.set(f"ack/{link.ranks.rank}", b"1")
     if link.ranks.rank not in merged:
         return False
     capture = Capture(folder)

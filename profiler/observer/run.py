@@ -25,6 +25,8 @@ import pandas as pd
 import torch
 
 from attention_core.shape import ROW_KEY, Shape
+from profiler.measure.distributed import from_env
+from profiler.measure.folder import FolderError
 from profiler.measure.ranges import OBSERVE
 from profiler.model.cost import arithmetic_intensity
 from profiler.model.roofs import Roofs
@@ -165,7 +167,8 @@ def observe(out: str | Path, trace: str | None = None, device: str | None = None
         raise ValueError(f"trace '{trace}' is not one of torch, none, nsys")
     link = join() if ranks else None  # several ranks (torchrun) into one capture: profiler.observer.ranks
     if device is None and torch.cuda.is_available():
-        device = f"cuda:{link.ranks.local_rank}" if link is not None else "cuda"
+        # the rank's GPU on its host; where each task sees only its own GPUs (srun --gpus-per-task), modulo those
+        device = f"cuda:{link.ranks.local_rank % torch.cuda.device_count()}" if link is not None else "cuda"
     device = torch.device(device or "cpu")
     cuda = device.type == "cuda"
     trace = trace or ("torch" if cuda else "none")
@@ -173,7 +176,14 @@ def observe(out: str | Path, trace: str | None = None, device: str | None = None
         raise ValueError("trace 'nsys' needs a GPU: Nsight Systems times CUDA kernels")
     dtypes = ("fp16", "bf16", "fp32") if cuda else ("fp32",)
     run_meta = {"observed": {"command": command, "trace": trace}, **(meta or {})}
-    out, roofs, stored_meta = _open(link, Path(out), device, dtypes, run_meta, status)
+    try:
+        out, roofs, stored_meta = _open(link, Path(out), device, dtypes, run_meta, status)
+    except FolderError as err:
+        launched = from_env()
+        if link is None and launched is not None:  # ranks of torchrun, each observing alone into one folder
+            raise FolderError(f"{err} (rank {launched.rank} of {launched.world}: pass ranks=True on every rank to "
+                              "merge the ranks into one capture, or give each rank its own out)") from None
+        raise
     # calls on CPU tensors: cpu, whatever the trace
     clock = {"torch": "trace", "nsys": "nsys"}.get(trace, "events") if cuda else "cpu"
     recorder = Recorder(clock)
@@ -250,11 +260,11 @@ def _open(link: RankLink | None, out: Path, device: torch.device, dtypes, run_me
             meta = store.meta
         except FolderError as err:
             error = str(err)
+    else:  # while rank 0 measures its own: every rank's roofs in the same few seconds
+        roofs, _ = measure_roofs(str(device), label, dtypes)
     error = link.share("opened", error)
     if error:
         raise FolderError(error)
-    if not link.main:
-        roofs, _ = measure_roofs(str(device), label, dtypes)
     return out, roofs, meta
 
 
@@ -342,13 +352,19 @@ def _finish(run: ObservedRun, profile, compiled_frames: int) -> None:
 def _finish_ranks(run: ObservedRun, kernels) -> None:
     """A rank of a torchrun job: its rows into its part file, then to rank 0, which merges every rank's
     (profiler.observer.ranks); the others wait for that and drop a copy rank 0 does not see."""
+    from torch.distributed import DistError
+
     from profiler.observer import ranks
 
     link = run.link
     _write(run, partial=True)  # on disk first: a rank 0 that never merges leaves this rank's rows
     trace = run.capture.trace_path(link.trace_file) if kernels is not None else None
-    ranks.send(link, ranks.Sent.of(link, str(run.device), run.rows, run.summary, kernels, trace,
-                                   run.roofs.as_meta().get("measured_ceilings") or {}))
+    try:
+        ranks.send(link, ranks.Sent.of(link, str(run.device), run.rows, run.summary, kernels, trace,
+                                       run.roofs.as_meta().get("measured_ceilings") or {}))
+    except DistError:  # the store is gone (rank 0 hosted it under srun or mpirun, and ended): the part file stays
+        run.merged = False
+        return
     if not link.main:
         if run.failure is None:  # a rank whose script failed ends at once, as python would: others may wait on it
             run.merged = ranks.wait_merged(link, run.folder)

@@ -307,12 +307,19 @@ def compare_figure(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str)
     (implementation, step and every shape column, so decode rows of one Nq but several Nkv stay
     apart), their times and TFLOP/s, and B / A ratios against the key length, one line per
     implementation, shape family (or fixed-token sweep) and query length."""
-    # observed rows: also the call site (named with its rank where several ranks ran: summary.rank_sites), so
-    # two layers', or two ranks', calls of one shape are compared each with its own
-    key = list(ROW_KEY) + [c for c in ("site",) if c in a and c in b]
-    ok_a = _ok(a)[[*key, "time_ms", "tflops"]].drop_duplicates(key)
-    ok_b = _ok(b)[[*key, "time_ms", "tflops"]].drop_duplicates(key)
-    joined = ok_a.merge(ok_b, on=key, suffixes=(f" {label_a}", f" {label_b}"))
+    key = list(ROW_KEY)
+    ok_a, ok_b = _ok(a), _ok(b)
+    joined = pd.DataFrame()
+    if "site" in ok_a and "site" in ok_b and (ok_a.duplicated(key).any() or ok_b.duplicated(key).any()):
+        # Observed runs whose layers (or ranks: summary.rank_sites) make calls of one shape: each site's row
+        # with its own, where the two runs share sites; else by shape, as any two captures.
+        sited = [*key, "site"]
+        joined = ok_a[[*sited, "time_ms", "tflops"]].drop_duplicates(sited).merge(
+            ok_b[[*sited, "time_ms", "tflops"]].drop_duplicates(sited), on=sited,
+            suffixes=(f" {label_a}", f" {label_b}"))
+    if joined.empty:
+        joined = ok_a[[*key, "time_ms", "tflops"]].drop_duplicates(key).merge(
+            ok_b[[*key, "time_ms", "tflops"]].drop_duplicates(key), on=key, suffixes=(f" {label_a}", f" {label_b}"))
     joined["speedup B/A"] = joined[f"time_ms {label_a}"] / joined[f"time_ms {label_b}"]
     totals = _sweep_lines(_lines(joined[joined.step == "total"]))  # a token sweep: one line, as in Scaling
     families = list(dict.fromkeys(tuple(r) for r in totals[LINE_KEY].itertuples(index=False)))
