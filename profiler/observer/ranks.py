@@ -2,9 +2,10 @@
 
 ``torchrun --nproc-per-node=G [--nnodes=N ...] -m profiler observe --out DIR -- train.py`` starts the
 observer in every rank's process. Each rank writes its rows (with its ``rank``) to its own part file,
-``parts/rank-<r>.parquet``, as sweeps do (profiler.measure.distributed): at every flush and when its
-script ends, so a rank that dies keeps what it had written. When its script ends, each rank sends rank
-0 its rows, its summary and its kernel table. Rank 0 writes them as part files and merges them into
+``parts/rank-<r>.parquet``, as sweeps do (profiler.measure.distributed): at every flush (with the CUDA-event
+and CPU clocks; the trace clocks time calls only at the end) and when its script ends, so a rank that dies
+keeps what it had written. When its script ends, each rank sends rank 0 its rows, its summary and its
+kernel table. Rank 0 writes them as part files and merges them into
 results.parquet. meta.json's ``observed`` then holds the whole run (calls and times summed over the
 ranks, the longest wall time) and each rank's own summary under ``ranks``.
 
