@@ -78,3 +78,43 @@ def test_the_recorder_times_each_call_from_the_trace():
     assert recorder.times_from_kernels(kernels_from_chrome_trace(DATA / "trace.json.gz")) == 0
     for key, times in oracle().items():
         assert sorted(rows[key].times_ms) == pytest.approx(sorted(times), rel=1e-9)
+
+
+def _brute_force(spans_by_tid: dict, launches: list) -> list[list[tuple]]:
+    """The definition: every span of the launch's thread with start <= ts <= end, in the thread's sorted order."""
+    return [[] if launch is None or launch[0] not in spans_by_tid else
+            [s for s in spans_by_tid[launch[0]] if s[0] <= launch[1] <= s[1]] for launch in launches]
+
+
+TRACES = sorted(str(p.relative_to(DATA.parent)) for pattern in ("*/*.json.gz", "torch-traces/*.json")
+                for p in DATA.parent.glob(pattern))
+
+
+@pytest.mark.parametrize("trace", TRACES)
+def test_the_sweep_finds_what_the_definition_finds(trace):
+    """profiler.measure.torch_trace.enclosing_spans (one sweep per thread) against the definition, on every real
+    trace under tests/data: each kernel launch's enclosing ranges and operators."""
+    from profiler.measure.torch_trace import enclosing_spans
+
+    opened = gzip.open if trace.endswith(".gz") else open
+    events = json.load(opened(DATA.parent / trace, "rt"))
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    complete = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
+    spans: dict = {}
+    for e in complete:
+        if e.get("cat") in ("user_annotation", "cpu_op"):
+            spans.setdefault(e.get("tid"), []).append((e["ts"], e["ts"] + e.get("dur", 0), e["name"]))
+    for listed in spans.values():
+        listed.sort()
+    launches = [(e.get("tid"), e["ts"]) for e in complete if e.get("cat") in ("cuda_runtime", "cuda_driver")]
+    launches += [None, ("no such thread", 0.0)]
+    assert len(launches) > 2 and enclosing_spans(spans, launches) == _brute_force(spans, launches)
+
+
+def test_the_sweep_keeps_ranges_that_overlap_without_nesting():
+    from profiler.measure.torch_trace import enclosing_spans
+
+    spans = {1: sorted([(0, 10, "a"), (5, 100, "b"), (20, 30, "c"), (20, 25, "d"), (40, 40, "e")])}
+    launches = [(1, t) for t in (7, 12, 22, 27, 40, 101, 5, 0)]
+    assert enclosing_spans(spans, launches) == _brute_force(spans, launches)
+    assert [name for *_, name in enclosing_spans(spans, [(1, 22)])[0]] == ["b", "d", "c"]

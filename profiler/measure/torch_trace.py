@@ -12,7 +12,6 @@ ranges, outermost first, joined by " > ").
 
 from __future__ import annotations
 
-import bisect
 import gzip
 import json
 import re
@@ -80,10 +79,8 @@ def kernels_from_chrome_trace(path: Path | str, ops: re.Pattern | None = None) -
         # the trace lists as operators
         if e.get("cat") == "user_annotation" or (e.get("cat") == "cpu_op" and e.get("name", "").startswith(OBSERVED)):
             ranges_by_tid.setdefault(e.get("tid"), []).append((e["ts"], e["ts"] + e.get("dur", 0), e["name"]))
-    starts_by_tid = {}
-    for tid, spans in ranges_by_tid.items():
+    for spans in ranges_by_tid.values():
         spans.sort()
-        starts_by_tid[tid] = [s for s, _, _ in spans]
     ops_by_tid: dict[object, list[tuple[float, float, str]]] = {}
     if ops is not None:
         for e in complete:
@@ -92,40 +89,52 @@ def kernels_from_chrome_trace(path: Path | str, ops: re.Pattern | None = None) -
         for spans in ops_by_tid.values():
             spans.sort()
 
+    kernels = [e for e in complete if e.get("cat") == "kernel"]
+    launched = [launches.get(e.get("args", {}).get("correlation")) for e in kernels]
+    holding = enclosing_spans(ranges_by_tid, launched)
+    holding_ops = enclosing_spans(ops_by_tid, launched) if ops is not None else None
     rows = []
-    for e in complete:
-        if e.get("cat") != "kernel":
-            continue
-        enclosing: list[str] = []
-        launch = launches.get(e.get("args", {}).get("correlation"))
-        if launch is not None and launch[0] in ranges_by_tid:
-            tid, ts = launch
-            spans = ranges_by_tid[tid]
-            # Ranges that start before the launch and end after it, outermost (earliest) first.
-            upto = bisect.bisect_right(starts_by_tid[tid], ts)
-            enclosing = [name for start, end, name in spans[:upto] if start <= ts <= end]
+    for i, e in enumerate(kernels):
+        enclosing = [name for _, _, name in holding[i]]  # outermost (earliest) first
         row = {
             "kernel": e["name"], "gpu_us": float(e.get("dur", 0.0)), "start_us": float(e["ts"]),
             "stream": e.get("args", {}).get("stream", e.get("tid")),
             "range": enclosing[-1] if enclosing else "", "ranges": " > ".join(enclosing),
         }
-        if ops is not None:
-            row["op"] = _outermost_op(ops_by_tid, launch)
+        if holding_ops is not None:  # the outermost operator around the launch, as name@start
+            row["op"] = f"{holding_ops[i][0][2]}@{holding_ops[i][0][0]}" if holding_ops[i] else ""
         rows.append(row)
     return pd.DataFrame(rows, columns=KERNEL_COLUMNS + (["op"] if ops is not None else []))
 
 
-def _outermost_op(ops_by_tid: dict, launch) -> str:
-    """``name@start`` of the earliest-starting operator span around a launch (thread, timestamp)."""
-    if launch is None or launch[0] not in ops_by_tid:
-        return ""
-    tid, ts = launch
-    for start, end, name in ops_by_tid[tid]:
-        if start > ts:
-            break
-        if ts <= end:
-            return f"{name}@{start}"
-    return ""
+def enclosing_spans(spans_by_tid: dict, launches: list) -> list[list[tuple]]:
+    """For each launch (thread, timestamp), or None, the spans (start, end, name) of its thread that hold it
+    (start <= timestamp <= end), in the order the thread's sorted span list has them: outermost (earliest)
+    first. One sweep per thread over its spans and launches in time order, so a long run's trace (10^5
+    ranges, more kernels) is read in N log N, not N x ranges: spans that started are kept on a stack, and
+    those that ended are dropped from its top (ranges of one thread nest, so the innermost ends first)."""
+    out: list[list[tuple]] = [[] for _ in launches]
+    queries: dict[object, list[tuple[float, int]]] = {}
+    for i, launch in enumerate(launches):
+        if launch is not None and launch[0] in spans_by_tid:
+            queries.setdefault(launch[0], []).append((launch[1], i))
+    for tid, asked in queries.items():
+        spans = spans_by_tid[tid]
+        asked.sort()
+        started: list[tuple] = []
+        j = 0
+        for ts, i in asked:
+            while j < len(spans) and spans[j][0] <= ts:
+                while started and started[-1][1] < spans[j][0]:  # ended before this one began: gone for good
+                    started.pop()
+                started.append(spans[j])
+                j += 1
+            while started and started[-1][1] < ts:
+                started.pop()
+            # an ended span under a longer one that is still open (ranges that overlap without nesting) stays on
+            # the stack until that one ends: filtered here
+            out[i] = [span for span in started if span[1] >= ts]
+    return out
 
 
 def trace_file_name(impl: str, shape: Shape) -> str:
