@@ -366,8 +366,10 @@ def _finish_ranks(run: ObservedRun, kernels) -> None:
         run.merged = False
         return
     if not link.main:
-        if run.failure is None:  # a rank whose script failed ends at once, as python would: others may wait on it
+        if run.failure is None:
             run.merged = ranks.wait_merged(link, run.folder)
+        else:  # a rank whose script failed ends at once, as python would (others may wait on it): rank 0 need not
+            link.store.set(f"ack/{link.ranks.rank}", b"1")  # wait for it to read the merge (ranks.done)
         return
     # A rank 0 whose script failed waits briefly: the others may be stopped, or waiting on it in a collective.
     sent, missing = ranks.receive(link, run.failure is not None)
