@@ -246,19 +246,23 @@ def _innermost_range(ops: pd.DataFrame, ranges: pd.DataFrame) -> tuple[list[int]
     return ids, names
 
 
-def busy_ns(start: np.ndarray, end: np.ndarray) -> int:
-    """The time covered by the intervals [start, end): their union's length (gaps not counted, overlaps
-    counted once)."""
+def union_length(start, end) -> float:
+    """The time covered by the intervals [start, end), in their unit: their union's length (gaps not
+    counted, overlaps counted once). The GPU's busy time of a set of kernels (profiler.observer.run.busy_ms)
+    and of a range's GPU work (:func:`range_projection`)."""
+    start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
     order = np.argsort(start, kind="stable")
-    total, reach = 0, None
+    total, reach = 0.0, -np.inf
     for lo, hi in zip(start[order], end[order]):
-        if reach is None or lo > reach:
-            total += hi - lo
+        if hi > reach:
+            total += hi - max(lo, reach)
             reach = hi
-        elif hi > reach:
-            total += hi - reach
-            reach = hi
-    return int(total)
+    return total
+
+
+def busy_ns(start: np.ndarray, end: np.ndarray) -> int:
+    """:func:`union_length` of nanosecond intervals, in whole nanoseconds (as the export's columns are)."""
+    return int(union_length(start, end))
 
 
 def range_projection(ranges: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:

@@ -136,18 +136,10 @@ UNTIMED = ("the trace did not tell this graph's attention kernels apart (CUDA gr
 
 def busy_ms(kernels: pd.DataFrame) -> float:
     """GPU time with at least one kernel running: the union of the kernels' intervals."""
-    if not len(kernels):
-        return 0.0
-    spans = kernels[["start_us", "gpu_us"]].to_numpy(dtype=np.float64)
-    spans = spans[np.argsort(spans[:, 0], kind="stable")]
-    total, end = 0.0, -np.inf
-    for start, dur in spans:
-        stop = start + dur
-        if stop <= end:
-            continue
-        total += stop - max(start, end)
-        end = stop
-    return total / 1e3
+    from profiler.nsight.nsys import union_length
+
+    start = kernels["start_us"].to_numpy(dtype=np.float64)
+    return union_length(start, start + kernels["gpu_us"].to_numpy(dtype=np.float64)) / 1e3
 
 
 @contextmanager
@@ -229,7 +221,7 @@ def _open(link: RankLink | None, out: Path, device: torch.device, dtypes, run_me
     from torch.distributed import DistError
 
     from profiler.measure.ceilings import device_name
-    from profiler.measure.folder import FolderError, check_folder, measure_roofs, open_capture
+    from profiler.measure.folder import check_folder, measure_roofs, open_capture
 
     label = device_name(device)
     if link is None:
