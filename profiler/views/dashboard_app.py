@@ -68,7 +68,7 @@ COMPARE_COLUMNS = (("implementation", "impl"), ("batch", "batch"), ("N", "seq_kv
 # Filters that pick one value at first (so the first view is one shape family), and which.
 PREFERRED = {"dtype": "fp16", "head_dim": 64, "causal": False, "mode": "fwd"}
 NOT_OK = {"wrong": "failed the correctness check", "oom": "out of memory", "unsupported": "not supported",
-          "error": "failed", "interpreted": "ran in the Triton interpreter (no kernel time)"}
+          "error": "failed", "interpreted": "ran in the Triton interpreter, no kernel time"}
 CHECKOUT = checkout_of(__file__)
 # How a person opens this app on other captures (the Bandwidth tab's hint).
 LAUNCH = "streamlit run dashboards/roofline.py" if CHECKOUT else f"streamlit run {Path(__file__).resolve()}"
