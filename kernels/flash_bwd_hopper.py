@@ -106,6 +106,9 @@ class BackwardConfig(NamedTuple):
     dq_cols: bool = True  # dQ split by columns over the consumers (else alternate consumers take it whole)
     query_rows: bool = False  # S and dP with the queries as rows (FA3 at D128), P and dS through shared memory
     masked_first: bool = False  # a key block's masked query tiles (diagonal, ragged end) first, then the clean ones
+    # 2: dQ multiplied and reduce-added (the only value that gives a dQ); 1: multiplied but not added; 0: neither.
+    # 1 and 0 measure the dQ path's share of the time (docs/perf-notes.md, "Gluon backward", round 7).
+    dq_mode: int = 2
 
     def dq_tile(self, head_dim: int) -> tuple[int, int]:
         """(rows, columns) of one dQ share: what one consumer multiplies and reduce-adds per query tile."""
@@ -296,27 +299,28 @@ def _probs_rows(s, lse2, rows, first_key, seq_q, seq_kv, qk_scale, MASKED: gl.co
 @gluon.jit
 def _dq_share(i, count, off_hz, k_dq, dq_buf, ds_op, dq_desc, q_pad,
               WG: gl.constexpr, BLOCK_M: gl.constexpr, NUM_WG: gl.constexpr, DQ_N: gl.constexpr,
-              DQ_COLS: gl.constexpr):
+              DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr):
     """dQ = dS K over the whole key block (``ds_op``: every consumer's dS of tile i, (BLOCK_M, BLOCK_N)
     in shared memory): this warpgroup's columns of it (DQ_COLS), or all of it on every NUM_WG-th
     query tile, reduce-added into the fp32 buffer."""
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, DQ_N, 16])
-    if DQ_COLS or (count % NUM_WG == WG):
+    if DQ_MODE > 0 and (DQ_COLS or (count % NUM_WG == WG)):
         dq = warpgroup_mma(ds_op, k_dq, gl.zeros([BLOCK_M, DQ_N], gl.float32, dq_layout),
                            use_acc=False, is_async=True)
         dq = warpgroup_mma_wait(0, deps=(dq,))
-        # Into shared memory, then one TMA reduce-add into the fp32 buffer once the previous one
-        # has read its source.
-        tma.store_wait(0)
-        gl.thread_barrier()
-        dq_buf.store(dq)
-        fence_async_shared()
-        gl.thread_barrier()
-        dq_col = 0
-        if DQ_COLS:
-            dq_col = WG * DQ_N
-        _tma_reduce_add(dq_desc, [off_hz * q_pad + i * BLOCK_M, dq_col], dq_buf)
+        if DQ_MODE > 1:
+            # Into shared memory, then one TMA reduce-add into the fp32 buffer once the previous one
+            # has read its source.
+            tma.store_wait(0)
+            gl.thread_barrier()
+            dq_buf.store(dq)
+            fence_async_shared()
+            gl.thread_barrier()
+            dq_col = 0
+            if DQ_COLS:
+                dq_col = WG * DQ_N
+            _tma_reduce_add(dq_desc, [off_hz * q_pad + i * BLOCK_M, dq_col], dq_buf)
 
 
 @gluon.jit
@@ -324,7 +328,7 @@ def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs
                    seq_q, seq_kv, q_pad, qk_scale,
                    WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                    NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
-                   CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr):
+                   CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr):
     """:func:`_bwd_step` with S = Q Kᵀ and dP = dO Vᵀ the right way up (queries are the wgmma M):
     FlashAttention-3's choice at head_dim 128 (hopper/flash_bwd_launch_template.h, SdP_swapAB off).
     A thread then holds 2 query rows of the tile, so lse and delta cost 2 registers each instead of
@@ -371,7 +375,7 @@ def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs
     dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
     mbarrier.arrive(empty.index(slot), count=1)  # done with this slot's Q and dO
     mbarrier.wait(ds_ready.index(count % 2), _phase(count, 2))
-    _dq_share(i, count, off_hz, k_dq, dq_buf, ds_all, dq_desc, q_pad, WG, BLOCK_M, NUM_WG, DQ_N, DQ_COLS)
+    _dq_share(i, count, off_hz, k_dq, dq_buf, ds_all, dq_desc, q_pad, WG, BLOCK_M, NUM_WG, DQ_N, DQ_COLS, DQ_MODE)
     return dk, dv
 
 
@@ -380,17 +384,17 @@ def _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq
               seq_q, seq_kv, q_pad, qk_scale,
               WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
               NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
-              CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, QUERY_ROWS: gl.constexpr):
+              CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr):
     """Query tile i (the ring's count-th) against this warpgroup's keys: dV and dK accumulate, and
     this warpgroup's share of the tile's dQ goes to the fp32 buffer."""
     if QUERY_ROWS:
         dk, dv = _bwd_step_rows(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
                                 DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS)
+                                KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE)
     else:
         dk, dv = _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
                              DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                             KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS)
+                             KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE)
     return dk, dv
 
 
@@ -399,7 +403,7 @@ def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, 
                 seq_q, seq_kv, q_pad, qk_scale,
                 WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                 NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
-                CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr):
+                CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr):
     """The step with Sᵀ and dPᵀ (keys as rows), Pᵀ and dSᵀ fed to dV's and dK's wgmma from registers."""
     q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem = bufs
     kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready = bars
@@ -443,7 +447,7 @@ def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, 
     mbarrier.arrive(empty.index(slot), count=1)  # done with this slot's Q and dO
     mbarrier.wait(ds_ready.index(count % 2), _phase(count, 2))
     _dq_share(i, count, off_hz, k_dq, dq_buf, ds_all.permute((1, 0)), dq_desc, q_pad, WG, BLOCK_M, NUM_WG, DQ_N,
-              DQ_COLS)
+              DQ_COLS, DQ_MODE)
     return dk, dv
 
 
@@ -452,8 +456,8 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, LSE, DELTA, 
                             n_blocks, bh_kv, section, snake, qk_scale, sm_scale,
                             WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                             STAGES: gl.constexpr, NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr,
-                            CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, QUERY_ROWS: gl.constexpr,
-                            MASKED_FIRST: gl.constexpr):
+                            CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr,
+                            QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr):
     """One warpgroup: keys start_n + WG·64 ... + 63 against every query tile they see; dK and dV of
     those keys at the end, and a dQ share per query tile."""
     q_desc, do_desc, k_desc, v_desc, dq_desc = descs
@@ -514,12 +518,12 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, LSE, DELTA, 
                     i = _tile_at(j, lo, clean_lo, clean_hi, hi)
                     dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
                                        DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, QUERY_ROWS)
+                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
                 for i in range(clean_lo, clean_hi):
                     dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
                                        DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, QUERY_ROWS)
+                                       KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
             else:
                 # The causal diagonal's tiles (masked), the clean ones, then a ragged end (masked).
@@ -528,17 +532,17 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, LSE, DELTA, 
                 for i in range(m_lo, diag_hi):
                     dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
                                        DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, QUERY_ROWS)
+                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
                 for i in range(diag_hi, clean_hi):
                     dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
                                        DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, QUERY_ROWS)
+                                       KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
                 for i in range(clean_hi, n_m):
                     dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
                                        DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, QUERY_ROWS)
+                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
         mbarrier.arrive(kv_empty, count=1)  # the loader may bring the next block's K and V
 
@@ -562,7 +566,7 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, DK, DV, stride_kv
                      heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section, snake,
                      HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                      NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr,
-                     DQ_COLS: gl.constexpr, QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr,
+                     DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
                      Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr):
     """Program p takes key blocks p, p + programs, ... of the n_blocks · bh_kv (one each when the
@@ -605,11 +609,13 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, DK, DV, stride_kv
             (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, LSE, DELTA, heads, group, seq_q,
                                        seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 0, HEAD_DIM, BLOCK_M,
-                                       STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, QUERY_ROWS, MASKED_FIRST)),
+                                       STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
+                                       MASKED_FIRST)),
             (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, LSE, DELTA, heads, group, seq_q,
                                        seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 1, HEAD_DIM, BLOCK_M,
-                                       STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, QUERY_ROWS, MASKED_FIRST)),
+                                       STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
+                                       MASKED_FIRST)),
             (_bwd_load_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, n_blocks, bh_kv, section, snake,
                                    BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, MASKED_FIRST)),
         ],
@@ -682,7 +688,8 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
         *descs, dk, dv, *dk.stride()[:3], lse, delta, sm_scale * LOG2E, sm_scale,
         heads, heads // kv_heads, seq_q, seq_kv, q_pad, n_blocks, bh_kv, schedule.section, int(schedule.snake),
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, STAGES=config.stages, NUM_WG=config.consumers,
-        KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols, QUERY_ROWS=config.query_rows,
+        KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols, DQ_MODE=config.dq_mode,
+        QUERY_ROWS=config.query_rows,
         MASKED_FIRST=config.masked_first, CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
         Q_LAYOUT=tile_layout(config.block_m, head_dim, q.dtype),
         KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype),

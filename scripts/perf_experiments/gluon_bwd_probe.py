@@ -3,13 +3,16 @@
     python3 scripts/perf_experiments/gluon_bwd_probe.py [all|check|bench]
 
 ``check``: the default config (with ``QUERY_ROWS=1`` or ``MASKED_FIRST=1`` in the environment, the
-default with ``query_rows`` or ``masked_first``) against the fp64 oracle (kernels.reference) on 160
+default with ``query_rows`` or ``masked_first``; with ``CHANGES="field=value,..."``, with those
+BackwardConfig fields changed) against the fp64 oracle (kernels.reference) on 160
 cases, each within twice naive attention's error plus a floor, as tests/gpu does.
 
 ``bench``: bf16, 32768 tokens per shape (D64 H32, D128 H16), N 2048-16384, causal both: the whole
 backward of the portable kernels, the Gluon kernel with its defaults and each variant of
 ``VARIANTS="name,D,BLOCK_M,consumers,stages,persistent,dq_cols[,query_rows[,masked_first]];..."``
-(0/1 flags), and cuDNN through SDPA, in TFLOP/s (2.5x the forward's 4·B·H·N²·D, halved causal).
+(0/1 flags) or ``VARIANTS="name,D,field=value,..."`` (each shape's default config with those
+BackwardConfig fields changed, e.g. ``nodq,64,dq_mode=0``), and cuDNN through SDPA, in TFLOP/s
+(2.5x the forward's 4·B·H·N²·D, halved causal).
 ``ROUNDS=n`` times the Gluon kernels and cuDNN n times per shape, interleaved, and keeps the median
 (each round's figure under ``<name>_rounds``); ``DIMS=128`` limits the head dims.
 Writes ``$OUT/bwd_probe.json``; reports/perf-h100/gluon_bwd_round*.json are its runs (docs/perf-notes.md).
@@ -76,6 +79,10 @@ if which in ("all", "check"):
                             config = HB.CONFIGS[D, causal]._replace(query_rows=True)
                         if os.environ.get("MASKED_FIRST") == "1":
                             config = (config or HB.CONFIGS[D, causal])._replace(masked_first=True)
+                        if os.environ.get("CHANGES"):  # e.g. CHANGES="dq_cols=0,dq_chunk=64"
+                            config = (config or HB.CONFIGS[D, causal])._replace(
+                                **{key: int(value) for key, value in
+                                   (f.split("=") for f in os.environ["CHANGES"].split(","))})
                         ok, errs, naive = check(B, H, Hkv, Nq, Nkv, D, causal, dtype, config, seed=Nq + D)
                     except Exception as e:
                         ok, errs, naive = False, [str(e)[:300]], []
@@ -101,7 +108,12 @@ if which in ("all", "bench"):
     extra = os.environ.get("VARIANTS")
     if extra:
         for item in extra.split(";"):
-            name, d, bm, wg, st, pers, cols, *flags = item.split(",")
+            name, d, *fields = item.split(",")
+            if all("=" in f for f in fields):  # name,D,field=value,...: the default config of each shape, changed
+                changes = {key: int(value) for key, value in (f.split("=") for f in fields)}
+                variants[name] = (int(d), changes)
+                continue
+            bm, wg, st, pers, cols, *flags = fields
             flags = [f == "1" for f in flags] + [False] * (2 - len(flags))  # query_rows, masked_first
             variants[name] = (int(d), HB.BackwardConfig(int(bm), int(wg), int(st), pers == "1", cols == "1",
                                                         *flags))
@@ -128,6 +140,8 @@ if which in ("all", "bench"):
                         if cfg[0] != D:
                             continue
                         cfg = cfg[1]
+                        if isinstance(cfg, dict):
+                            cfg = HB.CONFIGS[D, causal]._replace(**cfg)
                     if cfg is None:
                         fns["gluon_" + name] = partial(flash_attention_backward, *args, gluon=True)
                     else:  # the preprocess too, as the default's timing has it
