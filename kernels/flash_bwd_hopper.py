@@ -106,19 +106,13 @@ class BackwardConfig(NamedTuple):
     dq_cols: bool = True  # dQ split by columns over the consumers (else alternate consumers take it whole)
     query_rows: bool = False  # S and dP with the queries as rows (FA3 at D128), P and dS through shared memory
     masked_first: bool = False  # a key block's masked query tiles (diagonal, ragged end) first, then the clean ones
-    # 2: dQ multiplied and reduce-added (the only value that gives a dQ); 1: multiplied but not added, 0: neither.
-    # 1 and 0 exist to measure the dQ path's share of the time (docs/perf-notes.md, "Gluon backward", round 7).
+    # 2: dQ multiplied and reduce-added (the only value that gives a dQ); 1: multiplied but not added; 0: neither.
+    # 1 and 0 measure the dQ path's share of the time (docs/perf-notes.md, "Gluon backward", round 7).
     dq_mode: int = 2
-    # Columns of a dQ share multiplied and staged at a time (0: the whole share). With dq_cols off at D128, 64
-    # keeps the staging tile and the accumulator at the size dq_cols has (round 7).
-    dq_chunk: int = 0
-    late_lse: bool = False  # lse and delta loaded after dP's wgmma is issued, not before S's (round 7)
 
     def dq_tile(self, head_dim: int) -> tuple[int, int]:
-        """(rows, columns) of one dQ chunk: what one consumer multiplies, stages and reduce-adds at a time
-        (its share of a query tile's dQ, or ``dq_chunk`` columns of it)."""
-        share = head_dim // self.consumers if self.dq_cols else head_dim
-        return self.block_m, min(share, self.dq_chunk or share)
+        """(rows, columns) of one dQ share: what one consumer multiplies and reduce-adds per query tile."""
+        return self.block_m, head_dim // self.consumers if self.dq_cols else head_dim
 
     @property
     def block_n(self) -> int:
@@ -308,31 +302,25 @@ def _dq_share(i, count, off_hz, k_dq, dq_buf, ds_op, dq_desc, q_pad,
               DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr):
     """dQ = dS K over the whole key block (``ds_op``: every consumer's dS of tile i, (BLOCK_M, BLOCK_N)
     in shared memory): this warpgroup's columns of it (DQ_COLS), or all of it on every NUM_WG-th
-    query tile, reduce-added into the fp32 buffer in chunks of DQ_N columns (``k_dq``: the K columns
-    of the share; a share wider than DQ_N goes chunk after chunk through the one staging tile)."""
+    query tile, reduce-added into the fp32 buffer."""
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, DQ_N, 16])
-    CHUNKS: gl.constexpr = k_dq.shape[1] // DQ_N
     if DQ_MODE > 0 and (DQ_COLS or (count % NUM_WG == WG)):
-        for c in gl.static_range(CHUNKS):
-            k_chunk = k_dq
-            if CHUNKS > 1:
-                k_chunk = k_dq.slice(c * DQ_N, DQ_N, dim=1)
-            dq = warpgroup_mma(ds_op, k_chunk, gl.zeros([BLOCK_M, DQ_N], gl.float32, dq_layout),
-                               use_acc=False, is_async=True)
-            dq = warpgroup_mma_wait(0, deps=(dq,))
-            if DQ_MODE > 1:
-                # Into shared memory, then one TMA reduce-add into the fp32 buffer once the previous one
-                # has read its source.
-                tma.store_wait(0)
-                gl.thread_barrier()
-                dq_buf.store(dq)
-                fence_async_shared()
-                gl.thread_barrier()
-                dq_col = c * DQ_N
-                if DQ_COLS:
-                    dq_col = WG * k_dq.shape[1] + c * DQ_N
-                _tma_reduce_add(dq_desc, [off_hz * q_pad + i * BLOCK_M, dq_col], dq_buf)
+        dq = warpgroup_mma(ds_op, k_dq, gl.zeros([BLOCK_M, DQ_N], gl.float32, dq_layout),
+                           use_acc=False, is_async=True)
+        dq = warpgroup_mma_wait(0, deps=(dq,))
+        if DQ_MODE > 1:
+            # Into shared memory, then one TMA reduce-add into the fp32 buffer once the previous one
+            # has read its source.
+            tma.store_wait(0)
+            gl.thread_barrier()
+            dq_buf.store(dq)
+            fence_async_shared()
+            gl.thread_barrier()
+            dq_col = 0
+            if DQ_COLS:
+                dq_col = WG * DQ_N
+            _tma_reduce_add(dq_desc, [off_hz * q_pad + i * BLOCK_M, dq_col], dq_buf)
 
 
 @gluon.jit
@@ -340,7 +328,7 @@ def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs
                    seq_q, seq_kv, q_pad, qk_scale,
                    WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                    NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
-                   CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, LATE_LSE: gl.constexpr):
+                   CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr):
     """:func:`_bwd_step` with S = Q Kᵀ and dP = dO Vᵀ the right way up (queries are the wgmma M):
     FlashAttention-3's choice at head_dim 128 (hopper/flash_bwd_launch_template.h, SdP_swapAB off).
     A thread then holds 2 query rows of the tile, so lse and delta cost 2 registers each instead of
@@ -354,9 +342,8 @@ def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs
     slot = count % STAGES
     phase = _phase(count, STAGES)
     rows = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-    if not LATE_LSE:
-        lse2 = gl.load(LSE + off_hz * seq_q + rows, mask=rows < seq_q, other=0.0) * LOG2E_C
-        delta = gl.load(DELTA + off_hz * seq_q + rows, mask=rows < seq_q, other=0.0)
+    lse2 = gl.load(LSE + off_hz * seq_q + rows, mask=rows < seq_q, other=0.0) * LOG2E_C
+    delta = gl.load(DELTA + off_hz * seq_q + rows, mask=rows < seq_q, other=0.0)
     q = q_smem.index(slot)
     do = do_smem.index(slot)
     mbarrier.wait(q_ready.index(slot), phase)
@@ -365,11 +352,6 @@ def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs
     mbarrier.wait(do_ready.index(slot), phase)
     dp = warpgroup_mma(do, v.permute((1, 0)), gl.zeros([BLOCK_M, KEYS_PER_WG], gl.float32, s_layout),
                        use_acc=False, is_async=True)
-    if LATE_LSE:
-        # Loaded while S and dP run: loaded before them, the scale's multiply sat between the two issues
-        # and held dP's wgmma back for the load's latency (Nsight Compute, round 7).
-        lse2 = gl.load(LSE + off_hz * seq_q + rows, mask=rows < seq_q, other=0.0) * LOG2E_C
-        delta = gl.load(DELTA + off_hz * seq_q + rows, mask=rows < seq_q, other=0.0)
     s = warpgroup_mma_wait(1, deps=(s,))  # S done; dP may still run
     p = _probs_rows(s, lse2, rows, first_key, seq_q, seq_kv, qk_scale, MASKED, CAUSAL)
     # P to this warpgroup's buffer, then dV += Pᵀ dO. The previous tile's dV wgmma, which read the
@@ -402,18 +384,17 @@ def _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq
               seq_q, seq_kv, q_pad, qk_scale,
               WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
               NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
-              CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr,
-              LATE_LSE: gl.constexpr):
+              CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr):
     """Query tile i (the ring's count-th) against this warpgroup's keys: dV and dK accumulate, and
     this warpgroup's share of the tile's dQ goes to the fp32 buffer."""
     if QUERY_ROWS:
         dk, dv = _bwd_step_rows(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
                                 DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE, LATE_LSE)
+                                KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE)
     else:
         dk, dv = _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
                              DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                             KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE, LATE_LSE)
+                             KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE)
     return dk, dv
 
 
@@ -422,7 +403,7 @@ def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, 
                 seq_q, seq_kv, q_pad, qk_scale,
                 WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                 NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
-                CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, LATE_LSE: gl.constexpr):
+                CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr):
     """The step with Sᵀ and dPᵀ (keys as rows), Pᵀ and dSᵀ fed to dV's and dK's wgmma from registers."""
     q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem = bufs
     kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready = bars
@@ -436,9 +417,8 @@ def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, 
     slot = count % STAGES
     phase = _phase(count, STAGES)
     cols = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-    if not LATE_LSE:
-        lse2 = gl.load(LSE + off_hz * seq_q + cols, mask=cols < seq_q, other=0.0) * LOG2E_C
-        delta = gl.load(DELTA + off_hz * seq_q + cols, mask=cols < seq_q, other=0.0)
+    lse2 = gl.load(LSE + off_hz * seq_q + cols, mask=cols < seq_q, other=0.0) * LOG2E_C
+    delta = gl.load(DELTA + off_hz * seq_q + cols, mask=cols < seq_q, other=0.0)
     q = q_smem.index(slot)
     do = do_smem.index(slot)
     mbarrier.wait(q_ready.index(slot), phase)
@@ -448,9 +428,6 @@ def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, 
     mbarrier.wait(do_ready.index(slot), phase)
     dp_t = warpgroup_mma(v, do.permute((1, 0)), gl.zeros([KEYS_PER_WG, BLOCK_M], gl.float32, s_layout),
                          use_acc=False, is_async=True)
-    if LATE_LSE:  # as in _bwd_step_rows
-        lse2 = gl.load(LSE + off_hz * seq_q + cols, mask=cols < seq_q, other=0.0) * LOG2E_C
-        delta = gl.load(DELTA + off_hz * seq_q + cols, mask=cols < seq_q, other=0.0)
     s_t = warpgroup_mma_wait(1, deps=(s_t,))  # Sᵀ done; dPᵀ may still run
     p_t = _probs(s_t, lse2, keys, cols, seq_q, seq_kv, qk_scale, MASKED, CAUSAL)
     p_op = gl.convert_layout(p_t.to(dtype), a_layout)
@@ -480,7 +457,7 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, LSE, DELTA, 
                             WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                             STAGES: gl.constexpr, NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr,
                             CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr,
-                            QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr, LATE_LSE: gl.constexpr):
+                            QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr):
     """One warpgroup: keys start_n + WG·64 ... + 63 against every query tile they see; dK and dV of
     those keys at the end, and a dQ share per query tile."""
     q_desc, do_desc, k_desc, v_desc, dq_desc = descs
@@ -498,10 +475,9 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, LSE, DELTA, 
     k = k_smem.slice(WG * KEYS_PER_WG, KEYS_PER_WG)
     v = v_smem.slice(WG * KEYS_PER_WG, KEYS_PER_WG)
     dq_buf = dq_smem.index(WG)
-    DQ_SHARE: gl.constexpr = HEAD_DIM // NUM_WG if DQ_COLS else HEAD_DIM  # dQ columns this warpgroup multiplies
-    DQ_N: gl.constexpr = dq_desc.block_type.shape[1]  # ... in chunks of this many (BackwardConfig.dq_tile)
+    DQ_N: gl.constexpr = HEAD_DIM // NUM_WG if DQ_COLS else HEAD_DIM  # dQ columns this warpgroup multiplies
     if DQ_COLS:
-        k_dq = k_smem.slice(WG * DQ_SHARE, DQ_SHARE, dim=1)
+        k_dq = k_smem.slice(WG * DQ_N, DQ_N, dim=1)
     else:
         k_dq = k_smem
     kv_heads = heads // group
@@ -542,12 +518,12 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, LSE, DELTA, 
                     i = _tile_at(j, lo, clean_lo, clean_hi, hi)
                     dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
                                        DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS, LATE_LSE)
+                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
                 for i in range(clean_lo, clean_hi):
                     dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
                                        DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS, LATE_LSE)
+                                       KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
             else:
                 # The causal diagonal's tiles (masked), the clean ones, then a ragged end (masked).
@@ -556,17 +532,17 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, LSE, DELTA, 
                 for i in range(m_lo, diag_hi):
                     dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
                                        DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS, LATE_LSE)
+                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
                 for i in range(diag_hi, clean_hi):
                     dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
                                        DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS, LATE_LSE)
+                                       KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
                 for i in range(clean_hi, n_m):
                     dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
                                        DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS, LATE_LSE)
+                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
         mbarrier.arrive(kv_empty, count=1)  # the loader may bring the next block's K and V
 
@@ -591,7 +567,6 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, DK, DV, stride_kv
                      HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                      NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr,
                      DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr,
-                     LATE_LSE: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
                      Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr):
     """Program p takes key blocks p, p + programs, ... of the n_blocks · bh_kv (one each when the
@@ -635,12 +610,12 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, DK, DV, stride_kv
                                        seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 0, HEAD_DIM, BLOCK_M,
                                        STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                       MASKED_FIRST, LATE_LSE)),
+                                       MASKED_FIRST)),
             (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, LSE, DELTA, heads, group, seq_q,
                                        seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 1, HEAD_DIM, BLOCK_M,
                                        STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                       MASKED_FIRST, LATE_LSE)),
+                                       MASKED_FIRST)),
             (_bwd_load_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, n_blocks, bh_kv, section, snake,
                                    BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, MASKED_FIRST)),
         ],
@@ -714,7 +689,7 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
         heads, heads // kv_heads, seq_q, seq_kv, q_pad, n_blocks, bh_kv, schedule.section, int(schedule.snake),
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, STAGES=config.stages, NUM_WG=config.consumers,
         KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols, DQ_MODE=config.dq_mode,
-        QUERY_ROWS=config.query_rows, LATE_LSE=config.late_lse,
+        QUERY_ROWS=config.query_rows,
         MASKED_FIRST=config.masked_first, CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
         Q_LAYOUT=tile_layout(config.block_m, head_dim, q.dtype),
         KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype),
