@@ -346,3 +346,25 @@ def test_masked_first_walks_every_tile_once_and_masks_all_that_need_it(monkeypat
             # Causal: a query tile before m_lo sees none of the block's keys.
             assert not causal or m_lo == 0 or (m_lo * block_m - 1) < start_n
             assert m_lo == (start_n // block_m if causal else 0) and n_m == math.ceil(seq_q / block_m)
+
+
+def test_tile_stats_rows_are_lse_in_base_2_and_delta_zero_padded():
+    """The rows the backward's loader brings with each query tile (BackwardConfig.stats_tma): lse·log2e
+    and delta of every (batch, head) in a row of q_pad entries, zero past the sequence's end, so a
+    ragged tile's extra rows read zeros, not the next head's values."""
+    lse = torch.randn(2, 3, 70, dtype=torch.float32)
+    delta = torch.randn(2, 3, 70, dtype=torch.float32)
+    stats = bwd_hopper.tile_stats(lse, delta, q_pad=128)
+    assert stats.shape == (2, 6, 128) and stats.dtype == torch.float32
+    torch.testing.assert_close(stats[0, :, :70], lse.reshape(6, 70) * 1.4426950408889634, rtol=0, atol=0)
+    torch.testing.assert_close(stats[1, :, :70], delta.reshape(6, 70), rtol=0, atol=0)
+    assert stats[:, :, 70:].abs().max().item() == 0.0
+    # The (2·B·H·q_pad / BLOCK_M, BLOCK_M) rows the TMA descriptor reads: tile i of (batch, head) z is row
+    # z·(q_pad / BLOCK_M) + i of the lse half, and that plus the half's rows in the delta half.
+    rows = stats.view(-1, 64)
+    z, i = 4, 1
+    assert torch.equal(rows[z * 2 + i], stats[0, z, 64:128])
+    assert torch.equal(rows[6 * 128 // 64 + z * 2 + i], stats[1, z, 64:128])
+    # D64's defaults take it; D128's keep the consumers' own loads (docs/perf-notes.md, round 7).
+    assert bwd_hopper.CONFIGS[64, False].stats_tma and bwd_hopper.CONFIGS[64, True].stats_tma
+    assert not bwd_hopper.CONFIGS[128, False].stats_tma and not bwd_hopper.CONFIGS[128, True].stats_tma
