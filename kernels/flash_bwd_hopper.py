@@ -26,7 +26,9 @@ and its hopper/ sources) does the backward in one pass, which this kernel follow
   takes FlashAttention-3's layout there instead: S = Q Kᵀ and dP = dO Vᵀ with the queries as
   the wgmma M, so a thread holds 2 query rows (lse, delta) rather than 16 query columns, and P and
   dS reach dV's and dK's wgmma through shared memory as transposed operands.
-- delta_i = Σ_d O_id dO_id comes from kernels.flash_bwd's preprocess kernel.
+- delta_i = Σ_d O_id dO_id comes from kernels.flash_bwd's preprocess kernel. Each query tile's lse·log2e
+  and delta reach the consumers with its Q: the loader brings their rows from a zero-padded buffer
+  (:func:`tile_stats`) into the ring by TMA, rather than each consumer loading them per tile.
 - Causal: a key block sees the query tiles from its own position on; the first key blocks go first
   (the longest work first), within sections of heads (kernels.tile_schedule.plan: with a program per
   block, one head at a time unless few long programs need more to fill the SMs; snaked with
@@ -57,7 +59,7 @@ import triton
 import triton.language as tl
 
 from kernels import tile_schedule
-from kernels._autotune import LOG2E, LOG2E_C
+from kernels._autotune import LOG2E
 from kernels._checks import cuda_properties
 from kernels._layout import empty_in_layout
 
@@ -109,8 +111,6 @@ class BackwardConfig(NamedTuple):
     # 2: dQ multiplied and reduce-added (the only value that gives a dQ); 1: multiplied but not added; 0: neither.
     # 1 and 0 measure the dQ path's share of the time (docs/perf-notes.md, "Gluon backward", round 7).
     dq_mode: int = 2
-    # lse·log2e and delta brought with Q by the loader (TMA), not loaded by each consumer per tile (round 7)
-    stats_tma: bool = False
 
     def dq_tile(self, head_dim: int) -> tuple[int, int]:
         """(rows, columns) of one dQ share: what one consumer multiplies and reduce-adds per query tile."""
@@ -134,12 +134,13 @@ class BackwardConfig(NamedTuple):
 # causal or not: 1.00-1.13x persistent programs without a mask, 1.02-1.32x causal (round 5). Causal D128
 # walks a key block's masked tiles first (masked_first): 1.08-1.09x the diagonal-first order in three
 # interleaved rounds; causal D64 measured 6-12% slower with it, and without a mask (where the loops are
-# the same) D64 and D128 moved by -6% to +5%, so they keep the diagonal-first order (round 6). D64 takes
-# lse and delta with Q by TMA (stats_tma): -1% to +9%, +5% on average over the eight D64 shapes; at D128
-# -4% to +5% (+1%), so D128 keeps the consumers' own loads until a second run decides (round 7).
+# the same) D64 and D128 moved by -6% to +5%, so they keep the diagonal-first order (round 6). The loader
+# brings lse and delta with Q (tile_stats), where each consumer loaded them: D64 -1% to +9%, +5% on average
+# over its eight shapes; D128 -4% to +5% in a first run of three rounds, +1.5% to +5.0% on all eight in a
+# second of five (round 7).
 CONFIGS = {
-    (64, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=True, dq_cols=False, stats_tma=True),
-    (64, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=False, stats_tma=True),
+    (64, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=True, dq_cols=False),
+    (64, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=False),
     (128, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=True, query_rows=True),
     (128, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=True, query_rows=True,
                                 masked_first=True),
@@ -232,8 +233,7 @@ def _tile_at(j, m_lo, clean_lo, clean_hi, n_m):
 @gluon.jit
 def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section, snake,
                         stats_rows, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, NUM_WG: gl.constexpr,
-                        KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr, MASKED_FIRST: gl.constexpr,
-                        STATS_TMA: gl.constexpr):
+                        KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr, MASKED_FIRST: gl.constexpr):
     """One warp: K and V of this key block once, then Q and dO of every query tile it sees, for each
     query head of its group, into the ring."""
     q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc = descs
@@ -264,19 +264,16 @@ def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n
                     i = _tile_at(j - m_lo, m_lo, clean_lo, clean_hi, n_m)
                 slot = count % STAGES
                 mbarrier.wait(empty.index(slot), _phase(count, STAGES) ^ 1)  # every consumer is done with it
-                if STATS_TMA:
-                    # lse·log2e and delta of the tile's rows with Q: rows of the (2, B·H·Nq_pad / BLOCK_M,
-                    # BLOCK_M) stats buffer (hopper_backward)
-                    mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes + 2 * stats_desc.block_type.nbytes)
-                    row = (off_z * heads + off_h) * (q_pad // BLOCK_M) + i
-                    tma.async_copy_global_to_shared(
-                        stats_desc, [row, 0], q_ready.index(slot),
-                        stats_smem.index(2 * slot)._reinterpret(gl.float32, [1, BLOCK_M], stats_desc.layout))
-                    tma.async_copy_global_to_shared(
-                        stats_desc, [stats_rows + row, 0], q_ready.index(slot),
-                        stats_smem.index(2 * slot + 1)._reinterpret(gl.float32, [1, BLOCK_M], stats_desc.layout))
-                else:
-                    mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
+                # With Q, the tile's lse·log2e and delta: rows of the (2·B·H·Nq_pad / BLOCK_M, BLOCK_M)
+                # stats buffer (tile_stats), so no consumer waits on a load of its own for them.
+                mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes + 2 * stats_desc.block_type.nbytes)
+                row = (off_z * heads + off_h) * (q_pad // BLOCK_M) + i
+                tma.async_copy_global_to_shared(
+                    stats_desc, [row, 0], q_ready.index(slot),
+                    stats_smem.index(2 * slot)._reinterpret(gl.float32, [1, BLOCK_M], stats_desc.layout))
+                tma.async_copy_global_to_shared(
+                    stats_desc, [stats_rows + row, 0], q_ready.index(slot),
+                    stats_smem.index(2 * slot + 1)._reinterpret(gl.float32, [1, BLOCK_M], stats_desc.layout))
                 tma.async_copy_global_to_shared(q_desc, [off_z, off_h, i * BLOCK_M, 0], q_ready.index(slot),
                                                 _as_box(q_smem.index(slot), q_desc))
                 mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
@@ -341,11 +338,11 @@ def _dq_share(i, count, off_hz, k_dq, dq_buf, ds_op, dq_desc, q_pad,
 
 
 @gluon.jit
-def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE, DELTA,
+def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
                    seq_q, seq_kv, q_pad, qk_scale,
                    WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                    NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
-                   CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, STATS_TMA: gl.constexpr):
+                   CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr):
     """:func:`_bwd_step` with S = Q Kᵀ and dP = dO Vᵀ the right way up (queries are the wgmma M):
     FlashAttention-3's choice at head_dim 128 (hopper/flash_bwd_launch_template.h, SdP_swapAB off).
     A thread then holds 2 query rows of the tile, so lse and delta cost 2 registers each instead of
@@ -359,9 +356,6 @@ def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs
     slot = count % STAGES
     phase = _phase(count, STAGES)
     rows = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-    if not STATS_TMA:
-        lse2 = gl.load(LSE + off_hz * seq_q + rows, mask=rows < seq_q, other=0.0) * LOG2E_C
-        delta = gl.load(DELTA + off_hz * seq_q + rows, mask=rows < seq_q, other=0.0)
     q = q_smem.index(slot)
     do = do_smem.index(slot)
     mbarrier.wait(q_ready.index(slot), phase)
@@ -370,9 +364,9 @@ def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs
     mbarrier.wait(do_ready.index(slot), phase)
     dp = warpgroup_mma(do, v.permute((1, 0)), gl.zeros([BLOCK_M, KEYS_PER_WG], gl.float32, s_layout),
                        use_acc=False, is_async=True)
-    if STATS_TMA:  # landed with Q
-        lse2 = stats_smem.index(2 * slot).load(gl.SliceLayout(1, s_layout))
-        delta = stats_smem.index(2 * slot + 1).load(gl.SliceLayout(1, s_layout))
+    # lse·log2e and delta landed with Q (read here, after both issues, so they hold no registers before)
+    lse2 = stats_smem.index(2 * slot).load(gl.SliceLayout(1, s_layout))
+    delta = stats_smem.index(2 * slot + 1).load(gl.SliceLayout(1, s_layout))
     s = warpgroup_mma_wait(1, deps=(s,))  # S done; dP may still run
     p = _probs_rows(s, lse2, rows, first_key, seq_q, seq_kv, qk_scale, MASKED, CAUSAL)
     # P to this warpgroup's buffer, then dV += Pᵀ dO. The previous tile's dV wgmma, which read the
@@ -401,31 +395,30 @@ def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs
 
 
 @gluon.jit
-def _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE, DELTA,
+def _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
               seq_q, seq_kv, q_pad, qk_scale,
               WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
               NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
-              CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr,
-              STATS_TMA: gl.constexpr):
+              CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr):
     """Query tile i (the ring's count-th) against this warpgroup's keys: dV and dK accumulate, and
     this warpgroup's share of the tile's dQ goes to the fp32 buffer."""
     if QUERY_ROWS:
-        dk, dv = _bwd_step_rows(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
-                                DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE, STATS_TMA)
+        dk, dv = _bwd_step_rows(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
+                                seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                                KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE)
     else:
-        dk, dv = _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
-                             DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                             KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE, STATS_TMA)
+        dk, dv = _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
+                             seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                             KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE)
     return dk, dv
 
 
 @gluon.jit
-def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE, DELTA,
+def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
                 seq_q, seq_kv, q_pad, qk_scale,
                 WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                 NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
-                CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, STATS_TMA: gl.constexpr):
+                CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr):
     """The step with Sᵀ and dPᵀ (keys as rows), Pᵀ and dSᵀ fed to dV's and dK's wgmma from registers."""
     q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem, stats_smem = bufs
     kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready = bars
@@ -439,9 +432,6 @@ def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, 
     slot = count % STAGES
     phase = _phase(count, STAGES)
     cols = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-    if not STATS_TMA:
-        lse2 = gl.load(LSE + off_hz * seq_q + cols, mask=cols < seq_q, other=0.0) * LOG2E_C
-        delta = gl.load(DELTA + off_hz * seq_q + cols, mask=cols < seq_q, other=0.0)
     q = q_smem.index(slot)
     do = do_smem.index(slot)
     mbarrier.wait(q_ready.index(slot), phase)
@@ -451,9 +441,8 @@ def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, 
     mbarrier.wait(do_ready.index(slot), phase)
     dp_t = warpgroup_mma(v, do.permute((1, 0)), gl.zeros([KEYS_PER_WG, BLOCK_M], gl.float32, s_layout),
                          use_acc=False, is_async=True)
-    if STATS_TMA:  # landed with Q
-        lse2 = stats_smem.index(2 * slot).load(gl.SliceLayout(0, s_layout))
-        delta = stats_smem.index(2 * slot + 1).load(gl.SliceLayout(0, s_layout))
+    lse2 = stats_smem.index(2 * slot).load(gl.SliceLayout(0, s_layout))  # landed with Q, as in _bwd_step_rows
+    delta = stats_smem.index(2 * slot + 1).load(gl.SliceLayout(0, s_layout))
     s_t = warpgroup_mma_wait(1, deps=(s_t,))  # Sᵀ done; dPᵀ may still run
     p_t = _probs(s_t, lse2, keys, cols, seq_q, seq_kv, qk_scale, MASKED, CAUSAL)
     p_op = gl.convert_layout(p_t.to(dtype), a_layout)
@@ -478,12 +467,12 @@ def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, 
 
 
 @gluon.jit
-def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, LSE, DELTA, heads, group, seq_q, seq_kv, q_pad,
+def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group, seq_q, seq_kv, q_pad,
                             n_blocks, bh_kv, section, snake, qk_scale, sm_scale,
                             WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                             STAGES: gl.constexpr, NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr,
                             CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr,
-                            QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr, STATS_TMA: gl.constexpr):
+                            QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr):
     """One warpgroup: keys start_n + WG·64 ... + 63 against every query tile they see; dK and dV of
     those keys at the end, and a dQ share per query tile."""
     q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc = descs
@@ -542,33 +531,33 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, LSE, DELTA, 
                                                           CAUSAL)
                 for j in range(0, clean_lo - lo + hi - clean_hi):
                     i = _tile_at(j, lo, clean_lo, clean_hi, hi)
-                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
-                                       DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS, STATS_TMA)
+                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
+                                       seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
                 for i in range(clean_lo, clean_hi):
-                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
-                                       DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS, STATS_TMA)
+                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
+                                       seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                                       KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
             else:
                 # The causal diagonal's tiles (masked), the clean ones, then a ragged end (masked).
                 diag_hi = gl.minimum(gl.maximum(m_clean, m_lo), n_m)
                 clean_hi = gl.maximum(diag_hi, m_whole)
                 for i in range(m_lo, diag_hi):
-                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
-                                       DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS, STATS_TMA)
+                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
+                                       seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
                 for i in range(diag_hi, clean_hi):
-                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
-                                       DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS, STATS_TMA)
+                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
+                                       seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                                       KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
                 for i in range(clean_hi, n_m):
-                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc, LSE,
-                                       DELTA, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS, STATS_TMA)
+                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
+                                       seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
         mbarrier.arrive(kv_empty, count=1)  # the loader may bring the next block's K and V
 
@@ -589,12 +578,11 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, LSE, DELTA, 
 @gluon.jit(do_not_specialize=["heads", "group", "seq_q", "seq_kv", "q_pad", "n_blocks", "bh_kv", "section", "snake",
                               "stats_rows"])
 def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, DV, stride_kvz, stride_kvh, stride_kvn,
-                     LSE, DELTA, qk_scale, sm_scale,
+                     qk_scale, sm_scale,
                      heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section, snake, stats_rows,
                      HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                      NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr,
                      DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr,
-                     STATS_TMA: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
                      Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr):
     """Program p takes key blocks p, p + programs, ... of the n_blocks · bh_kv (one each when the
@@ -613,7 +601,7 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
         ds_smem = gl.allocate_shared_memory(dtype, [2, NUM_WG * KEYS_PER_WG, BLOCK_M], ds_layout)
         p_smem = ds_smem  # unused: Pᵀ stays in registers
     dq_smem = gl.allocate_shared_memory(gl.float32, [NUM_WG] + dq_desc.block_type.shape, dq_desc.layout)
-    # lse·log2e and delta of each ring slot's query tile (STATS_TMA; 2 KB at two stages, unused otherwise)
+    # lse·log2e and delta of each ring slot's query tile (2 KB at two stages)
     # (plain rows: the loader's TMA sees each as the descriptor's (1, BLOCK_M) box, the consumers as a vector)
     stats_smem = gl.allocate_shared_memory(gl.float32, [2 * STAGES, BLOCK_M],
                                            gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]))
@@ -638,19 +626,18 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
     bars = (kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready)
     gl.warp_specialize(
         [
-            (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, LSE, DELTA, heads, group, seq_q,
+            (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, heads, group, seq_q,
                                        seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 0, HEAD_DIM, BLOCK_M,
                                        STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                       MASKED_FIRST, STATS_TMA)),
-            (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, LSE, DELTA, heads, group, seq_q,
+                                       MASKED_FIRST)),
+            (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, heads, group, seq_q,
                                        seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 1, HEAD_DIM, BLOCK_M,
                                        STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                       MASKED_FIRST, STATS_TMA)),
+                                       MASKED_FIRST)),
             (_bwd_load_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section,
-                                   snake, stats_rows, BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, MASKED_FIRST,
-                                   STATS_TMA)),
+                                   snake, stats_rows, BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, MASKED_FIRST)),
         ],
         [4, 1],
         [CONSUMER_REGS, LOADER_REGS],
@@ -673,13 +660,12 @@ def _dq_convert(DQ_ACC, DQ, stride_dqz, stride_dqh, stride_dqm, sm_scale, heads,
 
 def tile_stats(lse: torch.Tensor, delta: torch.Tensor, q_pad: int) -> torch.Tensor:
     """(2, B·H, q_pad) fp32: lse·log2e and delta of each query row, zero past the sequence's end, so that
-    the loader brings a query tile's two rows with its Q by TMA (BackwardConfig.stats_tma). With q_pad
-    shorter than the sequence (the placeholder a launch without stats_tma passes) it stays zero."""
+    the loader brings a query tile's two rows with its Q by TMA. (Each consumer loading them itself
+    waited on that load between its S and dP wgmma: docs/perf-notes.md, "Gluon backward", round 7.)"""
     batch, heads, seq_q = lse.shape
     stats = torch.zeros((2, batch * heads, q_pad), dtype=torch.float32, device=lse.device)
-    if q_pad >= seq_q:
-        torch.mul(lse.reshape(batch * heads, seq_q), LOG2E, out=stats[0, :, :seq_q])
-        stats[1, :, :seq_q] = delta.reshape(batch * heads, seq_q)
+    torch.mul(lse.reshape(batch * heads, seq_q), LOG2E, out=stats[0, :, :seq_q])
+    stats[1, :, :seq_q] = delta.reshape(batch * heads, seq_q)
     return stats
 
 
@@ -716,7 +702,7 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
     # transposes back to the model's layout copy nothing.
     dk = empty_in_layout(k)
     dv = empty_in_layout(k)
-    stats = tile_stats(lse, delta, q_pad if config.stats_tma else config.block_m)
+    stats = tile_stats(lse, delta, q_pad)
     descs = descriptors(q, k, v, do, dq_acc, stats, config)
     n_blocks = triton.cdiv(seq_kv, config.block_n)
     bh_kv = batch * kv_heads
@@ -734,13 +720,13 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
                                               tile_schedule.BACKWARD_L2_SHARE, programs, bool(causal),
                                               config.persistent, props.multi_processor_count, repeat)
     _attn_bwd_hopper[(programs,)](
-        *descs, dk, dv, *dk.stride()[:3], lse, delta, sm_scale * LOG2E, sm_scale,
+        *descs, dk, dv, *dk.stride()[:3], sm_scale * LOG2E, sm_scale,
         heads, heads // kv_heads, seq_q, seq_kv, q_pad, n_blocks, bh_kv, schedule.section, int(schedule.snake),
         stats.shape[1] * stats.shape[2] // config.block_m,
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, STAGES=config.stages, NUM_WG=config.consumers,
         KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols, DQ_MODE=config.dq_mode,
-        QUERY_ROWS=config.query_rows, STATS_TMA=config.stats_tma,
-        MASKED_FIRST=config.masked_first, CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
+        QUERY_ROWS=config.query_rows, MASKED_FIRST=config.masked_first, CONSUMER_REGS=consumer_regs,
+        LOADER_REGS=loader_regs,
         Q_LAYOUT=tile_layout(config.block_m, head_dim, q.dtype),
         KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype),
         num_warps=4,

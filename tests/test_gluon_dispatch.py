@@ -349,7 +349,7 @@ def test_masked_first_walks_every_tile_once_and_masks_all_that_need_it(monkeypat
 
 
 def test_tile_stats_rows_are_lse_in_base_2_and_delta_zero_padded():
-    """The rows the backward's loader brings with each query tile (BackwardConfig.stats_tma): lse·log2e
+    """The rows the Gluon backward's loader brings with each query tile's Q: lse·log2e
     and delta of every (batch, head) in a row of q_pad entries, zero past the sequence's end, so a
     ragged tile's extra rows read zeros, not the next head's values."""
     lse = torch.randn(2, 3, 70, dtype=torch.float32)
@@ -365,6 +365,3 @@ def test_tile_stats_rows_are_lse_in_base_2_and_delta_zero_padded():
     z, i = 4, 1
     assert torch.equal(rows[z * 2 + i], stats[0, z, 64:128])
     assert torch.equal(rows[6 * 128 // 64 + z * 2 + i], stats[1, z, 64:128])
-    # D64's defaults take it; D128's keep the consumers' own loads (docs/perf-notes.md, round 7).
-    assert bwd_hopper.CONFIGS[64, False].stats_tma and bwd_hopper.CONFIGS[64, True].stats_tma
-    assert not bwd_hopper.CONFIGS[128, False].stats_tma and not bwd_hopper.CONFIGS[128, True].stats_tma

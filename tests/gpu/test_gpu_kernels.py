@@ -379,25 +379,6 @@ def test_gluon_backward_masked_first_matches_oracle(head_dim, batch, heads, kv_h
     _assert_gluon_backward_like_naive(q, k, v, causal, dtype, config)
 
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("batch,heads,kv_heads,seq_q,seq_kv", [(1, 2, 2, 1, 1), (1, 3, 3, 1000, 1000),
-                                                                (1, 8, 2, 777, 777), (1, 4, 2, 333, 200),
-                                                                (2, 16, 16, 4096, 4096)])
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_gluon_backward_with_stats_by_tma_matches_oracle(head_dim, batch, heads, kv_heads, seq_q, seq_kv, dtype,
-                                                         causal):
-    """lse·log2e and delta brought with each query tile by the loader's TMA (BackwardConfig.stats_tma,
-    D64's default): a ragged tile's rows past the end read the zero padding, every (batch, head) its own
-    rows, and at B2 H16 N4096 persistent programs carry the ring across key blocks."""
-    from kernels.flash_bwd_hopper import CONFIGS
-
-    _needs_sm90()
-    config = CONFIGS[head_dim, causal]._replace(stats_tma=True)
-    q, k, v = _inputs(batch, heads, seq_q, seq_kv, head_dim, dtype, seed=seq_q + head_dim + 13, kv_heads=kv_heads)
-    _assert_gluon_backward_like_naive(q, k, v, causal, dtype, config)
-
-
 def test_gluon_backward_is_the_default_on_sm90():
     """On sm_90 the default backward takes the Gluon kernel at head_dim 64 and 128; gluon=True/False
     force either (capture rows:
