@@ -17,6 +17,9 @@ import pytest
 from profiler.cli import main
 from profiler.store import CaptureError, load_capture
 from profiler.views import report, rooflines
+from profiler.views.families import FamilyNotFound, families_of, family_mask, select_families
+from profiler.views.formatting import mib, percent, scientific, sig3, summary_table, thousands
+from profiler.views.report_html import anchor
 from profiler.views.style import FAMILY_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,7 +86,7 @@ def decode_page() -> str:
 
 @pytest.fixture(scope="module")
 def reference_families() -> dict[str, pd.DataFrame]:
-    return report.families_of(load_capture(REFERENCE)[1])
+    return families_of(load_capture(REFERENCE)[1])
 
 
 # ------------------------------------------------------------------------------------- families
@@ -95,7 +98,7 @@ def test_every_family_of_the_reference_capture_has_a_section(reference_page, ref
     assert _sections(reference_page) == labels
     n_rows = len(load_capture(REFERENCE)[1])
     # the contents list links every section
-    assert re.findall(r"<li><a href='#(family-[^']*)'>", reference_page) == [report.anchor(x) for x in labels]
+    assert re.findall(r"<li><a href='#(family-[^']*)'>", reference_page) == [anchor(x) for x in labels]
     assert _shows(reference_page) == (f"Shows 16 of 16 families ({n_rows:,} of {n_rows:,} rows): every family of "
                                       "the capture; left out: none.")
     # reading order: fp16 before bf16, full before causal, fwd before fwd+bwd
@@ -117,15 +120,15 @@ def test_every_family_of_the_decode_and_validate_captures_has_a_section(decode_p
 
 def test_a_family_selection_picks_exactly_the_matching_families(reference_families):
     labels = list(reference_families)
-    fp16_causal = report.select_families(labels, ["fp16 causal"])
+    fp16_causal = select_families(labels, ["fp16 causal"])
     assert fp16_causal == ["B4 H32 D64 fp16 causal fwd", "B4 H32 D64 fp16 causal fwd+bwd",
                            "B4 H32 D128 fp16 causal fwd", "B4 H32 D128 fp16 causal fwd+bwd"]
-    assert report.select_families(labels, ["B4 H32 D64 fp16 full fwd"]) == ["B4 H32 D64 fp16 full fwd"]
+    assert select_families(labels, ["B4 H32 D64 fp16 full fwd"]) == ["B4 H32 D64 fp16 full fwd"]
     # items are a union, tokens an intersection; case does not matter; None is everything
-    assert report.select_families(labels, ["d128 BF16 causal fwd", "D64 bf16 full fwd+bwd"]) == [
+    assert select_families(labels, ["d128 BF16 causal fwd", "D64 bf16 full fwd+bwd"]) == [
         "B4 H32 D64 bf16 full fwd+bwd", "B4 H32 D128 bf16 causal fwd"]
-    assert report.select_families(labels, None) == labels
-    assert report.select_families(["B8 H32/8 D128 bf16 full fwd"], ["H32/8"]) == ["B8 H32/8 D128 bf16 full fwd"]
+    assert select_families(labels, None) == labels
+    assert select_families(["B8 H32/8 D128 bf16 full fwd"], ["H32/8"]) == ["B8 H32/8 D128 bf16 full fwd"]
 
 
 def test_a_selected_report_shows_those_families_and_names_what_it_left_out(reference_families):
@@ -154,9 +157,9 @@ def test_a_selection_matching_nothing_raises_with_the_available_labels(reference
     # 16 labels are shortened: the first few, then the tokens every label is made of
     assert message.endswith("and 10 more; tokens: B4 · H32 · D64 D128 · fp16 bf16 · full causal · fwd fwd+bwd")
     # one item of several matching nothing is enough: a typo must not shrink the report quietly
-    with pytest.raises(report.FamilyNotFound, match="family 'casual'"):
-        report.select_families(list(reference_families), ["fp16", "casual"])
-    with pytest.raises(report.FamilyNotFound) as err:
+    with pytest.raises(FamilyNotFound, match="family 'casual'"):
+        select_families(list(reference_families), ["fp16", "casual"])
+    with pytest.raises(FamilyNotFound) as err:
         report.build_report(DECODE, family=["D64"])
     assert str(err.value) == ("family 'D64' matches none of the 1 families of 'decode-capture-h100'; available: "
                               "B8 H32/8 D128 bf16 full fwd")
@@ -166,12 +169,12 @@ def test_a_selection_matching_nothing_raises_with_the_available_labels(reference
 
 
 def test_number_formats():
-    assert report.sig3(1.426e8) == "142,600,000" and report.sig3(0.0412) == "0.0412" and report.sig3(59.27) == "59.3"
-    assert report.sig3(float("nan")) == "-" and report.sig3(None) == "-" and report.sig3(3.0, "x") == "3.00x"
-    assert report.thousands(3012.4) == "3,012" and report.thousands(34.56) == "34.6"
-    assert report.percent(0.6271) == "62.7%" and report.percent(1.101) == "110.1%" and report.percent(np.nan) == "-"
-    assert report.mib(136 * 2**20) == "136.0" and report.mib(74753 * 2**20) == "74,753.0"
-    assert report.scientific(0.000552) == "5.52e-04" and report.scientific(686.0) == "6.86e+02"
+    assert sig3(1.426e8) == "142,600,000" and sig3(0.0412) == "0.0412" and sig3(59.27) == "59.3"
+    assert sig3(float("nan")) == "-" and sig3(None) == "-" and sig3(3.0, "x") == "3.00x"
+    assert thousands(3012.4) == "3,012" and thousands(34.56) == "34.6"
+    assert percent(0.6271) == "62.7%" and percent(1.101) == "110.1%" and percent(np.nan) == "-"
+    assert mib(136 * 2**20) == "136.0" and mib(74753 * 2**20) == "74,753.0"
+    assert scientific(0.000552) == "5.52e-04" and scientific(686.0) == "6.86e+02"
 
 
 def test_summary_cells_are_formatted_from_the_rows(reference_families):
@@ -179,7 +182,7 @@ def test_summary_cells_are_formatted_from_the_rows(reference_families):
     meta = load_capture(REFERENCE)[0]
     points = rooflines.roofline_points(rows, rooflines.roofs_from_meta(meta, "fp16"), "compulsory",
                                        rooflines.exp_rate(meta))
-    table = report.summary_table(rows, points)
+    table = summary_table(rows, points)
     totals = rows[rows.step == "total"]
     assert len(table) == len(totals) > 30
     assert list(table.columns) == ["implementation", "path", "N", "time (ms)", *RATES[:3], "bound", *RATES[3:5],
@@ -220,7 +223,7 @@ def test_decode_summary_has_the_measured_copy_and_the_path(decode_page):
     assert "<th class='num'>of measured copy</th>" in page
     points = rooflines.roofline_points(frame, rooflines.roofs_from_meta(meta, "bf16"), "compulsory",
                                        rooflines.exp_rate(meta))
-    table = report.summary_table(frame, points, meta["measured_ceilings"]["copy_gbps"])
+    table = summary_table(frame, points, meta["measured_ceilings"]["copy_gbps"])
     ok = table[table.status == "ok"]
     assert list(table.columns[2:4]) == ["query length", "key length"]
     # decode is memory-bound throughout: the HBM roof binds every row, so no binding-ceiling columns repeat it
@@ -238,7 +241,7 @@ def _capture_with_a_wrong_row(tmp_path: Path) -> tuple[Path, pd.Series]:
     """reports/reference-h200's first family, with triton_flash at N=4096 failing the correctness check
     (its stored rates left in place, as an older writer might leave them: the report must not show them)."""
     meta, frame = load_capture(REFERENCE)
-    rows = report.families_of(frame)["B4 H32 D64 fp16 full fwd+bwd"].copy()
+    rows = families_of(frame)["B4 H32 D64 fp16 full fwd+bwd"].copy()
     wrong = (rows.impl == "triton_flash") & (rows.seq_q == 4096) & (rows.step == "total")
     rows.loc[wrong, ["status", "message", "max_rel_err", "tflops"]] = [
         "wrong", "max_rel_err 686 above the fp16 tolerance 2e-2 [output]", 686.0, 12345.678]
@@ -269,7 +272,7 @@ def test_wrong_and_unsupported_rows_show_their_status_and_no_rates(tmp_path):
     [shown] = [cells for classes, cells in rows if "status-wrong" in classes and cells["implementation"] ==
                "triton_flash" and cells["N"] == "4,096"]
     assert shown["implementation"] == "triton_flash" and shown["status"] == "wrong" and shown["N"] == "4,096"
-    assert shown["time (ms)"] == report.sig3(wrong.time_ms) != "-"  # it keeps its time, for the record
+    assert shown["time (ms)"] == sig3(wrong.time_ms) != "-"  # it keeps its time, for the record
     assert shown["max rel. error"] == "6.86e+02"
     assert all(shown[c] == "-" for c in RATES + ["bound", "binding ceiling"])
     # the message on its own line, brackets and all
@@ -343,7 +346,7 @@ def test_a_capture_of_two_devices_has_a_section_per_device_against_its_roofs():
     labels = [f"B1 H1 D16 fp32 full fwd · {cpu}", f"B1 H1 D16 fp32 full fwd · {h100}"]
     page = report.build_report(MIXED)
     assert _sections(page) == labels and f"<p class='meta'>{cpu}, {h100} · torch" in page
-    assert report.select_families(labels, ["h100"]) == labels[1:]
+    assert select_families(labels, ["h100"]) == labels[1:]
     rooflines_drawn = [f for f in _figures(page) if _title(f).startswith("Roofline, compulsory bytes")]
     assert len(rooflines_drawn) == 2
     on_cpu, on_h100 = ([t for t in f["data"] if t["name"].startswith("roof: ")] for f in rooflines_drawn)
@@ -352,9 +355,9 @@ def test_a_capture_of_two_devices_has_a_section_per_device_against_its_roofs():
     assert max(_values(sheet["y"])) == pytest.approx(67.0)
     assert "ridge 20 FLOP/B (H100-SXM datasheet)" in {a["text"] for a in rooflines_drawn[1]["layout"]["annotations"]}
     # The summary's datasheet fractions are the rows' own, judged against the H100 when measured.
-    cells = _cells(page.split(f"<h2 id='{report.anchor(labels[1])}'>")[1])
+    cells = _cells(page.split(f"<h2 id='{anchor(labels[1])}'>")[1])
     judged = frame[(frame.device == h100) & (frame.step == "total")].roof_fraction
-    assert len(judged) == 2 and all(report.percent(x) in cells for x in judged)
+    assert len(judged) == 2 and all(percent(x) in cells for x in judged)
 
 
 def test_a_cpu_capture_report_names_its_timer_and_memory(tmp_path):
@@ -379,7 +382,7 @@ def test_a_token_sweep_is_one_family_across_its_batches():
     draw each implementation as one line of four points (not 64 one-length sections)."""
     capture = ROOT / "reports" / "fa4-peers-h100"
     frame = load_capture(capture)[1]
-    families = report.families_of(frame)
+    families = families_of(frame)
     assert len(families) == 16 and _n_families(capture) == 64
     assert "32768 tokens H32 D64 bf16 causal bwd" in families and "32768 tokens H16 D128 fp16 full fwd" in families
     for label, rows in families.items():
@@ -405,7 +408,7 @@ def test_a_grid_of_batches_times_lengths_is_not_a_token_sweep():
     B2 N2048, ...) is a coincidence, so each batch stays a family of its own."""
     frame = load_capture(REFERENCE)[1]
     grid = pd.concat([frame.assign(batch=b) for b in (1, 2, 4, 8)], ignore_index=True)
-    families = report.families_of(grid)
+    families = families_of(grid)
     assert len(families) == 4 * 16 and not any("tokens" in label for label in families)
     assert all(rows.batch.nunique() == 1 and rows.seq_q.nunique() == 6 for rows in families.values())
 
@@ -416,15 +419,15 @@ def test_a_token_sweep_beside_a_fixed_batch_run_keeps_its_own_shapes():
     rows are those at its own (batch, N) pairs."""
     frame = load_capture(ROOT / "reports" / "fa4-peers-h100")[1]
     both = pd.concat([frame, frame.assign(batch=4)], ignore_index=True)
-    families = report.families_of(both)
+    families = families_of(both)
     sweep, fixed = families["32768 tokens H32 D64 fp16 full fwd"], families["B4 H32 D64 fp16 full fwd"]
     assert set(zip(sweep.batch, sweep.seq_q)) == {(16, 2048), (8, 4096), (4, 8192), (2, 16384)}
     # B4 N8192 is a point of both: it is drawn once, on the sweep
     assert set(fixed.batch) == {4} and set(fixed.seq_q) == {2048, 4096, 16384}
     kernels = pd.concat([sweep, fixed])[["seq_q", "seq_kv", *FAMILY_COLUMNS]].drop_duplicates()
-    assert set(zip(*[kernels[report._family_mask(kernels, sweep)][c] for c in ("batch", "seq_q")])) == {
+    assert set(zip(*[kernels[family_mask(kernels, sweep)][c] for c in ("batch", "seq_q")])) == {
         (16, 2048), (8, 4096), (4, 8192), (2, 16384)}
-    assert set(kernels[report._family_mask(kernels, fixed)].batch) == {4}
+    assert set(kernels[family_mask(kernels, fixed)].batch) == {4}
 
 
 def test_the_tile_roofline_names_the_implementations_it_leaves_out():

@@ -144,6 +144,12 @@ def _sweep_lines(data: pd.DataFrame) -> pd.DataFrame:
     return data
 
 
+def scaling_lines(data: pd.DataFrame) -> pd.DataFrame:
+    """``data`` sorted by key length with every LINE_KEY column (``queries``, ``lead``, ``line_batch``):
+    the lines the scaling and compare charts draw, and the report's families (profiler.views.families)."""
+    return _sweep_lines(_lines(data))
+
+
 # The peak-memory model lines (predicted_peak_bytes): unfused and fused, forward and with the backward.
 MEMORY_MODEL_LABELS = {
     "fwd": ("model O(N²): naive keeps S and P", "model O(N): fused keeps O, lse"),
@@ -321,7 +327,7 @@ def compare_figure(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str)
         joined = ok_a[[*key, "time_ms", "tflops"]].drop_duplicates(key).merge(
             ok_b[[*key, "time_ms", "tflops"]].drop_duplicates(key), on=key, suffixes=(f" {label_a}", f" {label_b}"))
     joined["speedup B/A"] = joined[f"time_ms {label_a}"] / joined[f"time_ms {label_b}"]
-    totals = _sweep_lines(_lines(joined[joined.step == "total"]))  # a token sweep: one line, as in Scaling
+    totals = scaling_lines(joined[joined.step == "total"])  # a token sweep: one line, as in Scaling
     families = list(dict.fromkeys(tuple(r) for r in totals[LINE_KEY].itertuples(index=False)))
     fig = go.Figure()
     totals = totals.assign(owner=_line_owner(totals))

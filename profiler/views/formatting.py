@@ -1,0 +1,150 @@
+"""Numbers and tables as the HTML report prints them: three significant digits with thousands separators,
+percentages, MiB, errors in scientific notation; and the report's tables (the family summary, Nsight
+Compute's counters against the model, an observed run's tables) as strings in human units with headers in
+words. DataFrames in, DataFrames of strings out; profiler/views/report_html.py renders them."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from profiler.views.plots import validation_table_view
+from profiler.views.style import LENGTHS, impl_rank
+
+
+def is_missing(x) -> bool:
+    """None, NaN, pd.NA or pd.NaT: printed as '-'."""
+    return x is None or (isinstance(x, float) and math.isnan(x)) or x is pd.NA or x is pd.NaT
+
+
+def sig3(x, unit: str = "") -> str:
+    """Three significant digits in plain notation, thousands separated (1,235 not 1.23e+03): '-' when missing."""
+    if is_missing(x):
+        return "-"
+    x = float(x)
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}{unit}"
+    decimals = max(0, 2 - math.floor(math.log10(abs(x))))
+    return f"{x:,.{decimals}f}{unit}"
+
+
+def thousands(x) -> str:
+    """Whole numbers with separators (GB/s: 4,240), three significant digits below 100."""
+    if is_missing(x):
+        return "-"
+    return sig3(x) if abs(float(x)) < 100 else f"{float(x):,.0f}"
+
+
+def percent(x) -> str:
+    """A fraction as a percentage with one decimal (0.874 -> 87.4%)."""
+    return "-" if is_missing(x) else f"{float(x) * 100:.1f}%"
+
+
+def mib(x) -> str:
+    return "-" if is_missing(x) else f"{float(x) / 2**20:,.1f}"
+
+
+def scientific(x) -> str:
+    """An error in scientific notation (1.95e-03): it spans many decades."""
+    return "-" if is_missing(x) else f"{float(x):.2e}"
+
+
+# ------------------------------------------------------------------------------------------- tables
+
+SUMMARY_NUMERIC = {"time (ms)", "TFLOP/s", "GB/s", "intensity (FLOP/B)", "of datasheet roof", "of measured roof",
+                   "of binding ceiling", "speedup over naive", "of measured copy", "peak memory (MiB)",
+                   "max rel. error", "query length", "key length", "N"}
+LENGTH_COLUMNS = ["N", "query length", "key length"]
+
+
+def summary_table(rows: pd.DataFrame, points: pd.DataFrame, copy_gbps: float | None = None) -> pd.DataFrame:
+    """The whole-attention rows of one family as a reader sees them: strings in human units, headers in
+    words, one row per implementation and shape (by query and key length, then registry order).
+    ``points`` is :func:`rooflines.roofline_points` of the rows (compulsory bytes), for the ceiling that
+    binds (two columns, where a ceiling other than the roof binds somewhere: the exp ceiling). A row whose
+    status is not ok has no rates (a ``wrong`` one keeps its time and error, as measured); its status
+    says what happened and ``message`` why. ``copy_gbps`` adds GB/s against the measured copy for decode."""
+    totals = rows[rows.step == "total"].copy()
+    totals["rank"] = [impl_rank(i) for i in totals.impl]
+    totals = totals.sort_values([*LENGTHS, "rank"])
+    naive = totals[(totals.impl == "naive") & (totals.status == "ok")].set_index(LENGTHS).time_ms
+    naive = naive[~naive.index.duplicated()]
+    decode = bool((totals.seq_q < totals.seq_kv).any())
+    square = bool((totals.seq_q == totals.seq_kv).all())
+    show_path = "path" in totals and bool(totals.path.fillna("").astype(str).str.len().gt(0).any())
+    show_site = "site" in totals and bool(totals.site.fillna("").astype(str).str.len().gt(0).any())  # observed
+    out = []
+    for index, r in totals.iterrows():
+        ok = r.status == "ok"
+
+        def rated(value, fmt, ok=ok):  # rates exist only for ok rows
+            return fmt(value) if ok else "-"
+
+        point = points.loc[index] if ok and index in points.index else None
+        base = naive.get((r.seq_q, r.seq_kv))
+        row = {"implementation": r.impl}
+        if show_site:
+            row["site"] = r.site or "-"
+        if show_path:
+            row["path"] = r.path or "-"
+        row |= {
+            **({"query length": f"{int(r.seq_q):,}", "key length": f"{int(r.seq_kv):,}"} if not square
+               else {"N": f"{int(r.seq_q):,}"}),
+            "time (ms)": sig3(r.time_ms), "TFLOP/s": rated(r.tflops, sig3), "GB/s": rated(r.gbps, thousands),
+            "intensity (FLOP/B)": rated(r.arithmetic_intensity, sig3), "bound": rated(r.bound, str),
+            "of datasheet roof": rated(r.roof_fraction, percent),
+            "of measured roof": rated(r.roof_fraction_measured, percent),
+            "binding ceiling": point.binds if point is not None and point.binds else "-",
+            "of binding ceiling": percent(point.of_ceiling) if point is not None else "-",
+            "speedup over naive": sig3(base / r.time_ms, "x") if ok and base is not None and not is_missing(base)
+            else "-",
+        }
+        if decode:
+            row["of measured copy"] = rated(r.gbps / copy_gbps if copy_gbps else None, percent)
+        row |= {"peak memory (MiB)": mib(r.peak_mem_bytes), "max rel. error": scientific(r.max_rel_err),
+                "status": str(r.status), "message": "" if ok or is_missing(r.message) else str(r.message)}
+        out.append(row)
+    table = pd.DataFrame(out)
+    differs = "ceiling_tflops" in points and (points.ceiling_tflops.notna()
+                                              & (points.ceiling_tflops != points.roof_tflops)).any()
+    if not differs:  # the roof binds everywhere: the two columns would repeat bound and roof
+        table = table.drop(columns=["binding ceiling", "of binding ceiling"], errors="ignore")
+    return table
+
+
+def validation_table(validation: pd.DataFrame) -> pd.DataFrame:
+    """:func:`plots.validation_table_view` in human units: MB with separators, ratios with two decimals."""
+    view = validation_table_view(validation).reset_index(drop=True)
+    view["causal"] = ["causal" if c else "full" for c in view.causal]
+    view["N"] = [f"{int(n):,}" for n in view.N]
+    view = view.rename(columns={"impl": "implementation"})
+    for column in view.columns:
+        if "MB" in column:
+            view[column] = [thousands(x) for x in view[column]]
+        elif "GFLOP" in column:
+            view[column] = [sig3(x) for x in view[column]]
+        elif "ratio" in column:
+            view[column] = ["-" if is_missing(x) else f"{x:.2f}" for x in view[column]]
+    return view
+
+
+OBSERVED_TEXT = {"site", "api", "mode", "shape", "mask", "bound", "implementation", "calls replayed", "replayed"}
+
+
+def observed_table(table: pd.DataFrame) -> pd.DataFrame:
+    """An observed-run table (profiler.views.observed) in human units: fractions as percentages, speedups
+    as 1.066x, calls whole, other numbers to three significant digits; the OBSERVED_TEXT columns as text."""
+    out = table.copy()
+    for column in out.columns:
+        if column in OBSERVED_TEXT:
+            out[column] = ["-" if is_missing(x) else {True: "yes", False: "no"}.get(x, str(x)) for x in out[column]]
+        elif column == "of roof":
+            out[column] = [percent(x) for x in out[column]]
+        elif column == "run speedup":
+            out[column] = ["-" if is_missing(x) else f"{float(x):.3f}x" for x in out[column]]
+        elif column == "calls":
+            out[column] = [f"{int(x):,}" for x in out[column]]
+        else:
+            out[column] = [sig3(x) for x in out[column]]
+    return out

@@ -1,0 +1,52 @@
+"""The Roofline tab: every filtered row on the roofline of the chosen bytes, its notes, the table of the
+points (tables.roofline_table) and the cases that are not on the chart."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from profiler.views import rooflines
+from profiler.views.selection import not_drawn, shape_labels
+from profiler.views.tables import roofline_table
+from profiler.views.tabs.context import Context, chart
+
+# Why a case is listed under the chart instead of drawn, by status.
+NOT_OK = {"wrong": "failed the correctness check", "oom": "out of memory", "unsupported": "not supported",
+          "error": "failed", "interpreted": "ran in the Triton interpreter, no kernel time"}
+
+
+def render(ctx: Context) -> None:
+    roofs, drawn = ctx.roofs, ctx.drawn
+    if not roofs:
+        st.warning("This capture holds no L2 bandwidth measurement (`python -m profiler ceilings` measures one): "
+                   "tile intensities are drawn without a roof, and no bound is judged." if ctx.bytes_kind == "tile"
+                   else "No roof for this dtype in the capture's metadata.")
+    chart(st, rooflines.roofline_figure(drawn, roofs, ctx.bytes_kind, exp2_per_s=ctx.exp2_per_s,
+                                        device_type=ctx.device_type))
+    notes = [f"{roofs[0].label}: ridge {roofs[0].ridge:.0f} FLOP/B"] if roofs else []
+    if ctx.bytes_kind == "tile" and rooflines.untiled_note(drawn):
+        notes.append(rooflines.untiled_note(drawn))
+    if ctx.device_type == "cpu" and ctx.bytes_kind == "compulsory":
+        notes.append(f"memory roof: the {ctx.memory} copy bandwidth this capture measured (a CPU has no datasheet "
+                     f"here); times by {ctx.timer}")
+    if ctx.exp2_per_s is not None:
+        notes.append(f"exp ceiling: softmax's exponentials at {ctx.exp2_per_s / 1e12:.2f}·10¹² exp2/s on the SFUs "
+                     "(CUDA throughput table; FlashAttention-3 §3.1) cap a fused kernel that does not overlap them "
+                     "with its matmuls at the measured matmul rate; a point above it overlaps them")
+    st.caption(" · ".join(notes))
+    st.dataframe(roofline_table(ctx.points), hide_index=True, width="stretch", column_config={
+        "% of roof": st.column_config.NumberColumn(format="%.1f%%"),
+        "% of binding ceiling": st.column_config.NumberColumn(format="%.1f%%"),
+        "time (ms)": st.column_config.NumberColumn(format="%.4g"),
+        "FLOP/B": st.column_config.NumberColumn(format="%.3g"),
+        "TFLOP/s": st.column_config.NumberColumn(format="%.4g")})
+    not_ok = not_drawn(ctx.view)
+    if not not_ok.empty:
+        counts = not_ok.status.value_counts()
+        st.caption(f"Not on the chart: {len(not_ok)} case(s): " + ", ".join(
+            f"{n} {status} ({NOT_OK.get(status, status)})" for status, n in counts.items()))
+        label, _ = shape_labels(not_ok)
+        listed = not_ok.assign(shape=label)
+        st.dataframe(listed[["capture", "impl", "step", "shape", "status", "max_rel_err", "time_ms", "message"]],
+                     hide_index=True, width="stretch",
+                     column_config={"max_rel_err": st.column_config.NumberColumn(format="%.3g")})

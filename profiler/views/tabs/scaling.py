@@ -1,0 +1,22 @@
+"""The Scaling tab: time, TFLOP/s, peak memory against the model, and speedup over naive, against the key
+length (plots.scaling_figures), two a row."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from profiler.views import plots
+from profiler.views.tabs.context import Context, chart
+
+
+def render(ctx: Context) -> None:
+    figs = plots.scaling_figures(ctx.drawn)
+    left, right = st.columns(2)
+    chart(left, figs["time"])
+    chart(right, figs["tflops"])
+    chart(left, figs["memory"])
+    if figs["speedup"].data:
+        chart(right, figs["speedup"])
+    else:
+        right.info("No speedup over naive here: no selected capture timed `naive` at these shapes "
+                   "(`--impl naive,...` times it).")
