@@ -28,6 +28,7 @@ from plotly.offline import get_plotlyjs
 
 from profiler.model.roofs import Roofs, meta_for_device
 from profiler.observer.summary import rank_sites
+from profiler.registry import baseline_impl
 from profiler.store import Capture, CaptureError, write_bytes_atomic
 from profiler.views import observed, plots, rooflines, style
 from profiler.views.selection import naive_step_rows
@@ -177,7 +178,7 @@ def summary_table(rows: pd.DataFrame, points: pd.DataFrame, copy_gbps: float | N
     totals = rows[rows.step == "total"].copy()
     totals["rank"] = [impl_rank(i) for i in totals.impl]
     totals = totals.sort_values([*LENGTHS, "rank"])
-    naive = totals[(totals.impl == "naive") & (totals.status == "ok")].set_index(LENGTHS).time_ms
+    naive = totals[(totals.impl == baseline_impl()) & (totals.status == "ok")].set_index(LENGTHS).time_ms
     naive = naive[~naive.index.duplicated()]
     decode = bool((totals.seq_q < totals.seq_kv).any())
     square = bool((totals.seq_q == totals.seq_kv).all())
