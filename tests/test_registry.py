@@ -119,6 +119,40 @@ def test_the_report_of_a_shipped_capture_loads_no_torch(tmp_path):
     assert "speedup" in (tmp_path / "r.html").read_text()
 
 
+@pytest.fixture
+def my_flash(registry_restored):
+    """An implementation added as an entry is: one entry, in every default list and observed."""
+    REGISTRY["my_flash"] = Impl(
+        "my_flash", "kernels.flash_attention:flash_attention", "a new kernel", Costing("fused", Tiles((64, 64))),
+        supports_backward=True, needs_cuda=False, is_triton=True, color="#7b4173",
+        defaults=(BENCH, BENCH_CPU, VALIDATE), observes="kernels.flash_attention:flash_attention")
+    yield REGISTRY["my_flash"]
+
+
+def test_a_new_entry_is_in_every_default_list_and_observed(my_flash):
+    from profiler.cli import bench, build_parser
+    from profiler.nsight import ncu_driver
+    from profiler.observer.hooks import default_targets
+
+    for on_gpu, expected in ((True, ["triton_flash", "sdpa_flash", "sdpa_cudnn", "my_flash"]),
+                             (False, ["sdpa_flash", "naive", "sdpa_math", "my_flash"])):
+        args = build_parser().parse_args(["bench", "--device", "cpu"])
+        assert bench.impls_and_baseline(args, on_gpu, []) == (expected, expected[0])
+    assert "sdpa_flash,naive,sdpa_math,my_flash" in " ".join(bench.impl_defaults()[0].help.split())
+    assert build_parser().parse_args(["validate"]).impl == ["naive", "triton_flash", "sdpa_flash", "sdpa_cudnn",
+                                                            "my_flash"]
+    assert ncu_driver.build_parser().parse_args([]).impl == "naive,triton_flash,sdpa_flash,sdpa_cudnn,my_flash"
+    observed = [(t.api, t.module, t.attr) for t in default_targets()]
+    assert observed[-3:] == [("triton_flash", "kernels.flash_attention", "flash_attention"),
+                             ("fa4", "flash_attn.cute", "flash_attn_func"),
+                             ("my_flash", "kernels.flash_attention", "flash_attention")]
+    assert style.impl_color("my_flash") == "#7b4173"
+    # the observer reads its calls as the registry's signature, under its own name
+    q = torch.randn(1, 2, 5, 16)
+    call = default_targets()[-1].describe(q, q, q, causal=True)
+    assert (call.api, call.batch, call.heads, call.seq_q, call.head_dim) == ("my_flash", 1, 2, 5, 16)
+
+
 def test_without_the_entry_the_lists_are_todays():
     assert default_impls(BENCH) == ["triton_flash", "sdpa_flash", "sdpa_cudnn"]
     assert default_impls(BENCH_CPU) == ["sdpa_flash", "naive", "sdpa_math"]
