@@ -132,7 +132,7 @@ class Impl:
     defaults: tuple[str, ...] = ()
     leads: tuple[str, ...] = ()
     # The public function whose calls ``observe`` records as this implementation ("module:attr",
-    # profiler.observer.hooks.targets) and how it takes its arguments (SIGNATURES); "": none.
+    # profiler.observer.hooks.default_targets) and how it takes its arguments (SIGNATURES); "": none.
     observes: str = ""
     observes_signature: str = "bhsd"
     # (device, head_dim) -> why it cannot run there beyond what the fields above say (an optional
