@@ -13,6 +13,9 @@ from typing import ClassVar
 # Bytes per element of each dtype we run (IEEE 754 half and single; bfloat16 is 2 bytes).
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 MODES = ("fwd", "bwd", "fwd+bwd")
+# How q, k and v may lie in memory: contiguous BHSD, or (batch, seq, heads, head_dim) storage seen as BHSD,
+# as transformers and flash-attn callers hand it over (observe's 'bshd'; a user function's ``layout``).
+LAYOUTS = ("bhsd", "bshd")
 # The four steps of naive attention, each its own kernel(s) and its own trip through HBM
 # (kernels/reference.py runs them under NVTX ranges of these names).
 NAIVE_STEPS = ("qk_matmul", "scale_mask", "softmax", "pv_matmul")

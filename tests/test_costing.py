@@ -105,7 +105,7 @@ def test_undeclared_tiles_give_no_tile_bytes_rather_than_a_guess():
 
 
 def test_costing_survives_meta_json():
-    from profiler.registry import _flash_tiles
+    from attention_core.implementations import _flash_tiles
 
     fixed = Costing("fused", Tiles((64, 32), (32, 64), (64, 32)), writes_lse=False, source="x")
     assert Costing.from_meta(fixed.as_meta()) == fixed

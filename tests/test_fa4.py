@@ -20,7 +20,8 @@ import torch
 import profiler
 from attention_core.shape import Shape
 from kernels import Unsupported
-from kernels.fa4 import HEAD_DIMS, fa4_attention
+from kernels._checks import dtype_name
+from kernels.fa4 import BACKWARD_HEAD_DIMS, DTYPES, HEAD_DIMS, fa4_attention
 from kernels.reference import attention_oracle, oracle_with_grads, relative_error
 from profiler.cli import main
 from profiler.measure.runner import run_case
@@ -155,9 +156,11 @@ def test_an_observed_call_of_ours_is_recorded_once_as_fa4s(fa4, tmp_path):
 
 def test_the_registry_lists_fa4_as_a_cuda_peer():
     fa4 = REGISTRY["fa4"]
-    assert fa4.fn is fa4_attention and fa4.needs_cuda and not fa4.is_triton and not fa4.baseline
-    assert fa4.dtypes == (torch.float16, torch.bfloat16) and fa4.gqa and fa4.supports_backward
-    assert fa4.head_dims == HEAD_DIMS == tuple(range(8, 257, 8)) and fa4.backward_head_dims == tuple(range(8, 129, 8))
+    assert fa4.fn.bound() is fa4_attention and fa4.needs_cuda and not fa4.is_triton and not fa4.baseline
+    assert fa4.dtypes == ("fp16", "bf16") == tuple(dtype_name(d) for d in DTYPES) and fa4.gqa and fa4.supports_backward
+    assert fa4.packs_gqa and fa4.observes == "flash_attn.cute:flash_attn_func"
+    assert fa4.head_dims == HEAD_DIMS == tuple(range(8, 257, 8))
+    assert fa4.backward_head_dims == BACKWARD_HEAD_DIMS == tuple(range(8, 129, 8))
     assert fa4.color and fa4.fused
 
 

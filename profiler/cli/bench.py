@@ -34,12 +34,13 @@ from profiler.cli.shapes import Default, ShapeOptions, add_shape_arguments, shap
 
 HELP = "our kernels beside PyTorch's SDPA backends, TFLOP/s and ratios"
 
-# bench's defaults, on a GPU and on a CPU. On a GPU: the seed benchmark, our kernel against SDPA's
-# FlashAttention-2 and cuDNN backends. On a CPU a shape that runs in seconds, and implementations
-# that run there: our Triton kernel needs a GPU (or the interpreter, which is for tests: far too
-# slow to time), and SDPA's cuDNN and efficient backends need CUDA. The baseline is sdpa_flash,
-# PyTorch's fused FlashAttention-style CPU kernel, the nearest native peer of ours there; its ratios
-# to naive (four steps through memory) and SDPA's unfused math backend show what fusing buys.
+# bench's defaults, on a GPU and on a CPU. On a GPU: the seed benchmark. On a CPU a shape that runs
+# in seconds. The implementations are the registry's default lists (attention_core.implementations:
+# BENCH, BENCH_CPU): on a GPU our kernel against SDPA's FlashAttention-2 and cuDNN backends; on a CPU
+# those that run there (our Triton kernel needs a GPU, or the interpreter, which is for tests: far
+# too slow to time; SDPA's cuDNN and efficient backends need CUDA), led by sdpa_flash, PyTorch's
+# fused FlashAttention-style CPU kernel, with naive (four steps through memory) and SDPA's unfused
+# math backend to show what fusing buys. Ratios are to the first of each list.
 SHAPES = ShapeOptions(
     lists=True,
     seq=Default("sequence lengths (default 8192; CPU 1024)", [8192], [1024]),
@@ -50,17 +51,26 @@ SHAPES = ShapeOptions(
     causal=Default("true, false or both", [False]),
     mode=Default("fwd, bwd, fwd+bwd (list)", ["fwd"]),
 )
-IMPLS = Default("implementations, comma-separated, or 'all' (default triton_flash,sdpa_flash,sdpa_cudnn; "
-                "CPU: sdpa_flash,naive,sdpa_math)",
-                ["triton_flash", "sdpa_flash", "sdpa_cudnn"], ["sdpa_flash", "naive", "sdpa_math"])
-BASELINE = Default("ratios are this one / each peer (default triton_flash; CPU: sdpa_flash; with an "
-                   "--impl list that lacks it, the list's first)", ["triton_flash"], ["sdpa_flash"])
+
+
+def impl_defaults() -> tuple[Default, Default]:
+    """--impl's and --baseline's defaults on a GPU and on a CPU, from the registry's default lists
+    (read when asked, so an entry added after import is in them)."""
+    from profiler.registry import BENCH, BENCH_CPU, default_impls
+
+    gpu, cpu = default_impls(BENCH), default_impls(BENCH_CPU)
+    impls = Default(f"implementations, comma-separated, or 'all' (default {','.join(gpu)}; CPU: {','.join(cpu)})",
+                    gpu, cpu)
+    baseline = Default(f"ratios are this one / each peer (default {gpu[0]}; CPU: {cpu[0]}; with an --impl list "
+                       "that lacks it, the list's first)", gpu[:1], cpu[:1])
+    return impls, baseline
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    impls, baseline = impl_defaults()
     add_shape_arguments(p, SHAPES)
-    p.add_argument("--impl", type=impl_list, default=None, help=IMPLS.help)
-    p.add_argument("--baseline", default=None, help=BASELINE.help)
+    p.add_argument("--impl", type=impl_list, default=None, help=impls.help)
+    p.add_argument("--baseline", default=None, help=baseline.help)
     p.add_argument("--tokens", type=positive_int, default=None,
                    help="batch = tokens // seq_q for each query length (overrides --batch), e.g. 32768")
     p.add_argument("--out", default=None, help="capture folder (default reports/bench-<device>-<time>)")
@@ -76,13 +86,14 @@ def impls_and_baseline(args, on_gpu: bool, notes: list[str]) -> tuple[list[str],
     """--impl and --baseline, or their defaults for this device (a CPU default that differs from the
     GPU's is added to ``notes``). A list of the user's own takes the default baseline when it holds
     it, else its first name."""
-    impls = pick_default(args.impl, IMPLS.gpu, IMPLS.cpu, "impl", on_gpu, notes)
+    defaults, baseline = impl_defaults()
+    impls = pick_default(args.impl, defaults.gpu, defaults.cpu, "impl", on_gpu, notes)
     if args.baseline is not None:
         return impls, args.baseline
     if args.impl is not None:
-        default = BASELINE.gpu[0] if on_gpu else BASELINE.cpu[0]
+        default = baseline.gpu[0] if on_gpu else baseline.cpu[0]
         return impls, default if default in args.impl else args.impl[0]
-    return impls, pick_default(None, BASELINE.gpu, BASELINE.cpu, "baseline", on_gpu, notes)[0]
+    return impls, pick_default(None, baseline.gpu, baseline.cpu, "baseline", on_gpu, notes)[0]
 
 
 def run(args) -> int:

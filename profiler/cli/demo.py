@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from profiler.measure.runner import run_case
-    from profiler.registry import BUILTIN, REGISTRY
+    from profiler.registry import BUILTIN, REGISTRY, baseline_impl
 
     on_gpu = args.device.startswith("cuda")
     # The seed posts' benchmark shape on a GPU; on a CPU a size that runs in seconds.
@@ -46,7 +46,8 @@ def run(args) -> int:
                                      "time_ms": r.timing.median_ms if r.timing else None}), soft_wrap=True)
             console.file.flush()
     # Only ok results have a time, rate or speedup: a 'wrong' one was timed, but is no point of comparison.
-    naive_ms = next((r.timing.median_ms for r in results if r.impl == "naive" and r.status == "ok" and r.timing), None)
+    baseline = baseline_impl()  # naive: the speedup column's reference
+    naive_ms = next((r.timing.median_ms for r in results if r.impl == baseline and r.status == "ok" and r.timing), None)
     table = Table("impl", "ms", "TFLOP/s", "speedup\nvs naive", "max rel err\nvs fp32", "peak\nMiB", "status",
                   title=f"B={shape.batch} H={shape.heads} N={shape.seq_q} D={shape.head_dim} {shape.dtype} "
                         f"forward on {args.device}")

@@ -37,8 +37,10 @@ SHAPES = ShapeOptions(
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from profiler.registry import VALIDATE, default_impls
+
     add_shape_arguments(p, SHAPES)
-    p.add_argument("--impl", type=impl_list, default=["naive", "triton_flash", "sdpa_flash", "sdpa_cudnn"])
+    p.add_argument("--impl", type=impl_list, default=default_impls(VALIDATE))
     p.add_argument("--out", default=None, help="capture folder (default reports/validate-<device>-<time>)")
     p.add_argument("--rebuild", metavar="FOLDER", default=None,
                    help="no GPU: re-read FOLDER's ncu/*.csv and compare them with the current model, into "

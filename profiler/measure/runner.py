@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attention_core.shape import Shape
+from attention_core.shape import LAYOUTS, Shape
 from kernels.reference import TOLERANCE, WrongOutput, check_output, naive_attention, nvtx_range, relative_error
 from kernels.sdpa import Unsupported
 from profiler.measure.ceilings import TORCH_DTYPES
@@ -44,9 +44,7 @@ class CaseResult:
         return self.flops / (self.timing.median_ms * 1e-3) / 1e12
 
 
-# Memory layouts make_inputs lays the inputs out in: contiguous BHSD, or (batch, seq, heads, head_dim)
-# storage seen as BHSD, as transformers and flash-attn callers hand it over (observe's 'bshd').
-INPUT_LAYOUTS = ("bhsd", "bshd")
+INPUT_LAYOUTS = LAYOUTS  # the memory layouts make_inputs lays the inputs out in (attention_core.shape)
 
 
 def make_inputs(shape: Shape, device, seed: int = 0, requires_grad: bool = False, layout: str = "bhsd"):

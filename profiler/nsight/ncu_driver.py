@@ -24,7 +24,7 @@ from profiler.measure.ceilings import TORCH_DTYPES
 from profiler.measure.naive_steps import naive_step_calls
 from profiler.measure.ranges import validate_range
 from profiler.measure.runner import make_inputs
-from profiler.registry import get_impl
+from profiler.registry import VALIDATE, default_impls, get_impl
 
 
 def backward_call(impl, shape: Shape, device: str):
@@ -61,7 +61,7 @@ def measured_calls(shape: Shape, impl_names: list[str], device: str = "cuda"):
             torch.cuda.empty_cache()
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m profiler.nsight.ncu_driver")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--heads", type=int, default=16)
@@ -73,8 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="fp16")
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--mode", choices=("fwd", "bwd"), default="fwd", help="profile the forward or the backward")
-    parser.add_argument("--impl", default="naive,triton_flash,sdpa_flash,sdpa_cudnn")
-    args = parser.parse_args(argv)
+    parser.add_argument("--impl", default=",".join(default_impls(VALIDATE)))  # validate's list
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     shape = Shape(args.batch, args.heads, args.seq_q or args.seq, args.seq_kv or args.seq, args.dim, args.dtype,
                   args.causal, kv_heads=args.kv_heads, mode=args.mode)
     with torch.no_grad() if shape.mode == "fwd" else torch.enable_grad():

@@ -130,17 +130,18 @@ def cublas_padding(kernel: str, rows: int, cols: int) -> float:
 
 def packs_gqa(impl: str, kernel: str, shape: Shape) -> bool:
     """Whether the forward kernel that ran stacks a K/V head's query heads into one tile's rows,
-    so a decode step (Nq = 1) fills group rows of its tile, not one:
-    - FlashAttention-4 packs whenever heads > kv_heads (``pack_gqa = qhead_per_kvhead > 1`` in
-      flash_attn/cute/interface.py);
+    so a decode step (Nq = 1) fills group rows of its tile, not one: what the implementation's registry
+    entry declares (profiler.registry.Impl.packs_gqa: FlashAttention-4 whenever heads > kv_heads), else
+    what the kernel's name says:
     - FlashAttention-2 (PyTorch's copy, flash_api.cpp ``seqlenq_ngroups_swapped``) swaps the group's
       heads into the query rows when Nq = 1 and heads > kv_heads;
     - cuDNN's sm80 decode kernel (``..._wmma_..._16x128x128_...``, 16-row tiles) packs the group too:
       on the H200 it issued 16 rows' tensor work per K/V head at groups 4 and 8 (reports/validate-h200-issue27)."""
     if shape.group == 1:
         return False
-    if impl == "fa4":
-        return True
+    entry = REGISTRY.get(impl)
+    if entry is not None and entry.packs_gqa is not None:
+        return entry.packs_gqa
     if "flash_fwd" in kernel and "pytorch_flash" in kernel:
         return shape.seq_q == 1
     return "sdpa_sm80" in kernel and "wmma" in kernel
@@ -148,21 +149,19 @@ def packs_gqa(impl: str, kernel: str, shape: Shape) -> bool:
 
 def backward_tile(impl: str, kernel: str, shape: Shape) -> tuple[int, int] | None:
     """(query rows, keys) per step of the one-pass backward that ran (dK, dV per key block, dQ added
-    in fp32), which sets the diagonal and ragged-edge work it issues:
-    - ours on sm_90 (``_attn_bwd_hopper``): kernels.flash_bwd_hopper.backward_tile, via its costing;
+    in fp32), which sets the diagonal and ragged-edge work it issues: what the implementation's registry
+    entry reads from the kernel (profiler.registry.Impl.backward_tile: ours on sm_90, ``_attn_bwd_hopper``,
+    its Gluon tile; FlashAttention-4's ``_tile_size_bwd_sm90``), else what the kernel's name says:
     - FlashAttention-2: Flash_bwd_kernel_traits<head_dim, kBlockM, kBlockN, ...> in the kernel's name;
-    - FlashAttention-4 on sm_90: ``_tile_size_bwd_sm90`` (flash_attn/cute/interface.py, 4.0.0b36): 128 × 128
-      to head_dim 64, 64 × 128 to 96, 80 × 128 (causal 64 × 128) to 128;
     - cuDNN's sm90 backward: 64 × 128, what its issued tensor work at N = 3000 fits (ragged rows padded
       to 64, keys to 128) and its name does not say.
     None: not known (our portable two-kernel backward is :attr:`Tiles.dkdv`/:attr:`Tiles.dq`)."""
-    d = shape.head_dim
-    if impl == "triton_flash" and "_attn_bwd_hopper" in kernel:
-        return costing_for(impl).tiles_for(d, shape.dtype, "gluon-ws", "bwd").onepass
+    entry = REGISTRY.get(impl)
+    tile = entry.backward_tile(kernel, shape) if entry is not None and entry.backward_tile is not None else None
+    if tile is not None:
+        return tile
     if match := re.search(r"Flash_bwd_kernel_traits<\d+, (\d+), (\d+)", kernel):
         return int(match.group(1)), int(match.group(2))
-    if impl == "fa4":
-        return (128, 128) if d <= 64 else (64, 128) if d <= 96 or shape.causal else (80, 128) if d <= 128 else None
     if "sdpa_sm90_flash_bprop" in kernel:
         return 64, 128
     return None

@@ -1,10 +1,11 @@
 """Intercepting attention calls: every name bound to an attention function is re-bound to a wrapper
 while an observation runs, and bound back after.
 
-Intercepted: ``torch.nn.functional.scaled_dot_product_attention``, FlexAttention's
-``flex_attention``, flash-attn's ``flash_attn_func`` and ``flash_attn_varlen_func`` and
-FlashAttention-4's ``flash_attn.cute.flash_attn_func`` where installed, and our own
-``kernels.flash_attention.flash_attention`` (what ``attn_implementation="triton_fa"`` runs, kernels.hf_attention).
+Intercepted (:func:`default_targets`): ``torch.nn.functional.scaled_dot_product_attention``, FlexAttention's
+``flex_attention``, flash-attn's ``flash_attn_func`` and ``flash_attn_varlen_func`` where installed,
+and the function each registry entry names in ``observes``: FlashAttention-4's
+``flash_attn.cute.flash_attn_func`` where installed, and our own ``kernels.flash_attention.flash_attention``
+(what ``attn_implementation="triton_fa"`` runs, kernels.hf_attention).
 Besides the attribute of the defining module, every module that imported the function by name
 before the observation (``from torch.nn.functional import scaled_dot_product_attention``) is
 re-bound too; torch's own modules are left alone, but for the defining ones.
@@ -34,10 +35,12 @@ from dataclasses import dataclass
 import nvtx
 import torch
 
+from attention_core.implementations import OBSERVED_WRAPPER
 from profiler.measure.ranges import DOMAIN, observe_range
 from profiler.observer import calls as describe
 from profiler.observer.recorder import Recorder
 from profiler.observer.sites import call_site
+from profiler.registry import REGISTRY
 
 INPUT_NAMES = ("query", "key", "value", "q", "k", "v")  # q, k and v passed by keyword, as the APIs name them
 # A profiler range: torch's lightweight one where it has it (a cpu_op event in the trace, which
@@ -59,19 +62,32 @@ def _flash_attn(api):
     return lambda *args, **kwargs: describe.flash_attn_call(api, *args, **kwargs)
 
 
-def _triton_flash(q, k, v, causal=False, sm_scale=None):
-    """Our kernel reads its arguments as SDPA does (BHSD, top-left causal)."""
-    return describe.sdpa_call(q, k, v, is_causal=causal)._replace(api="triton_flash")
+def _bhsd(api):
+    """A registry signature (q, k, v, causal, sm_scale) reads its arguments as SDPA does (BHSD, top-left causal)."""
+    def read(q, k, v, causal=False, sm_scale=None):
+        return describe.sdpa_call(q, k, v, is_causal=causal)._replace(api=api)
+    return read
 
 
-TARGETS = (
+# The APIs that are not a registry implementation: each call is recorded under its API's name.
+API_TARGETS = (
     Target("sdpa", "torch.nn.functional", "scaled_dot_product_attention", describe.sdpa_call),
     Target("flex_attention", "torch.nn.attention.flex_attention", "flex_attention", describe.flex_call),
     Target("flash_attn", "flash_attn", "flash_attn_func", _flash_attn("flash_attn")),
     Target("flash_attn_varlen", "flash_attn", "flash_attn_varlen_func", describe.flash_attn_varlen_call),
-    Target("fa4", "flash_attn.cute", "flash_attn_func", _flash_attn("fa4")),
-    Target("triton_flash", "kernels.flash_attention", "flash_attention", _triton_flash),
 )
+READERS = {"bhsd": _bhsd, "flash_attn": _flash_attn}  # attention_core.implementations.SIGNATURES
+
+
+def default_targets() -> tuple[Target, ...]:
+    """Every function an observation intercepts: the APIs, then each registry entry's ``observes``
+    (recorded under the entry's name, read as its ``observes_signature`` says)."""
+    entries = []
+    for impl in REGISTRY.values():
+        if impl.observes:
+            module, _, attr = impl.observes.partition(":")
+            entries.append(Target(impl.name, module, attr, READERS[impl.observes_signature](impl.name)))
+    return (*API_TARGETS, *entries)
 
 
 # Autograd nodes of SDPA's fused backends (torch's derivatives.yaml): one node computes dq, dk and dv.
@@ -110,9 +126,9 @@ def _first_tensor(args, kwargs) -> torch.Tensor:
 class Interceptor:
     """Installs the wrappers (:meth:`install`) and removes them (:meth:`remove`)."""
 
-    def __init__(self, recorder: Recorder, targets=TARGETS):
+    def __init__(self, recorder: Recorder, targets: tuple[Target, ...] | None = None):
         self.recorder = recorder
-        self.targets = targets
+        self.targets = default_targets() if targets is None else targets
         self._bound: list[tuple[object, str, object]] = []  # (namespace, name, original)
         self._ids = itertools.count()
         self._attrs: dict[str, object] = {}  # NVTX event attributes by range name
@@ -129,7 +145,7 @@ class Interceptor:
                 original = getattr(module, target.attr)
             except Exception:  # not installed (flash-attn, FA4), or a build without it
                 continue
-            if getattr(original, "__attention_roofline_wrapped__", False):
+            if getattr(original, OBSERVED_WRAPPER, False):
                 continue  # an observation is already running
             wrapper = self._wrap(target, original)
             originals[id(original)] = (original, wrapper, target.module)
@@ -192,7 +208,7 @@ class Interceptor:
             finally:
                 local.inside = False
 
-        observed.__attention_roofline_wrapped__ = True
+        setattr(observed, OBSERVED_WRAPPER, True)
         observed.__wrapped__ = original
         observed.__name__ = getattr(original, "__name__", target.attr)
         observed.__doc__ = getattr(original, "__doc__", None)

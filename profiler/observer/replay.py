@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from attention_core.shape import Shape
-from profiler.measure.runner import INPUT_LAYOUTS
+from attention_core.shape import LAYOUTS, Shape
 from profiler.store import Capture, ResultStore, to_frame
 
 REPLAYABLE_MASKS = ("none", "causal")
@@ -41,7 +40,7 @@ def replay_layouts(observed: pd.DataFrame) -> dict[Shape, str]:
         shape = replay_shape(row)
         if shape is not None:
             layout = row.get("layout")
-            layout = layout if isinstance(layout, str) and layout in INPUT_LAYOUTS else "bhsd"
+            layout = layout if isinstance(layout, str) and layout in LAYOUTS else "bhsd"
             by_layout = calls.setdefault(shape, {})
             by_layout[layout] = by_layout.get(layout, 0) + row["calls"]
     return {shape: max(by_layout, key=by_layout.get) for shape, by_layout in calls.items()}

@@ -9,6 +9,7 @@ import math
 
 import pandas as pd
 
+from profiler.registry import baseline_impl
 from profiler.views.plots import validation_table_view
 from profiler.views.style import LENGTHS, impl_rank
 
@@ -68,7 +69,7 @@ def summary_table(rows: pd.DataFrame, points: pd.DataFrame, copy_gbps: float | N
     totals = rows[rows.step == "total"].copy()
     totals["rank"] = [impl_rank(i) for i in totals.impl]
     totals = totals.sort_values([*LENGTHS, "rank"])
-    naive = totals[(totals.impl == "naive") & (totals.status == "ok")].set_index(LENGTHS).time_ms
+    naive = totals[(totals.impl == baseline_impl()) & (totals.status == "ok")].set_index(LENGTHS).time_ms
     naive = naive[~naive.index.duplicated()]
     decode = bool((totals.seq_q < totals.seq_kv).any())
     square = bool((totals.seq_q == totals.seq_kv).all())

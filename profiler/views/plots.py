@@ -19,7 +19,7 @@ from profiler.model.fused import compulsory_bytes
 from profiler.model.memory import predicted_peak_bytes
 from profiler.model.naive import naive_step_bytes
 from profiler.model.roofs import Roofs, attainable_flops
-from profiler.registry import REGISTRY
+from profiler.registry import REGISTRY, baseline_impl
 from profiler.views.rooflines import Roof, label_box_px, roofline_figure, roofline_points, roofs_from_meta  # noqa: F401
 from profiler.views.selection import naive_step_rows
 from profiler.views.style import (  # noqa: F401
@@ -168,7 +168,7 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
     data = _lines(ok[ok.step == "total"])
     figs = {key: go.Figure() for key in ("time", "tflops", "memory", "speedup")}
     shape_key = list(Shape.KEY)  # both lengths: a decode point is compared with naive at its own Nkv
-    naive = data[data.impl == "naive"].set_index(shape_key)["time_ms"]
+    naive = data[data.impl == baseline_impl()].set_index(shape_key)["time_ms"]
     naive = naive[~naive.index.duplicated()]  # one baseline per shape, also in merged captures
     data = data.merge(naive.rename("naive_ms").reset_index(), on=shape_key, how="left")
     # A line (LINE_KEY) in one capture: two captures of the same shapes (say one kernel before and after
@@ -259,7 +259,7 @@ def step_breakdown_figure(rows: pd.DataFrame, scale: str = "share", device_type:
     if not oom.empty:
         # Where the whole naive forward ran but its steps did not: timing the steps one by one holds S,
         # the scaled S and P (three N×N matrices, profiler.measure.naive_steps) at once; the forward two.
-        totals = _ok(rows[(rows.impl == "naive") & (rows.step == "total")]).set_index(shape)
+        totals = _ok(rows[rows.impl.isin(naive.impl) & (rows.step == "total")]).set_index(shape)
         ran = [tuple(r) in totals.index for r in oom[shape].itertuples(index=False)]
         text = ["steps OOM<br>(total ran)" if r else "OOM" for r in ran]
         hover = ["the whole of naive attention ran (see Roofline); timing its steps one by one holds S, the scaled S "

@@ -10,6 +10,7 @@ from attention_core.shape import Shape
 from profiler.model import hardware
 from profiler.model.cost import arithmetic_intensity, cost_of
 from profiler.model.roofs import attainable_flops, bound
+from profiler.registry import baseline_impl
 from profiler.views.selection import shape_labels
 
 
@@ -24,7 +25,7 @@ def summary_frame(rows: list[dict]) -> pd.DataFrame:
         return pd.DataFrame()
     frame = to_frame(totals)  # every column of the schema, also where no case ran
     shape_key = list(Shape.KEY)
-    naive = frame[(frame.impl == "naive") & (frame.status == "ok")].set_index(shape_key)["time_ms"]
+    naive = frame[(frame.impl == baseline_impl()) & (frame.status == "ok")].set_index(shape_key)["time_ms"]
     speedups = []
     for _, r in frame.iterrows():
         key = tuple(r[c] for c in shape_key)
