@@ -284,3 +284,25 @@ def test_shipped_h100_capture_holds_every_shape_and_the_readme_quotes_it():
     assert "hold on {}, {}, {} and {} of the 32 shapes".format(*met) in readme
     causal128 = bwd_cudnn.xs(128, level="head_dim").xs(True, level="causal")
     assert f"causal head_dim 128 to {span(causal128)} cuDNN in `reports/fa4-peers-h100`" in readme
+
+
+def test_shipped_h100_backward_grid_of_round_7_and_the_readme_quotes_it():
+    """reports/fa4-peers-h100-bwd: the backward half of the grid again, after lse and delta came with Q
+    (docs/perf-notes.md, round 7): every row ok, ours on the Gluon backward; the README's figures are its own."""
+    from pathlib import Path
+
+    from profiler.store import load_capture
+
+    root = Path(__file__).resolve().parents[1]
+    meta, frame = load_capture(root / "reports" / "fa4-peers-h100-bwd")
+    assert meta["device"] == "NVIDIA H100 80GB HBM3"
+    totals = frame[frame.step == "total"]
+    assert (totals.status == "ok").all() and len(totals) == 3 * 32 and set(totals["mode"]) == {"bwd"}
+    assert set(totals[totals.impl == "triton_flash"].path) == {"gluon-ws"}
+    times = totals.pivot_table(index=["dtype", "head_dim", "causal", "seq_q"], columns="impl", values="time_ms")
+    assert len(times) == 32
+    cudnn, fa4 = times.sdpa_cudnn / times.triton_flash, times.fa4 / times.triton_flash
+    readme = (root / "README.md").read_text().replace("\n", " ")
+    assert (f"our backward runs at {fa4.min():.2f}x to {fa4.max():.2f}x FA4 and {cudnn.min():.2f}x to "
+            f"{cudnn.max():.2f}x cuDNN, at or above cuDNN on {(cudnn >= 1).sum()} of 32 shapes and at or above "
+            f"0.85x FA4 on {(fa4 >= 0.85).sum()}") in readme
