@@ -111,9 +111,6 @@ class BackwardConfig(NamedTuple):
     # 2: dQ multiplied and reduce-added (the only value that gives a dQ); 1: multiplied but not added; 0: neither.
     # 1 and 0 measure the dQ path's share of the time (docs/perf-notes.md, "Gluon backward", round 7).
     dq_mode: int = 2
-    # With query_rows: tile i's dQ wgmma issued before tile i+1's S and dP, its store and reduce-add run while
-    # they do, instead of both consumers storing it while the tensor cores wait (round 8)
-    dq_defer: bool = False
 
     def dq_tile(self, head_dim: int) -> tuple[int, int]:
         """(rows, columns) of one dQ share: what one consumer multiplies and reduce-adds per query tile."""
@@ -314,21 +311,6 @@ def _probs_rows(s, lse2, rows, first_key, seq_q, seq_kv, qk_scale, MASKED: gl.co
 
 
 @gluon.jit
-def _dq_store(dq, row, dq_buf, dq_desc, WG: gl.constexpr, DQ_N: gl.constexpr, DQ_COLS: gl.constexpr):
-    """A dQ share (fp32 registers) into shared memory, then one TMA reduce-add into the fp32 buffer's
-    ``row`` once the previous one has read its source."""
-    tma.store_wait(0)
-    gl.thread_barrier()
-    dq_buf.store(dq)
-    fence_async_shared()
-    gl.thread_barrier()
-    dq_col = 0
-    if DQ_COLS:
-        dq_col = WG * DQ_N
-    _tma_reduce_add(dq_desc, [row, dq_col], dq_buf)
-
-
-@gluon.jit
 def _dq_share(i, count, off_hz, k_dq, dq_buf, ds_op, dq_desc, q_pad,
               WG: gl.constexpr, BLOCK_M: gl.constexpr, NUM_WG: gl.constexpr, DQ_N: gl.constexpr,
               DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr):
@@ -342,15 +324,25 @@ def _dq_share(i, count, off_hz, k_dq, dq_buf, ds_op, dq_desc, q_pad,
                            use_acc=False, is_async=True)
         dq = warpgroup_mma_wait(0, deps=(dq,))
         if DQ_MODE > 1:
-            _dq_store(dq, off_hz * q_pad + i * BLOCK_M, dq_buf, dq_desc, WG, DQ_N, DQ_COLS)
+            # Into shared memory, then one TMA reduce-add into the fp32 buffer once the previous one
+            # has read its source.
+            tma.store_wait(0)
+            gl.thread_barrier()
+            dq_buf.store(dq)
+            fence_async_shared()
+            gl.thread_barrier()
+            dq_col = 0
+            if DQ_COLS:
+                dq_col = WG * DQ_N
+            _tma_reduce_add(dq_desc, [off_hz * q_pad + i * BLOCK_M, dq_col], dq_buf)
 
 
 @gluon.jit
-def _bwd_step_rows(dk, dv, prev_row, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
+def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
                    seq_q, seq_kv, q_pad, qk_scale,
                    WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                    NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
-                   CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, DQ_DEFER: gl.constexpr):
+                   CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr):
     """:func:`_bwd_step` with S = Q Kᵀ and dP = dO Vᵀ the right way up (queries are the wgmma M):
     FlashAttention-3's choice at head_dim 128 (hopper/flash_bwd_launch_template.h, SdP_swapAB off).
     A thread then holds 2 query rows of the tile, so lse and delta cost 2 registers each instead of
@@ -366,21 +358,9 @@ def _bwd_step_rows(dk, dv, prev_row, i, count, off_hz, first_key, k, v, k_dq, dq
     rows = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     q = q_smem.index(slot)
     do = do_smem.index(slot)
-    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                        instr_shape=[16, DQ_N, 16])
     mbarrier.wait(q_ready.index(slot), phase)
-    if DQ_DEFER:
-        # The previous tile's dQ first (its dS is in the other buffer, both consumers' halves in it since
-        # the previous step's ds_ready), so its store and reduce-add below run under S's and dP's wgmma.
-        # With no previous tile (prev_row -1) the product is not stored.
-        dq = warpgroup_mma(ds_smem.index((count + 1) % 2), k_dq,
-                           gl.zeros([BLOCK_M, DQ_N], gl.float32, dq_layout), use_acc=False, is_async=True)
     s = warpgroup_mma(q, k.permute((1, 0)), gl.zeros([BLOCK_M, KEYS_PER_WG], gl.float32, s_layout),
                       use_acc=False, is_async=True)
-    if DQ_DEFER:  # (before dP's issue: dP's accumulator would hold 32 more registers through the store)
-        dq = warpgroup_mma_wait(1, deps=(dq,))  # dQ done; S may still run
-        if prev_row >= 0:
-            _dq_store(dq, prev_row, dq_buf, dq_desc, WG, DQ_N, DQ_COLS)
     mbarrier.wait(do_ready.index(slot), phase)
     dp = warpgroup_mma(do, v.permute((1, 0)), gl.zeros([BLOCK_M, KEYS_PER_WG], gl.float32, s_layout),
                        use_acc=False, is_async=True)
@@ -410,33 +390,27 @@ def _bwd_step_rows(dk, dv, prev_row, i, count, off_hz, first_key, k, v, k_dq, dq
     dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
     mbarrier.arrive(empty.index(slot), count=1)  # done with this slot's Q and dO
     mbarrier.wait(ds_ready.index(count % 2), _phase(count, 2))
-    if DQ_DEFER:
-        prev_row = off_hz * q_pad + i * BLOCK_M  # this tile's dQ goes at the next step (or the flush)
-    else:
-        _dq_share(i, count, off_hz, k_dq, dq_buf, ds_all, dq_desc, q_pad, WG, BLOCK_M, NUM_WG, DQ_N, DQ_COLS,
-                  DQ_MODE)
-    return dk, dv, prev_row
+    _dq_share(i, count, off_hz, k_dq, dq_buf, ds_all, dq_desc, q_pad, WG, BLOCK_M, NUM_WG, DQ_N, DQ_COLS, DQ_MODE)
+    return dk, dv
 
 
 @gluon.jit
-def _bwd_step(dk, dv, prev_row, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
+def _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
               seq_q, seq_kv, q_pad, qk_scale,
               WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
               NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
-              CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr,
-              DQ_DEFER: gl.constexpr):
+              CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr):
     """Query tile i (the ring's count-th) against this warpgroup's keys: dV and dK accumulate, and
     this warpgroup's share of the tile's dQ goes to the fp32 buffer."""
     if QUERY_ROWS:
-        dk, dv, prev_row = _bwd_step_rows(dk, dv, prev_row, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs,
-                                          bars, dq_desc, seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M,
-                                          STAGES, NUM_WG, KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE,
-                                          DQ_DEFER)
+        dk, dv = _bwd_step_rows(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
+                                seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                                KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE)
     else:
         dk, dv = _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
                              seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
                              KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE)
-    return dk, dv, prev_row
+    return dk, dv
 
 
 @gluon.jit
@@ -498,7 +472,7 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
                             WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                             STAGES: gl.constexpr, NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr,
                             CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr,
-                            QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr, DQ_DEFER: gl.constexpr):
+                            QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr):
     """One warpgroup: keys start_n + WG·64 ... + 63 against every query tile they see; dK and dV of
     those keys at the end, and a dQ share per query tile."""
     q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc = descs
@@ -550,7 +524,6 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
         mbarrier.wait(kv_ready, _phase(done, 1))
         for g in range(group):
             off_hz = off_z * heads + off_hk * group + g
-            prev_row = -1  # the fp32 dQ row of a tile whose dQ is still to come (DQ_DEFER)
             if MASKED_FIRST:
                 # Two copies of the step, not three: the masked tiles of both ends in one loop, then the
                 # clean ones, in the order the loader brings them (the block's bounds, not this warpgroup's).
@@ -558,48 +531,34 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
                                                           CAUSAL)
                 for j in range(0, clean_lo - lo + hi - clean_hi):
                     i = _tile_at(j, lo, clean_lo, clean_hi, hi)
-                    dk, dv, prev_row = _bwd_step(dk, dv, prev_row, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs,
-                                                 bars, dq_desc,
+                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
                                        seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS, DQ_DEFER)
+                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
                 for i in range(clean_lo, clean_hi):
-                    dk, dv, prev_row = _bwd_step(dk, dv, prev_row, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs,
-                                                 bars, dq_desc,
+                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
                                        seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS, DQ_DEFER)
+                                       KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
             else:
                 # The causal diagonal's tiles (masked), the clean ones, then a ragged end (masked).
                 diag_hi = gl.minimum(gl.maximum(m_clean, m_lo), n_m)
                 clean_hi = gl.maximum(diag_hi, m_whole)
                 for i in range(m_lo, diag_hi):
-                    dk, dv, prev_row = _bwd_step(dk, dv, prev_row, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs,
-                                                 bars, dq_desc,
+                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
                                        seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS, DQ_DEFER)
+                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
                 for i in range(diag_hi, clean_hi):
-                    dk, dv, prev_row = _bwd_step(dk, dv, prev_row, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs,
-                                                 bars, dq_desc,
+                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
                                        seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS, DQ_DEFER)
+                                       KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
                 for i in range(clean_hi, n_m):
-                    dk, dv, prev_row = _bwd_step(dk, dv, prev_row, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs,
-                                                 bars, dq_desc,
+                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
                                        seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS, DQ_DEFER)
+                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
-            if DQ_DEFER:
-                if prev_row >= 0:  # the last tile's dQ, whose dS is in buffer (count - 1) % 2
-                    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                                        instr_shape=[16, DQ_N, 16])
-                    dq = warpgroup_mma(ds_smem.index((count + 1) % 2), k_dq,
-                                       gl.zeros([BLOCK_M, DQ_N], gl.float32, dq_layout), use_acc=False,
-                                       is_async=True)
-                    dq = warpgroup_mma_wait(0, deps=(dq,))
-                    _dq_store(dq, prev_row, dq_buf, dq_desc, WG, DQ_N, DQ_COLS)
         mbarrier.arrive(kv_empty, count=1)  # the loader may bring the next block's K and V
 
         # dK = scale · Σ dSᵀ Q (dS was taken w.r.t. the scaled scores); rows past seq_kv not stored.
@@ -624,7 +583,6 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
                      HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                      NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr,
                      DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr,
-                     DQ_DEFER: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
                      Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr):
     """Program p takes key blocks p, p + programs, ... of the n_blocks · bh_kv (one each when the
@@ -672,12 +630,12 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
                                        seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 0, HEAD_DIM, BLOCK_M,
                                        STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                       MASKED_FIRST, DQ_DEFER)),
+                                       MASKED_FIRST)),
             (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, heads, group, seq_q,
                                        seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 1, HEAD_DIM, BLOCK_M,
                                        STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                       MASKED_FIRST, DQ_DEFER)),
+                                       MASKED_FIRST)),
             (_bwd_load_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section,
                                    snake, stats_rows, BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, MASKED_FIRST)),
         ],
@@ -767,8 +725,8 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
         stats.shape[1] * stats.shape[2] // config.block_m,
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, STAGES=config.stages, NUM_WG=config.consumers,
         KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols, DQ_MODE=config.dq_mode,
-        QUERY_ROWS=config.query_rows, MASKED_FIRST=config.masked_first, DQ_DEFER=config.dq_defer,
-        CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
+        QUERY_ROWS=config.query_rows, MASKED_FIRST=config.masked_first, CONSUMER_REGS=consumer_regs,
+        LOADER_REGS=loader_regs,
         Q_LAYOUT=tile_layout(config.block_m, head_dim, q.dtype),
         KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype),
         num_warps=4,
