@@ -62,14 +62,13 @@ from kernels import tile_schedule
 from kernels._autotune import LOG2E
 from kernels._checks import cuda_properties
 from kernels._layout import empty_in_layout
-
-# The ring's mbarrier phase, the tile order and the sm_90 checks, shared with the forward.
-from kernels.flash_fwd_hopper import (
-    _as_box,
-    _phase,
-    _shared_layout,
-    _swizzled_tile,
+from kernels.hopper_common import (
+    GLUON_IMPORT_ERROR,
+    as_box,
+    ring_phase,
+    shared_layout,
     sm90_reason,
+    swizzled_tile,
     tensor_descriptor,
     tile_layout,
     tma_layout_reason,
@@ -87,10 +86,7 @@ try:  # Gluon's Hopper API as triton 3.6 ships it; other versions may lack or re
         warpgroup_mma_wait,
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    GLUON_IMPORT_ERROR = None
-except ImportError as error:  # pragma: no cover - depends on the installed triton
-    GLUON_IMPORT_ERROR = f"triton {triton.__version__} has no Gluon Hopper API ({error})"
+except ImportError:  # pragma: no cover - depends on the installed triton (GLUON_IMPORT_ERROR says so)
     gluon = types.SimpleNamespace(jit=lambda fn=None, **options: fn if fn is not None else (lambda f: f))
     builtin = None
 
@@ -181,11 +177,11 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: tor
 
 @gluon.jit
 def _key_block(t, n_blocks, bh_kv, section, snake, BLOCK_N: gl.constexpr):
-    """Key block t as (batch·K/V head, first key), in _swizzled_tile's order: heads in sections
+    """Key block t as (batch·K/V head, first key), in swizzled_tile's order: heads in sections
     (``section`` 1: head by head), so few heads' Q and dO are in L2 while their key blocks run;
     causal, the first key block of a section (which sees every query tile) first, snaked for
     persistent programs (kernels.tile_schedule.plan)."""
-    off_bhk, block = _swizzled_tile(t, n_blocks, bh_kv, section, snake)
+    off_bhk, block = swizzled_tile(t, n_blocks, bh_kv, section, snake)
     return off_bhk, block * BLOCK_N
 
 
@@ -249,12 +245,12 @@ def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n
         off_z = off_bhk // kv_heads
         off_hk = off_bhk % kv_heads
         # The consumers are done with the previous block's K and V (their dK/dV stores still run).
-        mbarrier.wait(kv_empty, _phase(done, 1) ^ 1)
+        mbarrier.wait(kv_empty, ring_phase(done, 1) ^ 1)
         # The whole key block in one box each: at head_dim 128 a 128-byte swizzle stores a tile as two
-        # column halves, so a slice of its rows is not one contiguous box (_as_box needs one).
+        # column halves, so a slice of its rows is not one contiguous box (as_box needs one).
         mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [off_z, off_hk, start_n, 0], kv_ready, _as_box(k_smem, k_desc))
-        tma.async_copy_global_to_shared(v_desc, [off_z, off_hk, start_n, 0], kv_ready, _as_box(v_smem, v_desc))
+        tma.async_copy_global_to_shared(k_desc, [off_z, off_hk, start_n, 0], kv_ready, as_box(k_smem, k_desc))
+        tma.async_copy_global_to_shared(v_desc, [off_z, off_hk, start_n, 0], kv_ready, as_box(v_smem, v_desc))
         m_lo, clean_lo, clean_hi, n_m = _query_tiles(start_n, seq_q, seq_kv, BLOCK_M, NUM_WG * KEYS_PER_WG, CAUSAL)
         for g in range(group):
             off_h = off_hk * group + g
@@ -263,7 +259,7 @@ def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n
                 if MASKED_FIRST:
                     i = _tile_at(j - m_lo, m_lo, clean_lo, clean_hi, n_m)
                 slot = count % STAGES
-                mbarrier.wait(empty.index(slot), _phase(count, STAGES) ^ 1)  # every consumer is done with it
+                mbarrier.wait(empty.index(slot), ring_phase(count, STAGES) ^ 1)  # every consumer is done with it
                 # With Q, the tile's lse·log2e and delta: rows of the (2·B·H·Nq_pad / BLOCK_M, BLOCK_M)
                 # stats buffer (tile_stats), so no consumer waits on a load of its own for them.
                 mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes + 2 * stats_desc.block_type.nbytes)
@@ -275,10 +271,10 @@ def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n
                     stats_desc, [stats_rows + row, 0], q_ready.index(slot),
                     stats_smem.index(2 * slot + 1)._reinterpret(gl.float32, [1, BLOCK_M], stats_desc.layout))
                 tma.async_copy_global_to_shared(q_desc, [off_z, off_h, i * BLOCK_M, 0], q_ready.index(slot),
-                                                _as_box(q_smem.index(slot), q_desc))
+                                                as_box(q_smem.index(slot), q_desc))
                 mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
                 tma.async_copy_global_to_shared(do_desc, [off_z, off_h, i * BLOCK_M, 0], do_ready.index(slot),
-                                                _as_box(do_smem.index(slot), do_desc))
+                                                as_box(do_smem.index(slot), do_desc))
                 count += 1
         done += 1
 
@@ -354,7 +350,7 @@ def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs
     dtype: gl.constexpr = q_smem.dtype
 
     slot = count % STAGES
-    phase = _phase(count, STAGES)
+    phase = ring_phase(count, STAGES)
     rows = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     q = q_smem.index(slot)
     do = do_smem.index(slot)
@@ -389,7 +385,7 @@ def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs
     mbarrier.arrive(ds_ready.index(count % 2), count=1)
     dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
     mbarrier.arrive(empty.index(slot), count=1)  # done with this slot's Q and dO
-    mbarrier.wait(ds_ready.index(count % 2), _phase(count, 2))
+    mbarrier.wait(ds_ready.index(count % 2), ring_phase(count, 2))
     _dq_share(i, count, off_hz, k_dq, dq_buf, ds_all, dq_desc, q_pad, WG, BLOCK_M, NUM_WG, DQ_N, DQ_COLS, DQ_MODE)
     return dk, dv
 
@@ -430,7 +426,7 @@ def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, 
     dtype: gl.constexpr = q_smem.dtype
 
     slot = count % STAGES
-    phase = _phase(count, STAGES)
+    phase = ring_phase(count, STAGES)
     cols = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
     q = q_smem.index(slot)
     do = do_smem.index(slot)
@@ -460,7 +456,7 @@ def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, 
     mbarrier.arrive(ds_ready.index(count % 2), count=1)
     dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv, dk, p_op, ds_op))
     mbarrier.arrive(empty.index(slot), count=1)  # done with this slot's Q and dO
-    mbarrier.wait(ds_ready.index(count % 2), _phase(count, 2))
+    mbarrier.wait(ds_ready.index(count % 2), ring_phase(count, 2))
     _dq_share(i, count, off_hz, k_dq, dq_buf, ds_all.permute((1, 0)), dq_desc, q_pad, WG, BLOCK_M, NUM_WG, DQ_N,
               DQ_COLS, DQ_MODE)
     return dk, dv
@@ -521,7 +517,7 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
         dk = gl.zeros([KEYS_PER_WG, HEAD_DIM], gl.float32, kv_layout)
         dv = gl.zeros([KEYS_PER_WG, HEAD_DIM], gl.float32, kv_layout)
 
-        mbarrier.wait(kv_ready, _phase(done, 1))
+        mbarrier.wait(kv_ready, ring_phase(done, 1))
         for g in range(group):
             off_hz = off_z * heads + off_hk * group + g
             if MASKED_FIRST:
@@ -675,7 +671,7 @@ def descriptors(q, k, v, do, dq_acc, stats, config: BackwardConfig):
     (B·H·Nq_pad, D) fp32 in dQ shares (:meth:`BackwardConfig.dq_tile`)."""
     head_dim = q.shape[-1]
     dq_block = list(config.dq_tile(head_dim))
-    dq_layout = _shared_layout(tuple(dq_block), torch.float32)
+    dq_layout = shared_layout(tuple(dq_block), torch.float32)
     stats_block = [1, config.block_m]  # one query tile's row of lse·log2e or delta, unswizzled
     stats_layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
     return (tensor_descriptor(q, config.block_m), tensor_descriptor(do, config.block_m),

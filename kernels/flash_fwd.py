@@ -189,7 +189,7 @@ def flash_attention_forward(
     split-KV path where it applies (tests run both).
 
     On an H100/H200, fp16/bf16 inputs with head_dim 64 or 128 in layouts a TMA descriptor reads
-    (contiguous BHSD, BSHD views, packed-QKV slices: flash_fwd_hopper.tma_layout_reason) take the
+    (contiguous BHSD, BSHD views, packed-QKV slices: hopper_common.tma_layout_reason) take the
     warp-specialized Gluon kernel of kernels.flash_fwd_hopper, except the shapes where the portable
     kernel measured faster (flash_fwd_hopper.PORTABLE_UP_TO); ``gluon`` False forces the portable
     kernel, True the Gluon one, refusing (ValueError) inputs it does not cover. :func:`forward_path`

@@ -39,8 +39,6 @@ Gluon, so the CPU tests run the portable kernel; tests/gpu runs this one against
 
 from __future__ import annotations
 
-import functools
-import os
 import types
 from typing import NamedTuple
 
@@ -48,26 +46,25 @@ import torch
 import triton
 
 from kernels import tile_schedule
-from kernels._autotune import INTERPRET, LN2_C, LOG2E
+from kernels._autotune import LN2_C, LOG2E
 from kernels._checks import cuda_properties
 from kernels._layout import empty_in_layout
+from kernels.hopper_common import (
+    as_box,
+    ring_phase,
+    sm90_reason,
+    swizzled_tile,
+    tensor_descriptor,
+    tile_layout,
+)
 
-try:  # Gluon's Hopper API as triton 3.6 ships it; other versions may lack or rename parts of it
+try:  # Gluon's Hopper API as triton 3.6 ships it (kernels.hopper_common says why GLUON_IMPORT_ERROR is set)
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    GLUON_IMPORT_ERROR = None
-    # Later Gluon renamed what these kernels call (triton 3.9: gl.thread_barrier is gl.barrier, and
-    # tma.async_copy_global_to_shared raises "removed; call async_load"), so they would not compile.
-    if not hasattr(gl, "thread_barrier"):
-        GLUON_IMPORT_ERROR = (f"triton {triton.__version__}'s Gluon API differs from triton 3.6's, which the "
-                              "Gluon kernels are written and checked for (it has no gl.thread_barrier)")
-except ImportError as error:  # pragma: no cover - depends on the installed triton
-    GLUON_IMPORT_ERROR = f"triton {triton.__version__} has no Gluon Hopper API ({error})"
+except ImportError:  # pragma: no cover - depends on the installed triton
     # The kernels below are still defined (their bodies are only read when compiled); unsupported_reason
-    # returns this error, so nothing launches them.
+    # returns GLUON_IMPORT_ERROR, so nothing launches them.
     gluon = types.SimpleNamespace(jit=lambda fn=None, **options: fn if fn is not None else (lambda f: f))
 
 HEAD_DIMS = (64, 128)
@@ -141,124 +138,9 @@ def forward_tile(head_dim: int, dtype: str = "fp16") -> tuple[int, int] | None:
     return config.block_m, config.block_n
 
 
-def sm90_reason(kernel: str, head_dims: tuple[int, ...], **tensors: torch.Tensor) -> str | None:
-    """Why a Gluon sm_90 kernel (``kernel``: 'forward', 'backward') cannot take these tensors (q
-    first), or None when it can: Gluon present and on, an sm_90 GPU, fp16/bf16, a head_dim it has,
-    and every tensor in a layout its TMA descriptor can read (:func:`tma_layout_reason`).
-
-    The answer depends on each tensor's device, dtype, shape, strides and base address modulo 16
-    only, so it is kept per such layout: a model calls attention with the same few layouts every
-    step, and the checks cost more host time than the key (about 25 us a call on the H100 machine)."""
-    key = (kernel, head_dims, os.environ.get("ATTN_GLUON", "1"),
-           *((name, t.device, t.dtype, t.shape, t.stride(), t.data_ptr() % 16) for name, t in tensors.items()))
-    reason = _SM90_REASONS.get(key, _UNKNOWN)
-    if reason is _UNKNOWN:
-        if len(_SM90_REASONS) >= 4096:
-            _SM90_REASONS.clear()
-        reason = _SM90_REASONS[key] = _sm90_reason(kernel, head_dims, tensors)
-    return reason
-
-
-_SM90_REASONS: dict = {}
-_UNKNOWN = object()
-
-
-def _sm90_reason(kernel: str, head_dims: tuple[int, ...], tensors: dict[str, torch.Tensor]) -> str | None:
-    q = next(iter(tensors.values()))
-    if GLUON_IMPORT_ERROR is not None:
-        return GLUON_IMPORT_ERROR
-    if INTERPRET or os.environ.get("ATTN_GLUON", "1") == "0":
-        return "Gluon kernels are off (TRITON_INTERPRET=1 or ATTN_GLUON=0)"
-    if not q.is_cuda:
-        return f"the Gluon {kernel} needs an sm_90 GPU (H100/H200)"
-    props = cuda_properties(q.device.index)
-    if (props.major, props.minor) != (9, 0):
-        return f"the Gluon {kernel} needs an sm_90 GPU (H100/H200)"
-    if q.dtype not in (torch.float16, torch.bfloat16):
-        return f"the Gluon {kernel} takes fp16 or bf16, not {q.dtype}"
-    if q.shape[-1] not in head_dims:
-        return f"the Gluon {kernel} takes head_dim in {head_dims}, not {q.shape[-1]}"
-    for name, t in tensors.items():
-        reason = tma_layout_reason(t)
-        if reason is not None:
-            return f"the Gluon {kernel}'s TMA descriptors cannot read {name}: {reason}"
-    return None
-
-
-def tma_layout_reason(t: torch.Tensor) -> str | None:
-    """Why a 4-D BHSD tensor cannot back a TMA descriptor on its own strides, or None when it can.
-
-    A tensor map (CUDA driver API, cuTensorMapEncodeTiled) needs a 16-byte aligned base address, a
-    unit-stride innermost dimension and every other stride a multiple of 16 bytes. Contiguous BHSD,
-    the (batch, seq, heads, head_dim) storage that transformers and flash-attn hand over as a BHSD
-    view, and the q, k, v slices of a packed QKV projection all qualify at head_dim 64 and 128. A
-    dimension of extent 1 is never stepped along, so its stride does not count (see tma_strides)."""
-    strides, shape, size = t.stride(), t.shape, t.element_size()
-    if strides[-1] != 1:
-        return f"its head_dim is not unit-stride (strides {tuple(strides)})"
-    for stride, extent in zip(strides[:-1], shape[:-1]):
-        if extent > 1 and stride == 0:
-            return f"it is expanded (a stride of 0: strides {tuple(strides)})"
-        if extent > 1 and (stride * size) % 16:
-            return f"stride {stride} x {size} bytes is not a multiple of 16 bytes (strides {tuple(strides)})"
-    if t.data_ptr() % 16:
-        return f"its address is not 16-byte aligned (offset {t.data_ptr() % 16} bytes)"
-    return None
-
-
-def tma_strides(t: torch.Tensor) -> list[int]:
-    """t's strides for a tensor map, a dimension of extent 1 given its next dimension's span instead
-    (any multiple of 16 bytes does: its only index is 0)."""
-    strides = list(t.stride())
-    for dim in range(t.dim() - 2, -1, -1):
-        if t.shape[dim] == 1:
-            strides[dim] = strides[dim + 1] * t.shape[dim + 1]
-    return strides
-
-
-def tensor_descriptor(t: torch.Tensor, rows: int):
-    """A 4-D TMA descriptor of BHSD ``t`` on its own strides whose tile is ``rows`` consecutive
-    positions of one (batch, head) by the whole head_dim: a tile never crosses into another
-    sequence, batch or head (TMA fills positions past the sequence's end with zeros)."""
-    block = [1, 1, rows, t.shape[-1]]
-    return TensorDescriptor(t, list(t.shape), tma_strides(t), block, _shared_layout(tuple(block), t.dtype))
-
-
-@functools.cache
-def _shared_layout(block: tuple[int, ...], dtype: torch.dtype):
-    """NVMMASharedLayout.get_default_for, once per block shape and dtype: it costs tens of microseconds
-    a call, which a decode step or a short prefill pays on the host before every launch."""
-    element = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}[dtype]
-    return gl.NVMMASharedLayout.get_default_for(list(block), element)
-
-
 def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
     """Why this kernel cannot take these (already checked) inputs, or None when it can."""
     return sm90_reason("forward", HEAD_DIMS, q=q, k=k, v=v)
-
-
-@gluon.jit
-def _phase(i, STAGES: gl.constexpr):
-    """Parity of the mbarrier phase that use i of a ring of STAGES buffers completes: use i takes slot
-    i % STAGES, whose barrier completes one phase per pass round the ring. A consumer waits for this
-    phase (use i has landed); a producer waits for ``_phase(i) ^ 1``, the release of the slot's
-    previous use, which a fresh mbarrier counts as complete, so the first pass goes straight through.
-    Each consumer's Q buffer and its ping-pong turn are rings of one (STAGES = 1)."""
-    return (i // STAGES) & 1
-
-
-@gluon.jit
-def _swizzled_tile(t, n_blocks, bh, section, snake):
-    """Tile t as (batch·head, rank), rank 0 its longest block: heads in sections of ``section``,
-    each section rank by rank and head by head within a rank, every other section reversed when
-    ``snake`` (kernels.tile_schedule.tile is the reference and says why)."""
-    per_section = section * n_blocks
-    sec = t // per_section
-    r = t % per_section
-    heads_here = gl.minimum(section, bh - sec * section)  # the last section may be short
-    rank = r // heads_here
-    flip = snake * (sec % 2)
-    return sec * section + r % heads_here, rank + flip * (n_blocks - 1 - 2 * rank)
 
 
 @gluon.jit
@@ -268,7 +150,7 @@ def _tile(t, m_blocks, heads, seq_kv, bh, section, snake,
     head (``section`` 1), so a head's K and V stay in L2 while its query blocks run; causal longest
     block first, for persistent programs within snaked sections of heads
     (kernels.tile_schedule.plan). ``bh`` = batch·heads."""
-    off_hz, block = _swizzled_tile(t, m_blocks, bh, section, snake)
+    off_hz, block = swizzled_tile(t, m_blocks, bh, section, snake)
     if CAUSAL:
         block = m_blocks - 1 - block  # rank 0: the last query block, which sees every key
     off_m = block * BLOCK_M
@@ -276,15 +158,6 @@ def _tile(t, m_blocks, heads, seq_kv, bh, section, snake,
     if CAUSAL:
         hi = gl.minimum(seq_kv, off_m + BLOCK_M)  # top-left: the block's last row sees keys < off_m + BLOCK_M
     return off_m, off_hz // heads, off_hz % heads, gl.cdiv(hi, BLOCK_N)
-
-
-@gluon.jit
-def _as_box(smem, desc):
-    """A 2-D shared-memory tile seen as ``desc``'s 4-D box (1, 1, rows, head_dim), for a TMA copy:
-    the leading dimensions of extent 1 leave the bytes and their swizzle as they are. ``smem`` must
-    be a whole tile, not a slice of a tile's rows: with rows wider than the 128-byte swizzle (head_dim
-    128 in 16 bits) a tile lies in memory as column halves, and a row slice is not one contiguous box."""
-    return smem._reinterpret(desc.dtype, desc.block_type.shape, desc.layout)
 
 
 @gluon.jit
@@ -304,22 +177,22 @@ def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq
                                              NUM_WG * SPLIT_M, BLOCK_N, CAUSAL)
         off_hk = off_h // group
         for wg in gl.static_range(NUM_WG):
-            mbarrier.wait(q_empty.index(wg), _phase(done, 1) ^ 1)  # the consumer is done with its last Q
+            mbarrier.wait(q_empty.index(wg), ring_phase(done, 1) ^ 1)  # the consumer is done with its last Q
             mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(q_desc, [off_z, off_h, off_m + wg * SPLIT_M, 0], q_ready.index(wg),
-                                            _as_box(q_smem.index(wg), q_desc))
+                                            as_box(q_smem.index(wg), q_desc))
         for j in range(n_tiles):
             c = count + j
             slot = c % STAGES
             # The slot's previous K (V) must be released by every consumer first.
-            mbarrier.wait(k_empty.index(slot), _phase(c, STAGES) ^ 1)
+            mbarrier.wait(k_empty.index(slot), ring_phase(c, STAGES) ^ 1)
             mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(k_desc, [off_z, off_hk, j * BLOCK_N, 0], k_ready.index(slot),
-                                            _as_box(k_smem.index(slot), k_desc))
-            mbarrier.wait(v_empty.index(slot), _phase(c, STAGES) ^ 1)
+                                            as_box(k_smem.index(slot), k_desc))
+            mbarrier.wait(v_empty.index(slot), ring_phase(c, STAGES) ^ 1)
             mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(v_desc, [off_z, off_hk, j * BLOCK_N, 0], v_ready.index(slot),
-                                            _as_box(v_smem.index(slot), v_desc))
+                                            as_box(v_smem.index(slot), v_desc))
         count += n_tiles
         done += 1
 
@@ -356,7 +229,7 @@ def _online_softmax(s, m_i, l_i, j, n_full, offs_n, rows, seq_kv, qk_scale,
 def _scores(q, k_smem, k_ready, c, s_zero, STAGES: gl.constexpr):
     """Issue S = Q Kᵀ of the ring's key tile c as an asynchronous wgmma, once its K has landed."""
     slot = c % STAGES
-    mbarrier.wait(k_ready.index(slot), _phase(c, STAGES))
+    mbarrier.wait(k_ready.index(slot), ring_phase(c, STAGES))
     return warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
 
 
@@ -367,9 +240,9 @@ def _take_turn(turns, it, WG: gl.constexpr, PINGPONG: gl.constexpr):
     release: its first wait passes at once, so it goes first."""
     if PINGPONG:
         if WG == 0:
-            mbarrier.wait(turns.index(WG), _phase(it, 1) ^ 1)
+            mbarrier.wait(turns.index(WG), ring_phase(it, 1) ^ 1)
         else:
-            mbarrier.wait(turns.index(WG), _phase(it, 1))
+            mbarrier.wait(turns.index(WG), ring_phase(it, 1))
 
 
 @gluon.jit
@@ -413,7 +286,7 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, m_blocks, total, h
         acc = gl.zeros([SPLIT_M, HEAD_DIM], gl.float32, o_layout)
         m_i = gl.full([SPLIT_M], float("-inf"), gl.float32, row_layout)
         l_i = gl.zeros([SPLIT_M], gl.float32, row_layout)
-        mbarrier.wait(q_ready.index(WG), _phase(done, 1))
+        mbarrier.wait(q_ready.index(WG), ring_phase(done, 1))
         if OVERLAP:
             # Key tile 0 alone; then each round issues S(j) and PV(j-1) before the softmax of S(j).
             _take_turn(turns, count, WG, PINGPONG)
@@ -428,7 +301,7 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, m_blocks, total, h
                 prev = (c - 1) % STAGES
                 _take_turn(turns, c, WG, PINGPONG)
                 s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
-                mbarrier.wait(v_ready.index(prev), _phase(c - 1, STAGES))
+                mbarrier.wait(v_ready.index(prev), ring_phase(c - 1, STAGES))
                 p_op = gl.convert_layout(p.to(dtype), p_layout)
                 acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
                 _pass_turn(turns, WG, NUM_WG, PINGPONG)
@@ -441,7 +314,7 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, m_blocks, total, h
                 acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
             mbarrier.arrive(q_empty.index(WG), count=1)  # every S of this tile is done
             c = count + n_tiles - 1
-            mbarrier.wait(v_ready.index(c % STAGES), _phase(c, STAGES))
+            mbarrier.wait(v_ready.index(c % STAGES), ring_phase(c, STAGES))
             p_op = gl.convert_layout(p.to(dtype), p_layout)
             acc = warpgroup_mma(p_op, v_smem.index(c % STAGES), acc, is_async=True)
             acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
@@ -459,7 +332,7 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, m_blocks, total, h
                 p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, n_full, offs_n, rows, seq_kv, qk_scale,
                                                      BLOCK_N, CAUSAL)
                 acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-                mbarrier.wait(v_ready.index(slot), _phase(c, STAGES))
+                mbarrier.wait(v_ready.index(slot), ring_phase(c, STAGES))
                 p_op = gl.convert_layout(p.to(dtype), p_layout)
                 acc = warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
                 acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
@@ -562,11 +435,6 @@ def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_n: int)
     """TMA descriptors of Q in 64-row tiles and of K, V in block_n rows, each on its tensor's own
     strides (:func:`tensor_descriptor`)."""
     return tensor_descriptor(q, SPLIT_M), tensor_descriptor(k, block_n), tensor_descriptor(v, block_n)
-
-
-def tile_layout(rows: int, head_dim: int, dtype: torch.dtype):
-    """The shared-memory layout of a 2-D (rows, head_dim) tile, as the wgmma reads it."""
-    return _shared_layout((rows, head_dim), dtype)
 
 
 def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,

@@ -29,7 +29,7 @@ at or above the straight one at every section size, and smaller sections (fewer 
 faster than larger ones once the work is even, so :func:`plan` takes the smallest section whose
 snaked order balances the programs on the launch's own shape (:func:`largest_share`).
 
-:func:`tile` is the reference for the ``_swizzled_tile`` Gluon function in kernels.flash_fwd_hopper
+:func:`tile` is the reference for the ``swizzled_tile`` Gluon function in kernels.hopper_common
 (the kernels' mapping); tests check it visits every tile once and the plan's balance. Pure Python:
 no GPU or triton needed (numpy for :func:`largest_share`).
 """

@@ -284,13 +284,14 @@ def test_backward_dispatch_follows_backward_path(monkeypatch):
 
 
 def test_gluon_tile_order_is_the_reference_order(monkeypatch):
-    """_swizzled_tile (Gluon, run here as plain Python) maps every t as kernels.tile_schedule.tile."""
+    """swizzled_tile (Gluon, run here as plain Python) maps every t as kernels.tile_schedule.tile."""
     import itertools
 
+    from kernels import hopper_common
     from kernels.tile_schedule import tile
 
-    monkeypatch.setattr(hopper.gl, "minimum", min)
-    swizzled = hopper._swizzled_tile.fn
+    monkeypatch.setattr(hopper_common.gl, "minimum", min)
+    swizzled = hopper_common.swizzled_tile.fn
     for bh, n_blocks, section, snake in itertools.product((1, 5, 13), (1, 3, 8), (1, 2, 4, 6, 15), (0, 1)):
         for t in range(bh * n_blocks):
             assert swizzled(t, n_blocks, bh, section, snake) == tile(t, n_blocks, bh, section, bool(snake))
@@ -299,17 +300,17 @@ def test_gluon_tile_order_is_the_reference_order(monkeypatch):
 def test_a_triton_whose_gluon_api_differs_takes_the_portable_kernels():
     """The Gluon kernels are written for triton 3.6's Gluon (gl.thread_barrier; later versions call it
     gl.barrier): on another API every Gluon path reports why it is off, so nothing tries to compile them."""
-    from kernels import flash_bwd_hopper, flash_fwd_hopper
+    from kernels import flash_bwd_hopper, flash_fwd_hopper, hopper_common
 
-    gl = flash_fwd_hopper.gl
+    gl = hopper_common.gl
     if hasattr(gl, "thread_barrier"):
-        assert flash_fwd_hopper.GLUON_IMPORT_ERROR is None
+        assert hopper_common.GLUON_IMPORT_ERROR is None
     else:
-        reason = flash_fwd_hopper.GLUON_IMPORT_ERROR
+        reason = hopper_common.GLUON_IMPORT_ERROR
         assert reason == (f"triton {triton.__version__}'s Gluon API differs from triton 3.6's, which the Gluon "
                           "kernels are written and checked for (it has no gl.thread_barrier)")
         q = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
-        assert flash_fwd_hopper.sm90_reason("forward", (64,), q=q) == reason
+        assert flash_fwd_hopper.unsupported_reason(q, q, q) == reason
         assert flash_bwd_hopper.unsupported_reason(q, q, q, q) == reason
 
 

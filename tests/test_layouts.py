@@ -9,7 +9,7 @@ import torch
 
 from kernels import flash_attention
 from kernels._layout import empty_in_layout
-from kernels.flash_fwd_hopper import tma_layout_reason, tma_strides
+from kernels.hopper_common import tma_layout_reason, tma_strides
 from kernels.reference import oracle_with_grads, relative_error
 
 
@@ -62,7 +62,7 @@ def test_the_sm90_answer_is_kept_per_layout_and_address_alignment(monkeypatch):
     """sm90_reason keeps its answer per (device, dtype, shape, strides, address mod 16, ATTN_GLUON): a model's
     repeated layouts skip the checks, and a layout that differs in any of those is checked afresh. Here the
     CPU stands in for an sm_90 GPU, so the only reasons left are the layouts'."""
-    from kernels import flash_fwd_hopper as hopper
+    from kernels import hopper_common as hopper
 
     monkeypatch.setattr(hopper, "GLUON_IMPORT_ERROR", None)
     monkeypatch.setattr(hopper, "INTERPRET", False)

@@ -15,7 +15,7 @@ import torch
 from kernels import flash_attention
 from kernels.flash_bwd import backward_path
 from kernels.flash_fwd import flash_attention_forward, forward_path
-from kernels.flash_fwd_hopper import tma_layout_reason
+from kernels.hopper_common import tma_layout_reason
 from kernels.reference import naive_attention, oracle_with_grads, relative_error
 
 pytestmark = [
