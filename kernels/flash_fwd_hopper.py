@@ -146,7 +146,7 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str
 @gluon.jit
 def _tile(t, m_blocks, heads, seq_kv, bh, section, snake,
           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
-    """Query tile t as (off_m, batch, head, key tiles), in :func:`_swizzled_tile`'s order: head by
+    """Query tile t as (off_m, batch, head, key tiles), in swizzled_tile's order (kernels.hopper_common): head by
     head (``section`` 1), so a head's K and V stay in L2 while its query blocks run; causal longest
     block first, for persistent programs within snaked sections of heads
     (kernels.tile_schedule.plan). ``bh`` = batch·heads."""

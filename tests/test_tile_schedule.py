@@ -1,4 +1,4 @@
-"""kernels.tile_schedule: the Gluon kernels' tile order (the reference of their _swizzled_tile)."""
+"""kernels.tile_schedule: the Gluon kernels' tile order (the reference of their swizzled_tile)."""
 
 import itertools
 
