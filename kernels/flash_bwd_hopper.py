@@ -146,6 +146,41 @@ CONFIGS = {
 WORKER_REGS = {2: (240, 24)}
 
 
+class Descriptors(NamedTuple):
+    """The kernel's TMA descriptors (:func:`descriptors`)."""
+
+    q: object  # Q in BLOCK_M-row tiles of one (batch, head)
+    do: object  # dO, as Q
+    k: object  # K in key blocks of BLOCK_N rows
+    v: object  # V, as K
+    dq: object  # the fp32 dQ buffer (B·H·Nq_pad, D) in dQ shares
+    stats: object  # the (2·B·H·Nq_pad / BLOCK_M, BLOCK_M) rows of lse·log2e and delta (tile_stats)
+
+
+class Buffers(NamedTuple):
+    """The kernel's shared memory (sizes in the comment above CONFIGS)."""
+
+    q: object  # the ring's Q tiles (STAGES)
+    do: object  # the ring's dO tiles
+    k: object  # this key block's K
+    v: object  # and V
+    ds: object  # every consumer's dS (or dSᵀ) of a query tile, double-buffered, dQ's operand
+    dq: object  # each consumer's dQ share in fp32, the TMA reduce's source
+    p: object  # each consumer's P (query_rows only), dV's operand
+    stats: object  # the ring's lse·log2e and delta rows (two per slot)
+
+
+class Barriers(NamedTuple):
+    """The kernel's mbarriers: who arrives, who waits."""
+
+    kv_ready: object  # the loader's K and V copies landed
+    kv_empty: object  # every consumer is done with the block's K and V
+    q_ready: object  # per slot: Q and its lse·log2e and delta landed
+    do_ready: object  # per slot: dO landed
+    empty: object  # per slot: every consumer is done with it
+    ds_ready: object  # per dS buffer: every consumer's dS of the tile is in it
+
+
 if builtin is not None and not hasattr(tma, "async_atomic_add"):
     # triton 3.6's Gluon has the TMA reduce op (ttng.async_tma_reduce) but no Python wrapper for it;
     # later versions call this tma.async_atomic_add (same arguments).
@@ -232,9 +267,9 @@ def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n
                         KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr, MASKED_FIRST: gl.constexpr):
     """One warp: K and V of this key block once, then Q and dO of every query tile it sees, for each
     query head of its group, into the ring."""
-    q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc = descs
-    q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem, stats_smem = bufs
-    kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready = bars
+    q_desc, do_desc, k_desc, v_desc, stats_desc = descs.q, descs.do, descs.k, descs.v, descs.stats
+    q_smem, do_smem, k_smem, v_smem, stats_smem = bufs.q, bufs.do, bufs.k, bufs.v, bufs.stats
+    kv_ready, kv_empty, q_ready, do_ready, empty = bars.kv_ready, bars.kv_empty, bars.q_ready, bars.do_ready, bars.empty
 
     kv_heads = heads // group
     n_m = gl.cdiv(seq_q, BLOCK_M)
@@ -343,8 +378,8 @@ def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs
     FlashAttention-3's choice at head_dim 128 (hopper/flash_bwd_launch_template.h, SdP_swapAB off).
     A thread then holds 2 query rows of the tile, so lse and delta cost 2 registers each instead of
     16, at the price of P and dS reaching dV's and dK's wgmma through shared memory (transposed)."""
-    q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem, stats_smem = bufs
-    kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready = bars
+    q_smem, do_smem, ds_smem, p_smem, stats_smem = bufs.q, bufs.do, bufs.ds, bufs.p, bufs.stats
+    q_ready, do_ready, empty, ds_ready = bars.q_ready, bars.do_ready, bars.empty, bars.ds_ready
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, KEYS_PER_WG, 16])
     dtype: gl.constexpr = q_smem.dtype
@@ -416,8 +451,8 @@ def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, 
                 NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
                 CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr):
     """The step with Sᵀ and dPᵀ (keys as rows), Pᵀ and dSᵀ fed to dV's and dK's wgmma from registers."""
-    q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem, stats_smem = bufs
-    kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready = bars
+    q_smem, do_smem, ds_smem, stats_smem = bufs.q, bufs.do, bufs.ds, bufs.stats
+    q_ready, do_ready, empty, ds_ready = bars.q_ready, bars.do_ready, bars.empty, bars.ds_ready
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_M, 16])
     kv_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -471,9 +506,9 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
                             QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr):
     """One warpgroup: keys start_n + WG·64 ... + 63 against every query tile they see; dK and dV of
     those keys at the end, and a dQ share per query tile."""
-    q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc = descs
-    q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem, stats_smem = bufs
-    kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready = bars
+    dq_desc = descs.dq
+    q_smem, k_smem, v_smem, dq_smem = bufs.q, bufs.k, bufs.v, bufs.dq
+    kv_ready, kv_empty = bars.kv_ready, bars.kv_empty
 
     # Sᵀ and dPᵀ: (64 keys, BLOCK_M queries) (with QUERY_ROWS, _bwd_step_rows has S and dP as
     # (BLOCK_M, 64)); dK, dV: (64 keys, D); dQ's share: (BLOCK_M, D).
@@ -616,10 +651,10 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
         mbarrier.init(do_ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=NUM_WG)  # every consumer warpgroup releases a slot
 
-    descs = (q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc)
+    descs = Descriptors(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc)
     dkv_strides = (stride_kvz, stride_kvh, stride_kvn)
-    bufs = (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem, stats_smem)
-    bars = (kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready)
+    bufs = Buffers(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem, stats_smem)
+    bars = Barriers(kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready)
     gl.warp_specialize(
         [
             (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, heads, group, seq_q,
