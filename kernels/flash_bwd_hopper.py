@@ -555,40 +555,28 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
         mbarrier.wait(kv_ready, ring_phase(done, 1))
         for g in range(group):
             off_hz = off_z * heads + off_hk * group + g
+            # The tiles in the order the loader brings them, as segments of one loop each (one copy of the
+            # step each): masked, clean[, masked]. With MASKED_FIRST two, not three: both ends' masked tiles
+            # first (through _tile_at), then the clean ones, by the block's bounds rather than this
+            # warpgroup's, as the loader has them. Otherwise the causal diagonal's, the clean ones, then a
+            # ragged end's.
             if MASKED_FIRST:
-                # Two copies of the step, not three: the masked tiles of both ends in one loop, then the
-                # clean ones, in the order the loader brings them (the block's bounds, not this warpgroup's).
                 lo, clean_lo, clean_hi, hi = _query_tiles(start_n, seq_q, seq_kv, BLOCK_M, NUM_WG * KEYS_PER_WG,
                                                           CAUSAL)
-                for j in range(0, clean_lo - lo + hi - clean_hi):
-                    i = _tile_at(j, lo, clean_lo, clean_hi, hi)
-                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
-                                       seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
-                    count += 1
-                for i in range(clean_lo, clean_hi):
-                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
-                                       seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
-                    count += 1
+                segments = ((0, clean_lo - lo + hi - clean_hi), (clean_lo, clean_hi))
             else:
-                # The causal diagonal's tiles (masked), the clean ones, then a ragged end (masked).
                 diag_hi = gl.minimum(gl.maximum(m_clean, m_lo), n_m)
                 clean_hi = gl.maximum(diag_hi, m_whole)
-                for i in range(m_lo, diag_hi):
+                segments = ((m_lo, diag_hi), (diag_hi, clean_hi), (clean_hi, n_m))
+            for seg in gl.static_range(len(segments)):
+                first, end = segments[seg]
+                for j in range(first, end):
+                    i = j
+                    if MASKED_FIRST and seg == 0:
+                        i = _tile_at(j, lo, clean_lo, clean_hi, hi)
                     dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
                                        seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
-                    count += 1
-                for i in range(diag_hi, clean_hi):
-                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
-                                       seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, False, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
-                    count += 1
-                for i in range(clean_hi, n_m):
-                    dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
-                                       seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, True, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
+                                       KEYS_PER_WG, DQ_N, seg != 1, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
                     count += 1
         mbarrier.arrive(kv_empty, count=1)  # the loader may bring the next block's K and V
 
