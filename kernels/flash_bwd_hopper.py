@@ -120,8 +120,9 @@ class BackwardConfig(NamedTuple):
 
 # By (head_dim, causal). Shared memory per program (bytes): Q and dO rings 2·STAGES·BLOCK_M·D·2, K and V
 # 2·BLOCK_N·D·2, dSᵀ staging 2·consumers·64·BLOCK_M·2 (double-buffered), dQ staging consumers·BLOCK_M·D·4,
-# and with query_rows P staging consumers·BLOCK_M·64·2; ptxas reports 128 KB at D64 and 192 KB at D128
-# (208 KB with query_rows), under sm_90's 227 KB. Causal runs a program per key block, in
+# lse·log2e and delta 2·STAGES·BLOCK_M·4, and with query_rows P staging consumers·BLOCK_M·64·2: the compiled
+# kernels take 132,544 B at D64 and 214,480 B at D128 (kernel.metadata.shared for sm_90a,
+# scripts/perf_experiments/gluon_compile_cpu.py), under sm_90's 227 KB. Causal runs a program per key block, in
 # tile_schedule.plan's order.
 # Against persistent programs in snaked sections on the H100 (gluon_schedule_round3.jsonl) that
 # measured 0-11% faster at D128, and at D64 3-6% slower up to N8192 but 13% faster at N16384; the
@@ -141,8 +142,11 @@ CONFIGS = {
     (128, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=True, query_rows=True,
                                 masked_first=True),
 }
-# Registers per thread of the worker partitions (setmaxnreg): the consumers hold dK and dV (2·64·D
-# fp32 per warpgroup) plus Sᵀ and dPᵀ; the loader warp almost nothing.
+# Registers per thread of the partitions (setmaxnreg), by consumer count: FlashAttention-3's backward split
+# (hopper/flash_bwd_launch_template.h: two MMA warpgroups at 240, the producer at 24). The consumers hold
+# dK and dV (2·64·D fp32 per warpgroup) plus S and dP; the loader warp almost nothing. 2·128·240 + 128·24 =
+# 64,512 of the SM's 65,536 (the loader's warpgroup is allocated whole). At D128 ptxas still spills 288 B
+# (328 B causal) at 240; at D64 nothing (docs/perf-notes.md, "Gluon backward", rounds 5-7).
 WORKER_REGS = {2: (240, 24)}
 
 
@@ -272,7 +276,6 @@ def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n
     kv_ready, kv_empty, q_ready, do_ready, empty = bars.kv_ready, bars.kv_empty, bars.q_ready, bars.do_ready, bars.empty
 
     kv_heads = heads // group
-    n_m = gl.cdiv(seq_q, BLOCK_M)
     count = 0  # query tiles loaded: the position in the ring
     done = 0  # key blocks
     for t in range(gl.program_id(0), n_blocks * bh_kv, gl.num_programs(0)):
@@ -426,25 +429,6 @@ def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs
 
 
 @gluon.jit
-def _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
-              seq_q, seq_kv, q_pad, qk_scale,
-              WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
-              NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
-              CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr):
-    """Query tile i (the ring's count-th) against this warpgroup's keys: dV and dK accumulate, and
-    this warpgroup's share of the tile's dQ goes to the fp32 buffer."""
-    if QUERY_ROWS:
-        dk, dv = _bwd_step_rows(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
-                                seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE)
-    else:
-        dk, dv = _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
-                             seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                             KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE)
-    return dk, dv
-
-
-@gluon.jit
 def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
                 seq_q, seq_kv, q_pad, qk_scale,
                 WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
@@ -494,6 +478,25 @@ def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, 
     mbarrier.wait(ds_ready.index(count % 2), ring_phase(count, 2))
     _dq_share(i, count, off_hz, k_dq, dq_buf, ds_all.permute((1, 0)), dq_desc, q_pad, WG, BLOCK_M, NUM_WG, DQ_N,
               DQ_COLS, DQ_MODE)
+    return dk, dv
+
+
+@gluon.jit
+def _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
+              seq_q, seq_kv, q_pad, qk_scale,
+              WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+              NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
+              CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr):
+    """Query tile i (the ring's count-th) against this warpgroup's keys: dV and dK accumulate, and
+    this warpgroup's share of the tile's dQ goes to the fp32 buffer."""
+    if QUERY_ROWS:
+        dk, dv = _bwd_step_rows(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
+                                seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                                KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE)
+    else:
+        dk, dv = _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
+                             seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
+                             KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE)
     return dk, dv
 
 
@@ -751,7 +754,8 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
         num_warps=4,
     )
     dq = empty_in_layout(q)
-    block = 64
-    _dq_convert[(triton.cdiv(seq_q, block), batch * heads)](dq_acc, dq, *dq.stride()[:3], sm_scale, heads, seq_q,
-                                                            q_pad, HEAD_DIM=head_dim, BLOCK=block)
+    # One program per query tile of the padded buffer (config.block_m rows). Not tuned: the pass moves
+    # 6 bytes per dQ element (fp32 in, 16-bit out) and takes a few percent of the backward's time.
+    _dq_convert[(q_pad // config.block_m, batch * heads)](dq_acc, dq, *dq.stride()[:3], sm_scale, heads, seq_q,
+                                                          q_pad, HEAD_DIM=head_dim, BLOCK=config.block_m)
     return dq, dk, dv
