@@ -253,9 +253,9 @@ def test_shipped_h200_capture_holds_every_shape():
     assert set(ours[ours["mode"] == "bwd"].path) == {"tiled"}
 
 
-def test_shipped_h100_capture_holds_every_shape_and_the_readme_quotes_it():
+def test_shipped_h100_capture_holds_every_shape_and_the_results_page_quotes_it():
     """reports/fa4-peers-h100: the same grid with the current kernels (the Gluon backward everywhere,
-    the Gluon forward but at causal D64 N <= 4096); the README's ranges and counts are the capture's."""
+    the Gluon forward but at causal D64 N <= 4096); docs/results.md's ranges and counts are the capture's."""
     from pathlib import Path
 
     meta, totals, times = _peers_grid("fa4-peers-h100")
@@ -265,7 +265,7 @@ def test_shipped_h100_capture_holds_every_shape_and_the_readme_quotes_it():
     tiled = ours[ours.path == "tiled"]
     assert (tiled["mode"] == "fwd").all() and tiled.causal.all() and set(tiled.head_dim) == {64}
     assert set(tiled.seq_q) == {2048, 4096}
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text().replace("\n", " ")
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "results.md").read_text().replace("\n", " ")
 
     def span(ratio):
         return f"{ratio.min():.2f}x to {ratio.max():.2f}x"
@@ -286,9 +286,9 @@ def test_shipped_h100_capture_holds_every_shape_and_the_readme_quotes_it():
     assert f"causal head_dim 128 to {span(causal128)} cuDNN in `reports/fa4-peers-h100`" in readme
 
 
-def test_shipped_h100_backward_grid_of_round_7_and_the_readme_quotes_it():
+def test_shipped_h100_backward_grid_of_round_7_and_the_results_page_quotes_it():
     """reports/fa4-peers-h100-bwd: the backward half of the grid again, after lse and delta came with Q
-    (docs/perf-notes.md, round 7): every row ok, ours on the Gluon backward; the README's figures are its own."""
+    (docs/perf-notes.md, round 7): every row ok, ours on the Gluon backward; docs/results.md's figures are its own."""
     from pathlib import Path
 
     from profiler.store import load_capture
@@ -302,7 +302,7 @@ def test_shipped_h100_backward_grid_of_round_7_and_the_readme_quotes_it():
     times = totals.pivot_table(index=["dtype", "head_dim", "causal", "seq_q"], columns="impl", values="time_ms")
     assert len(times) == 32
     cudnn, fa4 = times.sdpa_cudnn / times.triton_flash, times.fa4 / times.triton_flash
-    readme = (root / "README.md").read_text().replace("\n", " ")
+    readme = (root / "docs" / "results.md").read_text().replace("\n", " ")
     assert (f"our backward runs at {fa4.min():.2f}x to {fa4.max():.2f}x FA4 and {cudnn.min():.2f}x to "
             f"{cudnn.max():.2f}x cuDNN, at or above cuDNN on {(cudnn >= 1).sum()} of 32 shapes and at or above "
             f"0.85x FA4 on {(fa4 >= 0.85).sum()}") in readme

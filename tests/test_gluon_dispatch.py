@@ -214,11 +214,11 @@ def test_onepass_backward_issues_five_matmuls_per_tile_pair():
     assert executed_flops(shape, Tiles(None, onepass=(64, 128))) == 2 * 9 * 64 * 128 * 5 * 2 * 64
 
 
-def test_shipped_h100_backward_grid_and_the_readme_quotes_it():
+def test_shipped_h100_backward_grid_and_the_results_page_quotes_it():
     """reports/bench-h100-gluon-bwd: ours and cuDNN, fwd and bwd, 32 shapes each, every row ok; the
     backward took the Gluon kernel at head_dim 64 only; reports/bench-h100-portable-bwd holds the
     portable backward at 64, and reports/bench-h100-gluon-bwd-d128 the Gluon backward at 128 (the
-    default since). The README's ratio ranges are these captures'."""
+    default since). docs/results.md's ratio ranges are these captures'."""
     meta, frame = load_capture(ROOT / "reports" / "bench-h100-gluon-bwd")
     _, portable = load_capture(ROOT / "reports" / "bench-h100-portable-bwd")
     assert meta["device"] == "NVIDIA H100 80GB HBM3"
@@ -236,7 +236,7 @@ def test_shipped_h100_backward_grid_and_the_readme_quotes_it():
     def span(ratio):
         return f"{ratio.min():.2f}x to {ratio.max():.2f}x"
 
-    readme = (ROOT / "README.md").read_text().replace("\n", " ")
+    readme = (ROOT / "docs" / "results.md").read_text().replace("\n", " ")
     assert f"runs at {span(vs_portable.xs(False, level='causal'))} our portable one without a mask and " \
            f"{span(vs_portable.xs(True, level='causal'))} causal" in readme
     assert f"and at {span(d64.sdpa_cudnn / d64.triton_flash)} cuDNN" in readme
@@ -252,7 +252,7 @@ def test_shipped_h100_backward_grid_and_the_readme_quotes_it():
     assert f"In `reports/bench-h100-gluon-bwd` the forward runs at {span(fwd.sdpa_cudnn / fwd.triton_flash)} " \
            f"cuDNN, at or above it on " \
            f"{(fwd.sdpa_cudnn >= fwd.triton_flash).sum()} of 32 shapes" in readme
-    # Below the portable backward only at causal N 2048, as the README says.
+    # Below the portable backward only at causal N 2048, as docs/results.md says.
     assert set(vs_portable[vs_portable < 1].index) == {("bf16", True, 2048), ("fp16", True, 2048)}
 
 

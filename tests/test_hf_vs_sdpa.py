@@ -83,24 +83,24 @@ def test_the_shipped_table_is_the_one_its_rows_give():
             assert r["dispatch"]["paths"]["fwd gluon-ws"] == 2
 
 
-def test_the_readme_quotes_the_shipped_rows():
-    """The README's table of ours / sdpa is the shipped run's, every cell (rounded as printed)."""
+def test_the_results_page_quotes_the_shipped_rows():
+    """docs/results.md's table of ours / sdpa is the shipped run's, every cell (rounded as printed)."""
     rows = {(r["context"], r["phase"]): r["ours_over_sdpa"]
             for r in map(json.loads, (SHIPPED / "rows.jsonl").read_text().splitlines())}
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "results.md").read_text()
     for context in (4096, 16384, 32768):
         cells = " | ".join(f"{rows[context, phase]:.3f}" for phase in ("prefill", "train", "decode"))
         assert f"| {context} | {cells} |" in readme, context
     assert f"{json.loads((SHIPPED / 'meta.json').read_text())['rounds']} rounds, time ours / sdpa" in readme
 
 
-def test_the_readme_quotes_round_7s_training_step():
-    """The README's train ratios after round 7 are that run's rows (reports/perf-h100/hf_train_round7)."""
+def test_the_results_page_quotes_round_7s_training_step():
+    """docs/results.md's train ratios after round 7 are that run's rows (reports/perf-h100/hf_train_round7)."""
     folder = ROOT / "reports" / "perf-h100" / "hf_train_round7"
     rows = {r["context"]: r for r in map(json.loads, (folder / "rows.jsonl").read_text().splitlines())}
     assert {r["phase"] for r in rows.values()} == {"train"} and set(rows) == {4096, 16384, 32768}
     assert all(r["dispatch"]["paths"]["bwd gluon-ws"] == 2 for r in rows.values())
     ratios = " / ".join(f"{rows[n]['ours_over_sdpa']:.3f}" for n in (4096, 16384, 32768))
-    readme = (ROOT / "README.md").read_text().replace("\n", " ")
+    readme = (ROOT / "docs" / "results.md").read_text().replace("\n", " ")
     assert f"the training step alone, {json.loads((folder / 'meta.json').read_text())['rounds']} rounds)" in readme
     assert f"train rows are {ratios} at 4k / 16k / 32k" in readme

@@ -1,0 +1,165 @@
+"""The README's numbers against their captures, and every relative link in README.md and docs/*.md.
+
+Each row of the README's results table is computed here from the shipped capture the row names, as the
+peer's time over ours (above 1.00x ours is faster), and the row must hold exactly those ranges. The
+longer readings in docs/results.md are checked by the tests of their own captures (test_fa4.py,
+test_gluon_dispatch.py, test_decode_views.py, test_hf_vs_sdpa.py)."""
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from profiler.store import SCHEMA, load_capture
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+REPORTS = ROOT / "reports"
+
+
+def span(ratio):
+    return f"{ratio.min():.2f}x to {ratio.max():.2f}x"
+
+
+def results_row(regime, gpu):
+    """The README's results-table line for a regime on a GPU, as its cells."""
+    for line in README.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0] == regime and cells[1].startswith(gpu + ";"):
+            return cells
+    raise AssertionError(f"no results row {regime!r} on {gpu}")
+
+
+def peer_times(folder, mode="fwd"):
+    """Median times of a capture's total rows, one column per implementation; every row ok."""
+    meta, frame = load_capture(REPORTS / folder)
+    totals = frame[(frame.step == "total") & (frame["mode"] == mode)]
+    assert len(totals) and (totals.status == "ok").all(), folder
+    key = ["dtype", "head_dim", "causal", "batch", "seq_q", "seq_kv"]
+    return meta, totals.pivot_table(index=key, columns="impl", values="time_ms")
+
+
+@pytest.mark.parametrize("regime, folder, mode", [("forward", "fa4-peers-h100", "fwd"),
+                                                  ("backward", "fa4-peers-h100-bwd", "bwd")])
+def test_prefill_rows_are_their_captures(regime, folder, mode):
+    meta, times = peer_times(folder, mode)
+    assert meta["device"] == "NVIDIA H100 80GB HBM3" and len(times) == 32
+    assert set(times.index.get_level_values("seq_q")) == {2048, 4096, 8192, 16384}
+    assert set(times.index.get_level_values("head_dim")) == {64, 128}
+    cells = results_row(regime, "H100")
+    assert cells[2:] == [span(times.sdpa_cudnn / times.triton_flash), span(times.fa4 / times.triton_flash),
+                         f"[{folder}](reports/{folder})"]
+
+
+@pytest.mark.parametrize("regime, folder, gpu, seq_q", [
+    ("decode, 1 query token", "decode-b1-h100", "H100", 1),
+    ("decode, 4 query tokens", "decode-b1-h100", "H100", 4),
+    ("decode, 1 query token", "decode-b1-h200", "H200", 1),
+])
+def test_decode_rows_are_their_captures(regime, folder, gpu, seq_q):
+    meta, times = peer_times(folder)
+    assert gpu in meta["device"]
+    times = times.xs(seq_q, level="seq_q")
+    assert set(times.index.get_level_values("batch")) == {1}
+    assert times.index.get_level_values("seq_kv").min() == 8192
+    assert times.index.get_level_values("seq_kv").max() == 131072
+    _, frame = load_capture(REPORTS / folder)
+    assert {(r.heads, r.kv_heads, r.head_dim, r.dtype) for r in frame.itertuples()} == {(64, 8, 128, "bf16")}
+    cells = results_row(regime, gpu)
+    fa4 = span(times.fa4 / times.triton_flash) if "fa4" in times else "not measured"
+    assert cells[2:] == [span(times.sdpa_cudnn / times.triton_flash), fa4, f"[{folder}](reports/{folder})"]
+
+
+@pytest.mark.parametrize("regime, folder, phase", [
+    ("transformers prefill", "hf-llama3-8b-h100", "prefill"),
+    ("transformers training step", "perf-h100/hf_train_round7", "train"),
+    ("transformers decode step", "hf-llama3-8b-h100", "decode"),
+])
+def test_transformers_rows_are_their_runs(regime, folder, phase):
+    meta = json.loads((REPORTS / folder / "meta.json").read_text())
+    assert meta["device"] == "NVIDIA H100 80GB HBM3" and meta["layers"] == 2 and meta["batch"] == 1
+    rows = pd.DataFrame(map(json.loads, (REPORTS / folder / "rows.jsonl").read_text().splitlines()))
+    rows = rows[rows.phase == phase]
+    assert sorted(rows.context) == [4096, 16384, 32768]
+    cells = results_row(regime, "H100")
+    assert cells[2:] == [span(rows.sdpa_ms / rows.ours_ms), "", f"[{Path(folder).name}](reports/{folder})"]
+
+
+def test_the_readme_has_a_front_door():
+    """What it is, the picture, the two commands, the results, usage, the schema, Nsight Systems: in that order."""
+    text = README.read_text()
+    order = ["![", "make demo", "make test", "## Results\n", "## Usage", "## Results schema",
+             "## Profiling with Nsight Systems", "## Documentation"]
+    assert [text.index(mark) for mark in order] == sorted(text.index(mark) for mark in order)
+    assert len(text.splitlines()) < 200
+
+
+def test_the_schema_brief_names_stored_columns():
+    text = README.read_text()
+    brief = text[text.index("## Results schema"):text.index("## Profiling with Nsight Systems")]
+    columns = set(re.findall(r"`([a-z_]+)`", brief)) - {"ok", "wrong", "oom", "unsupported", "traces"}
+    assert columns and columns <= set(SCHEMA), columns - set(SCHEMA)
+
+
+# ------------------------------------------------------------------------------------------- links
+
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def slug(heading):
+    """GitHub's anchor for a heading: lower case, punctuation but '-' and '_' dropped, spaces to '-'."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(path):
+    seen, out = {}, set()
+    fenced = False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        match = None if fenced else re.match(r"#{1,6} (.+)", line)
+        if match:
+            base = slug(match.group(1))
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+def links(path):
+    fenced = False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        if not fenced:
+            yield from LINK.findall(line)
+
+
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_relative_link_resolves(page):
+    """A link to a file that exists; a #anchor to a heading of that markdown file."""
+    bad = []
+    for target in links(page):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        file, _, anchor = target.partition("#")
+        dest = (page.parent / file).resolve() if file else page
+        if not dest.exists():
+            bad.append(f"{target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            bad.append(f"{target}: no heading #{anchor}")
+    assert not bad, bad
+
+
+def test_slug_follows_github():
+    assert slug("Checking the cost model against hardware counters (Nsight Compute)") == \
+        "checking-the-cost-model-against-hardware-counters-nsight-compute"
+    assert slug("Every GPU of a host, or of several hosts: torchrun") == \
+        "every-gpu-of-a-host-or-of-several-hosts-torchrun"
+    assert slug("The shipped reference: `reports/reference-h200/`") == "the-shipped-reference-reportsreference-h200"
