@@ -129,6 +129,15 @@ class Shape:
                    int(fields["head_dim"]), fields["dtype"], fields["causal"] is not None, mode,
                    int(kv_heads) if kv_heads else None)
 
+    def range_name(self, impl: str) -> str:
+        """The NVTX range of one case (an implementation at this shape and mode): '<impl>/<mode>/<tag>',
+        'triton_flash/fwd/B4H16N2048D64-fp16', 'naive/fwd+bwd/B1H32KV8N1x32768D128-bf16-causal'. The
+        implementation and mode come first, the part a person reads in the Nsight Systems timeline; with
+        the tag the name holds the whole :data:`ROW_KEY` but the step, whose ranges nest inside the case's
+        (profiler.measure.ranges). :func:`parse_range_name` reads it back; ingestion joins on it
+        (profiler.nsight.nsys)."""
+        return f"{impl}/{self.mode}/{self.tag}"
+
     def row_key(self, impl: str, step: str = "total") -> tuple:
         """The :data:`ROW_KEY` values of this shape's row for one implementation and step."""
         return (impl, step, *(getattr(self, name) for name in self.KEY))
@@ -141,3 +150,20 @@ ROW_KEY: tuple[str, ...] = ("impl", "step", *Shape.KEY)
 # after other parts).
 TAG = re.compile(r"B(?P<batch>\d+)H(?P<heads>\d+)(?:KV(?P<kv_heads>\d+))?N(?P<seq_q>\d+)(?:x(?P<seq_kv>\d+))?"
                  r"D(?P<head_dim>\d+)-(?P<dtype>" + "|".join(DTYPE_BYTES) + r")(?P<causal>-causal)?")
+# Shape.range_name as a pattern, matched whole. An implementation name has no "/" (NAME in
+# attention_core.implementations), a mode is one of MODES and a tag has no "/", so the three parts split
+# one way only.
+RANGE_NAME = re.compile(r"(?P<impl>[A-Za-z_]\w*)/(?P<mode>" + "|".join(re.escape(m) for m in MODES) + r")/"
+                        + TAG.pattern)
+
+
+def parse_range_name(name: str) -> tuple[str, Shape] | None:
+    """(implementation, shape) of a case range from :meth:`Shape.range_name`; None for any other name
+    (a step or per-repetition range below it, or a capture's range from before the name held the key)."""
+    match = RANGE_NAME.fullmatch(name)
+    if match is None:
+        return None
+    try:
+        return match["impl"], Shape.from_tag(match.groupdict(), match["mode"])
+    except ValueError:  # spelled like ours but no shape (B0, or K/V heads that do not divide the heads)
+        return None

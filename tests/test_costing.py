@@ -126,22 +126,73 @@ def test_shape_from_a_row_in_every_form():
     assert Shape.from_row({k: v for k, v in record.items() if k != "mode"}).mode == "fwd"
 
 
+GQA_DECODE = Shape(2, 32, 1, 32768, 128, "bf16", kv_heads=8)
+RAGGED_BWD = Shape(1, 4, 3, 77, 64, mode="bwd")
+
+
 @pytest.mark.parametrize("name,parsed", [
-    (ranges.case_range("triton_flash", "fwd+bwd", 8192), ranges.RangeName("triton_flash", "total", "fwd+bwd", 8192)),
-    (ranges.call_range(ranges.case_range("naive", "fwd", 1)), ranges.RangeName("naive", "total", "fwd", 1, call=True)),
-    (ranges.step_range(ranges.case_range("naive", "bwd", 7), "softmax"),
+    # A capture's ranges before their names held the whole key (tests/data/nsys-h200-n2048): still read.
+    (ranges.legacy_case_range("triton_flash", "fwd+bwd", 8192),
+     ranges.RangeName("triton_flash", "total", "fwd+bwd", 8192)),
+    (ranges.call_range(ranges.legacy_case_range("naive", "fwd", 1)),
+     ranges.RangeName("naive", "total", "fwd", 1, call=True)),
+    (ranges.step_range(ranges.legacy_case_range("naive", "bwd", 7), "softmax"),
      ranges.RangeName("naive", "softmax", "bwd", 7)),
-    (ranges.call_range(ranges.step_range(ranges.case_range("naive", "fwd", 7), "qk_matmul")),
+    (ranges.call_range(ranges.step_range(ranges.legacy_case_range("naive", "fwd", 7), "qk_matmul")),
      ranges.RangeName("naive", "qk_matmul", "fwd", 7, call=True)),
+    (ranges.legacy_shape_range("triton_flash", GQA_DECODE),
+     ranges.RangeName("triton_flash", "total", "fwd", 1, 32768, 8)),
+    ("attn:triton_flash/fwd/seq=1x32768,kvh=8/call", ranges.RangeName("triton_flash", "total", "fwd", 1, 32768, 8,
+                                                                      call=True)),
     (ranges.qualified(ranges.validate_range("my_attn2", "total")),
      ranges.RangeName("my_attn2", "total", validate=True)),
-    (ranges.shape_range("triton_flash", Shape(2, 32, 1, 32768, 128, "bf16", kv_heads=8)),
-     ranges.RangeName("triton_flash", "total", "fwd", 1, 32768, 8)),
-    (ranges.call_range(ranges.step_range(ranges.shape_range("naive", Shape(1, 4, 3, 77, 64, mode="bwd")),
-                                         "softmax")),
-     ranges.RangeName("naive", "softmax", "bwd", 3, 77, call=True)),
-    (ranges.shape_range("naive", Shape(1, 4, 5, 5, 64, kv_heads=4)), ranges.RangeName("naive", "total", "fwd", 5)),
+    # Today's: the whole key.
+    (ranges.shape_range("triton_flash", GQA_DECODE),
+     ranges.RangeName("triton_flash", "total", "fwd", 1, 32768, 8, shape=GQA_DECODE)),
+    (ranges.call_range(ranges.step_range(ranges.shape_range("naive", RAGGED_BWD), "softmax")),
+     ranges.RangeName("naive", "softmax", "bwd", 3, 77, call=True, shape=RAGGED_BWD)),
+    (ranges.shape_range("naive", Shape(1, 4, 5, 5, 64, kv_heads=4)),
+     ranges.RangeName("naive", "total", "fwd", 5, shape=Shape(1, 4, 5, 5, 64))),
     ("attn:qk_matmul", None), ("other:thing", None), ("naive/train/seq=1", None),
+    ("naive/train/B1H1N1D1-fp16", None), ("naive/fwd/B1H1N1D1-fp8", None), ("naive/fwd/B0H1N1D1-fp16", None),
+    ("naive/fwd/B1H4KV3N1D1-fp16", None), ("naive/fwd/B1H1N1D1-fp16/call/x", None),
+    ("naive/fwd/B1H1N1D1-fp16-causal-x", None), ("naive/fwd/xB1H1N1D1-fp16", None),
 ])
 def test_range_names_parse_back(name, parsed):
     assert ranges.parse_range(name) == parsed
+
+
+ODD_SHAPES = [
+    Shape(1, 32, 1, 32768, 128, "bf16", kv_heads=8),  # decode: Nq 1, GQA
+    Shape(2, 3, 100, 77, 128, "fp32", True, "fwd+bwd"),  # Nq != Nkv, fp32, causal, fwd+bwd
+    Shape(1, 8, 4, 4096, 64, "fp16", True, "bwd", kv_heads=1),  # MQA, speculative decode, backward
+    Shape(16, 64, 8192, 8192, 256, "bf16", kv_heads=64),  # kv_heads = heads: multi-head, no KV part
+    Shape(3, 6, 4096, 1, 32, "fp16", False, "fwd", kv_heads=2),  # Nkv 1
+]
+
+
+@pytest.mark.parametrize("shape", ODD_SHAPES, ids=lambda s: s.range_name("x"))
+def test_range_name_round_trips_the_whole_key(shape):
+    from attention_core.shape import ROW_KEY, parse_range_name
+
+    name = shape.range_name("triton_flash")
+    assert name == f"triton_flash/{shape.mode}/{shape.tag}"
+    assert parse_range_name(name) == ("triton_flash", shape)
+    # every ROW_KEY column but the step, through the profiler's reader too, below the case as well
+    parsed = ranges.parse_range(ranges.qualified(ranges.call_range(ranges.step_range(name, "softmax"))))
+    assert parsed.shape == shape and parsed.step == "softmax" and parsed.call
+    assert dict(zip(ROW_KEY, parsed.shape.row_key(parsed.impl, parsed.step))) == dict(
+        zip(ROW_KEY, shape.row_key("triton_flash", "softmax")))
+
+
+def test_range_names_spell_the_key_readably_and_tell_every_key_apart():
+    from attention_core.shape import parse_range_name
+
+    assert ODD_SHAPES[0].range_name("sdpa_flash") == "sdpa_flash/fwd/B1H32KV8N1x32768D128-bf16"
+    assert ODD_SHAPES[1].range_name("naive") == "naive/fwd+bwd/B2H3N100x77D128-fp32-causal"
+    assert ODD_SHAPES[2].range_name("fa4") == "fa4/bwd/B1H8KV1N4x4096D64-fp16-causal"
+    grid = [Shape(b, h, nq, nk, d, dt, c, m, kv_heads=kv) for b, h, kv, nq, nk, d, dt, c, m in itertools.product(
+        [1, 12], [12, 4], [4, 1], [1, 12, 121], [12, 121], [64], ["fp16", "fp32"], [False, True], MODES)]
+    names = {s.range_name("my_attn2"): s for s in grid}
+    assert len(names) == len(set(grid)) == 2 * 2 * 2 * 3 * 2 * 2 * 2 * 3
+    assert all(parse_range_name(n) == ("my_attn2", s) for n, s in names.items())

@@ -5,14 +5,18 @@ same run (tests/data/nsys-h200-n2048: `scripts/nsys_profile.sh --seq 2048 --batc
 from __future__ import annotations
 
 import json
+import lzma
 import sqlite3
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from attention_core.shape import Shape
 from profiler.cli import main
+from profiler.measure.ranges import legacy_shape_range, shape_range
 from profiler.nsight import nsys
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,8 +104,11 @@ def test_capture_join_gives_per_repetition_gpu_time(export):
     ranges, _, projection = export
     results = pd.read_parquet(DATA / "results.parquet")
     stored = results.pop("nsys_gpu_ms")
-    joined = nsys.capture_gpu_times(projection, ranges, results)
+    frame = nsys.capture_gpu_times(projection, ranges, results)
+    joined = list(frame.nsys_gpu_ms)
     assert joined == pytest.approx(list(stored))
+    # Its ranges were named before they held the whole key (attn:triton_flash/fwd/seq=2048): matched by order.
+    assert list(frame.index) == list(results.index) and set(frame.nsys_match) == {nsys.MATCH_ORDER}
     # The nsys median per repetition agrees with the CUDA-event median within a few percent; it is
     # a little lower because events also time the gaps around the first and last kernel.
     ratio = pd.Series(joined) / results.time_ms
@@ -123,11 +130,108 @@ def test_ingest_writes_tables_and_joins_results(tmp_path, capsys):
     results = pd.read_parquet(tmp_path / "results.parquet").drop(columns="nsys_gpu_ms")
     results.to_parquet(tmp_path / "results.parquet", index=False)
     assert main(["nsys", "ingest", str(tmp_path)]) == 0
-    assert "nsys / events" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "nsys / events" in out
+    assert "Note: 7 of 7 rows were matched to their ranges by order" in out  # a capture with the old names
     joined = pd.read_parquet(tmp_path / "results.parquet")
-    assert joined.nsys_gpu_ms.notna().all()
+    assert joined.nsys_gpu_ms.notna().all() and (joined.nsys_match == "order").all()
     assert len(pd.read_parquet(tmp_path / "nsys_ranges.parquet")) == 18
-    assert json.loads((tmp_path / "meta.json").read_text())["nsys"]["export"] == "profile.sqlite.xz"
+    meta = json.loads((tmp_path / "meta.json").read_text())["nsys"]
+    assert meta["export"] == "profile.sqlite.xz" and meta["match"] == {"key": 0, "order": 7, "none": 0}
+
+
+# ------------------------------------------ range names that hold the whole row key (Shape.range_name)
+#
+# The capture above predates those names, and no GPU capture with them is checked in yet. These tests
+# read the same real export with its range names REWRITTEN at test time (renamed_export): the GPU times
+# stay the H200's, only the names change, so each row's expected time is a number the old capture
+# already measured.
+
+
+def renamed_export(folder: Path, renames: dict[str, str]) -> Path:
+    """A copy of tests/data/nsys-h200-n2048's export in ``folder`` whose range names starting with an
+    old case name (``triton_flash/fwd/seq=2048``, and ``.../call`` below it) start with the new one instead."""
+    path = folder / "profile.sqlite"
+    path.write_bytes(lzma.decompress(EXPORT.read_bytes()))
+    with sqlite3.connect(path) as conn:
+        for old, new in renames.items():
+            for table, column in (("StringIds", "value"), ("NVTX_EVENTS", "text")):
+                conn.execute(f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
+                             f"WHERE {column} = ? OR substr({column}, 1, ?) = ?",
+                             (new, len(old) + 1, old, len(old) + 1, old + "/"))
+    conn.close()
+    return path
+
+
+SHAPE = Shape(4, 16, 2048, 2048, 64, "fp16")  # the capture's one shape (its meta.json)
+
+
+def stored_times() -> dict[tuple[str, str], float]:
+    results = pd.read_parquet(DATA / "results.parquet")
+    return {(r.impl, r.step): r.nsys_gpu_ms for r in results.itertuples()}
+
+
+def test_ranges_named_by_the_whole_key_join_exactly(tmp_path, capsys):
+    renamed_export(tmp_path, {legacy_shape_range(impl, SHAPE): shape_range(impl, SHAPE)
+                              for impl in ("naive", "triton_flash", "sdpa_flash")})
+    (tmp_path / "meta.json").write_bytes((DATA / "meta.json").read_bytes())
+    results = pd.read_parquet(DATA / "results.parquet").drop(columns="nsys_gpu_ms")
+    results.to_parquet(tmp_path / "results.parquet", index=False)
+    ranges, _, _ = nsys.read_export(tmp_path / "profile.sqlite")
+    assert "attn:naive/fwd/B4H16N2048D64-fp16/softmax/call" in set(ranges.range)
+    assert not any("seq=" in r for r in ranges.range)
+
+    assert main(["nsys", "ingest", str(tmp_path)]) == 0
+    assert "matched to their ranges by order" not in capsys.readouterr().out
+    joined = pd.read_parquet(tmp_path / "results.parquet")
+    assert (joined.nsys_match == "key").all()
+    assert {(r.impl, r.step): r.nsys_gpu_ms for r in joined.itertuples()} == pytest.approx(stored_times())
+    assert json.loads((tmp_path / "meta.json").read_text())["nsys"]["match"] == {"key": 7, "order": 0, "none": 0}
+
+
+def two_triton_rows_of_different_heads() -> pd.DataFrame:
+    """Two triton_flash total rows at N 2048, H8 then H16: equal (impl, N), and in the reverse of the order
+    their ranges come in the export (the H16 case ran first)."""
+    results = pd.read_parquet(DATA / "results.parquet").drop(columns="nsys_gpu_ms")
+    triton = results[results.impl == "triton_flash"]
+    return pd.concat([triton.assign(heads=8, kv_heads=8), triton], ignore_index=True)
+
+
+def test_join_on_the_key_tells_rows_of_equal_impl_and_length_apart_by_heads(tmp_path):
+    """The first triton_flash case of the export becomes B4 H16, the sdpa_flash case after it triton_flash
+    at B4 H8: two ranges of one implementation and length that only the heads tell apart."""
+    h8 = replace(SHAPE, heads=8, kv_heads=8)
+    path = renamed_export(tmp_path, {legacy_shape_range("triton_flash", SHAPE): shape_range("triton_flash", SHAPE),
+                                     legacy_shape_range("sdpa_flash", SHAPE): shape_range("triton_flash", h8)})
+    ranges, _, projection = nsys.read_export(path)
+    assert {"attn:triton_flash/fwd/B4H16N2048D64-fp16", "attn:triton_flash/fwd/B4H8N2048D64-fp16"} <= set(ranges.range)
+    results = two_triton_rows_of_different_heads()
+    joined = nsys.capture_gpu_times(projection, ranges, results)
+    times = stored_times()
+    assert list(results.heads) == [8, 16] and list(joined.nsys_match) == ["key", "key"]
+    assert list(joined.nsys_gpu_ms) == pytest.approx([times[("sdpa_flash", "total")], times[("triton_flash", "total")]])
+    assert joined.nsys_gpu_ms[1] == pytest.approx(177343 / 1e6)  # the H16 row: its own range's Proj Med
+
+
+def test_names_without_the_key_fall_back_to_order_and_say_so(tmp_path):
+    """The same two cases named as captures named them before (both attn:triton_flash/fwd/seq=2048): only the
+    order tells them apart, and rows listed out of run order get each other's times; nsys_match says "order"."""
+    path = renamed_export(tmp_path, {legacy_shape_range("sdpa_flash", SHAPE): legacy_shape_range("triton_flash",
+                                                                                                  SHAPE)})
+    ranges, _, projection = nsys.read_export(path)
+    joined = nsys.capture_gpu_times(projection, ranges, two_triton_rows_of_different_heads())
+    times = stored_times()
+    assert list(joined.nsys_match) == ["order", "order"]
+    assert list(joined.nsys_gpu_ms) == pytest.approx([times[("triton_flash", "total")], times[("sdpa_flash", "total")]])
+
+
+def test_rows_without_a_range_are_marked_none(export):
+    ranges, _, projection = export
+    results = pd.read_parquet(DATA / "results.parquet").drop(columns="nsys_gpu_ms")
+    results = pd.concat([results, results.iloc[[5]].assign(impl="sdpa_cudnn")], ignore_index=True)
+    joined = nsys.capture_gpu_times(projection, ranges, results)
+    assert joined.nsys_match.iloc[-1] == "none" and pd.isna(joined.nsys_gpu_ms.iloc[-1])
+    assert (joined.nsys_match.iloc[:-1] == "order").all()
 
 
 # ------------------------------------------------------------------------------------- bad input

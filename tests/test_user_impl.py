@@ -180,9 +180,10 @@ def test_user_ranges_and_the_ncu_driver(user_capture):
     from profiler.nsight.ncu_driver import measured_calls
     from profiler.nsight.validate import driver_args
 
-    name = ranges.call_range(ranges.case_range("bshd_module", "fwd", 40))
-    assert ranges.parse_range(ranges.qualified(name)) == ranges.RangeName("bshd_module", "total", "fwd", 40, call=True)
     shape = Shape.square(1, 2, 33, 16, dtype="fp32", causal=True)
+    name = ranges.call_range(ranges.shape_range("bshd_module", shape))
+    assert ranges.parse_range(ranges.qualified(name)) == ranges.RangeName("bshd_module", "total", "fwd", 33, call=True,
+                                                                          shape=shape)
     calls = list(measured_calls(shape, [BSHD_EXAMPLE], device="cpu"))
     assert [(impl, step) for impl, step, _ in calls] == [("bshd_module", "total")]
     assert calls[0][2]().shape == (1, 2, 33, 16)

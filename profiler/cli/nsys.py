@@ -1,6 +1,7 @@
 """``nsys``: read Nsight Systems SQLite exports. ``nsys summarize EXPORT`` projects the GPU time of
 any export onto its NVTX ranges; ``nsys ingest CAPTURE`` joins a capture's profile.sqlite
-(scripts/nsys_profile.sh makes one) into its results as ``nsys_gpu_ms``."""
+(scripts/nsys_profile.sh makes one) into its results as ``nsys_gpu_ms`` (and ``nsys_match``: joined on
+the row key, or by order for a capture whose range names lack it)."""
 
 from __future__ import annotations
 
@@ -81,5 +82,12 @@ def _ingest(args) -> int:
         table.add_row(r.impl, r.step, r.mode, str(r.seq_q), f"{r.time_ms:.4f}", f"{r.nsys_gpu_ms:.4f}",
                       f"{r.nsys_gpu_ms / r.time_ms:.3f}")
     console.print(table)
-    console.print(f"Wrote nsys_ranges.parquet, nsys_gpu_ops.parquet and results.parquet's nsys_gpu_ms in {folder}/")
+    by_order = int((results.nsys_match == nsys_export.MATCH_ORDER).sum())
+    if by_order:
+        console.print(f"Note: {by_order} of {len(results)} rows were matched to their ranges by order (k-th range, "
+                      "k-th row): the export's range names hold implementation, mode and lengths only, not the row's "
+                      "whole key (a capture from before they did). results.parquet's nsys_match says which.",
+                      soft_wrap=True)
+    console.print(f"Wrote nsys_ranges.parquet, nsys_gpu_ops.parquet and results.parquet's nsys_gpu_ms and nsys_match "
+                  f"in {folder}/", soft_wrap=True)
     return 0

@@ -20,9 +20,9 @@ The readers are pure functions, file in, DataFrame out:
 - :func:`summarize`: the per-range table: ``range``, ``instances``, ``gpu_proj_ns`` (total),
   ``gpu_proj_median_ns``, ``range_ns`` (total), ``gpu_ops``, ``kernels``.
 
-:func:`capture_gpu_times` is pure too (DataFrames in, a column out). :func:`ingest_capture` is the one
-function here that touches a capture folder: it reads the folder's export and writes the tables above
-into it (profiler.store.Capture names them).
+:func:`capture_gpu_times` is pure too (DataFrames in, two columns out: ``nsys_gpu_ms`` and
+``nsys_match``). :func:`ingest_capture` is the one function here that touches a capture folder: it
+reads the folder's export and writes the tables above into it (profiler.store.Capture names them).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from attention_core.shape import Shape
-from profiler.measure.ranges import call_range, qualified, shape_range, step_range
+from profiler.measure.ranges import call_range, legacy_shape_range, qualified, shape_range, step_range
 from profiler.store import Capture, CaptureError, write_parquet_atomic
 
 PUSH_POP, START_END, DOMAIN_CREATE = 59, 60, 75  # ENUM_NSYS_EVENT_TYPE ids
@@ -314,12 +314,24 @@ def read_export(path: Path | str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFr
 # ------------------------------------------------------------------------------- our own captures
 
 
-def capture_gpu_times(projection: pd.DataFrame, ranges: pd.DataFrame, results: pd.DataFrame) -> list[float | None]:
-    """``nsys_gpu_ms`` for each row of a capture's results: the median projected GPU time of the
-    per-repetition ranges ``<impl>/<mode>/seq=<N>/call`` (steps: ``.../<step>/call``) inside the
-    case's own range. A capture measures its cases in row order, so the k-th instance of the range
-    ``attn:<impl>/<mode>/seq=<N>`` belongs to the k-th total row with that implementation, mode and
-    lengths (and K/V heads: profiler.measure.ranges.shape_range)."""
+# How capture_gpu_times found a row's case range (its ``nsys_match`` column).
+MATCH_KEY = "key"  # the range's name holds the row's whole key (Shape.range_name): an exact join
+MATCH_ORDER = "order"  # a capture from before that: the k-th range of its name to the k-th row of that name
+MATCH_NONE = "none"  # no range of either name: nsys_gpu_ms is empty
+
+
+def capture_gpu_times(projection: pd.DataFrame, ranges: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
+    """``nsys_gpu_ms`` for each row of a capture's results (same index): the median projected GPU time
+    of the per-repetition ranges ``<case>/call`` (steps: ``<case>/<step>/call``) inside the case's own
+    range, and ``nsys_match``, how that case range was found.
+
+    A case's range is named by the row's whole key (``<impl>/<mode>/<Shape.tag>``), so a total row
+    joins the outermost range of its own name: ``nsys_match`` "key". A capture made before the names held
+    the key named its cases by implementation, mode and lengths alone (``<impl>/<mode>/seq=<N>``), which
+    rows of other batch, heads, head_dim, dtype or causal share; only where no range carries the row's
+    key is that name looked up, and then by order (a capture measures its cases in row order, so the
+    k-th range of that name belongs to the k-th total row of that name): "order". A naive step's row
+    takes the case its total row found. "none": neither name is in the export."""
     proj = projection.set_index("range_id")["gpu_proj_ns"]
     children: dict[int, list[tuple[str, int]]] = {}
     for rid, parent, name in zip(ranges.range_id, ranges.parent_id, ranges.range):
@@ -329,36 +341,43 @@ def capture_gpu_times(projection: pd.DataFrame, ranges: pd.DataFrame, results: p
     for name, rid in zip(outer.range, outer.range_id):
         instances.setdefault(name, []).append(rid)
 
-    def median_ms(parent: int, call_name: str) -> float | None:
+    def median_ms(parent: int | None, call_name: str) -> float | None:
         calls = [proj[rid] for name, rid in children.get(parent, []) if name == call_name]
         return float(np.median(calls)) / 1e6 if calls else None
 
-    seen: dict[str, int] = {}
-    case_of_total: dict[tuple, int | None] = {}
-    out: list[float | None] = []
+    seen: dict[str, int] = {}  # total rows so far per case name: the order match's k
+    case_of_total: dict[tuple, tuple[int | None, str, str]] = {}  # row key -> (case range id, its name, match)
+    times: list[float | None] = []
+    matches: list[str] = []
     for row in results.itertuples():
         shape = Shape.from_row(row)
-        base = shape_range(row.impl, shape)
         key = shape.row_key(row.impl)  # the case: its total row's key, which its steps' rows share
         if row.step == "total":
+            base, match = shape_range(row.impl, shape), MATCH_KEY
+            if qualified(base) not in instances:
+                base, match = legacy_shape_range(row.impl, shape), MATCH_ORDER
             k = seen.get(base, 0)
             seen[base] = k + 1
             found = instances.get(qualified(base), [])
             case = found[k] if k < len(found) else None
-            case_of_total[key] = case
-            out.append(None if case is None else median_ms(case, qualified(call_range(base))))
+            case_of_total[key] = (case, base, match if case is not None else MATCH_NONE)
+            times.append(None if case is None else median_ms(case, qualified(call_range(base))))
+            matches.append(case_of_total[key][2])
         else:
-            case = case_of_total.get(key)
+            case, base, match = case_of_total.get(key, (None, "", MATCH_NONE))
             step = step_range(base, row.step)
             step_id = next((rid for name, rid in children.get(case, []) if name == qualified(step)), None)
-            out.append(None if step_id is None else median_ms(step_id, qualified(call_range(step))))
-    return out
+            times.append(None if step_id is None else median_ms(step_id, qualified(call_range(step))))
+            matches.append(match if step_id is not None else MATCH_NONE)
+    return pd.DataFrame({"nsys_gpu_ms": pd.Series(times, index=results.index, dtype="float64"),
+                         "nsys_match": pd.Series(matches, index=results.index, dtype="object")})
 
 
 def ingest_capture(folder: Path | str) -> pd.DataFrame:
     """Join a capture folder's ``profile.sqlite`` (or ``.sqlite.xz``) into it: writes
     ``nsys_ranges.parquet`` (:func:`summarize`), ``nsys_gpu_ops.parquet`` (:func:`gpu_ops`) and the
-    ``nsys_gpu_ms`` column of results.parquet (:func:`capture_gpu_times`); returns the results."""
+    ``nsys_gpu_ms`` and ``nsys_match`` columns of results.parquet (:func:`capture_gpu_times`), and in
+    meta.json's ``nsys`` how many rows each match found; returns the results."""
     capture = Capture(folder)
     meta, results = capture.load()
     export = capture.nsys_export
@@ -368,8 +387,11 @@ def ingest_capture(folder: Path | str) -> pd.DataFrame:
     summary = summarize(projection)
     write_parquet_atomic(capture.nsys_ranges_path, summary)
     write_parquet_atomic(capture.nsys_gpu_ops_path, ops)
-    results["nsys_gpu_ms"] = capture_gpu_times(projection, ranges, results)
+    joined = capture_gpu_times(projection, ranges, results)
+    results["nsys_gpu_ms"] = joined.nsys_gpu_ms
+    results["nsys_match"] = joined.nsys_match
     capture.write_results(results)
-    meta["nsys"] = {"export": export.name, "ranges": len(summary), "gpu_ops": len(ops)}
+    meta["nsys"] = {"export": export.name, "ranges": len(summary), "gpu_ops": len(ops),
+                    "match": {m: int((joined.nsys_match == m).sum()) for m in (MATCH_KEY, MATCH_ORDER, MATCH_NONE)}}
     capture.write_meta(meta)
     return results
