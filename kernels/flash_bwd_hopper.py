@@ -38,7 +38,7 @@ and its hopper/ sources) does the backward in one pass, which this kernel follow
   (fewer spills: docs/perf-notes.md, "Gluon backward", round 6).
 
 Inputs: fp16 or bf16, head_dim 64 or 128, q, k, v, do in any layout a TMA descriptor reads
-(kernels.flash_fwd_hopper.tma_layout_reason: contiguous BHSD, BSHD views, packed-QKV slices; the
+(kernels.hopper_common.tma_layout_reason: contiguous BHSD, BSHD views, packed-QKV slices; the
 4-D descriptors are built on each tensor's strides, and a ``do`` they cannot read, such as the
 expanded gradient of a sum, is copied first); any Nq, Nkv; grouped-query heads; causal top-left
 aligned. Rows of a ragged tile are TMA's zero fill: their P is masked to 0, so they add nothing to
@@ -51,7 +51,9 @@ the portable kernel and tests/gpu runs this one against the fp64 oracle.
 
 from __future__ import annotations
 
+import functools
 import types
+import warnings
 from typing import NamedTuple
 
 import torch
@@ -623,7 +625,7 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
         ds_smem = gl.allocate_shared_memory(dtype, [2, NUM_WG * KEYS_PER_WG, BLOCK_M], ds_layout)
         p_smem = ds_smem  # unused: Pᵀ stays in registers
     dq_smem = gl.allocate_shared_memory(gl.float32, [NUM_WG] + dq_desc.block_type.shape, dq_desc.layout)
-    # lse·log2e and delta of each ring slot's query tile (2 KB at two stages)
+    # lse·log2e and delta of each ring slot's query tile (1 KB at two stages)
     # (plain rows: the loader's TMA sees each as the descriptor's (1, BLOCK_M) box, the consumers as a vector)
     stats_smem = gl.allocate_shared_memory(gl.float32, [2 * STAGES, BLOCK_M],
                                            gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]))
@@ -685,25 +687,31 @@ def tile_stats(lse: torch.Tensor, delta: torch.Tensor, q_pad: int) -> torch.Tens
     the loader brings a query tile's two rows with its Q by TMA. (Each consumer loading them itself
     waited on that load between its S and dP wgmma: docs/perf-notes.md, "Gluon backward", round 7.)"""
     batch, heads, seq_q = lse.shape
-    stats = torch.zeros((2, batch * heads, q_pad), dtype=torch.float32, device=lse.device)
+    stats = torch.empty((2, batch * heads, q_pad), dtype=torch.float32, device=lse.device)
     torch.mul(lse.reshape(batch * heads, seq_q), LOG2E, out=stats[0, :, :seq_q])
     stats[1, :, :seq_q] = delta.reshape(batch * heads, seq_q)
+    stats[:, :, seq_q:] = 0.0
     return stats
+
+
+@functools.cache
+def _stats_layout():
+    """The stats rows' shared layout, made once (a layout costs host time per call: hopper_common.shared_layout)."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
 
 
 def descriptors(q, k, v, do, dq_acc, stats, config: BackwardConfig):
     """TMA descriptors: Q and dO in BLOCK_M-row tiles and K and V in key blocks (BLOCK_N rows), each on its
-    tensor's own strides (kernels.flash_fwd_hopper.tensor_descriptor), and the dQ buffer as
-    (B·H·Nq_pad, D) fp32 in dQ shares (:meth:`BackwardConfig.dq_tile`)."""
+    tensor's own strides (kernels.hopper_common.tensor_descriptor), the dQ buffer as (B·H·Nq_pad, D) fp32 in
+    dQ shares (:meth:`BackwardConfig.dq_tile`), and the stats buffer as rows of BLOCK_M (:func:`tile_stats`)."""
     head_dim = q.shape[-1]
     dq_block = list(config.dq_tile(head_dim))
     dq_layout = shared_layout(tuple(dq_block), torch.float32)
     stats_block = [1, config.block_m]  # one query tile's row of lse·log2e or delta, unswizzled
-    stats_layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
     return (tensor_descriptor(q, config.block_m), tensor_descriptor(do, config.block_m),
             tensor_descriptor(k, config.block_n), tensor_descriptor(v, config.block_n),
             TensorDescriptor.from_tensor(dq_acc.view(-1, head_dim), dq_block, dq_layout),
-            TensorDescriptor.from_tensor(stats.view(-1, config.block_m), stats_block, stats_layout))
+            TensorDescriptor.from_tensor(stats.view(-1, config.block_m), stats_block, _stats_layout()))
 
 
 def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: torch.Tensor,
@@ -715,6 +723,11 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     config = config or CONFIGS[head_dim, bool(causal)]
+    if config.dq_mode != 2:
+        if config.dq_mode not in (0, 1):
+            raise ValueError(f"dq_mode {config.dq_mode} is not 0, 1 or 2")
+        warnings.warn(f"dq_mode {config.dq_mode} leaves dq unfinished (zero or partial): for timing only",
+                      stacklevel=2)
     consumer_regs, loader_regs = WORKER_REGS[config.consumers]
     if tma_layout_reason(do) is not None:
         do = do.contiguous()  # e.g. the expanded (stride 0) gradient of a sum

@@ -128,7 +128,6 @@ def tile_layout(rows: int, head_dim: int, dtype: torch.dtype):
     return shared_layout((rows, head_dim), dtype)
 
 
-
 @gluon.jit
 def ring_phase(i, STAGES: gl.constexpr):
     """Parity of the mbarrier phase that use i of a ring of STAGES buffers completes: use i takes slot

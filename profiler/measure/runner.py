@@ -125,11 +125,12 @@ INTERPRETED = ("the Triton interpreter ran it (TRITON_INTERPRET=1): its output p
 
 def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: int = 100,
              annotate: bool = True, graph: bool = False, layout: str = "bhsd") -> CaseResult:
-    """Time ``impl`` on ``shape`` in its mode, inside the NVTX range ``<impl>/<mode>/seq=<N>`` unless ``annotate`` is
-    False (the caller opened it); with ``graph``, replays of a CUDA graph of the call (profiler.measure.timing);
-    inputs in ``layout`` (:func:`make_inputs`). Never raises for a failing case: the result's status says ok,
-    wrong (the output failed the correctness check: still timed, for the record), interpreted (a Triton kernel
-    the interpreter ran: checked, timed for the record, no rate), oom, unsupported or error.
+    """Time ``impl`` on ``shape`` in its mode, inside the NVTX range ``<impl>/<mode>/<Shape.tag>``
+    (Shape.range_name) unless ``annotate`` is False (the caller opened it); with ``graph``, replays of a CUDA
+    graph of the call (profiler.measure.timing); inputs in ``layout`` (:func:`make_inputs`). Never raises for
+    a failing case: the result's status says ok, wrong (the output failed the correctness check: still timed,
+    for the record), interpreted (a Triton kernel the interpreter ran: checked, timed for the record, no
+    rate), oom, unsupported or error.
     """
     device = torch.device(device)
     result = CaseResult(impl.name, shape, "ok", flops=cost_of(impl.costing, shape).flops)

@@ -79,7 +79,7 @@ if which in ("all", "check"):
                             config = HB.CONFIGS[D, causal]._replace(query_rows=True)
                         if os.environ.get("MASKED_FIRST") == "1":
                             config = (config or HB.CONFIGS[D, causal])._replace(masked_first=True)
-                        if os.environ.get("CHANGES"):  # e.g. CHANGES="dq_cols=0,dq_chunk=64"
+                        if os.environ.get("CHANGES"):  # e.g. CHANGES="dq_mode=1"
                             config = (config or HB.CONFIGS[D, causal])._replace(
                                 **{key: int(value) for key, value in
                                    (f.split("=") for f in os.environ["CHANGES"].split(","))})

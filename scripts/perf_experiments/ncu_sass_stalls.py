@@ -11,6 +11,7 @@ the shares of one partition's code against each other, not against 100%.
 import collections
 import csv
 import sys
+from pathlib import Path
 
 
 def number(text: str) -> float:
@@ -33,7 +34,7 @@ def main(path: str, top: int) -> None:
         for column in stalls:
             by_reason[column] += number(row[column])
     reasons = sum(by_reason.values())
-    print(f"{path}: {total:.0f} samples")
+    print(f"{Path(path).name}: {total:.0f} samples")
     for column, value in by_reason.most_common(12):
         print(f"  {column:24} {value / reasons:6.1%}")
     print("top instructions (address, share of samples, main reason, executions, SASS):")
