@@ -119,10 +119,10 @@ class Impl:
     # (profiler.nsight.validate.kernel_tile).
     kernel_tile: Callable[[str, str, Shape], tuple[int, int] | None] | None = None
     # (kernel names, shape) -> the (query rows, keys) step of the one-pass backward kernel that ran; None
-    # (or a None result): what the kernel's name says (profiler.nsight.validate.backward_tile).
+    # (or a None result): what the kernel's name says (profiler.model.counters.backward_tile).
     backward_tile: Callable[[str, Shape], tuple[int, int] | None] | None = None
     # True: its forward stacks a K/V head's query heads into one tile's rows whenever heads > kv_heads
-    # (FA4's PackGQA); None: as the kernel that ran says (profiler.nsight.validate.packs_gqa).
+    # (FA4's PackGQA); None: as the kernel that ran says (profiler.model.counters.packs_gqa).
     packs_gqa: bool | None = None
     # The implementation every speedup is measured against (tritonbench's baseline=True): the views'
     # and the demo's "speedup vs naive" (:func:`baseline_impl`).

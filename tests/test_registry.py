@@ -164,14 +164,14 @@ def test_without_the_entry_the_lists_are_todays():
 
 
 def test_the_kernel_readers_of_validate_come_from_the_entries():
-    from profiler.nsight import validate
+    from profiler.model import counters
 
     grouped = Shape(1, 32, 1, 4096, 128, "bf16", kv_heads=8)
-    assert validate.packs_gqa("fa4", "kernel_cutlass_fwd", grouped)  # FA4's entry: always packs a group
-    assert not validate.packs_gqa("sdpa_cudnn", "sdpa_sm90_fprop", grouped)
-    assert validate.packs_gqa("sdpa_cudnn", "sdpa_sm80_wmma_f16_knob_35_16x128x128_x", grouped)  # the kernel's name
+    assert counters.packs_gqa("fa4", "kernel_cutlass_fwd", grouped)  # FA4's entry: always packs a group
+    assert not counters.packs_gqa("sdpa_cudnn", "sdpa_sm90_fprop", grouped)
+    assert counters.packs_gqa("sdpa_cudnn", "sdpa_sm80_wmma_f16_knob_35_16x128x128_x", grouped)  # the kernel's name
     bwd = Shape(1, 16, 2048, 2048, 128, "bf16", causal=True, mode="bwd")
-    assert validate.backward_tile("fa4", "kernel_cutlass_bwd", bwd) == (64, 128)
+    assert counters.backward_tile("fa4", "kernel_cutlass_bwd", bwd) == (64, 128)
     gluon = REGISTRY["triton_flash"].costing.tiles_for(128, "bf16", "gluon-ws", "bwd").onepass
-    assert validate.backward_tile("triton_flash", "_attn_bwd_hopper", bwd) == gluon == (64, 128)
-    assert validate.backward_tile("triton_flash", "_attn_bwd_dkdv", bwd) is None
+    assert counters.backward_tile("triton_flash", "_attn_bwd_hopper", bwd) == gluon == (64, 128)
+    assert counters.backward_tile("triton_flash", "_attn_bwd_dkdv", bwd) is None

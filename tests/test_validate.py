@@ -11,10 +11,11 @@ import pytest
 
 from attention_core.shape import Shape
 from profiler.cli import main
+from profiler.model import counters
+from profiler.model.counters import dram_bytes
 from profiler.model.fused import fused_flops
 from profiler.model.naive import naive_step_bytes
 from profiler.nsight import ncu, validate
-from profiler.nsight.dram_model import dram_bytes
 from profiler.registry import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,10 +197,10 @@ def test_ncu_driver_profiles_the_capture_s_naive_steps_then_whole_kernels():
 def test_cublas_tile_padding_from_the_kernel_name():
     # cuBLAS is column-major: its M runs along the output's last dimension. A 1×4 cluster of 64×80
     # tiles over a 2048 × 64 output launches 28 tiles of 80 rows (26 needed, rounded up to 4s).
-    assert validate.cublas_padding("nvjet_sm90_hsh_64x80_64x11_1x4_h_bz_NNT", 2048, 64) == 28 * 80 / 2048
-    assert validate.cublas_padding("nvjet_sm90_hsh_64x512_64x2_1x2_h_bz_coopB_NNT", 4096, 64) == 1.0
-    assert validate.cublas_padding("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT", 1024, 1024) == 1.0
-    assert validate.cublas_padding("void at::softmax_warp_forward<...>", 2048, 2048) == 1.0
+    assert counters.cublas_padding("nvjet_sm90_hsh_64x80_64x11_1x4_h_bz_NNT", 2048, 64) == 28 * 80 / 2048
+    assert counters.cublas_padding("nvjet_sm90_hsh_64x512_64x2_1x2_h_bz_coopB_NNT", 4096, 64) == 1.0
+    assert counters.cublas_padding("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT", 1024, 1024) == 1.0
+    assert counters.cublas_padding("void at::softmax_warp_forward<...>", 2048, 2048) == 1.0
 
 
 def test_out_of_sample_shapes():

@@ -1,2 +1,2 @@
-"""Nsight Systems exports (nsys) and Nsight Compute counters set against the model (ncu, validate,
-with the DRAM model only validate uses in dram_model)."""
+"""Nsight Systems exports (nsys) and Nsight Compute counters set against the model (ncu, validate;
+what the counters should read is profiler.model.counters)."""

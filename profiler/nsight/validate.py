@@ -7,7 +7,9 @@ The capture folder holds ``ncu/*.csv`` (ncu's raw output per shape), ``ncu_kerne
 row per kernel, profiler.nsight.ncu), ``validation.parquet`` (one row per implementation × shape × step,
 measured and model side by side with ratio columns) and, so the dashboard and report read it like
 any capture, ``results.parquet`` and ``meta.json`` (times there are ncu's gpu__time_duration of
-the single profiled run, not do_bench medians); profiler.store.Capture names each of them.
+the single profiled run, not do_bench medians); profiler.store.Capture names each of them. What the
+counters should read by the model (issued tensor FLOPs, L2 reads, DRAM bytes with L2 retention) is
+profiler.model.counters; this module reads Nsight Compute and sets the two side by side.
 """
 
 from __future__ import annotations
@@ -18,14 +20,12 @@ from pathlib import Path
 import pandas as pd
 
 from attention_core import split_kv
-from attention_core.costing import Costing, Tiles
 from attention_core.shape import TAG, Shape
 from profiler.model.cost import cost_of
-from profiler.model.fused import executed_flops, split_kv_executed_flops, tile_read_bytes
-from profiler.model.naive import kv_bytes, naive_step_flops, tensor_bytes
+from profiler.model.counters import backward_tile, dram_bytes, model_read_bytes, model_tensor_flops
+from profiler.model.fused import split_kv_executed_flops
 from profiler.model.roofs import Roofs
 from profiler.model.rows import Timing, capture_row
-from profiler.nsight.dram_model import dram_bytes
 from profiler.nsight.ncu import L2_SPLIT, read_raw_csv, run_driver
 from profiler.registry import REGISTRY, costing_for
 from profiler.store import Capture, CaptureError, to_frame, write_parquet_atomic
@@ -107,102 +107,6 @@ def kv_splits(kernel: str, grid: str) -> int:
     if "splitkv" not in kernel:
         return 1
     return extents[1]
-
-
-def cublas_padding(kernel: str, rows: int, cols: int) -> float:
-    """Executed over needed tensor work of a cuBLAS nvjet GEMM writing a (rows × cols) matrix per
-    head. Its name carries the CTA tile (``_64x80_``) and the cluster shape (``_1x4_``); cuBLAS is
-    column-major, so its M runs along PyTorch's last dimension (cols) and N along the rows; clusters
-    launch whole, so a tile count is rounded up to a multiple of the cluster's extent and the tiles
-    past the edge multiply TMA's zero fill. 1.0 for any other kernel. (H200, B1 H4 N2048 D64: tile
-    64×80, cluster 1×4: 28 tiles of 80 rows for 2048 rows, 1.094, as measured.)"""
-    match = re.search(r"nvjet_sm\d+_[a-z]+_(\d+)x(\d+)_\d+x\d+_(\d+)x(\d+)_", kernel)
-    if match is None:
-        return 1.0
-    tile_m, tile_n, cluster_m, cluster_n = (int(g) for g in match.groups())
-
-    def padded(extent: int, tile: int, cluster: int) -> int:
-        tiles = -(-extent // tile)
-        return -(-tiles // cluster) * cluster * tile
-
-    return padded(cols, tile_m, cluster_m) / cols * padded(rows, tile_n, cluster_n) / rows
-
-
-def packs_gqa(impl: str, kernel: str, shape: Shape) -> bool:
-    """Whether the forward kernel that ran stacks a K/V head's query heads into one tile's rows,
-    so a decode step (Nq = 1) fills group rows of its tile, not one: what the implementation's registry
-    entry declares (profiler.registry.Impl.packs_gqa: FlashAttention-4 whenever heads > kv_heads), else
-    what the kernel's name says:
-    - FlashAttention-2 (PyTorch's copy, flash_api.cpp ``seqlenq_ngroups_swapped``) swaps the group's
-      heads into the query rows when Nq = 1 and heads > kv_heads;
-    - cuDNN's sm80 decode kernel (``..._wmma_..._16x128x128_...``, 16-row tiles) packs the group too:
-      on the H200 it issued 16 rows' tensor work per K/V head at groups 4 and 8 (reports/validate-h200-issue27)."""
-    if shape.group == 1:
-        return False
-    entry = REGISTRY.get(impl)
-    if entry is not None and entry.packs_gqa is not None:
-        return entry.packs_gqa
-    if "flash_fwd" in kernel and "pytorch_flash" in kernel:
-        return shape.seq_q == 1
-    return "sdpa_sm80" in kernel and "wmma" in kernel
-
-
-def backward_tile(impl: str, kernel: str, shape: Shape) -> tuple[int, int] | None:
-    """(query rows, keys) per step of the one-pass backward that ran (dK, dV per key block, dQ added
-    in fp32), which sets the diagonal and ragged-edge work it issues: what the implementation's registry
-    entry reads from the kernel (profiler.registry.Impl.backward_tile: ours on sm_90, ``_attn_bwd_hopper``,
-    its Gluon tile; FlashAttention-4's ``_tile_size_bwd_sm90``), else what the kernel's name says:
-    - FlashAttention-2: Flash_bwd_kernel_traits<head_dim, kBlockM, kBlockN, ...> in the kernel's name;
-    - cuDNN's sm90 backward: 64 × 128, what its issued tensor work at N = 3000 fits (ragged rows padded
-      to 64, keys to 128) and its name does not say.
-    None: not known (our portable two-kernel backward is :attr:`Tiles.dkdv`/:attr:`Tiles.dq`)."""
-    entry = REGISTRY.get(impl)
-    tile = entry.backward_tile(kernel, shape) if entry is not None and entry.backward_tile is not None else None
-    if tile is not None:
-        return tile
-    if match := re.search(r"Flash_bwd_kernel_traits<\d+, (\d+), (\d+)", kernel):
-        return int(match.group(1)), int(match.group(2))
-    if "sdpa_sm90_flash_bprop" in kernel:
-        return 64, 128
-    return None
-
-
-def model_tensor_flops(shape: Shape, impl: str, step: str, tile: tuple[int, int] = (128, 128),
-                       kernel: str = "", costing: Costing | None = None) -> float:
-    """Matrix FLOPs the tensor cores must issue: the two matmuls of attention (as the cuBLAS kernel
-    that ran tiles them), none for elementwise steps; fused kernels compute whole tiles on the
-    causal diagonal and at ragged ends, and pad a decode step's rows to a tile (packed GQA rows
-    where the kernel packs them: :func:`packs_gqa`), so their count is the executed FLOPs of the
-    tile that ran. Backward: unfused attention's autograd runs four matmuls of 2·Nq·Nk·D
-    (dP, dV, dQ, dK); a one-pass fused backward five per visited tile (:func:`backward_tile`).
-    ``costing``: the implementation's (default: its registry entry's)."""
-    if step in ("qk_matmul", "pv_matmul"):
-        cols = shape.seq_kv if step == "qk_matmul" else shape.head_dim
-        return naive_step_flops(shape, step) * cublas_padding(kernel, shape.seq_q, cols)
-    if step in ("scale_mask", "softmax"):
-        return 0.0
-    if shape.mode == "bwd":
-        costing = costing or costing_for(impl)
-        if not costing.fused:
-            return 4 * 2 * shape.bh * shape.seq_q * shape.seq_kv * shape.head_dim
-        onepass = backward_tile(impl, kernel, shape)
-        tiles = Tiles(None, onepass=onepass) if onepass else costing.tiles_for(shape.head_dim, shape.dtype)
-        return executed_flops(shape, tiles) if tiles is not None else float("nan")
-    return executed_flops(shape, Tiles(tile), packed=packs_gqa(impl, kernel, shape))
-
-
-def model_read_bytes(shape: Shape, impl: str, kernel: str, tile: tuple[int, int]) -> float:
-    """Bytes a fused forward's programs ask the L2 to read (profiler.model.fused.tile_read_bytes;
-    our split-KV decode reads K and V once per K/V head and split, plus its partials back): what
-    the L2 Request Coalescer hands the SMs (``l2_sm_read_bytes``). NaN for backward rows and
-    unfused steps (not modelled)."""
-    if shape.mode != "fwd":
-        return float("nan")
-    decode = split_kv.plan(shape.batch, shape.kv_heads, shape.group, shape.seq_q, shape.seq_kv)
-    if "_decode_split" in kernel and decode is not None:
-        partials = split_kv.partial_bytes(shape.batch, shape.heads, shape.seq_q, shape.head_dim, decode.splits)
-        return tensor_bytes(shape, shape.seq_q) + 2 * kv_bytes(shape) + partials
-    return tile_read_bytes(shape, tile, packed=packs_gqa(impl, kernel, shape))
 
 
 def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict | None = None) -> pd.DataFrame:
