@@ -63,6 +63,17 @@ def cost_of(costing: Costing, shape: Shape, step: str = "total", path: str = "")
     return Cost(flops, compulsory, _fused_tile_bytes(costing, shape, path) + copy)
 
 
+def call_cost(shape: Shape, density: float = 1.0, mask_bytes: int = 0) -> tuple[float, float, float]:
+    """(FLOPs, HBM bytes, FLOPs without the mask) of one observed attention call (profiler.observer),
+    whichever backend ran it. FLOPs: 4·B·H·Nq·Nkv·D for the forward, 2.5x for the backward
+    (:func:`fused_flops`: FlashAttention-2 paper §4), times the call's ``density``, the fraction of
+    score pairs its mask computes (profiler.observer.calls). Bytes: the compulsory bytes of a fused
+    kernel (:func:`compulsory_bytes`: inputs read once, outputs written once; the fewest any fused
+    attention moves), plus an explicit mask of ``mask_bytes``, read once."""
+    full = fused_flops(shape)
+    return full * density, float(compulsory_bytes(shape) + mask_bytes), full
+
+
 def _fused_tile_bytes(costing: Costing, shape: Shape, path: str = "") -> float:
     tiles = costing.tiles_for(shape.head_dim, shape.dtype, path, shape.mode)
     return math.nan if tiles is None else tile_bytes(shape, tiles)

@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from attention_core.shape import DTYPE_BYTES, Shape
-from profiler.model.fused import compulsory_bytes, fused_flops
+from profiler.model.cost import call_cost
 from profiler.observer.calls import Call
 
 
@@ -44,16 +44,13 @@ def kv_bucket(seq_kv: int) -> int:
 
 
 @functools.lru_cache(maxsize=8192)
-def call_cost(call: Call, mode: str) -> tuple[float, float, float]:
-    """(FLOPs, HBM bytes, FLOPs without the mask) of one call. FLOPs: 4·B·H·Nq·Nkv·D for the forward, 2.5x for
-    the backward (profiler.model.fused.fused_flops: FlashAttention-2 paper §4), times the call's
-    ``density`` (profiler.observer.calls). Bytes: the compulsory bytes of a fused kernel
-    (profiler.model.fused.compulsory_bytes: inputs read once, outputs written once; the fewest any
-    fused attention moves, whichever backend ran), plus an explicit mask, read once."""
+def cached_cost(call: Call, mode: str) -> tuple[float, float, float]:
+    """(FLOPs, HBM bytes, FLOPs without the mask) of one call: profiler.model.cost.call_cost of its
+    shape (unmasked: the call's ``density`` and mask bytes carry its mask), cached per call, since a
+    run repeats a few calls many times."""
     shape = Shape(call.batch, call.heads, call.seq_q, call.seq_kv, call.head_dim, call.dtype, False, mode,
                   call.kv_heads)
-    full = fused_flops(shape)
-    return full * call.density, float(compulsory_bytes(shape) + call.mask_bytes), full
+    return call_cost(shape, call.density, call.mask_bytes)
 
 
 def modelled(call: Call) -> bool:
@@ -77,7 +74,7 @@ class RowStats:
     times_ms: list[float] = field(default_factory=list)
 
     def add(self, call: Call) -> None:
-        flops, nbytes, full = call_cost(call, self.mode)
+        flops, nbytes, full = cached_cost(call, self.mode)
         self.calls += 1
         self.flops += flops
         self.hbm_bytes += nbytes

@@ -35,7 +35,7 @@ from profiler.observer.graphs import ATTENTION_OP, GraphObserver
 from profiler.observer.hooks import Interceptor, compiled_graphs
 from profiler.observer.ranks import RankLink, join
 from profiler.observer.recorder import Recorder, RowStats
-from profiler.store import Capture, to_frame
+from profiler.store import OBSERVED_ONLY, Capture, to_frame
 
 FLUSH_S = 30.0
 # How long the ranks of a torchrun observation wait for each other to start: all start together, so a rank
@@ -45,8 +45,7 @@ TRACE_FILE = "observed.json"
 # Kernel names that are attention whoever launched them (cuDNN's and FlashAttention's fmha kernels,
 # FlexAttention's and our Triton kernels): counted when they ran outside any observed call.
 ATTENTION_KERNEL = re.compile(r"flash|fmha|attention|attn|flex|sdpa", re.IGNORECASE)
-OBSERVED_COLUMNS = ("source", "site", "calls", "total_ms", "median_ms", "mask", "density", "layout", "seq_kv_min",
-                    "seq_kv_max")
+OBSERVED_COLUMNS = ("source", "site", *OBSERVED_ONLY)  # the store's columns only observed rows fill
 
 
 @dataclass
