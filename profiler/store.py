@@ -46,7 +46,7 @@ NCU_KERNELS = "ncu_kernels.parquet"
 VALIDATION = "validation.parquet"
 REPORT = "report.html"
 
-# Column -> (pandas dtype, meaning). The README's schema table is this list.
+# Column -> (pandas dtype, meaning). docs/schema.md's table is this list (tests/test_capture.py checks it).
 SCHEMA: dict[str, tuple[str, str]] = {
     "impl": ("string", "implementation name from profiler.registry.REGISTRY"),
     "step": ("string", "'total' for a whole implementation, else a naive step (qk_matmul, scale_mask, softmax, ...)"),
