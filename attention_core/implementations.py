@@ -386,6 +386,15 @@ REGISTRY: dict[str, Impl] = {
 BUILTIN = tuple(REGISTRY)
 
 
+def registered_costing(impl: str) -> Costing:
+    """The costing of a registered implementation; an implementation the registry does not have is an
+    error (profiler.registry.costing_for first looks in a capture's meta.json for a user's own)."""
+    if impl not in REGISTRY:
+        raise ValueError(f"implementation '{impl}' is neither in the registry nor described in the capture's "
+                         "meta.json (user_impls)")
+    return REGISTRY[impl].costing
+
+
 def default_impls(which: str) -> list[str]:
     """The names in one default --impl list (DEFAULT_LISTS): those that lead it first, then registry order."""
     if which not in DEFAULT_LISTS:

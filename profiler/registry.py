@@ -39,6 +39,7 @@ from attention_core.implementations import (  # noqa: F401  (the registry's name
     baseline_impl,
     default_impls,
     dtype_label,
+    registered_costing,
 )
 from attention_core.shape import LAYOUTS
 
@@ -180,7 +181,4 @@ def costing_for(impl: str, meta: dict | None = None) -> Costing:
     stored = ((meta or {}).get("user_impls") or {}).get(impl)
     if stored is not None:
         return Costing.from_meta(stored["costing"])
-    if impl not in REGISTRY:
-        raise ValueError(f"implementation '{impl}' is neither in the registry nor described in the capture's "
-                         "meta.json (user_impls)")
-    return REGISTRY[impl].costing
+    return registered_costing(impl)

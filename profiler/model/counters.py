@@ -12,7 +12,7 @@ import re
 
 from attention_core import split_kv
 from attention_core.costing import Costing, Tiles
-from attention_core.implementations import REGISTRY
+from attention_core.implementations import REGISTRY, registered_costing
 from attention_core.shape import LSE_BYTES, Shape
 from profiler.model.fused import compulsory_bytes, executed_flops, tile_read_bytes
 from profiler.model.naive import fwd_step_io, kv_bytes, naive_step_flops, tensor_bytes
@@ -138,7 +138,7 @@ def model_tensor_flops(shape: Shape, impl: str, step: str, tile: tuple[int, int]
     if step in ("scale_mask", "softmax"):
         return 0.0
     if shape.mode == "bwd":
-        costing = costing or _registry_costing(impl)
+        costing = costing or registered_costing(impl)
         if not costing.fused:
             return 4 * 2 * shape.bh * shape.seq_q * shape.seq_kv * shape.head_dim
         onepass = backward_tile(impl, kernel, shape)
@@ -161,10 +161,3 @@ def model_read_bytes(shape: Shape, impl: str, kernel: str, tile: tuple[int, int]
     return tile_read_bytes(shape, tile, packed=packs_gqa(impl, kernel, shape))
 
 
-def _registry_costing(impl: str) -> Costing:
-    """An implementation's costing by its registry entry (profiler.registry.costing_for without a
-    capture's meta.json, which this layer does not read)."""
-    if impl not in REGISTRY:
-        raise ValueError(f"implementation '{impl}' is neither in the registry nor described in the capture's "
-                         "meta.json (user_impls)")
-    return REGISTRY[impl].costing
