@@ -51,7 +51,6 @@ the portable kernel and tests/gpu runs this one against the fp64 oracle.
 
 from __future__ import annotations
 
-import functools
 import types
 import warnings
 from typing import NamedTuple
@@ -694,11 +693,6 @@ def tile_stats(lse: torch.Tensor, delta: torch.Tensor, q_pad: int) -> torch.Tens
     return stats
 
 
-@functools.cache
-def _stats_layout():
-    """The stats rows' shared layout, made once (a layout costs host time per call: hopper_common.shared_layout)."""
-    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
-
 
 def descriptors(q, k, v, do, dq_acc, stats, config: BackwardConfig):
     """TMA descriptors: Q and dO in BLOCK_M-row tiles and K and V in key blocks (BLOCK_N rows), each on its
@@ -707,11 +701,12 @@ def descriptors(q, k, v, do, dq_acc, stats, config: BackwardConfig):
     head_dim = q.shape[-1]
     dq_block = list(config.dq_tile(head_dim))
     dq_layout = shared_layout(tuple(dq_block), torch.float32)
-    stats_block = [1, config.block_m]  # one query tile's row of lse·log2e or delta, unswizzled
+    stats_block = [1, config.block_m]  # one query tile's row of lse·log2e or delta (a 256-byte row: unswizzled)
     return (tensor_descriptor(q, config.block_m), tensor_descriptor(do, config.block_m),
             tensor_descriptor(k, config.block_n), tensor_descriptor(v, config.block_n),
             TensorDescriptor.from_tensor(dq_acc.view(-1, head_dim), dq_block, dq_layout),
-            TensorDescriptor.from_tensor(stats.view(-1, config.block_m), stats_block, _stats_layout()))
+            TensorDescriptor.from_tensor(stats.view(-1, config.block_m), stats_block,
+                                         shared_layout(tuple(stats_block), torch.float32)))
 
 
 def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: torch.Tensor,
