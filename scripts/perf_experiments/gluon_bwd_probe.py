@@ -40,6 +40,10 @@ dev = torch.cuda.get_device_name()
 print(dev, torch.__version__, triton.__version__, flush=True)
 FLOOR = {torch.float16: 1e-3, torch.bfloat16: 8e-3}
 
+def field_changes(fields):
+    """BackwardConfig fields from "field=value" strings (0/1 for flags), for ``_replace``."""
+    return {key: int(value) for key, value in (f.split("=") for f in fields)}
+
 def grads(q, k, v, do, causal, gluon, config=None):
     scale = q.shape[-1] ** -0.5
     o, lse = flash_attention_forward(q, k, v, causal=causal, sm_scale=scale)
@@ -81,8 +85,7 @@ if which in ("all", "check"):
                             config = (config or HB.CONFIGS[D, causal])._replace(masked_first=True)
                         if os.environ.get("CHANGES"):  # e.g. CHANGES="dq_mode=1"
                             config = (config or HB.CONFIGS[D, causal])._replace(
-                                **{key: int(value) for key, value in
-                                   (f.split("=") for f in os.environ["CHANGES"].split(","))})
+                                **field_changes(os.environ["CHANGES"].split(",")))
                         ok, errs, naive = check(B, H, Hkv, Nq, Nkv, D, causal, dtype, config, seed=Nq + D)
                     except Exception as e:
                         ok, errs, naive = False, [str(e)[:300]], []
@@ -110,8 +113,7 @@ if which in ("all", "bench"):
         for item in extra.split(";"):
             name, d, *fields = item.split(",")
             if all("=" in f for f in fields):  # name,D,field=value,...: the default config of each shape, changed
-                changes = {key: int(value) for key, value in (f.split("=") for f in fields)}
-                variants[name] = (int(d), changes)
+                variants[name] = (int(d), field_changes(fields))
                 continue
             bm, wg, st, pers, cols, *flags = fields
             flags = [f == "1" for f in flags] + [False] * (2 - len(flags))  # query_rows, masked_first
