@@ -33,10 +33,21 @@ def launched(monkeypatch):
     return calls
 
 
-def test_dashboard_runs_the_packaged_app_with_the_options_after_the_separator(launched):
-    assert main(["dashboard", "--reports", "work/captures", "--select", "a,b", "--port", "8600"]) == 3
+def test_dashboard_runs_the_packaged_app_with_the_options_after_the_separator(launched, tmp_path):
+    captures = str(tmp_path / "captures")
+    os.mkdir(captures)
+    assert main(["dashboard", "--reports", captures, "--select", "a,b", "--port", "8600"]) == 3
     assert launched == [[sys.executable, "-m", "streamlit", "run", APP, "--server.port", "8600", "--",
-                         "--reports", "work/captures", "--select", "a,b"]]
+                         "--reports", captures, "--select", "a,b"]]
+
+
+def test_dashboard_with_a_reports_folder_that_is_not_there_is_one_line(launched, capsys):
+    """A --reports that is not a folder ends before any server starts, as `report` does for a missing capture."""
+    assert main(["dashboard", "--reports", "nosuch"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ("python -m profiler dashboard: error: --reports 'nosuch' is not a folder (a folder of "
+                            "captures or one capture folder)\n")
+    assert captured.out == "" and launched == []
 
 
 def test_dashboard_without_options_forwards_nothing(launched):

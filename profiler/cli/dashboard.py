@@ -67,4 +67,7 @@ def replace_process(command: list[str]) -> int:
 def run(args) -> int:
     if find_spec("streamlit") is None:
         raise UsageError("the dashboard needs Streamlit: pip install 'attention-roofline[dashboard]'")
+    if args.reports is not None and not Path(args.reports).is_dir():
+        # Said here, before the server starts: the app would only show it on a page that keeps serving.
+        raise UsageError(f"--reports '{args.reports}' is not a folder (a folder of captures or one capture folder)")
     return replace_process(streamlit_command(args))
