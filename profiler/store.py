@@ -78,6 +78,9 @@ SCHEMA: dict[str, tuple[str, str]] = {
                         "empty unless status is ok"),
     "roof_fraction": ("float64", "achieved over the datasheet roof at this intensity"),
     "roof_fraction_measured": ("float64", "achieved over the measured roof (ceilings) at this intensity"),
+    "roof_fraction_size": ("float64", "achieved over the size-aware roof: the measured matmul, and the rate a device "
+                                      "copy of the row's own hbm_bytes reached in the same run (meta.json's "
+                                      "measured_ceilings.copy_curve); empty where the capture has no curve"),
     "peak_mem_bytes": ("float64", "peak allocated above the inputs during one run (GPU only)"),
     "max_rel_err": ("float64", "the largest norm-wise relative error against naive fp32 attention (output, and "
                                "grads when bwd); above the tolerance (the dtype's, kernels.reference.TOLERANCE, or "
@@ -124,6 +127,8 @@ ADDED_COLUMNS = {"kv_heads": lambda frame: frame["heads"], "path": lambda frame:
                  "source": lambda frame: "measured", "site": lambda frame: "", "device": lambda frame: ""}
 # Columns only observed rows fill (profiler.observer): empty in rows of other sources and older files.
 OBSERVED_ONLY = ("calls", "total_ms", "median_ms", "mask", "density", "layout", "seq_kv_min", "seq_kv_max", "rank")
+# Columns added later that older files have no values for: they read as empty.
+LATER_EMPTY = ("roof_fraction_size",)
 
 
 class CaptureError(ValueError):
@@ -152,7 +157,7 @@ def read_results(path: Path) -> pd.DataFrame:
             frame[column] = fill(frame)
             if SCHEMA[column][0] == "string":
                 frame[column] = frame[column].astype("string")
-    for column in OBSERVED_ONLY:
+    for column in (*OBSERVED_ONLY, *LATER_EMPTY):
         if column not in frame.columns and "heads" in frame.columns:
             frame[column] = pd.Series(None, index=frame.index, dtype=SCHEMA[column][0])
     if {"status", "bound"} <= set(frame.columns):
@@ -187,6 +192,8 @@ def to_frame(rows: list[dict]) -> pd.DataFrame:
         columns = [c for c in columns if c != "device"]  # one kind of device: meta.json names it
     if "rank" in columns and frame["rank"].isna().all():
         columns = [c for c in columns if c != "rank"]  # one process observed
+    # a column added later and empty in every row (a capture without a copy curve) is stored as before it
+    columns = [c for c in columns if c not in LATER_EMPTY or frame[c].notna().any()]
     return frame[columns + extra]
 
 

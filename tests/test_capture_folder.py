@@ -43,9 +43,12 @@ def test_a_capture_says_where_its_ceilings_came_from(tmp_path, monkeypatch, caps
     assert main(["capture", *SMALL, "--out", str(tmp_path / "second")]) == 0
     second = json.loads((tmp_path / "second" / "meta.json").read_text())
     measured_at = first["measured_ceilings"]["measured_at"]
-    assert second["measured_ceilings"] == first["measured_ceilings"]
+    first_curve, second_curve = (m["measured_ceilings"].pop("copy_curve") for m in (first, second))
+    assert second["measured_ceilings"] == first["measured_ceilings"]  # the large ceilings from the cache
+    assert second_curve["bytes"] == first_curve["bytes"] and second_curve["us"] != first_curve["us"]  # measured again
     assert second["measured_ceilings_source"].startswith(f"cache {tmp_path / 'cache' / 'ceilings.json'} (measured "
                                                          f"{measured_at};")
+    assert second["measured_ceilings_source"].endswith("the copy curve by this run)")
     assert f"Roofs (measured ceilings) from the cache {tmp_path / 'cache'}" in capsys.readouterr().out
 
 

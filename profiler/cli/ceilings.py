@@ -1,6 +1,7 @@
 """``ceilings``: this machine's measured roofs (a large matmul per dtype, a large copy and a copy that
 stays in the L2) beside its datasheet's peaks; cached per device and software versions
-(profiler.measure.ceilings), ``--no-cache`` measures again."""
+(profiler.measure.ceilings), ``--no-cache`` measures again. Then the copy rate by size (measured each
+time, as every capture measures it), with Hockney's r∞ and n½ (profiler.model.roofs.CopyCurve)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from profiler.measure.ceilings import measure_ceilings
+    from profiler.measure.ceilings import measure_ceilings, measure_copy_curve
 
     with console.status(f"timing a large matmul per dtype and a large copy on {args.device} ..."):
         measured = measure_ceilings(args.device, use_cache=not args.no_cache)
+    with console.status(f"timing device copies from 64 KiB up on {args.device} ..."):
+        curve = measure_copy_curve(args.device)
+    r_inf, n_half = curve.hockney()
+    by_size = [{"bytes": n, "us": t * 1e6, "gbps": n / t / 1e9} for n, t in zip(curve.nbytes, curve.seconds)]
     sheet = hardware.lookup(measured.device)
     rows = []
     for dtype, tflops in measured.matmul_tflops.items():
@@ -42,7 +47,9 @@ def run(args) -> int:
                      "measured": measured.l2_copy_gbps, "datasheet": None, "ratio": None})
     if args.json:
         print(json.dumps({"device": measured.device, "datasheet_entry": sheet.name if sheet else None,
-                          "measured_at": measured.measured_at, "rows": rows}, indent=2))
+                          "measured_at": measured.measured_at, "rows": rows,
+                          "copy_by_size": {"timing": curve.timing, "r_inf_gbps": r_inf / 1e9, "n_half_bytes": n_half,
+                                           "points": by_size}}, indent=2))
         return 0
     title = f"{measured.device}: measured {measured.measured_at}"
     if sheet is None:
@@ -52,4 +59,19 @@ def run(args) -> int:
         table.add_row(r["what"], r["unit"], f"{r['measured']:,.1f}", fmt(r["datasheet"], ",.1f"),
                       fmt(r["ratio"], ".2f"))
     console.print(table)
+    sizes = Table("bytes moved (read+write)", "µs", "GB/s", "of the largest",
+                  title=f"device copy by size ({curve.timing}): r∞ {r_inf / 1e9:,.0f} GB/s, n½ {_size(n_half)} "
+                        "(t = (n + n½) / r∞, Hockney)")
+    for point in by_size:
+        sizes.add_row(_size(point["bytes"]), f"{point['us']:,.1f}", f"{point['gbps']:,.0f}",
+                      f"{point['gbps'] / by_size[-1]['gbps']:.2f}")
+    console.print(sizes)
     return 0
+
+
+def _size(nbytes: float) -> str:
+    """64 KiB, 3.5 MiB, 2 GiB."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            return f"{nbytes / (1 << shift):.3g} {unit}"
+    return f"{nbytes:.0f} B"

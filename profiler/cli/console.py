@@ -73,7 +73,8 @@ def start_capture(args, device_label: str, dtypes, meta: dict, impls=(), head_di
     ranks = getattr(args, "ranks", None)
     folder = Path(args.out) if args.out else default_folder(prefix + device_label)
     common = {"impls": list(impls), "head_dims": head_dims, "resume": getattr(args, "resume", False),
-              "resumable": resumable, "status": lambda text: console.status(escape(text))}
+              "resumable": resumable, "status": lambda text: console.status(escape(text)),
+              "graph": getattr(args, "cuda_graph", False)}
     try:
         if ranks is None:
             store, roofs = open_capture(args.device, folder, device_label, dtypes, meta,

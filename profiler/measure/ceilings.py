@@ -12,13 +12,13 @@ import json
 import os
 import platform
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 
 from profiler.measure.timing import measure
-from profiler.model.roofs import Ceilings
+from profiler.model.roofs import Ceilings, CopyCurve
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -46,7 +46,7 @@ def load_cached(device: torch.device | str) -> Ceilings | None:
     try:
         entries = json.loads(path.read_text())
         entry = entries.get(f"{device_name(device)}|torch {torch.__version__}")
-        return Ceilings(**entry) if entry else None
+        return Ceilings(**{k: v for k, v in entry.items() if k != "copy_curve"}) if entry else None
     except (ValueError, TypeError):
         return None  # an unreadable cache is re-measured, not trusted
 
@@ -61,7 +61,8 @@ def _store(ceilings: Ceilings) -> None:
             entries = json.loads(path.read_text())
         except ValueError:
             entries = {}
-    entries[f"{ceilings.device}|torch {ceilings.torch_version}"] = asdict(ceilings)
+    # The copy curve belongs to the run that measured it (measure_copy_curve), never to the cache.
+    entries[f"{ceilings.device}|torch {ceilings.torch_version}"] = asdict(replace(ceilings, copy_curve=None))
     write_json_atomic(path, entries)  # a crash never leaves half a file
 
 
@@ -137,3 +138,37 @@ def measure_l2_copy(device: torch.device | str, copies: int = 50, replays: int =
     torch.cuda.synchronize(device)
     seconds = start.elapsed_time(end) * 1e-3 / (replays * copies)
     return 2 * nbytes / seconds / 1e9, nbytes
+
+
+# Copy sizes of the curve, in bytes moved (read + written): on a GPU from 64 KiB, under any attention
+# step's, to the 4 GiB of the single large copy above, every factor of 2; on a CPU to 256 MiB, every
+# factor of 4, timed for a shorter while (CPU_REP_MS), so a CPU capture spends well under a second on it.
+CURVE_BYTES = {"cuda": [64 << 10 << k for k in range(17)], "cpu": [64 << 10 << 2 * k for k in range(7)]}
+CPU_REP_MS = 10
+
+
+def measure_copy_curve(device: torch.device | str, graph: bool = False, progress=None) -> CopyCurve:
+    """The median time of a device-to-device copy at each size of :data:`CURVE_BYTES`, timed as the
+    capture times its kernels (profiler.measure.timing.measure: do_bench with the L2 flushed between
+    repetitions, so each copy starts from DRAM as a step does; ``graph``: of CUDA-graph replays, as
+    --cuda-graph times decode). Measured by every capture, never cached: it is the roof of the rows
+    measured beside it (profiler.model.roofs.CopyCurve says what sets its shape). ``progress(i, n)``
+    is called after each size."""
+    device = torch.device(device)
+    sizes = CURVE_BYTES["cuda" if device.type == "cuda" else "cpu"]
+    seconds = []
+    for i, moved in enumerate(sizes):
+        # half the bytes moved are read, half written; random on a GPU (never zeros), where randn is cheap
+        src = torch.randn(moved // 8, device=device) if device.type == "cuda" else torch.full((moved // 8,), 1.5)
+        dst = torch.empty_like(src)
+        if device.type == "cuda":
+            timing = measure(lambda src=src, dst=dst: dst.copy_(src), device, graph=graph)
+        else:
+            timing = measure(lambda src=src, dst=dst: dst.copy_(src), device, rep_ms=CPU_REP_MS)
+        seconds.append(timing.median_ms * 1e-3)
+        del src, dst
+        if progress is not None:
+            progress(i + 1, len(sizes))
+    how = ("do_bench of CUDA-graph replays" if graph else "do_bench") if device.type == "cuda" else \
+        "torch.utils.benchmark"
+    return CopyCurve(tuple(sizes), tuple(seconds), timing=how, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))

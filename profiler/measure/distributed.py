@@ -281,7 +281,7 @@ def bring_views_to_main(ranks: Ranks, folder: Path) -> int:
 
 def open_shared_capture(ranks: Ranks, device: str, folder: Path, label: str, dtypes, meta: dict, *, impls=(),
                         head_dims=(), resume: bool = False, resumable: bool = True, allow_mixed: bool = False,
-                        status=None) -> tuple[ResultStore, Roofs, Ranks]:
+                        status=None, graph: bool = False) -> tuple[ResultStore, Roofs, Ranks]:
     """The distributed counterpart of profiler.measure.folder.open_capture. Every rank checks the
     folder as its host sees it; the ranks find which of them share it (:func:`find_views`); the
     first rank of each kind of GPU measures that kind's roofs; rank 0 writes meta.json (every rank
@@ -308,7 +308,7 @@ def open_shared_capture(ranks: Ranks, device: str, folder: Path, label: str, dty
         bring_views_to_main(ranks, folder)
     # Each kind of GPU measures its roofs once, on its first rank, while the others wait.
     first = {name: labels.index(name) for name in labels}
-    measured = gather(measure_roofs(device, label, dtypes, status if ranks.main else None)
+    measured = gather(measure_roofs(device, label, dtypes, status if ranks.main else None, graph)
                       if first[label] == ranks.rank else None)
     roofs_of = {name: measured[rank] for name, rank in first.items()}
     roofs, _ = roofs_of[label]

@@ -8,10 +8,12 @@ import os
 import re
 import socket
 import time
+from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 from kernels.reference import TOLERANCE
-from profiler.measure.ceilings import cache_path, load_cached, measure_ceilings
+from profiler.measure.ceilings import cache_path, load_cached, measure_ceilings, measure_copy_curve
 from profiler.measure.meta import run_metadata
 from profiler.model import hardware
 from profiler.model.roofs import Roofs
@@ -124,37 +126,38 @@ def user_impls_meta(impls: list[Impl], head_dims=()) -> dict:
             for i in impls if i.spec or i.extra.get("layout")}
 
 
-def measure_roofs(device: str, label: str, dtypes, status=None) -> tuple[Roofs, str]:
-    """This machine's roofs (the datasheet's for ``label`` and the measured ceilings) and where the
-    ceilings come from; ``status(text)`` is a context manager that shows long work (the ceilings take
-    a few seconds)."""
+def measure_roofs(device: str, label: str, dtypes, status=None, graph: bool = False) -> tuple[Roofs, str]:
+    """This machine's roofs (the datasheet's for ``label`` and the measured ceilings, with the copy
+    curve this run measures: profiler.measure.ceilings.measure_copy_curve, timed as the rows are,
+    ``graph`` for --cuda-graph) and where the ceilings come from; ``status(text)`` is a context
+    manager that shows long work (the ceilings take a few seconds)."""
     cached = load_cached(device)  # what measure_ceilings will reuse if it fits (it stores what it measures)
-    if status is None:
+    with status("measuring the roofs (matmul per dtype, device copy, copy by size) ...") if status else nullcontext():
         measured = measure_ceilings(device, dtypes=tuple(sorted(set(dtypes))))
-    else:
-        with status("measuring the roofs (matmul per dtype, device copy) ..."):
-            measured = measure_ceilings(device, dtypes=tuple(sorted(set(dtypes))))
+        from_cache = cached == measured
+        measured = replace(measured, copy_curve=measure_copy_curve(device, graph=graph))
     # Ceilings come from a per-device cache when one is there (profiler.measure.ceilings): say so, with
     # when they were measured, since a cache filled on a busy machine judges every later capture.
     source = (f"cache {cache_path()} (measured {measured.measured_at}; `python -m profiler ceilings --no-cache` "
-              "measures again)") if cached == measured else "measured by this run"
+              "measures again; the copy curve by this run)") if from_cache else "measured by this run"
     return Roofs(hardware.lookup(label), measured), source
 
 
 def open_capture(device: str, folder: Path, label: str, dtypes, meta: dict, *, impls: list[Impl] = (),
                  head_dims=(), resume: bool = False, resumable: bool = True, status=None,
                  devices: dict[str, tuple[Roofs, str]] | None = None, checked: bool = False,
-                 allow_mixed: bool = False) -> tuple[ResultStore, Roofs]:
+                 allow_mixed: bool = False, graph: bool = False) -> tuple[ResultStore, Roofs]:
     """The folder's store and the roofs its rows are judged against. ``impls`` and ``head_dims``
     say what to record of user implementations; ``status(text)`` is a context manager that shows
     long work. ``devices`` are the roofs (roofs, source) of every device of this run, already
     measured (by :func:`measure_roofs`, on the ranks of a distributed sweep); ``checked`` says the
     folder was already checked (:func:`check_folder`). Where the capture holds rows of several
     devices (this run's, and on --resume the stored ones; only with ``allow_mixed``), meta.json gets
-    ``devices`` and the store sets each row's device (``store.fields``)."""
+    ``devices`` and the store sets each row's device (``store.fields``). ``graph``: the rows are timed
+    as CUDA-graph replays (--cuda-graph), and so is the copy curve."""
     if not checked:
         check_folder(folder, resume=resume, resumable=resumable)
-    devices = devices or {label: measure_roofs(device, label, dtypes, status)}
+    devices = devices or {label: measure_roofs(device, label, dtypes, status, graph)}
     stored = None
     if resume:
         stored = check_resume_devices(folder, devices, allow_mixed)

@@ -53,6 +53,71 @@ def roof_fraction(achieved_flops: float, intensity: float, peak_flops: float, ba
 
 
 @dataclass(frozen=True)
+class CopyCurve:
+    """How fast a device copy of a given size runs: the median time of copies moving ``nbytes[i]``
+    bytes (read + written), timed as the capture times its kernels (``timing``), in the same run.
+
+    One figure, a 2 GiB copy's rate, is what a large step can reach; a small one cannot. Hockney's
+    model of a vector pipeline (R. W. Hockney and C. R. Jesshope, "Parallel Computers 2", 1988, §1.3.3:
+    t(n) = (n + n½) / r∞) names what sets the curve: a fixed cost n½ / r∞ (the launch, the first
+    requests' DRAM latency, the ramp while too few bytes are in flight to cover it, Little's law, and
+    the last wave's tail), then the streaming rate r∞. n½ is the size that reaches half of r∞.
+    Between the measured sizes the time is interpolated linearly in bytes, which is exact for that
+    model; below the smallest the smallest's time holds (a copy cannot beat its fixed cost), above
+    the largest the largest's rate."""
+
+    nbytes: tuple[int, ...]  # increasing
+    seconds: tuple[float, ...]
+    timing: str = ""
+    measured_at: str = ""
+
+    def time_for(self, nbytes: float) -> float:
+        """Seconds a device copy moving ``nbytes`` takes, by the measured curve."""
+        sizes, times = self.nbytes, self.seconds
+        if nbytes <= sizes[0]:
+            return times[0]
+        if nbytes >= sizes[-1]:
+            return times[-1] * nbytes / sizes[-1]
+        i = next(k for k in range(1, len(sizes)) if sizes[k] >= nbytes)
+        share = (nbytes - sizes[i - 1]) / (sizes[i] - sizes[i - 1])
+        return times[i - 1] + share * (times[i] - times[i - 1])
+
+    def bandwidth(self, nbytes: float) -> float:
+        """Bytes per second a copy moving ``nbytes`` reaches (read + written)."""
+        return nbytes / self.time_for(nbytes) if nbytes > 0 else math.nan
+
+    def hockney(self) -> tuple[float, float]:
+        """(r∞ in bytes/s, n½ in bytes): the least-squares line t = n / r∞ + n½ / r∞ through the
+        measured points, weighted by 1/t so the small copies count as much as the large ones."""
+        weights = [1.0 / t for t in self.seconds]
+        sw = sum(w * w for w in weights)
+        sx = sum(w * w * n for w, n in zip(weights, self.nbytes))
+        sy = sum(w * w * t for w, t in zip(weights, self.seconds))
+        sxx = sum(w * w * n * n for w, n in zip(weights, self.nbytes))
+        sxy = sum(w * w * n * t for w, n, t in zip(weights, self.nbytes, self.seconds))
+        slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx)
+        intercept = (sy - slope * sx) / sw
+        return 1.0 / slope, intercept / slope
+
+    def as_meta(self) -> dict:
+        return {"bytes": list(self.nbytes), "us": [t * 1e6 for t in self.seconds], "timing": self.timing,
+                "measured_at": self.measured_at}
+
+    @classmethod
+    def from_meta(cls, stored: dict | None) -> CopyCurve | None:
+        if not stored or not stored.get("bytes"):
+            return None
+        return cls(tuple(int(n) for n in stored["bytes"]), tuple(float(t) * 1e-6 for t in stored["us"]),
+                   stored.get("timing", ""), stored.get("measured_at", ""))
+
+
+def size_roof(intensity: float, nbytes: float, peak_flops: float, curve: CopyCurve) -> float:
+    """The roof at this intensity for a step that moves ``nbytes``: min(peak, intensity × the rate a
+    copy of ``nbytes`` reached), i.e. no faster than the compute peak, nor than copying its own bytes."""
+    return min(peak_flops, intensity * curve.bandwidth(nbytes))
+
+
+@dataclass(frozen=True)
 class Ceilings:
     """Measured roofs of one machine: a large matmul per dtype and a large device copy."""
 
@@ -65,6 +130,7 @@ class Ceilings:
     measured_at: str
     l2_copy_gbps: float | None = None  # a device copy that fits in L2 (read + write), when measured
     l2_copy_bytes: int | None = None
+    copy_curve: CopyCurve | None = None  # copy rate by size, measured by each capture (never cached)
 
     def peak_flops(self, dtype: str) -> float:
         return self.matmul_tflops[dtype] * 1e12
@@ -106,7 +172,8 @@ class Roofs:
             device=meta.get("device", ""), matmul_tflops=stored["matmul_tflops"], copy_gbps=stored["copy_gbps"],
             matmul_n=stored.get("matmul_n", 0), copy_bytes=stored.get("copy_bytes", 0),
             torch_version=meta.get("torch", ""), measured_at=stored.get("measured_at", ""),
-            l2_copy_gbps=stored.get("l2_copy_gbps"), l2_copy_bytes=stored.get("l2_copy_bytes"))
+            l2_copy_gbps=stored.get("l2_copy_gbps"), l2_copy_bytes=stored.get("l2_copy_bytes"),
+            copy_curve=CopyCurve.from_meta(stored.get("copy_curve")))
         return cls(sheet, measured)
 
     def as_meta(self) -> dict:
@@ -123,6 +190,7 @@ class Roofs:
                 "measured_at": self.measured.measured_at,
                 **({} if self.measured.l2_copy_gbps is None else {
                     "l2_copy_gbps": self.measured.l2_copy_gbps, "l2_copy_bytes": self.measured.l2_copy_bytes}),
+                **({} if self.measured.copy_curve is None else {"copy_curve": self.measured.copy_curve.as_meta()}),
             },
         }
 

@@ -15,7 +15,7 @@ import pandas as pd
 from attention_core.costing import Costing
 from attention_core.shape import ROW_KEY, Shape
 from profiler.model.cost import arithmetic_intensity, cost_of, kernel_path
-from profiler.model.roofs import Roofs, bound, roof_fraction
+from profiler.model.roofs import Roofs, bound, roof_fraction, size_roof
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,8 @@ def capture_row(impl: str, costing: Costing, shape: Shape, step: str, roofs: Roo
 def rates(flops: float, hbm_bytes: float, seconds: float, dtype: str, roofs: Roofs) -> dict:
     """A measured point on the roofline: TFLOP/s and GB/s of ``flops`` and ``hbm_bytes`` done in
     ``seconds``, the bound (against the datasheet roof, else the measured one) and the fraction of
-    each roof reached at this intensity."""
+    each roof reached at this intensity; with a measured copy curve, also of the size-aware roof
+    (profiler.model.roofs.size_roof: the measured matmul, and a copy of these ``hbm_bytes``)."""
     ai = arithmetic_intensity(flops, hbm_bytes)
     achieved = flops / seconds
     out = {"tflops": achieved / 1e12, "gbps": hbm_bytes / seconds / 1e9}
@@ -70,6 +71,9 @@ def rates(flops: float, hbm_bytes: float, seconds: float, dtype: str, roofs: Roo
         out["roof_fraction"] = roof_fraction(achieved, ai, *sheet)
     if measured:
         out["roof_fraction_measured"] = roof_fraction(achieved, ai, *measured)
+        curve = roofs.measured.copy_curve
+        if curve is not None and hbm_bytes > 0:
+            out["roof_fraction_size"] = achieved / size_roof(ai, hbm_bytes, measured[0], curve)
     return out
 
 

@@ -54,6 +54,7 @@ def scientific(x) -> str:
 # ------------------------------------------------------------------------------------------- tables
 
 SUMMARY_NUMERIC = {"time (ms)", "TFLOP/s", "GB/s", "intensity (FLOP/B)", "of datasheet roof", "of measured roof",
+                   "of roof at its size",
                    "of binding ceiling", "speedup over naive", "of measured copy", "peak memory (MiB)",
                    "max rel. error", "query length", "key length", "N"}
 LENGTH_COLUMNS = ["N", "query length", "key length"]
@@ -96,6 +97,7 @@ def summary_table(rows: pd.DataFrame, points: pd.DataFrame, copy_gbps: float | N
             "intensity (FLOP/B)": rated(r.arithmetic_intensity, sig3), "bound": rated(r.bound, str),
             "of datasheet roof": rated(r.roof_fraction, percent),
             "of measured roof": rated(r.roof_fraction_measured, percent),
+            "of roof at its size": rated(r.get("roof_fraction_size"), percent),
             "binding ceiling": point.binds if point is not None and point.binds else "-",
             "of binding ceiling": percent(point.of_ceiling) if point is not None else "-",
             "speedup over naive": sig3(base / r.time_ms, "x") if ok and base is not None and not is_missing(base)
@@ -111,6 +113,8 @@ def summary_table(rows: pd.DataFrame, points: pd.DataFrame, copy_gbps: float | N
                                               & (points.ceiling_tflops != points.roof_tflops)).any()
     if not differs:  # the roof binds everywhere: the two columns would repeat bound and roof
         table = table.drop(columns=["binding ceiling", "of binding ceiling"], errors="ignore")
+    if "roof_fraction_size" not in totals or totals.roof_fraction_size.isna().all():  # no copy curve measured
+        table = table.drop(columns=["of roof at its size"], errors="ignore")
     return table
 
 

@@ -484,6 +484,7 @@ def validation_table_view(validation: pd.DataFrame) -> pd.DataFrame:
 # area this small (px); a wider one only has more room.
 BANDWIDTH_PLOT_PX = (700, 330)
 BANDWIDTH_LABEL_FONT = 11
+SIZE_COPY_NAME = "a copy of the step's bytes (same run)"
 
 
 def bandwidth_roof_labels(fig: go.Figure, plot_px: tuple[float, float] = BANDWIDTH_PLOT_PX) -> list[dict]:
@@ -509,7 +510,9 @@ def bandwidth_figure(totals: pd.DataFrame, meta: dict) -> go.Figure:
     roofs: the copy bandwidth the capture measured and the datasheet's HBM (on a CPU capture,
     meta.json's ``device_type`` "cpu", the measured DRAM copy alone). Each roof is labelled at the
     right end, above its line, in a strip past the longest Nkv (below it only where the line above
-    leaves no room). Rows with status 'ok' and Nq < Nkv only (square prefill is compute-bound: its
+    leaves no room). Where the capture measured a copy curve, a grey dotted line per shape family: the
+    rate a copy of the step's own bytes reached (small steps cannot reach the large copy's). Rows with
+    status 'ok' and Nq < Nkv only (square prefill is compute-bound: its
     GB/s says little); an empty chart says so. x ticks at the lengths measured."""
     ok = _ok(totals)
     data = _lines(ok[(ok.step == "total") & (ok.seq_q < ok.seq_kv)])
@@ -528,6 +531,21 @@ def bandwidth_figure(totals: pd.DataFrame, meta: dict) -> go.Figure:
                                  hovertemplate="Nkv %{x}: %{y:,.0f} GB/s in %{customdata:.1f} µs<br>(the model's "
                                                "compulsory bytes: Q, K, V read once, O written once)"))
     roofs = Roofs.from_meta(meta)
+    curve = None if roofs.measured is None else roofs.measured.copy_curve
+    if curve is not None and not data.empty:
+        # What a device copy of each step's own bytes reached in the same run (profiler.model.roofs.CopyCurve):
+        # the roof a step of that size can reach, one grey line per shape family.
+        by_family = data.groupby([*FAMILY_COLUMNS, "queries", "seq_kv"], sort=False).hbm_bytes.first().reset_index()
+        several = by_family[[*FAMILY_COLUMNS, "queries"]].drop_duplicates().shape[0] > 1
+        for key, group in by_family.groupby([*FAMILY_COLUMNS, "queries"], sort=False):
+            *family, queries = key
+            rate = [curve.bandwidth(b) / 1e9 for b in group.hbm_bytes]
+            fig.add_trace(go.Scatter(
+                x=group.seq_kv, y=rate, mode="lines", line={"color": "#888", "dash": "dot", "width": 1.5},
+                name=SIZE_COPY_NAME + (f" · {_line_label(tuple(family), queries)}" if several else ""),
+                customdata=group.hbm_bytes / 1e6,
+                hovertemplate="Nkv %{x}: a device copy of the step's %{customdata:.4g} MB reached %{y:,.0f} GB/s "
+                              "in this run<extra></extra>"))
     measured = None if roofs.measured is None else roofs.measured.copy_gbps
     sheet = roofs.datasheet if memory == "HBM" else None
     lines = [(v, text, dash) for v, text, dash in (

@@ -51,6 +51,8 @@ def family_figures(meta: dict, rows: pd.DataFrame, kernels: pd.DataFrame | None 
         if exp2 is not None and kind == "compulsory":
             notes.append(f"exp ceiling: softmax's exponentials at {exp2 / 1e12:.2f}·10¹² exp2/s cap a fused kernel "
                          "that does not overlap them with its matmuls; a point above it overlaps them")
+        if kind == "compulsory" and rooflines.size_roof_note(meta):
+            notes.append(rooflines.size_roof_note(meta))
         out.append(("Roofline", " · ".join(notes), rooflines.roofline_figure(rows, roofs, kind, exp2_per_s=exp2,
                                                                              device_type=meta.get("device_type"))))
     for key, fig in plots.scaling_figures(rows).items():
@@ -58,7 +60,9 @@ def family_figures(meta: dict, rows: pd.DataFrame, kernels: pd.DataFrame | None 
             out.append(("Scaling", "", fig))
     if (rows.seq_q < rows.seq_kv).any():
         out.append(("Bandwidth", "GB/s counts the model's compulsory bytes (Q, K, V read once, O and the logsumexp "
-                                 "written once). Above the copy line is possible: a read-mostly stream outruns a copy.",
+                                 "written once). Above the copy line is possible: a read-mostly stream outruns a copy. "
+                                 "A grey dotted line, where the capture measured a copy curve, is what a copy of the "
+                                 "step's own bytes reached in the same run.",
                     plots.bandwidth_figure(rows, meta)))
     if not naive_step_rows(rows).empty:
         out.append(("Step breakdown", "", plots.step_breakdown_figure(rows, device_type=meta.get("device_type"))))

@@ -43,6 +43,10 @@ RIDGE_FONT = 10  # px, the ridge labels' font size
 TOP_BAND = 4.0
 LABEL_LIFT = 0.3  # decades from the highest roof to the first label's centre
 LABEL_STEP = 0.3  # decades between stacked labels, at least (more where the y axis is long)
+# A dash marks the size-aware roof over a point where it is below this share of the lowest roof drawn (the
+# measured large copy's, where the datasheet's is above it); at or above it the dash would sit on that roof.
+SIZE_ROOF_SHOWN = 0.97
+SIZE_ROOF_NAME = "roof at the step's size<br>(a copy of its bytes, same run)"
 PLOT_PX = (700, 480)  # a narrow plot area (width, height): labels placed to fit it fit any wider one
 
 
@@ -94,6 +98,19 @@ def exp_rate(meta: dict) -> float | None:
     return None if sheet is None else sheet.exp2_per_s
 
 
+def size_roof_note(meta: dict) -> str:
+    """'' or a sentence on the capture's copy curve (profiler.model.roofs.CopyCurve): Hockney's r∞ and n½
+    and what they mean for the dashes of the roof at a step's size."""
+    measured = Roofs.from_meta(meta).measured
+    curve = None if measured is None else measured.copy_curve
+    if curve is None:
+        return ""
+    r_inf, n_half = curve.hockney()
+    return (f"dash: the roof at the step's size; device copies in this run ({curve.timing}) fit t = (n + n½) / r∞ "
+            f"with r∞ {r_inf / 1e9:,.0f} GB/s and n½ {n_half / 1e6:.3g} MB (Hockney): a step moving n½ reaches half "
+            "the streaming rate, its time spent on the copy's fixed cost (launch, first requests' latency, ramp, tail)")
+
+
 def is_fused(rows: pd.DataFrame) -> pd.Series:
     """Whole-attention rows of fused kernels: the store gives unfused ones tile bytes equal to
     their HBM bytes (profiler.store), fused ones more (or none, where their tiles are not declared)."""
@@ -110,7 +127,9 @@ def untiled_note(rows: pd.DataFrame) -> str:
 
 def roofline_points(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "compulsory",
                     exp2_per_s: float | None = None) -> pd.DataFrame:
-    """One row per measured point: intensity ``x``, the roof there (``roofs[0]``), for fused
+    """One row per measured point: intensity ``x``, the roof there (``roofs[0]``), on the compulsory-bytes
+    chart the size-aware roof the row was judged against (``size_roof_tflops``, ``of_size_roof``: the
+    measured matmul, and a copy of the row's own bytes in its capture's run; NaN without one), for fused
     fp16/bf16 kernels the exp ceiling (softmax not overlapped with matmuls that run at the lowest
     compute peak among ``roofs``: the measured matmul where the capture has one, as
     docs/perf-notes.md derives the cap), the ceiling that
@@ -120,6 +139,11 @@ def roofline_points(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "co
     data = rows[(rows.status == "ok") & rows.tflops.notna() & (rows[bytes_col] > 0)].copy()
     data["x"] = data.flops / data[bytes_col]
     data["bytes"] = data[bytes_col]
+    # The size-aware roof (profiler.model.roofs.size_roof) each row was judged against when measured, by its
+    # own capture's copy curve: on the compulsory-bytes chart only, where a row has one.
+    size = data["roof_fraction_size"] if bytes_kind == "compulsory" and "roof_fraction_size" in data else np.nan
+    data["of_size_roof"] = size
+    data["size_roof_tflops"] = data.tflops / data.of_size_roof
     if not roofs or data.empty:
         for column in ("roof_tflops", "exp_ceiling_tflops", "ceiling_tflops", "of_roof", "of_ceiling"):
             data[column] = np.nan
@@ -187,6 +211,9 @@ def _hover(group: pd.DataFrame, memory: str = "HBM") -> list[str]:
                 f"<br>{r.flops:.4g} FLOP / {r.bytes:.4g} B = {r.x:.4g} FLOP/B<br><b>{r.view_bound}-bound</b>")
         if pd.notna(r.of_roof):
             text += f" · {r.of_roof:.1%} of the roof"
+        if pd.notna(r.of_size_roof):
+            text += (f"<br>{r.of_size_roof:.1%} of the roof at its size ({r.size_roof_tflops:.4g} TFLOP/s: "
+                     f"a copy of its {r.bytes / 1e6:.4g} MB, or the measured matmul)")
         if getattr(r, "source", "") == "observed":  # a real run's calls: where, how many, the time per call is a mean
             text += f"<br>observed at <b>{r.site}</b>: {int(r.calls):,} calls, {r.total_ms:.4g} ms in all ({r.mask})"
         elif getattr(r, "source", "") == "replay":
@@ -368,6 +395,22 @@ def roofline_figure(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "co
         over = (group.of_roof > 1).to_numpy()
         if over.any():
             above.append((group.x[over] * shift, group.tflops[over], group.view_bound[over]))
+    lowest_roof = pd.concat([np.minimum(r.peak_flops, points.x * r.bandwidth) / 1e12 for r in roofs], axis=1).min(
+        axis=1) if roofs and not points.empty else pd.Series(np.nan, index=points.index)
+    lower = points[points.size_roof_tflops < SIZE_ROOF_SHOWN * lowest_roof]
+    if not lower.empty:
+        # Where the step is too small for a copy of its bytes to reach the roof's bandwidth, a dash marks the
+        # roof at its size (profiler.model.roofs.size_roof), straight above the point.
+        shifts = [JITTER ** (fused_names.index(i) - (len(fused_names) - 1) / 2) if (s == "total" and i in fused_names)
+                  else 1.0 for i, s in zip(lower.impl, lower.step)]
+        fig.add_trace(go.Scatter(
+            x=lower.x * shifts, y=lower.size_roof_tflops, mode="markers", name=SIZE_ROOF_NAME,
+            marker={"symbol": "line-ew", "size": 16, "line": {"width": 2.5, "color": "#333"}},
+            hovertext=[f"the roof at this step's size: {t:.4g} TFLOP/s<br>a device copy of its {b / 1e6:.4g} MB, "
+                       f"measured in the same run, or the measured matmul<br>{r.impl} reached {f:.1%} of it"
+                       for t, b, f, r in zip(lower.size_roof_tflops, lower.bytes, lower.of_size_roof,
+                                             lower.itertuples())], hoverinfo="text"))
+        notes.append("dash: the roof at the step's size")
     if above:
         # One ring per point above its roof, one legend entry per side of the ridge: the bytes explain a
         # point above the slope, the roof itself one above the flat part.

@@ -9,7 +9,7 @@ import pandas as pd
 from attention_core.shape import Shape
 from profiler.model import hardware
 from profiler.model.cost import arithmetic_intensity, cost_of
-from profiler.model.roofs import attainable_flops, bound
+from profiler.model.roofs import CopyCurve, attainable_flops, bound
 from profiler.registry import baseline_impl
 from profiler.views.selection import shape_labels
 
@@ -92,7 +92,8 @@ def model_table(shape: Shape, device: hardware.Device, impls) -> list[dict]:
 
 # The roofline table's headers, as the dashboard names its columns (rooflines.roofline_points' own names).
 ROOFLINE_HEADERS = {"time_ms": "time (ms)", "tflops": "TFLOP/s", "x": "FLOP/B", "view_bound": "bound",
-                    "of_roof": "% of roof", "binds": "binding ceiling", "of_ceiling": "% of binding ceiling"}
+                    "of_roof": "% of roof", "of_size_roof": "% of roof at its size", "binds": "binding ceiling",
+                    "of_ceiling": "% of binding ceiling"}
 
 
 def roofline_table(points: pd.DataFrame) -> pd.DataFrame:
@@ -100,7 +101,7 @@ def roofline_table(points: pd.DataFrame) -> pd.DataFrame:
     by implementation, step and what tells the points apart first (their lengths); a compact shape label
     (selection.shape_labels) and the columns that vary (one-valued columns are the filters'); the kernel
     path where an implementation has several and the call site of observed rows, where any row has one;
-    fractions as percentages."""
+    fractions as percentages (the roof at the step's size where the captures measured a copy curve)."""
     shape, varying = shape_labels(points)
     extra_columns = [c for c in varying if c != "capture"]
     order = [c for c in ("seq_kv", "seq_q") if c in extra_columns] + [c for c in extra_columns if c[:3] != "seq"]
@@ -108,20 +109,26 @@ def roofline_table(points: pd.DataFrame) -> pd.DataFrame:
     table = table.sort_values(["steps_last", "impl", "step", *order])
     has_path = bool("path" in table and table.path.fillna("").astype(str).ne("").any())  # gluon-ws, split-kv xS
     has_site = bool("site" in table and table.site.fillna("").astype(str).ne("").any())  # model.layers.3.self_attn
+    has_size = bool("of_size_roof" in table and table.of_size_roof.notna().any())  # captures with a copy curve
     columns = ["impl", *["site"] * has_site, *["path"] * has_path, "step", "shape", "time_ms", "tflops", "x",
-               "view_bound", "of_roof", "binds", "of_ceiling", *extra_columns]
+               "view_bound", "of_roof", *["of_size_roof"] * has_size, "binds", "of_ceiling", *extra_columns]
     table = table[["capture"] * ("capture" in varying) + columns].rename(columns=ROOFLINE_HEADERS)
-    for column in ("% of roof", "% of binding ceiling"):
-        table[column] = table[column] * 100
+    for column in ("% of roof", "% of roof at its size", "% of binding ceiling"):
+        if column in table:
+            table[column] = table[column] * 100
     return table
 
 
-def decode_table(decode: pd.DataFrame, copy_gbps: float | None) -> pd.DataFrame:
+def decode_table(decode: pd.DataFrame, copy_gbps: float | None, curve: CopyCurve | None = None) -> pd.DataFrame:
     """The Bandwidth tab's table of decode rows (selection.decode_rows): their shapes, time and GB/s at the
     model's compulsory bytes, and that as a percentage of the measured copy (``copy_gbps``; empty without
-    one), the call site where the rows are an observed run's; by batch, query and key length."""
+    one) and, with the capture's copy ``curve``, of what a copy of the step's own bytes reached in the same
+    run; the call site where the rows are an observed run's; by batch, query and key length."""
     site = ["site"] * bool("site" in decode and decode.site.fillna("").astype(str).ne("").any())
     shown = decode[["capture", "impl", *site, "path", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim",
                     "dtype", "time_ms", "gbps"]].copy()
     shown["of measured copy"] = shown.gbps / copy_gbps * 100 if copy_gbps else None
+    if curve is not None:
+        shown["of a copy its size"] = [g / (curve.bandwidth(b) / 1e9) * 100
+                                       for g, b in zip(shown.gbps, decode.hbm_bytes)]
     return shown.sort_values(["batch", "seq_q", "seq_kv", "impl"])

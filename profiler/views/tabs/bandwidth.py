@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from profiler.model.roofs import Roofs
 from profiler.views import plots
 from profiler.views.selection import decode_rows, why_empty
 from profiler.views.tables import decode_table
@@ -31,8 +32,14 @@ def render(ctx: Context) -> None:
     chart(st, plots.bandwidth_figure(ctx.drawn, ctx.meta))
     st.caption("GB/s counts the model's compulsory bytes (Q, K, V read once, O and the logsumexp written once): "
                f"what any kernel must move through {ctx.memory}. Above the copy line is possible: a read-mostly "
-               "stream outruns a copy.")
-    copy = (ctx.meta.get("measured_ceilings") or {}).get("copy_gbps")
-    st.dataframe(decode_table(decode, copy), hide_index=True, width="stretch",
+               "stream outruns a copy. The grey dotted line, where the capture measured one, is what a copy of "
+               "the step's own bytes reached in the same run: a small step pays a copy's fixed cost (launch, "
+               "the first requests' latency, the ramp and the tail) on fewer bytes.")
+    measured = Roofs.from_meta(ctx.meta).measured
+    copy, curve = (None, None) if measured is None else (measured.copy_gbps, measured.copy_curve)
+    st.dataframe(decode_table(decode, copy, curve), hide_index=True, width="stretch",
                  column_config={"of measured copy": st.column_config.NumberColumn(format="%.0f%%"),
+                                "of a copy its size": st.column_config.NumberColumn(
+                                    format="%.0f%%", help="of the rate a device copy of the step's own bytes "
+                                                          "reached in the same run"),
                                 "gbps": st.column_config.NumberColumn(format="%,.0f")})

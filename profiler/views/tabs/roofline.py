@@ -33,9 +33,14 @@ def render(ctx: Context) -> None:
         notes.append(f"exp ceiling: softmax's exponentials at {ctx.exp2_per_s / 1e12:.2f}·10¹² exp2/s on the SFUs "
                      "(CUDA throughput table; FlashAttention-3 §3.1) cap a fused kernel that does not overlap them "
                      "with its matmuls at the measured matmul rate; a point above it overlaps them")
+    if ctx.bytes_kind == "compulsory" and rooflines.size_roof_note(ctx.meta):
+        notes.append(rooflines.size_roof_note(ctx.meta))
     st.caption(" · ".join(notes))
     st.dataframe(roofline_table(ctx.points), hide_index=True, width="stretch", column_config={
         "% of roof": st.column_config.NumberColumn(format="%.1f%%"),
+        "% of roof at its size": st.column_config.NumberColumn(
+            format="%.1f%%", help="against the measured matmul and a device copy of the step's own bytes, "
+                                  "measured in the same run (a small step cannot reach a large copy's rate)"),
         "% of binding ceiling": st.column_config.NumberColumn(format="%.1f%%"),
         "time (ms)": st.column_config.NumberColumn(format="%.4g"),
         "FLOP/B": st.column_config.NumberColumn(format="%.3g"),
