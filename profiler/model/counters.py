@@ -1,20 +1,22 @@
 """What the hardware counters of one kernel should read, by the model: the tensor-core FLOPs it issues,
 the bytes its programs ask the L2 to read, and the DRAM bytes Nsight Compute sees during it (the
-compulsory traffic less what the write-back L2 still holds when it ends). Only ``validate``
-(profiler.nsight.validate) compares against these; the roofline uses the cost model's FLOPs and bytes
-(profiler.model.cost). The kernel readers here (:func:`packs_gqa`, :func:`backward_tile`,
-:func:`cublas_padding`) take the names Nsight Compute reports and ask the implementation's registry
-entry (attention_core.implementations.Impl) first. Pure functions: no torch, no files."""
+compulsory traffic less what the write-back L2 still holds when it ends). ``validate``
+(profiler.nsight.validate) compares these with the counters; the roofline uses the cost model's FLOPs and
+bytes (profiler.model.cost), and its issued-work view :func:`issued_flops`. The kernel readers here
+(:func:`packs_gqa`, :func:`backward_tile`, :func:`cublas_padding`) take the names Nsight Compute reports
+and ask the implementation's registry entry (attention_core.implementations.Impl) first.
+Pure functions: no torch, no files."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from attention_core import split_kv
 from attention_core.costing import Costing, Tiles
 from attention_core.implementations import REGISTRY, registered_costing
 from attention_core.shape import LSE_BYTES, Shape
-from profiler.model.fused import compulsory_bytes, executed_flops, tile_read_bytes
+from profiler.model.fused import compulsory_bytes, executed_flops, split_kv_executed_flops, tile_read_bytes
 from profiler.model.naive import fwd_step_io, kv_bytes, naive_step_flops, tensor_bytes
 
 # What the write-back L2 still holds of a kernel's output when the kernel ends, so that Nsight
@@ -161,3 +163,40 @@ def model_read_bytes(shape: Shape, impl: str, kernel: str, tile: tuple[int, int]
     return tile_read_bytes(shape, tile, packed=packs_gqa(impl, kernel, shape))
 
 
+
+
+def issued_flops(impl: str, shape: Shape, step: str, path: str = "", kernel: str = "",
+                 costing: Costing | None = None) -> float:
+    """Tensor FLOPs a stored row's kernels issue, for the issued-work roofline: what the cost model's
+    convention counts (4·B·H·Nq·Nkv·D, half of it causal) plus what the kernel computes in vain: whole
+    tiles on the causal diagonal and at ragged ends, a decode step's rows padded to a tile (a K/V head's
+    group stacked where the kernel packs it), the full score matrix of unfused attention under a causal
+    mask. The row's ``path`` says which of an implementation's kernels ran (our split-KV decode, the
+    Gluon tiles on sm_90); ``kernel``, where a trace names it, what its name tells (:func:`packs_gqa`,
+    :func:`backward_tile`, cuBLAS's padding). 0 for elementwise steps; NaN where the tiles are not
+    declared, or where a decode step's packing depends on a kernel choice no trace recorded (cuDNN picks
+    a 16-row kernel for short Nq). ``validate`` checks the same rules against Nsight Compute's
+    ``sm__ops_path_tensor`` counters (docs/validation.md: 1.000 on every fused row)."""
+    costing = costing or registered_costing(impl)
+    if step != "total" or not costing.fused:
+        if step != "total":
+            return model_tensor_flops(shape, impl, step, kernel=kernel, costing=costing)
+        # unfused attention, whole: its two matmuls forward (the full Nq × Nkv scores, masked afterwards) and
+        # autograd's four backward (profiler.model.naive's matmul steps)
+        return float(sum(naive_step_flops(shape, s) for s in ("qk_matmul", "pv_matmul")))
+    if path.startswith("split-kv"):
+        decode = split_kv.plan(shape.batch, shape.kv_heads, shape.group, shape.seq_q, shape.seq_kv)
+        return split_kv_executed_flops(shape, decode) if decode is not None else float("nan")
+    tiles = costing.tiles_for(shape.head_dim, shape.dtype, path, shape.mode)
+    onepass = backward_tile(impl, kernel, shape) if shape.mode != "fwd" else None
+    if onepass is not None:  # a one-pass backward the registry or the kernel's name declares (FA4, FA2, cuDNN)
+        tiles = replace(tiles or Tiles(None), onepass=onepass)
+    entry = REGISTRY.get(impl)
+    if tiles is None:
+        return float("nan")
+    # PyTorch's FlashAttention-2 (sdpa_flash always runs it) stacks a decode step's group into a tile's rows
+    # (flash_api.cpp, seqlenq_ngroups_swapped); FA4 declares its packing; other kernels' names tell.
+    packed = packs_gqa(impl, kernel or ("pytorch_flash::flash_fwd" if impl == "sdpa_flash" else ""), shape)
+    unknown = (shape.group > 1 and not kernel and tiles.fwd is not None and shape.seq_q < tiles.fwd[0]
+               and shape.mode != "bwd" and impl != "sdpa_flash" and (entry is None or entry.packs_gqa is None))
+    return float("nan") if unknown else executed_flops(shape, tiles, packed=packed)

@@ -55,6 +55,15 @@ def family_figures(meta: dict, rows: pd.DataFrame, kernels: pd.DataFrame | None 
             notes.append(rooflines.size_roof_note(meta))
         out.append(("Roofline", " · ".join(notes), rooflines.roofline_figure(rows, roofs, kind, exp2_per_s=exp2,
                                                                              device_type=meta.get("device_type"))))
+    issued, left_out = rooflines.issued_work(rows, meta)
+    if not issued.empty:
+        roofs = rooflines.roofs_from_meta(meta, dtype)
+        notes = ["the tensor FLOPs each kernel issues (whole tiles on the causal diagonal and at ragged ends, decode "
+                 "rows padded to a tile, unfused attention's full scores) over the same compulsory bytes: a point "
+                 "rises and moves right by that factor (hover)", *([left_out] if left_out else [])]
+        title = f"{rooflines.ISSUED_TITLE}: {style.families_title(rows)}"
+        out.append(("Roofline", " · ".join(notes), rooflines.roofline_figure(
+            issued, roofs, "compulsory", title=title, exp2_per_s=exp2, device_type=meta.get("device_type"))))
     for key, fig in plots.scaling_figures(rows).items():
         if key != "speedup" or fig.data:  # a family without naive has no speedup to draw
             out.append(("Scaling", "", fig))

@@ -17,8 +17,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from attention_core.shape import Shape
+from profiler.model.counters import issued_flops
 from profiler.model.roofs import Roofs, exp_ceiling, ridge_point
-from profiler.registry import REGISTRY
+from profiler.registry import REGISTRY, costing_for
 from profiler.views.style import (
     ABOVE_COMPUTE_NOTE,
     ABOVE_ROOF_NOTE,
@@ -109,6 +110,33 @@ def size_roof_note(meta: dict) -> str:
     return (f"dash: the roof at the step's size; device copies in this run ({curve.timing}) fit t = (n + n½) / r∞ "
             f"with r∞ {r_inf / 1e9:,.0f} GB/s and n½ {n_half / 1e6:.3g} MB (Hockney): a step moving n½ reaches half "
             "the streaming rate, its time spent on the copy's fixed cost (launch, first requests' latency, ramp, tail)")
+
+
+ISSUED_TITLE = "Roofline, issued tensor FLOPs"
+
+
+def issued_work(rows: pd.DataFrame, meta: dict | None = None) -> tuple[pd.DataFrame, str]:
+    """The rows as the issued-work roofline draws them, and a note on those it leaves out. ``flops`` is
+    what the kernels issue (profiler.model.counters.issued_flops: whole tiles on the causal diagonal and at
+    ragged ends, decode rows padded to a tile, unfused attention's full score matrix), ``tflops`` that
+    over the time, ``useful_flops`` the convention's count and ``issued_ratio`` the one over the other;
+    the bytes stay the compulsory ones, so a point moves up and right by the same factor. The size-aware
+    fraction (a ratio of useful work) is dropped. Left out: rows without tensor work (naive's elementwise
+    steps) and rows whose issued work the model does not know (tiles not declared, a decode kernel's
+    packing no trace recorded)."""
+    ok = rows[(rows.status == "ok") & rows.tflops.notna()]
+    issued = pd.Series([issued_flops(r.impl, Shape.from_row(r), r.step, str(r.path) if pd.notna(r.path) else "",
+                                     costing=costing_for(r.impl, meta)) for r in ok.itertuples()],
+                       index=ok.index, dtype="float64")
+    known = issued > 0
+    out = ok[known].assign(useful_flops=ok.flops[known], flops=issued[known],
+                           issued_ratio=issued[known] / ok.flops[known])
+    out["tflops"] = out.tflops * out.issued_ratio
+    out["roof_fraction_size"] = np.nan
+    unknown = ok[issued.isna()]
+    groups = sorted({f"{r.impl} {r.mode}" + ("" if r.step == "total" else f" {r.step}") for r in unknown.itertuples()})
+    note = (f"not drawn, issued work not modelled: {', '.join(groups)}" if groups else "")
+    return out, note
 
 
 def is_fused(rows: pd.DataFrame) -> pd.Series:
@@ -211,6 +239,8 @@ def _hover(group: pd.DataFrame, memory: str = "HBM") -> list[str]:
                 f"<br>{r.flops:.4g} FLOP / {r.bytes:.4g} B = {r.x:.4g} FLOP/B<br><b>{r.view_bound}-bound</b>")
         if pd.notna(r.of_roof):
             text += f" · {r.of_roof:.1%} of the roof"
+        if pd.notna(getattr(r, "issued_ratio", np.nan)):
+            text += f"<br>issued tensor FLOPs: {r.issued_ratio:.3g}× the useful {r.useful_flops:.4g}"
         if pd.notna(r.of_size_roof):
             text += (f"<br>{r.of_size_roof:.1%} of the roof at its size ({r.size_roof_tflops:.4g} TFLOP/s: "
                      f"a copy of its {r.bytes / 1e6:.4g} MB, or the measured matmul)")

@@ -91,7 +91,8 @@ def model_table(shape: Shape, device: hardware.Device, impls) -> list[dict]:
 
 
 # The roofline table's headers, as the dashboard names its columns (rooflines.roofline_points' own names).
-ROOFLINE_HEADERS = {"time_ms": "time (ms)", "tflops": "TFLOP/s", "x": "FLOP/B", "view_bound": "bound",
+ROOFLINE_HEADERS = {"time_ms": "time (ms)", "tflops": "TFLOP/s", "issued_ratio": "issued ÷ useful FLOPs",
+                    "x": "FLOP/B", "view_bound": "bound",
                     "of_roof": "% of roof", "of_size_roof": "% of roof at its size", "binds": "binding ceiling",
                     "of_ceiling": "% of binding ceiling"}
 
@@ -110,7 +111,8 @@ def roofline_table(points: pd.DataFrame) -> pd.DataFrame:
     has_path = bool("path" in table and table.path.fillna("").astype(str).ne("").any())  # gluon-ws, split-kv xS
     has_site = bool("site" in table and table.site.fillna("").astype(str).ne("").any())  # model.layers.3.self_attn
     has_size = bool("of_size_roof" in table and table.of_size_roof.notna().any())  # captures with a copy curve
-    columns = ["impl", *["site"] * has_site, *["path"] * has_path, "step", "shape", "time_ms", "tflops", "x",
+    issued = ["issued_ratio"] * ("issued_ratio" in table)  # the issued-work roofline (rooflines.issued_work)
+    columns = ["impl", *["site"] * has_site, *["path"] * has_path, "step", "shape", "time_ms", "tflops", *issued, "x",
                "view_bound", "of_roof", *["of_size_roof"] * has_size, "binds", "of_ceiling", *extra_columns]
     table = table[["capture"] * ("capture" in varying) + columns].rename(columns=ROOFLINE_HEADERS)
     for column in ("% of roof", "% of roof at its size", "% of binding ceiling"):

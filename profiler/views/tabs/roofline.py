@@ -7,6 +7,7 @@ import streamlit as st
 
 from profiler.views import rooflines
 from profiler.views.selection import not_drawn, shape_labels
+from profiler.views.style import families_title
 from profiler.views.tables import roofline_table
 from profiler.views.tabs.context import Context, chart
 
@@ -16,14 +17,28 @@ NOT_OK = {"wrong": "failed the correctness check", "oom": "out of memory", "unsu
 
 
 def render(ctx: Context) -> None:
-    roofs, drawn = ctx.roofs, ctx.drawn
+    roofs, drawn, points = ctx.roofs, ctx.drawn, ctx.points
     if not roofs:
         st.warning("This capture holds no L2 bandwidth measurement (`python -m profiler ceilings` measures one): "
                    "tile intensities are drawn without a roof, and no bound is judged." if ctx.bytes_kind == "tile"
                    else "No roof for this dtype in the capture's metadata.")
-    chart(st, rooflines.roofline_figure(drawn, roofs, ctx.bytes_kind, exp2_per_s=ctx.exp2_per_s,
+    work = st.radio("FLOPs", ["useful", "issued"], horizontal=True, key="work", help=(
+        "useful: the convention, 4·B·H·Nq·Nkv·D (half of it causal, 2.5x backward), the same for every kernel; "
+        "issued: the tensor FLOPs each kernel really issues (whole tiles on the causal diagonal and at ragged "
+        "ends, a decode step's rows padded to a tile, unfused attention's full scores), as Nsight Compute "
+        "counts them (`validate` checks the model)"))
+    notes = []
+    title = None
+    if work == "issued":
+        drawn, left_out = rooflines.issued_work(drawn, ctx.meta)
+        issued_view, _ = rooflines.issued_work(ctx.view, ctx.meta)
+        points = rooflines.roofline_points(issued_view, roofs, ctx.bytes_kind, ctx.exp2_per_s)
+        title = f"{rooflines.ISSUED_TITLE}, {ctx.bytes_kind} bytes: {families_title(ctx.drawn)}"
+        notes += [n for n in (left_out, "a point rises and moves right by what its kernel issues beyond the useful "
+                                        "FLOPs (hover: the factor)") if n]
+    chart(st, rooflines.roofline_figure(drawn, roofs, ctx.bytes_kind, title=title, exp2_per_s=ctx.exp2_per_s,
                                         device_type=ctx.device_type))
-    notes = [f"{roofs[0].label}: ridge {roofs[0].ridge:.0f} FLOP/B"] if roofs else []
+    notes = ([f"{roofs[0].label}: ridge {roofs[0].ridge:.0f} FLOP/B"] if roofs else []) + notes
     if ctx.bytes_kind == "tile" and rooflines.untiled_note(drawn):
         notes.append(rooflines.untiled_note(drawn))
     if ctx.device_type == "cpu" and ctx.bytes_kind == "compulsory":
@@ -33,10 +48,10 @@ def render(ctx: Context) -> None:
         notes.append(f"exp ceiling: softmax's exponentials at {ctx.exp2_per_s / 1e12:.2f}·10¹² exp2/s on the SFUs "
                      "(CUDA throughput table; FlashAttention-3 §3.1) cap a fused kernel that does not overlap them "
                      "with its matmuls at the measured matmul rate; a point above it overlaps them")
-    if ctx.bytes_kind == "compulsory" and rooflines.size_roof_note(ctx.meta):
+    if ctx.bytes_kind == "compulsory" and work == "useful" and rooflines.size_roof_note(ctx.meta):
         notes.append(rooflines.size_roof_note(ctx.meta))
     st.caption(" · ".join(notes))
-    st.dataframe(roofline_table(ctx.points), hide_index=True, width="stretch", column_config={
+    st.dataframe(roofline_table(points), hide_index=True, width="stretch", column_config={
         "% of roof": st.column_config.NumberColumn(format="%.1f%%"),
         "% of roof at its size": st.column_config.NumberColumn(
             format="%.1f%%", help="against the measured matmul and a device copy of the step's own bytes, "
