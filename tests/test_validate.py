@@ -234,6 +234,7 @@ def test_validate_command_end_to_end_with_stored_counters(tmp_path, monkeypatch,
     monkeypatch.setattr("profiler.measure.ceilings.device_name", lambda device: "NVIDIA H200")
     monkeypatch.setattr(folder_module, "measure_ceilings", lambda device, dtypes=(): Ceilings(
         "NVIDIA H200", {"fp16": 677.0, "bf16": 769.0}, 4264.0, 8192, 2 << 30, "2.11", "now", 6160.0, 15 << 20))
+    monkeypatch.setattr(folder_module, "measure_copy_curve", lambda device, graph=False: None)
     monkeypatch.setattr(folder_module, "run_metadata", lambda device: {"device": "NVIDIA H200",
                                                                         "l2_bytes": stored["l2_bytes"]})
     seen = {}

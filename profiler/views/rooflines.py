@@ -123,11 +123,17 @@ def issued_work(rows: pd.DataFrame, meta: dict | None = None) -> tuple[pd.DataFr
     the bytes stay the compulsory ones, so a point moves up and right by the same factor. The size-aware
     fraction (a ratio of useful work) is dropped. Left out: rows without tensor work (naive's elementwise
     steps) and rows whose issued work the model does not know (tiles not declared, a decode kernel's
-    packing no trace recorded)."""
+    packing no trace recorded, a real run's observed calls)."""
     ok = rows[(rows.status == "ok") & rows.tflops.notna()]
-    issued = pd.Series([issued_flops(r.impl, Shape.from_row(r), r.step, str(r.path) if pd.notna(r.path) else "",
-                                     costing=costing_for(r.impl, meta)) for r in ok.itertuples()],
-                       index=ok.index, dtype="float64")
+
+    def issued(r) -> float:
+        if getattr(r, "source", "") == "observed" or (r.impl not in REGISTRY and r.impl not in (
+                (meta or {}).get("user_impls") or {})):
+            return np.nan  # a real run's calls (impl is the API it called) or an implementation not described
+        path = str(r.path) if pd.notna(r.path) else ""
+        return issued_flops(r.impl, Shape.from_row(r), r.step, path, costing=costing_for(r.impl, meta))
+
+    issued = pd.Series([issued(r) for r in ok.itertuples()], index=ok.index, dtype="float64")
     known = issued > 0
     out = ok[known].assign(useful_flops=ok.flops[known], flops=issued[known],
                            issued_ratio=issued[known] / ok.flops[known])
