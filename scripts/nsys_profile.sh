@@ -63,7 +63,10 @@ echo "nsys: $NSYS_BIN; capture folder: $out"
   -o "$out/profile" "${nsys_opts[@]}" \
   "$PYTHON" -m profiler capture --trace none "${capture_args[@]}"
 "$NSYS_BIN" export --type sqlite --force-overwrite=true --output "$out/profile.sqlite" "$out/profile.nsys-rep"
-"$NSYS_BIN" stats --report nvtx_gpu_proj_sum,nvtx_sum,cuda_gpu_kern_sum --format csv --force-export=false \
-  --output "$out/stats" "$out/profile.nsys-rep"
+# nsys's own summaries, read from the export just written (given the .nsys-rep, nsys 2025.3 compares the
+# export's time with the report's and stops with a usage message); nothing here reads them, so a failure
+# only says so and the ingestion below still runs.
+"$NSYS_BIN" stats --report nvtx_gpu_proj_sum,nvtx_sum,cuda_gpu_kern_sum --format csv \
+  --output "$out/stats" "$out/profile.sqlite" || echo "nsys stats failed: no stats_*.csv (the ingestion reads the export)"
 echo "Wrote $out/profile.nsys-rep (open in the Nsight Systems GUI), $out/profile.sqlite and $out/stats_*.csv"
 "$PYTHON" -m profiler nsys ingest "$out"

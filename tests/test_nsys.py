@@ -289,3 +289,29 @@ def test_profile_script_names_where_it_looked_when_nsys_is_missing(tmp_path):
     bad = subprocess.run(["bash", str(ROOT / "scripts" / "nsys_profile.sh"), "--seq", "64"], cwd=tmp_path,
                          env={**env, "NSYS": "/nowhere/nsys"}, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "$NSYS=/nowhere/nsys" in bad.stderr
+
+
+KEYJOIN = ROOT / "reports" / "nsys-keyjoin"  # an H100 run with the whole-key range names (its meta.json)
+
+
+def test_a_real_capture_with_whole_key_ranges_joins_every_row_by_key(tmp_path, capsys):
+    """`scripts/nsys_profile.sh --seq 1024 --impl naive,triton_flash,sdpa_flash --out reports/nsys-keyjoin` on an
+    H100: ingested again from its export, every row joins its own range by name, with the times stored, and
+    the projection agrees with `nsys stats` of the same export."""
+    for name in ("meta.json", "results.parquet", "profile.sqlite.xz"):
+        (tmp_path / name).write_bytes((KEYJOIN / name).read_bytes())
+    stored = pd.read_parquet(KEYJOIN / "results.parquet")
+    stored.drop(columns=["nsys_gpu_ms", "nsys_match"]).to_parquet(tmp_path / "results.parquet", index=False)
+    assert main(["nsys", "ingest", str(tmp_path)]) == 0
+    assert "matched to their ranges by order" not in capsys.readouterr().out
+    joined = pd.read_parquet(tmp_path / "results.parquet")
+    assert len(joined) == 7 and (joined.nsys_match == "key").all()
+    assert list(joined.nsys_gpu_ms) == pytest.approx(list(stored.nsys_gpu_ms))
+    ratio = joined.nsys_gpu_ms / joined.time_ms  # CUDA events also time the gaps around the kernels
+    assert ((ratio > 0.95) & (ratio <= 1.0)).all(), ratio.tolist()
+    _, _, projection = nsys.read_export(tmp_path / "profile.sqlite.xz")
+    ours = nsys.summarize(projection).set_index("range")
+    theirs = pd.read_csv(KEYJOIN / "stats_nvtx_gpu_proj_sum.csv").set_index("Range")
+    assert set(ours.index) == set(theirs.index)
+    assert all(ours.loc[n, "gpu_proj_ns"] == r["Total Proj Time (ns)"] for n, r in theirs.iterrows())
+    assert "attn:triton_flash/fwd/B4H32N1024D64-fp16/call" in set(ours.index)

@@ -60,8 +60,8 @@ def run(args) -> int:
                       fmt(r["ratio"], ".2f"))
     console.print(table)
     sizes = Table("bytes moved (read+write)", "µs", "GB/s", "of the largest",
-                  title=f"device copy by size ({curve.timing}): r∞ {r_inf / 1e9:,.0f} GB/s, n½ {_size(n_half)} "
-                        "(t = (n + n½) / r∞, Hockney)")
+                  title=f"device copy by size ({curve.timing}): r∞ {r_inf / 1e9:,.0f} GB/s (the largest), half of "
+                        f"it at n½ {_size(n_half)} (Hockney's t = (n + n½) / r∞)")
     for point in by_size:
         sizes.add_row(_size(point["bytes"]), f"{point['us']:,.1f}", f"{point['gbps']:,.0f}",
                       f"{point['gbps'] / by_size[-1]['gbps']:.2f}")

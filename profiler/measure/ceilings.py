@@ -148,12 +148,16 @@ CPU_REP_MS = 10
 
 
 def measure_copy_curve(device: torch.device | str, graph: bool = False, progress=None) -> CopyCurve:
-    """The median time of a device-to-device copy at each size of :data:`CURVE_BYTES`, timed as the
-    capture times its kernels (profiler.measure.timing.measure: do_bench with the L2 flushed between
-    repetitions, so each copy starts from DRAM as a step does; ``graph``: of CUDA-graph replays, as
-    --cuda-graph times decode). Measured by every capture, never cached: it is the roof of the rows
-    measured beside it (profiler.model.roofs.CopyCurve says what sets its shape). ``progress(i, n)``
-    is called after each size."""
+    """The median time of a device copy at each size of :data:`CURVE_BYTES`, timed as the capture times
+    its kernels (profiler.measure.timing.measure: do_bench with the L2 flushed between repetitions, so
+    each copy starts from DRAM as a step does; ``graph``: of CUDA-graph replays, as --cuda-graph times
+    decode). The copy is an elementwise kernel (``torch.neg(src, out=dst)``: each byte read once and
+    written once, by the SMs, as an attention kernel moves its bytes), not ``dst.copy_(src)``: captured
+    in a CUDA graph, that memcpy becomes a node the driver may run on a copy engine, which on an H100
+    moved 1 to 4 GiB at 2.43 TB/s against the kernel's 3.03, launched or replayed alike
+    (scripts/perf_experiments/copy_curve_probe.py). Measured by every capture, never cached: it is the
+    roof of the rows measured beside it (profiler.model.roofs.CopyCurve says what sets its shape).
+    ``progress(i, n)`` is called after each size."""
     device = torch.device(device)
     sizes = CURVE_BYTES["cuda" if device.type == "cuda" else "cpu"]
     seconds = []
@@ -162,9 +166,9 @@ def measure_copy_curve(device: torch.device | str, graph: bool = False, progress
         src = torch.randn(moved // 8, device=device) if device.type == "cuda" else torch.full((moved // 8,), 1.5)
         dst = torch.empty_like(src)
         if device.type == "cuda":
-            timing = measure(lambda src=src, dst=dst: dst.copy_(src), device, graph=graph)
+            timing = measure(lambda src=src, dst=dst: torch.neg(src, out=dst), device, graph=graph)
         else:
-            timing = measure(lambda src=src, dst=dst: dst.copy_(src), device, rep_ms=CPU_REP_MS)
+            timing = measure(lambda src=src, dst=dst: torch.neg(src, out=dst), device, rep_ms=CPU_REP_MS)
         seconds.append(timing.median_ms * 1e-3)
         del src, dst
         if progress is not None:

@@ -87,17 +87,17 @@ class CopyCurve:
         return nbytes / self.time_for(nbytes) if nbytes > 0 else math.nan
 
     def hockney(self) -> tuple[float, float]:
-        """(r∞ in bytes/s, n½ in bytes): the least-squares line t = n / r∞ + n½ / r∞ through the
-        measured points, weighted by 1/t so the small copies count as much as the large ones."""
-        weights = [1.0 / t for t in self.seconds]
-        sw = sum(w * w for w in weights)
-        sx = sum(w * w * n for w, n in zip(weights, self.nbytes))
-        sy = sum(w * w * t for w, t in zip(weights, self.seconds))
-        sxx = sum(w * w * n * n for w, n in zip(weights, self.nbytes))
-        sxy = sum(w * w * n * t for w, n, t in zip(weights, self.nbytes, self.seconds))
-        slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx)
-        intercept = (sy - slope * sx) / sw
-        return 1.0 / slope, intercept / slope
+        """(r∞ in bytes/s, n½ in bytes), read off the measured curve rather than fitted: r∞ the largest
+        copy's rate (the streaming plateau), n½ the size whose copy reaches half of it (bisection on the
+        interpolated curve; the smallest size where even that one is above half)."""
+        r_inf = self.bandwidth(self.nbytes[-1])
+        lo, hi = float(self.nbytes[0]), float(self.nbytes[-1])
+        if self.bandwidth(lo) >= r_inf / 2:
+            return r_inf, lo
+        for _ in range(100):
+            mid = (lo * hi) ** 0.5
+            lo, hi = (mid, hi) if self.bandwidth(mid) < r_inf / 2 else (lo, mid)
+        return r_inf, hi
 
     def as_meta(self) -> dict:
         return {"bytes": list(self.nbytes), "us": [t * 1e6 for t in self.seconds], "timing": self.timing,

@@ -107,9 +107,10 @@ def size_roof_note(meta: dict) -> str:
     if curve is None:
         return ""
     r_inf, n_half = curve.hockney()
-    return (f"dash: the roof at the step's size; device copies in this run ({curve.timing}) fit t = (n + n½) / r∞ "
-            f"with r∞ {r_inf / 1e9:,.0f} GB/s and n½ {n_half / 1e6:.3g} MB (Hockney): a step moving n½ reaches half "
-            "the streaming rate, its time spent on the copy's fixed cost (launch, first requests' latency, ramp, tail)")
+    return (f"dash: the roof at the step's size; device copies in this run ({curve.timing}) stream at r∞ "
+            f"{r_inf / 1e9:,.0f} GB/s and reach half of it at n½ {n_half / 1e6:.3g} MB moved (Hockney's t = (n + n½) "
+            "/ r∞): below that, a step's time goes mostly to a copy's fixed cost (launch, the first requests' "
+            "latency, the ramp, the tail)")
 
 
 ISSUED_TITLE = "Roofline, issued tensor FLOPs"
