@@ -27,6 +27,7 @@ from kernels._autotune import LN2_C, LOG2E, autotune, configs_from, default_tile
 from kernels._checks import check_qkv, check_triton_device, dtype_name, resolve_scale
 from kernels._layout import empty_in_layout
 from kernels.flash_decode import flash_decode_forward
+from kernels.hopper_common import layout_key
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 
@@ -195,16 +196,26 @@ def flash_attention_forward(
     kernel, True the Gluon one, refusing (ValueError) inputs it does not cover. :func:`forward_path`
     names the path a call takes.
     """
+    defaults = config is None and split is None and gluon is None
+    layout = layout_key(q, k, v) if defaults else None
+    route = _ROUTES.get((layout, bool(causal))) if layout is not None else None
+    if route is not None and route[0] != "tiled":  # inputs of a layout checked and routed before
+        scale = resolve_scale(sm_scale, q.shape[-1])
+        if route[0] == "split":
+            return flash_decode_forward(q, k, v, causal, scale, route[1])
+        return flash_fwd_hopper.hopper_forward(q, k, v, causal, scale, layout=layout)
     batch, heads, seq_q, seq_kv, head_dim = check_qkv(q, k, v, head_dims=HEAD_DIMS)
     check_triton_device(q)
     scale = resolve_scale(sm_scale, head_dim)
+    if defaults and route is None:
+        route = _route(q, k, v, causal, layout)
     decode = split_kv.plan(batch, k.shape[1], heads // k.shape[1], seq_q, seq_kv)
     if decode is not None and split is not False and config is None:
         return flash_decode_forward(q, k, v, causal, scale, decode)
     if config is None and gluon is not False:
         reason = flash_fwd_hopper.unsupported_reason(q, k, v) if gluon else _not_gluon(q, k, v, causal)
         if reason is None:
-            return flash_fwd_hopper.hopper_forward(q, k, v, causal, scale)
+            return flash_fwd_hopper.hopper_forward(q, k, v, causal, scale, layout=layout)
         if gluon:
             raise ValueError(reason)
     o = empty_in_layout(q)
@@ -229,11 +240,32 @@ def flash_attention_forward(
 def forward_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> str:
     """The path :func:`flash_attention_forward` takes for these inputs with its defaults:
     'split-kv xS' (kernels.flash_decode), 'gluon-ws' (kernels.flash_fwd_hopper) or 'tiled'."""
-    batch, heads, seq_q, seq_kv, _ = check_qkv(q, k, v, head_dims=HEAD_DIMS)
-    decode = split_kv.plan(batch, k.shape[1], heads // k.shape[1], seq_q, seq_kv)
-    if decode is not None:
-        return decode.label
-    return "tiled" if _not_gluon(q, k, v, causal) else "gluon-ws"
+    layout = layout_key(q, k, v)
+    route = _ROUTES.get((layout, bool(causal))) if layout is not None else None
+    if route is None:
+        check_qkv(q, k, v, head_dims=HEAD_DIMS)
+        route = _route(q, k, v, causal, layout)
+    return {"split": route[1].label if route[1] is not None else "", "gluon": "gluon-ws"}.get(route[0], "tiled")
+
+
+# The route of the default forward by (hopper_common.layout_key of q, k, v; causal): what the checks, the
+# split plan and the Gluon kernel's conditions decided for the first call of a layout, so later calls of
+# it (every layer of a model, every step of a training loop) skip them (docs/perf-notes.md: host time).
+_ROUTES: dict[tuple, tuple[str, split_kv.SplitPlan | None]] = {}
+ROUTES_KEPT = 512
+
+
+def _route(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, layout: tuple | None
+           ) -> tuple[str, split_kv.SplitPlan | None]:
+    """('split', plan), ('gluon', None) or ('tiled', None) for checked inputs, kept by ``layout``."""
+    batch, heads, seq_q, head_dim = q.shape
+    decode = split_kv.plan(batch, k.shape[1], heads // k.shape[1], seq_q, k.shape[2])
+    route = ("split", decode) if decode is not None else ("tiled" if _not_gluon(q, k, v, causal) else "gluon", None)
+    if layout is not None:
+        if len(_ROUTES) >= ROUTES_KEPT:
+            _ROUTES.clear()
+        _ROUTES[layout, bool(causal)] = route
+    return route
 
 
 def _not_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> str | None:

@@ -50,7 +50,9 @@ from kernels._autotune import LN2_C, LOG2E
 from kernels._checks import cuda_properties
 from kernels._layout import empty_in_layout
 from kernels.hopper_common import (
+    LaunchCache,
     as_box,
+    layout_key,
     ring_phase,
     sm90_reason,
     swizzled_tile,
@@ -439,18 +441,46 @@ def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_n: int)
 
 def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
                    config: HopperConfig | None = None,
-                   schedule: tile_schedule.Schedule | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   schedule: tile_schedule.Schedule | None = None,
+                   layout: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The Gluon forward on inputs :func:`unsupported_reason` accepts. Returns o (B, H, Nq, D) in q's
     dtype and lse (B, H, Nq) fp32, natural log, as kernels.flash_fwd.flash_attention_forward.
     ``config`` overrides :data:`CONFIGS` and ``schedule`` the tile order of
-    :func:`kernels.tile_schedule.plan` (for sweeps)."""
+    :func:`kernels.tile_schedule.plan` (for sweeps). ``layout``: q, k, v's hopper_common.layout_key,
+    where the caller has it; with the defaults, a call of a layout seen before reuses its launch plan
+    and compiled kernel (:data:`_LAUNCHES`), leaving out most of the host time of a launch."""
+    key = None if config is not None or schedule is not None else (
+        (layout or layout_key(q, k, v)), bool(causal))
+    plan = _PLANS.get(key) if key is not None and key[0] is not None else None
+    if plan is None:
+        plan = _launch_plan(q, k, v, causal, config, schedule)
+        if key is not None and key[0] is not None:
+            if len(_PLANS) >= _LAUNCHES.size:
+                _PLANS.clear()
+            _PLANS[key] = plan
+    grid, ints, constexprs, block_n = plan
+    o = empty_in_layout(q)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    q_desc, k_desc, v_desc = descriptors(q, k, v, block_n)
+    _LAUNCHES(key if key is not None and key[0] is not None else None, grid,
+              (q_desc, k_desc, v_desc, o, *o.stride()[:3], lse, scale * LOG2E, *ints), constexprs, num_warps=4)
+    return o, lse
+
+
+class _Plan(NamedTuple):
+    grid: tuple[int]
+    ints: tuple[int, ...]  # heads, group, seq_q, seq_kv, m_blocks, total, section, snake
+    constexprs: dict
+    block_n: int
+
+
+def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, config: HopperConfig | None,
+                 schedule: tile_schedule.Schedule | None) -> _Plan:
+    """What a launch at this layout takes besides the data: the grid, the int arguments and the constexprs."""
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     config = config or default_config(head_dim, causal, seq_q)
     consumer_regs, loader_regs = WORKER_REGS[config.consumers]
-    o = empty_in_layout(q)
-    lse = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
-    q_desc, k_desc, v_desc = descriptors(q, k, v, config.block_n)
     m_blocks = triton.cdiv(seq_q, config.block_m)
     total = m_blocks * batch * heads
     props = cuda_properties(q.device.index)
@@ -460,13 +490,15 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     schedule = schedule or tile_schedule.plan(m_blocks, batch * heads, head_bytes, props.L2_cache_size,
                                               tile_schedule.FORWARD_L2_SHARE, programs, bool(causal),
                                               config.persistent, props.multi_processor_count)
-    _attn_fwd_hopper[(programs,)](
-        q_desc, k_desc, v_desc, o, *o.stride()[:3], lse, scale * LOG2E, heads, heads // kv_heads, seq_q, seq_kv,
-        m_blocks, total, schedule.section, int(schedule.snake),
+    constexprs = dict(
         HEAD_DIM=head_dim, BLOCK_N=config.block_n, STAGES=config.stages, CAUSAL=bool(causal),
         OVERLAP=config.overlap, PINGPONG=config.pingpong, SPLIT_M=SPLIT_M, NUM_WG=config.consumers,
         CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
-        Q_LAYOUT=tile_layout(SPLIT_M, head_dim, q.dtype), KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype),
-        num_warps=4,
-    )
-    return o, lse
+        Q_LAYOUT=tile_layout(SPLIT_M, head_dim, q.dtype), KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype))
+    ints = (heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total, schedule.section, int(schedule.snake))
+    return _Plan((programs,), ints, constexprs, config.block_n)
+
+
+# Launch plans by (layout_key, causal) for the default configuration, and the compiled kernel of each.
+_PLANS: dict[tuple, _Plan] = {}
+_LAUNCHES = LaunchCache(_attn_fwd_hopper)

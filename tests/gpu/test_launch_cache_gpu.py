@@ -1,0 +1,70 @@
+"""The host-time path of the forward (kernels.hopper_common.LaunchCache, kernels.flash_fwd's route memo), on
+the GPU: a call of a layout seen before launches the kernel compiled for the first call with the same
+plan, and its output is bit for bit what a call without any memo gives, for new data at the same layout,
+for each TMA layout, causal or not, and after the memo is cleared."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import flash_fwd, flash_fwd_hopper
+from kernels.flash_fwd import flash_attention_forward, forward_path
+from kernels.hopper_common import layout_key
+from kernels.reference import naive_attention, relative_error
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                       reason="needs an sm_90 GPU (the Gluon forward)"),
+]
+
+
+def _inputs(layout: str, seed: int, batch=2, heads=8, kv_heads=2, seq=777, head_dim=128, dtype=torch.bfloat16):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    shape = {"bhsd": (batch, heads, seq, head_dim), "bshd": (batch, seq, heads, head_dim)}[layout]
+    q = torch.randn(*shape, device="cuda", dtype=dtype, generator=g)
+    kv_shape = {"bhsd": (batch, kv_heads, seq, head_dim), "bshd": (batch, seq, kv_heads, head_dim)}[layout]
+    k = torch.randn(*kv_shape, device="cuda", dtype=dtype, generator=g)
+    v = torch.randn(*kv_shape, device="cuda", dtype=dtype, generator=g)
+    if layout == "bshd":
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    return q, k, v
+
+
+def _uncached(q, k, v, causal):
+    """The forward with the plan built afresh and the kernel launched through JITFunction.run."""
+    return flash_fwd_hopper.hopper_forward(q, k, v, causal, q.shape[-1] ** -0.5,
+                                           config=flash_fwd_hopper.default_config(q.shape[-1], causal, q.shape[2]))
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_replayed_launch_reads_the_new_data_and_gives_the_uncached_bits(layout, causal):
+    flash_fwd._ROUTES.clear(), flash_fwd_hopper._PLANS.clear(), flash_fwd_hopper._LAUNCHES.entries.clear()
+    first = _inputs(layout, seed=1)
+    assert forward_path(*first, causal=causal) == "gluon-ws"
+    o1, lse1 = flash_attention_forward(*first, causal=causal)
+    key = (layout_key(*first), causal)
+    assert key in flash_fwd_hopper._PLANS and key in flash_fwd_hopper._LAUNCHES.entries  # kept by the first call
+    for seed in (2, 3):  # new data, same layout: the kept plan and kernel
+        q, k, v = _inputs(layout, seed=seed)
+        assert layout_key(q, k, v) == key[0]
+        o, lse = flash_attention_forward(q, k, v, causal=causal)
+        ref_o, ref_lse = _uncached(q, k, v, causal)
+        assert torch.equal(o, ref_o) and torch.equal(lse, ref_lse)
+        assert o.stride() == ref_o.stride()
+        oracle = naive_attention(q.double(), k.double(), v.double(), causal=causal)
+        assert relative_error(o, oracle) < 8e-3
+        assert not torch.equal(o, o1)
+    assert len(flash_fwd_hopper._LAUNCHES.entries) == 1
+
+
+def test_another_layout_or_mask_is_another_key():
+    flash_fwd._ROUTES.clear(), flash_fwd_hopper._PLANS.clear(), flash_fwd_hopper._LAUNCHES.entries.clear()
+    for layout in ("bhsd", "bshd"):
+        for causal in (False, True):
+            q, k, v = _inputs(layout, seed=5)
+            o, _ = flash_attention_forward(q, k, v, causal=causal)
+            assert torch.equal(o, _uncached(q, k, v, causal)[0])
+    assert len(flash_fwd_hopper._LAUNCHES.entries) == 4 and len(flash_fwd._ROUTES) == 4
