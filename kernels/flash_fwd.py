@@ -197,7 +197,7 @@ def flash_attention_forward(
     names the path a call takes.
     """
     defaults = config is None and split is None and gluon is None
-    layout = layout_key(q, k, v) if defaults else None
+    layout = layout_key(q, k, v) if defaults and MEMO else None
     route = _ROUTES.get((layout, bool(causal))) if layout is not None else None
     if route is not None and route[0] != "tiled":  # inputs of a layout checked and routed before
         scale = resolve_scale(sm_scale, q.shape[-1])
@@ -207,8 +207,8 @@ def flash_attention_forward(
     batch, heads, seq_q, seq_kv, head_dim = check_qkv(q, k, v, head_dims=HEAD_DIMS)
     check_triton_device(q)
     scale = resolve_scale(sm_scale, head_dim)
-    if defaults and route is None:
-        route = _route(q, k, v, causal, layout)
+    if layout is not None and route is None:  # kept for the next call of this layout
+        _route(q, k, v, causal, layout)
     decode = split_kv.plan(batch, k.shape[1], heads // k.shape[1], seq_q, seq_kv)
     if decode is not None and split is not False and config is None:
         return flash_decode_forward(q, k, v, causal, scale, decode)
@@ -240,7 +240,7 @@ def flash_attention_forward(
 def forward_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> str:
     """The path :func:`flash_attention_forward` takes for these inputs with its defaults:
     'split-kv xS' (kernels.flash_decode), 'gluon-ws' (kernels.flash_fwd_hopper) or 'tiled'."""
-    layout = layout_key(q, k, v)
+    layout = layout_key(q, k, v) if MEMO else None
     route = _ROUTES.get((layout, bool(causal))) if layout is not None else None
     if route is None:
         check_qkv(q, k, v, head_dims=HEAD_DIMS)
@@ -253,6 +253,7 @@ def forward_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
 # it (every layer of a model, every step of a training loop) skip them (docs/perf-notes.md: host time).
 _ROUTES: dict[tuple, tuple[str, split_kv.SplitPlan | None]] = {}
 ROUTES_KEPT = 512
+MEMO = True  # False: every call checks and routes afresh (scripts/perf_experiments/host_time_probe.py's A/B)
 
 
 def _route(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, layout: tuple | None

@@ -449,7 +449,7 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     :func:`kernels.tile_schedule.plan` (for sweeps). ``layout``: q, k, v's hopper_common.layout_key,
     where the caller has it; with the defaults, a call of a layout seen before reuses its launch plan
     and compiled kernel (:data:`_LAUNCHES`), leaving out most of the host time of a launch."""
-    key = None if config is not None or schedule is not None else (
+    key = None if config is not None or schedule is not None or not _LAUNCHES.enabled else (
         (layout or layout_key(q, k, v)), bool(causal))
     plan = _PLANS.get(key) if key is not None and key[0] is not None else None
     if plan is None:

@@ -30,6 +30,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
+from kernels import flash_fwd, flash_fwd_hopper
 from kernels.flash_attention import flash_attention
 from kernels.hf_attention import STATS, triton_flash_attention_forward
 
@@ -41,6 +42,12 @@ class Layer(torch.nn.Module):
 def bshd(batch, heads, seq, head_dim):
     """A (batch, heads, seq, head_dim) view of (batch, seq, heads, head_dim) storage, as transformers makes."""
     return torch.randn(batch, seq, heads, head_dim, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+
+
+def memo(on: bool) -> None:
+    """The forward's route memo and Gluon launch cache (kernels.flash_fwd.MEMO, hopper_common.LaunchCache) on or off."""
+    flash_fwd.MEMO = on
+    flash_fwd_hopper._LAUNCHES.enabled = on
 
 
 def host_us(fn, calls, rounds=5):
@@ -76,8 +83,12 @@ def main():
                            args.calls)
             ours_hf = host_us(partial(triton_flash_attention_forward, layer, q, k, v, None), args.calls)
             ours = host_us(partial(flash_attention, q, k, v, causal=causal), args.calls)
-            print(f"{name}: sdpa {sdpa:.1f}, ours via hf_attention {ours_hf:.1f}, ours via flash_attention "
-                  f"{ours:.1f}; paths {dict(STATS.paths)}")
+            memo(False)  # the same calls with every check, route and launch done afresh: A/B on one machine
+            ours_hf_off = host_us(partial(triton_flash_attention_forward, layer, q, k, v, None), args.calls)
+            ours_off = host_us(partial(flash_attention, q, k, v, causal=causal), args.calls)
+            memo(True)
+            print(f"{name}: sdpa {sdpa:.1f}, ours via hf_attention {ours_hf:.1f} (without the memos "
+                  f"{ours_hf_off:.1f}), via flash_attention {ours:.1f} ({ours_off:.1f}); paths {dict(STATS.paths)}")
             STATS.reset()
             profile = cProfile.Profile()
             profile.enable()
