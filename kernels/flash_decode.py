@@ -28,6 +28,7 @@ import triton.language as tl
 from attention_core import split_kv
 from kernels._autotune import INTERPRET, LN2_C, LOG2E, dot_precision
 from kernels._checks import cuda_properties, dtype_name
+from kernels.hopper_common import LaunchCache, layout_key
 
 # (num_warps, num_stages) by head_dim: 128 from the H100 sweep in docs/perf-notes.md ("Decode"); the
 # others are untuned (a small block of rows needs few warps; head_dim 256 tiles need fewer stages).
@@ -176,7 +177,7 @@ def _decode_combine(
 
 def flash_decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
                          plan: split_kv.SplitPlan, launch: tuple[int, int] | None = None, strided: bool | None = None,
-                         pdl: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                         pdl: bool | None = None, layout: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The split-KV forward on checked inputs (kernels.flash_fwd.flash_attention_forward calls it
     when attention_core.split_kv.plan gives a plan). q: (B, H, Nq, D); k, v: (B, Hkv, Nkv, D).
     Returns o (B, H, Nq, D) contiguous in q's dtype and lse (B, H, Nq) fp32, natural log.
@@ -184,7 +185,9 @@ def flash_decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
     assignment (for sweeps). ``pdl`` launches the combine kernel with programmatic dependent launch
     (default: on an NVIDIA GPU of sm_90 or later, not under the interpreter), so its launch and start
     overlap the split kernel's last programs (measured in docs/perf-notes.md, "Decode at batch 1 and
-    the short causal D64 forward")."""
+    the short causal D64 forward"). ``layout``: q, k, v's hopper_common.layout_key where the caller has
+    it; with the defaults, both kernels are launched from what their first launch at this layout and plan
+    compiled (hopper_common.LaunchCache), leaving out most of a launch's host time."""
     if pdl is None:
         pdl = (q.is_cuda and not INTERPRET and torch.version.hip is None
                and cuda_properties(q.device.index).major >= 9)
@@ -198,20 +201,26 @@ def flash_decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
     else:
         o_part = torch.empty((batch, heads, seq_q, plan.splits, head_dim), dtype=torch.float32, device=q.device)
         lse_part = torch.empty((batch, heads, seq_q, plan.splits), dtype=torch.float32, device=q.device)
+    # Everything the launches' int arguments and constexprs follow from (the outputs are new, aligned allocations).
+    key = None if launch is not None or strided is not None or not _SPLIT.enabled else (
+        layout or layout_key(q, k, v), bool(causal), plan, pdl)
+    key = None if key is not None and key[0] is None else key
     num_warps, num_stages = launch or LAUNCH[head_dim]
-    _decode_split[(plan.splits, batch * kv_heads)](
+    _SPLIT(key, (plan.splits, batch * kv_heads), (
         q, k, v, o, lse, o_part, lse_part, scale * LOG2E,
         *q.stride(), *k.stride(), *v.stride(),
-        kv_heads, seq_q, seq_kv, plan.chunk, plan.splits,
+        kv_heads, seq_q, seq_kv, plan.chunk, plan.splits), dict(
         GROUP=heads // kv_heads, STRIDED=plan.strided if strided is None else strided, HEAD_DIM=head_dim,
         CAUSAL=bool(causal), DIRECT=direct,
         DOT_PRECISION=dot_precision(dtype_name(q.dtype)), BLOCK_M=plan.block_m, BLOCK_N=split_kv.BLOCK_N,
-        PDL=pdl and not direct, num_warps=num_warps, num_stages=num_stages,
+        PDL=pdl and not direct), num_warps=num_warps, num_stages=num_stages,
     )
     if not direct:
-        _decode_combine[(batch * heads * seq_q,)](
-            o, lse, o_part, lse_part, plan.splits,
-            HEAD_DIM=head_dim, BLOCK_S=triton.next_power_of_2(plan.splits), PDL=pdl, num_warps=4,
-            **({"launch_pdl": True} if pdl else {}),
-        )
+        _COMBINE(key, (batch * heads * seq_q,), (o, lse, o_part, lse_part, plan.splits),
+                 dict(HEAD_DIM=head_dim, BLOCK_S=triton.next_power_of_2(plan.splits), PDL=pdl), num_warps=4,
+                 **({"launch_pdl": True} if pdl else {}))
     return o, lse
+
+
+_SPLIT = LaunchCache(_decode_split)
+_COMBINE = LaunchCache(_decode_combine)

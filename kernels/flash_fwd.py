@@ -202,7 +202,7 @@ def flash_attention_forward(
     if route is not None and route[0] != "tiled":  # inputs of a layout checked and routed before
         scale = resolve_scale(sm_scale, q.shape[-1])
         if route[0] == "split":
-            return flash_decode_forward(q, k, v, causal, scale, route[1])
+            return flash_decode_forward(q, k, v, causal, scale, route[1], layout=layout)
         return flash_fwd_hopper.hopper_forward(q, k, v, causal, scale, layout=layout)
     batch, heads, seq_q, seq_kv, head_dim = check_qkv(q, k, v, head_dims=HEAD_DIMS)
     check_triton_device(q)
@@ -211,7 +211,7 @@ def flash_attention_forward(
         _route(q, k, v, causal, layout)
     decode = split_kv.plan(batch, k.shape[1], heads // k.shape[1], seq_q, seq_kv)
     if decode is not None and split is not False and config is None:
-        return flash_decode_forward(q, k, v, causal, scale, decode)
+        return flash_decode_forward(q, k, v, causal, scale, decode, layout=layout)
     if config is None and gluon is not False:
         reason = flash_fwd_hopper.unsupported_reason(q, k, v) if gluon else _not_gluon(q, k, v, causal)
         if reason is None:

@@ -68,3 +68,24 @@ def test_another_layout_or_mask_is_another_key():
             o, _ = flash_attention_forward(q, k, v, causal=causal)
             assert torch.equal(o, _uncached(q, k, v, causal)[0])
     assert len(flash_fwd_hopper._LAUNCHES.entries) == 4 and len(flash_fwd._ROUTES) == 4
+
+
+@pytest.mark.parametrize("seq_kv", [4096, 70001])
+def test_a_replayed_decode_step_gives_the_uncached_bits(seq_kv):
+    """The split-KV path's two kernels (kernels.flash_decode), replayed from their first launch at a layout and
+    plan: one query per head, 32 heads on 8 K/V heads, BSHD views as transformers passes them."""
+    from kernels import flash_decode
+    from kernels.flash_decode import LAUNCH, flash_decode_forward
+
+    flash_fwd._ROUTES.clear(), flash_decode._SPLIT.entries.clear(), flash_decode._COMBINE.entries.clear()
+    for seed in (1, 2, 3):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        q = torch.randn(1, 1, 32, 128, device="cuda", dtype=torch.bfloat16, generator=g).transpose(1, 2)
+        k, v = (torch.randn(1, seq_kv, 8, 128, device="cuda", dtype=torch.bfloat16, generator=g).transpose(1, 2)
+                for _ in range(2))
+        o, lse = flash_attention_forward(q, k, v)
+        plan = flash_fwd._ROUTES[layout_key(q, k, v), False][1]
+        ref_o, ref_lse = flash_decode_forward(q, k, v, False, 128 ** -0.5, plan, launch=LAUNCH[128])  # uncached
+        assert torch.equal(o, ref_o) and torch.equal(lse, ref_lse)
+        assert relative_error(o, naive_attention(q.double(), k.double(), v.double())) < 8e-3
+    assert len(flash_decode._SPLIT.entries) == 1 and len(flash_decode._COMBINE.entries) == (plan.splits > 1)
