@@ -65,7 +65,9 @@ from kernels._checks import cuda_properties
 from kernels._layout import empty_in_layout
 from kernels.hopper_common import (
     GLUON_IMPORT_ERROR,
+    LaunchCache,
     as_box,
+    layout_key,
     ring_phase,
     shared_layout,
     sm90_reason,
@@ -717,6 +719,7 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
     (for sweeps)."""
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
+    explicit = config is not None or schedule is not None
     config = config or CONFIGS[head_dim, bool(causal)]
     if config.dq_mode != 2:
         if config.dq_mode not in (0, 1):
@@ -734,36 +737,53 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
     dv = empty_in_layout(k)
     stats = tile_stats(lse, delta, q_pad)
     descs = descriptors(q, k, v, do, dq_acc, stats, config)
+    # With the defaults, everything below follows from the inputs' layouts (the buffers are new, aligned
+    # allocations): the schedule and both compiled kernels are kept by it (hopper_common.LaunchCache).
+    key = None if explicit or not _BWD.enabled else (layout_key(q, k, v, do), bool(causal))
+    key = None if key is not None and key[0] is None else key
     n_blocks = triton.cdiv(seq_kv, config.block_n)
     bh_kv = batch * kv_heads
     props = cuda_properties(q.device.index)
     programs = n_blocks * bh_kv
     if config.persistent:
         programs = min(programs, props.multi_processor_count)
-    # Per K/V head, what its key blocks read and reduce into: Q and dO of its query heads, and
-    # their fp32 dQ rows (FA3's SingleTileBwdLPTScheduler counts the same three).
-    head_bytes = (heads // kv_heads) * seq_q * head_dim * (2 * q.element_size() + 4)
-    # A key block's program walks block_n / block_m query tiles per block of queries, for each query
-    # head of its group: the work of a visited block, for the grid's order (tile_schedule.grid_makespan).
-    repeat = (heads // kv_heads) * config.block_n / config.block_m
-    schedule = schedule or tile_schedule.plan(n_blocks, bh_kv, head_bytes, props.L2_cache_size,
-                                              tile_schedule.BACKWARD_L2_SHARE, programs, bool(causal),
-                                              config.persistent, props.multi_processor_count, repeat)
-    _attn_bwd_hopper[(programs,)](
+    schedule = schedule or _SCHEDULES.get(key)
+    if schedule is None:
+        # Per K/V head, what its key blocks read and reduce into: Q and dO of its query heads, and
+        # their fp32 dQ rows (FA3's SingleTileBwdLPTScheduler counts the same three).
+        head_bytes = (heads // kv_heads) * seq_q * head_dim * (2 * q.element_size() + 4)
+        # A key block's program walks block_n / block_m query tiles per block of queries, for each query
+        # head of its group: the work of a visited block, for the grid's order (tile_schedule.grid_makespan).
+        repeat = (heads // kv_heads) * config.block_n / config.block_m
+        schedule = tile_schedule.plan(n_blocks, bh_kv, head_bytes, props.L2_cache_size,
+                                      tile_schedule.BACKWARD_L2_SHARE, programs, bool(causal),
+                                      config.persistent, props.multi_processor_count, repeat)
+        if key is not None:
+            if len(_SCHEDULES) >= _BWD.size:
+                _SCHEDULES.clear()
+            _SCHEDULES[key] = schedule
+    _BWD(key, (programs,), (
         *descs, dk, dv, *dk.stride()[:3], sm_scale * LOG2E, sm_scale,
         heads, heads // kv_heads, seq_q, seq_kv, q_pad, n_blocks, bh_kv, schedule.section, int(schedule.snake),
-        stats.shape[1] * stats.shape[2] // config.block_m,
+        stats.shape[1] * stats.shape[2] // config.block_m), dict(
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, STAGES=config.stages, NUM_WG=config.consumers,
         KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols, DQ_MODE=config.dq_mode,
         QUERY_ROWS=config.query_rows, MASKED_FIRST=config.masked_first, CONSUMER_REGS=consumer_regs,
         LOADER_REGS=loader_regs,
         Q_LAYOUT=tile_layout(config.block_m, head_dim, q.dtype),
-        KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype),
+        KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype)),
         num_warps=4,
     )
     dq = empty_in_layout(q)
     # One program per query tile of the padded buffer (config.block_m rows). Not tuned: the pass moves
     # 6 bytes per dQ element (fp32 in, 16-bit out), against the kernel's 4·(Nkv / BLOCK_N) of reduce-adds.
-    _dq_convert[(q_pad // config.block_m, batch * heads)](dq_acc, dq, *dq.stride()[:3], sm_scale, heads, seq_q,
-                                                          q_pad, HEAD_DIM=head_dim, BLOCK=config.block_m)
+    _DQ_CONVERT(key, (q_pad // config.block_m, batch * heads),
+                (dq_acc, dq, *dq.stride()[:3], sm_scale, heads, seq_q, q_pad),
+                dict(HEAD_DIM=head_dim, BLOCK=config.block_m))
     return dq, dk, dv
+
+
+# The default backward's schedule and compiled kernels by (hopper_common.layout_key of q, k, v, do; causal).
+_SCHEDULES: dict[tuple, tile_schedule.Schedule] = {}
+_BWD = LaunchCache(_attn_bwd_hopper)
+_DQ_CONVERT = LaunchCache(_dq_convert)
