@@ -62,12 +62,11 @@ import triton.language as tl
 from kernels import tile_schedule
 from kernels._autotune import LOG2E
 from kernels._checks import cuda_properties
+from kernels._launch import LaunchCache, layout_key
 from kernels._layout import empty_in_layout
 from kernels.hopper_common import (
     GLUON_IMPORT_ERROR,
-    LaunchCache,
     as_box,
-    layout_key,
     ring_phase,
     shared_layout,
     sm90_reason,
@@ -738,7 +737,7 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
     stats = tile_stats(lse, delta, q_pad)
     descs = descriptors(q, k, v, do, dq_acc, stats, config)
     # With the defaults, everything below follows from the inputs' layouts (the buffers are new, aligned
-    # allocations): the schedule and both compiled kernels are kept by it (hopper_common.LaunchCache).
+    # allocations): the schedule and both compiled kernels are kept by it (_launch.LaunchCache).
     key = None if explicit or not _BWD.enabled else (layout_key(q, k, v, do), bool(causal))
     key = None if key is not None and key[0] is None else key
     n_blocks = triton.cdiv(seq_kv, config.block_n)
@@ -783,7 +782,7 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
     return dq, dk, dv
 
 
-# The default backward's schedule and compiled kernels by (hopper_common.layout_key of q, k, v, do; causal).
+# The default backward's schedule and compiled kernels by (_launch.layout_key of q, k, v, do; causal).
 _SCHEDULES: dict[tuple, tile_schedule.Schedule] = {}
 _BWD = LaunchCache(_attn_bwd_hopper)
 _DQ_CONVERT = LaunchCache(_dq_convert)

@@ -28,7 +28,7 @@ import triton.language as tl
 from attention_core import split_kv
 from kernels._autotune import INTERPRET, LN2_C, LOG2E, dot_precision
 from kernels._checks import cuda_properties, dtype_name
-from kernels.hopper_common import LaunchCache, layout_key
+from kernels._launch import LaunchCache, layout_key
 
 # (num_warps, num_stages) by head_dim: 128 from the H100 sweep in docs/perf-notes.md ("Decode"); the
 # others are untuned (a small block of rows needs few warps; head_dim 256 tiles need fewer stages).
@@ -185,9 +185,9 @@ def flash_decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
     assignment (for sweeps). ``pdl`` launches the combine kernel with programmatic dependent launch
     (default: on an NVIDIA GPU of sm_90 or later, not under the interpreter), so its launch and start
     overlap the split kernel's last programs (measured in docs/perf-notes.md, "Decode at batch 1 and
-    the short causal D64 forward"). ``layout``: q, k, v's hopper_common.layout_key where the caller has
+    the short causal D64 forward"). ``layout``: q, k, v's _launch.layout_key where the caller has
     it; with the defaults, both kernels are launched from what their first launch at this layout and plan
-    compiled (hopper_common.LaunchCache), leaving out most of a launch's host time."""
+    compiled (_launch.LaunchCache), leaving out most of a launch's host time."""
     if pdl is None:
         pdl = (q.is_cuda and not INTERPRET and torch.version.hip is None
                and cuda_properties(q.device.index).major >= 9)

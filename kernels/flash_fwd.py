@@ -25,9 +25,9 @@ from attention_core import split_kv
 from kernels import flash_fwd_hopper
 from kernels._autotune import LN2_C, LOG2E, autotune, configs_from, default_tile, dot_precision, pruner, seq_bucket
 from kernels._checks import check_qkv, check_triton_device, dtype_name, resolve_scale
+from kernels._launch import layout_key
 from kernels._layout import empty_in_layout
 from kernels.flash_decode import flash_decode_forward
-from kernels.hopper_common import layout_key
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 
@@ -244,11 +244,15 @@ def forward_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
     route = _ROUTES.get((layout, bool(causal))) if layout is not None else None
     if route is None:
         check_qkv(q, k, v, head_dims=HEAD_DIMS)
+        try:
+            check_triton_device(q)
+        except ValueError:
+            layout = None  # the forward itself refuses these: routed here, never kept for it
         route = _route(q, k, v, causal, layout)
-    return {"split": route[1].label if route[1] is not None else "", "gluon": "gluon-ws"}.get(route[0], "tiled")
+    return route[1].label if route[0] == "split" else {"gluon": "gluon-ws"}.get(route[0], "tiled")
 
 
-# The route of the default forward by (hopper_common.layout_key of q, k, v; causal): what the checks, the
+# The route of the default forward by (_launch.layout_key of q, k, v; causal): what the checks, the
 # split plan and the Gluon kernel's conditions decided for the first call of a layout, so later calls of
 # it (every layer of a model, every step of a training loop) skip them (docs/perf-notes.md: host time).
 _ROUTES: dict[tuple, tuple[str, split_kv.SplitPlan | None]] = {}

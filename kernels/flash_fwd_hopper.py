@@ -48,11 +48,10 @@ import triton
 from kernels import tile_schedule
 from kernels._autotune import LN2_C, LOG2E
 from kernels._checks import cuda_properties
+from kernels._launch import LaunchCache, layout_key
 from kernels._layout import empty_in_layout
 from kernels.hopper_common import (
-    LaunchCache,
     as_box,
-    layout_key,
     ring_phase,
     sm90_reason,
     swizzled_tile,
@@ -446,15 +445,16 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     """The Gluon forward on inputs :func:`unsupported_reason` accepts. Returns o (B, H, Nq, D) in q's
     dtype and lse (B, H, Nq) fp32, natural log, as kernels.flash_fwd.flash_attention_forward.
     ``config`` overrides :data:`CONFIGS` and ``schedule`` the tile order of
-    :func:`kernels.tile_schedule.plan` (for sweeps). ``layout``: q, k, v's hopper_common.layout_key,
+    :func:`kernels.tile_schedule.plan` (for sweeps). ``layout``: q, k, v's _launch.layout_key,
     where the caller has it; with the defaults, a call of a layout seen before reuses its launch plan
     and compiled kernel (:data:`_LAUNCHES`), leaving out most of the host time of a launch."""
-    key = None if config is not None or schedule is not None or not _LAUNCHES.enabled else (
-        (layout or layout_key(q, k, v)), bool(causal))
-    plan = _PLANS.get(key) if key is not None and key[0] is not None else None
+    layout = None if config is not None or schedule is not None or not _LAUNCHES.enabled else (
+        layout or layout_key(q, k, v))
+    key = None if layout is None else (layout, bool(causal))  # None: nothing kept, nothing reused
+    plan = _PLANS.get(key) if key is not None else None
     if plan is None:
         plan = _launch_plan(q, k, v, causal, config, schedule)
-        if key is not None and key[0] is not None:
+        if key is not None:
             if len(_PLANS) >= _LAUNCHES.size:
                 _PLANS.clear()
             _PLANS[key] = plan
@@ -462,8 +462,8 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     o = empty_in_layout(q)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     q_desc, k_desc, v_desc = descriptors(q, k, v, block_n)
-    _LAUNCHES(key if key is not None and key[0] is not None else None, grid,
-              (q_desc, k_desc, v_desc, o, *o.stride()[:3], lse, scale * LOG2E, *ints), constexprs, num_warps=4)
+    _LAUNCHES(key, grid, (q_desc, k_desc, v_desc, o, *o.stride()[:3], lse, scale * LOG2E, *ints), constexprs,
+              num_warps=4)
     return o, lse
 
 

@@ -36,7 +36,10 @@ def remodel(frame: pd.DataFrame, roofs: Roofs, meta: dict | None = None) -> tupl
     and bytes are means of exact sums over many calls (decode buckets of growing Nkv, masks counted
     pair by pair: profiler.observer.recorder), which the row's one shape cannot reproduce. Their
     replays are ordinary rows of registered implementations, and are remodelled. A row with a
-    ``device`` (a sweep over ranks on different GPUs) is judged against that device's roofs."""
+    ``device`` (a sweep over ranks on different GPUs) is judged against that device's roofs. The
+    size-aware fraction of a row that changed is judged against the copy curve in ``meta`` (the last
+    run's, where a capture was resumed: rows do not record which run measured them, and the earlier
+    runs' curves stay in meta.json's ``earlier_runs``)."""
     rows, changed = [], []
     for record in frame.to_dict("records"):
         if record.get("source") == "observed":

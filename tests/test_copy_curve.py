@@ -15,7 +15,7 @@ from attention_core.implementations import registered_costing
 from attention_core.shape import Shape
 from profiler.model import hardware
 from profiler.model.roofs import Ceilings, CopyCurve, Roofs, size_roof
-from profiler.model.rows import Timing, capture_row
+from profiler.model.rows import Timing, capture_row, rates
 from profiler.views import plots, rooflines
 from profiler.views.tables import decode_table, roofline_table
 
@@ -153,7 +153,7 @@ def test_the_bandwidth_view_draws_what_a_copy_of_each_steps_bytes_reached():
     expected = [curve.bandwidth(b) / 1e9 for b in rows.sort_values("seq_kv").hbm_bytes]
     assert sum(len(t.y) for t in lines) == 2
     assert sorted(y for t in lines for y in t.y) == pytest.approx(sorted(expected))
-    table = decode_table(rows, 3000.0, curve)
+    table = decode_table(rows, 3000.0, {"c": curve})
     assert list(table["of a copy its size"]) == pytest.approx(
         [g / (curve.bandwidth(b) / 1e9) * 100 for g, b in zip(table.gbps, rows.loc[table.index].hbm_bytes)])
 
@@ -182,3 +182,16 @@ def test_the_shipped_h100_decode_capture_is_judged_against_its_own_curve():
     r_inf, n_half = curve.hockney()
     assert r_inf / 1e9 == pytest.approx(meta["measured_ceilings"]["copy_gbps"], rel=0.02)  # the large copy's rate
     assert smallest < n_half < largest
+
+
+def test_an_observed_rows_size_roof_is_of_one_call_not_of_all():
+    """observe's rows rate many calls at once (FLOPs and bytes summed over the timed calls): the size-aware roof
+    is looked up at one call's bytes, so 500 small decode calls are not judged as one 2 GB step."""
+    from profiler.observer.run import with_times
+
+    roofs = h200_roofs(hockney_curve())
+    row = decode_rows(hockney_curve()).iloc[0].to_dict()  # B1, Nkv 1024: 4.2 MB a call
+    observed = with_times(row, [0.006] * 500, roofs)
+    one_call = rates(row["flops"], row["hbm_bytes"], 0.006e-3, "bf16", roofs)
+    assert observed["roof_fraction_size"] == pytest.approx(one_call["roof_fraction_size"], rel=1e-9)
+    assert rates(0.0, row["hbm_bytes"], 1e-3, "bf16", roofs).get("roof_fraction_size", 0.0) == 0.0  # no 1/0

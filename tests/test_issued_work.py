@@ -97,3 +97,22 @@ def test_the_dashboard_switches_the_roofline_to_issued_work(monkeypatch):
     table = at.dataframe[0].value
     assert "issued ÷ useful FLOPs" in table.columns
     assert any("not drawn, issued work not modelled" in c.value for c in at.caption)
+
+
+def test_a_training_decode_row_adds_its_backward_to_the_split_forward():
+    """A fwd+bwd row whose forward ran split-KV ('split-kv x32 fwd, tiled bwd'): the split forward's tiles plus
+    the backward's, not the forward alone."""
+    from dataclasses import replace
+
+    from attention_core import split_kv
+    from attention_core.implementations import registered_costing
+    from profiler.model.fused import executed_flops, split_kv_executed_flops
+
+    shape = Shape(batch=1, heads=32, seq_q=1, seq_kv=8192, head_dim=128, dtype="fp16", kv_heads=8, mode="fwd+bwd")
+    plan = split_kv.plan(1, 8, 4, 1, 8192)
+    path = f"{plan.label} fwd, tiled bwd"
+    backward = replace(shape, mode="bwd")
+    tiles = registered_costing("triton_flash").tiles_for(128, "fp16", path, "bwd")
+    expected = split_kv_executed_flops(shape, plan) + executed_flops(backward, tiles)
+    assert issued_flops("triton_flash", shape, "total", path) == expected
+    assert expected > 50 * split_kv_executed_flops(shape, plan)  # the backward's padded rows dominate

@@ -163,8 +163,6 @@ def model_read_bytes(shape: Shape, impl: str, kernel: str, tile: tuple[int, int]
     return tile_read_bytes(shape, tile, packed=packs_gqa(impl, kernel, shape))
 
 
-
-
 def issued_flops(impl: str, shape: Shape, step: str, path: str = "", kernel: str = "",
                  costing: Costing | None = None) -> float:
     """Tensor FLOPs a stored row's kernels issue, for the issued-work roofline: what the cost model's
@@ -184,9 +182,13 @@ def issued_flops(impl: str, shape: Shape, step: str, path: str = "", kernel: str
         # unfused attention, whole: its two matmuls forward (the full Nq × Nkv scores, masked afterwards) and
         # autograd's four backward (profiler.model.naive's matmul steps)
         return float(sum(naive_step_flops(shape, s) for s in ("qk_matmul", "pv_matmul")))
-    if path.startswith("split-kv"):
+    split = 0.0
+    if path.startswith("split-kv") and shape.mode != "bwd":  # the forward ran split-KV (kernels.flash_decode)
         decode = split_kv.plan(shape.batch, shape.kv_heads, shape.group, shape.seq_q, shape.seq_kv)
-        return split_kv_executed_flops(shape, decode) if decode is not None else float("nan")
+        split = split_kv_executed_flops(shape, decode) if decode is not None else float("nan")
+        if shape.mode == "fwd":
+            return split
+        shape = replace(shape, mode="bwd")  # fwd+bwd: the backward's tiles below, then the split forward added
     tiles = costing.tiles_for(shape.head_dim, shape.dtype, path, shape.mode)
     onepass = backward_tile(impl, kernel, shape) if shape.mode != "fwd" else None
     if onepass is not None:  # a one-pass backward the registry or the kernel's name declares (FA4, FA2, cuDNN)
@@ -199,4 +201,4 @@ def issued_flops(impl: str, shape: Shape, step: str, path: str = "", kernel: str
     packed = packs_gqa(impl, kernel or ("pytorch_flash::flash_fwd" if impl == "sdpa_flash" else ""), shape)
     unknown = (shape.group > 1 and not kernel and tiles.fwd is not None and shape.seq_q < tiles.fwd[0]
                and shape.mode != "bwd" and impl != "sdpa_flash" and (entry is None or entry.packs_gqa is None))
-    return float("nan") if unknown else executed_flops(shape, tiles, packed=packed)
+    return float("nan") if unknown else split + executed_flops(shape, tiles, packed=packed)

@@ -56,11 +56,13 @@ def capture_row(impl: str, costing: Costing, shape: Shape, step: str, roofs: Roo
     return row | rates(flops, hbm_bytes, timing.median_ms * 1e-3, shape.dtype, roofs)
 
 
-def rates(flops: float, hbm_bytes: float, seconds: float, dtype: str, roofs: Roofs) -> dict:
+def rates(flops: float, hbm_bytes: float, seconds: float, dtype: str, roofs: Roofs,
+          step_bytes: float | None = None) -> dict:
     """A measured point on the roofline: TFLOP/s and GB/s of ``flops`` and ``hbm_bytes`` done in
     ``seconds``, the bound (against the datasheet roof, else the measured one) and the fraction of
     each roof reached at this intensity; with a measured copy curve, also of the size-aware roof
-    (profiler.model.roofs.size_roof: the measured matmul, and a copy of these ``hbm_bytes``)."""
+    (profiler.model.roofs.size_roof: the measured matmul, and a copy of one step's bytes: ``hbm_bytes``,
+    or ``step_bytes`` where the rate is of several calls, as an observed row's)."""
     ai = arithmetic_intensity(flops, hbm_bytes)
     achieved = flops / seconds
     out = {"tflops": achieved / 1e12, "gbps": hbm_bytes / seconds / 1e9}
@@ -72,8 +74,10 @@ def rates(flops: float, hbm_bytes: float, seconds: float, dtype: str, roofs: Roo
     if measured:
         out["roof_fraction_measured"] = roof_fraction(achieved, ai, *measured)
         curve = roofs.measured.copy_curve
-        if curve is not None and hbm_bytes > 0:
-            out["roof_fraction_size"] = achieved / size_roof(ai, hbm_bytes, measured[0], curve)
+        roof = size_roof(ai, step_bytes or hbm_bytes, measured[0], curve) if curve is not None and hbm_bytes > 0 \
+            else 0.0
+        if roof > 0:
+            out["roof_fraction_size"] = achieved / roof
     return out
 
 

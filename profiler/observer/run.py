@@ -126,7 +126,8 @@ def with_times(row: dict, times_ms: list[float], roofs: Roofs) -> dict:
                  "status": "ok"}
     if total <= 0:
         return row | {"status": "error", "message": "no GPU kernel of these calls was found in the trace"}
-    return row | rates(row["flops"] * timed, row["hbm_bytes"] * timed, total * 1e-3, row["dtype"], roofs)
+    return row | rates(row["flops"] * timed, row["hbm_bytes"] * timed, total * 1e-3, row["dtype"], roofs,
+                       step_bytes=row["hbm_bytes"])  # the size-aware roof of one call, not of all of them
 
 
 UNTIMED = ("the trace did not tell this graph's attention kernels apart (CUDA graphs replay kernels without "

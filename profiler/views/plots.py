@@ -504,14 +504,24 @@ def bandwidth_roof_labels(fig: go.Figure, plot_px: tuple[float, float] = BANDWID
     return labels
 
 
-def bandwidth_figure(totals: pd.DataFrame, meta: dict) -> go.Figure:
+def copy_curves(rows: pd.DataFrame, meta: dict, curves: dict | None = None) -> dict:
+    """Each capture's copy curve by capture name (``curves``, as the dashboard passes them), else ``meta``'s
+    for every row (key ''); empty where none was measured."""
+    if curves is not None:
+        return {name: curve for name, curve in curves.items() if curve is not None}
+    measured = Roofs.from_meta(meta).measured
+    return {} if measured is None or measured.copy_curve is None else {"": measured.copy_curve}
+
+
+def bandwidth_figure(totals: pd.DataFrame, meta: dict, curves: dict | None = None) -> go.Figure:
     """Decode's question: achieved GB/s (the model's compulsory bytes over the median time) against
     the key length, one line per implementation, shape family and query length, under the memory
     roofs: the copy bandwidth the capture measured and the datasheet's HBM (on a CPU capture,
     meta.json's ``device_type`` "cpu", the measured DRAM copy alone). Each roof is labelled at the
     right end, above its line, in a strip past the longest Nkv (below it only where the line above
-    leaves no room). Where the capture measured a copy curve, a grey dotted line per shape family: the
-    rate a copy of the step's own bytes reached (small steps cannot reach the large copy's). Rows with
+    leaves no room). Where the capture measured a copy curve (``curves``: each capture's by name, where
+    rows of several are drawn; else ``meta``'s), a grey dotted line per capture and shape family: the rate
+    a copy of the step's own bytes reached (small steps cannot reach the large copy's). Rows with
     status 'ok' and Nq < Nkv only (square prefill is compute-bound: its
     GB/s says little); an empty chart says so. x ticks at the lengths measured."""
     ok = _ok(totals)
@@ -531,21 +541,27 @@ def bandwidth_figure(totals: pd.DataFrame, meta: dict) -> go.Figure:
                                  hovertemplate="Nkv %{x}: %{y:,.0f} GB/s in %{customdata:.1f} µs<br>(the model's "
                                                "compulsory bytes: Q, K, V read once, O written once)"))
     roofs = Roofs.from_meta(meta)
-    curve = None if roofs.measured is None else roofs.measured.copy_curve
-    if curve is not None and not data.empty:
-        # What a device copy of each step's own bytes reached in the same run (profiler.model.roofs.CopyCurve):
-        # the roof a step of that size can reach, one grey line per shape family.
-        by_family = data.groupby([*FAMILY_COLUMNS, "queries", "seq_kv"], sort=False).hbm_bytes.first().reset_index()
-        several = by_family[[*FAMILY_COLUMNS, "queries"]].drop_duplicates().shape[0] > 1
-        for key, group in by_family.groupby([*FAMILY_COLUMNS, "queries"], sort=False):
-            *family, queries = key
-            rate = [curve.bandwidth(b) / 1e9 for b in group.hbm_bytes]
+    curves = copy_curves(data, meta, curves)
+    if curves and not data.empty:
+        # What a device copy of each step's bytes reached in its capture's run (profiler.model.roofs.CopyCurve):
+        # the roof a step of that size can reach, one grey line per capture and shape family, at the family's
+        # compulsory bytes (the least any of its kernels moves).
+        owners = data.owner if "capture" not in data else data.capture.astype(str)
+        keys = [owners.rename("line_owner"), *[data[c] for c in (*FAMILY_COLUMNS, "queries")]]
+        by_family = data.groupby([*keys, data.seq_kv], sort=False).hbm_bytes.min().reset_index()
+        several = by_family.drop(columns=["seq_kv", "hbm_bytes"]).drop_duplicates().shape[0] > 1
+        for key, group in by_family.groupby(["line_owner", *FAMILY_COLUMNS, "queries"], sort=False):
+            owner, *family, queries = key
+            curve = curves.get(owner) or curves.get("")
+            if curve is None:
+                continue
             fig.add_trace(go.Scatter(
-                x=group.seq_kv, y=rate, mode="lines", line={"color": "#888", "dash": "dot", "width": 1.5},
-                name=SIZE_COPY_NAME + (f" · {_line_label(tuple(family), queries)}" if several else ""),
+                x=group.seq_kv, y=[curve.bandwidth(b) / 1e9 for b in group.hbm_bytes], mode="lines",
+                line={"color": "#888", "dash": "dot", "width": 1.5},
+                name=SIZE_COPY_NAME + (f" · {_line_label(tuple(family), queries, capture=owner)}" if several else ""),
                 customdata=group.hbm_bytes / 1e6,
                 hovertemplate="Nkv %{x}: a device copy of the step's %{customdata:.4g} MB reached %{y:,.0f} GB/s "
-                              "in this run<extra></extra>"))
+                              "in its capture's run<extra></extra>"))
     measured = None if roofs.measured is None else roofs.measured.copy_gbps
     sheet = roofs.datasheet if memory == "HBM" else None
     lines = [(v, text, dash) for v, text, dash in (

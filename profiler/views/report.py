@@ -51,8 +51,9 @@ def family_figures(meta: dict, rows: pd.DataFrame, kernels: pd.DataFrame | None 
         if exp2 is not None and kind == "compulsory":
             notes.append(f"exp ceiling: softmax's exponentials at {exp2 / 1e12:.2f}·10¹² exp2/s cap a fused kernel "
                          "that does not overlap them with its matmuls; a point above it overlaps them")
-        if kind == "compulsory" and rooflines.size_roof_note(meta):
-            notes.append(rooflines.size_roof_note(meta))
+        size_note = rooflines.size_roof_note(meta) if kind == "compulsory" else ""
+        if size_note:
+            notes.append(size_note)
         out.append(("Roofline", " · ".join(notes), rooflines.roofline_figure(rows, roofs, kind, exp2_per_s=exp2,
                                                                              device_type=meta.get("device_type"))))
     issued, left_out = rooflines.issued_work(rows, meta)

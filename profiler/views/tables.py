@@ -121,16 +121,19 @@ def roofline_table(points: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def decode_table(decode: pd.DataFrame, copy_gbps: float | None, curve: CopyCurve | None = None) -> pd.DataFrame:
+def decode_table(decode: pd.DataFrame, copy_gbps: float | None, curves: dict[str, CopyCurve] | None = None
+                 ) -> pd.DataFrame:
     """The Bandwidth tab's table of decode rows (selection.decode_rows): their shapes, time and GB/s at the
     model's compulsory bytes, and that as a percentage of the measured copy (``copy_gbps``; empty without
-    one) and, with the capture's copy ``curve``, of what a copy of the step's own bytes reached in the same
-    run; the call site where the rows are an observed run's; by batch, query and key length."""
+    one) and, with the captures' copy ``curves`` (by capture name), of what a copy of the step's own bytes
+    reached in its capture's run; the call site where the rows are an observed run's; by batch, query and
+    key length."""
     site = ["site"] * bool("site" in decode and decode.site.fillna("").astype(str).ne("").any())
     shown = decode[["capture", "impl", *site, "path", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim",
                     "dtype", "time_ms", "gbps"]].copy()
     shown["of measured copy"] = shown.gbps / copy_gbps * 100 if copy_gbps else None
-    if curve is not None:
-        shown["of a copy its size"] = [g / (curve.bandwidth(b) / 1e9) * 100
-                                       for g, b in zip(shown.gbps, decode.hbm_bytes)]
+    if curves:
+        shown["of a copy its size"] = [
+            g / (curves[c].bandwidth(b) / 1e9) * 100 if c in curves else float("nan")
+            for g, b, c in zip(shown.gbps, decode.hbm_bytes, decode.capture)]
     return shown.sort_values(["batch", "seq_q", "seq_kv", "impl"])

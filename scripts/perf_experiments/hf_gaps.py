@@ -21,12 +21,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import hf_vs_sdpa  # noqa: E402
 
-from kernels import flash_fwd, flash_fwd_hopper  # noqa: E402
+from kernels import flash_bwd_hopper, flash_decode, flash_fwd, flash_fwd_hopper  # noqa: E402
 
 
 def memo(on: bool) -> None:
     flash_fwd.MEMO = on
-    flash_fwd_hopper._LAUNCHES.enabled = on
+    for cache in (flash_fwd_hopper._LAUNCHES, flash_decode._SPLIT, flash_decode._COMBINE, flash_bwd_hopper._BWD,
+                  flash_bwd_hopper._DQ_CONVERT):
+        cache.enabled = on
 
 
 def gaps(step) -> tuple[float, float, list[tuple[float, str, str]]]:

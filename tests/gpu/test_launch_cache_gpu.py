@@ -1,4 +1,4 @@
-"""The host-time path of the forward (kernels.hopper_common.LaunchCache, kernels.flash_fwd's route memo), on
+"""The host-time path of the forward (kernels._launch.LaunchCache, kernels.flash_fwd's route memo), on
 the GPU: a call of a layout seen before launches the kernel compiled for the first call with the same
 plan, and its output is bit for bit what a call without any memo gives, for new data at the same layout,
 for each TMA layout, causal or not, and after the memo is cleared."""
@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from kernels import flash_fwd, flash_fwd_hopper
+from kernels._launch import layout_key
 from kernels.flash_fwd import flash_attention_forward, forward_path
-from kernels.hopper_common import layout_key
 from kernels.reference import naive_attention, relative_error
 
 pytestmark = [

@@ -29,15 +29,18 @@ def render(ctx: Context) -> None:
             st.info(f"No decode rows (fewer queries than keys, seq_q < seq_kv) in {', '.join(ctx.chosen)}: "
                     f"this tab draws achieved GB/s for those. {where}")
         return
-    chart(st, plots.bandwidth_figure(ctx.drawn, ctx.meta))
+    curves = {name: getattr(Roofs.from_meta(ctx.captures[name].meta).measured, "copy_curve", None)
+              for name in ctx.chosen}  # each capture's own, measured in its run
+    chart(st, plots.bandwidth_figure(ctx.drawn, ctx.meta, curves))
     st.caption("GB/s counts the model's compulsory bytes (Q, K, V read once, O and the logsumexp written once): "
                f"what any kernel must move through {ctx.memory}. Above the copy line is possible: a read-mostly "
                "stream outruns a copy. The grey dotted line, where the capture measured one, is what a copy of "
                "the step's own bytes reached in the same run: a small step pays a copy's fixed cost (launch, "
                "the first requests' latency, the ramp and the tail) on fewer bytes.")
     measured = Roofs.from_meta(ctx.meta).measured
-    copy, curve = (None, None) if measured is None else (measured.copy_gbps, measured.copy_curve)
-    st.dataframe(decode_table(decode, copy, curve), hide_index=True, width="stretch",
+    copy = None if measured is None else measured.copy_gbps
+    st.dataframe(decode_table(decode, copy, {n: c for n, c in curves.items() if c is not None}), hide_index=True,
+                 width="stretch",
                  column_config={"of measured copy": st.column_config.NumberColumn(format="%.0f%%"),
                                 "of a copy its size": st.column_config.NumberColumn(
                                     format="%.0f%%", help="of the rate a device copy of the step's own bytes "

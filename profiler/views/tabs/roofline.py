@@ -48,8 +48,9 @@ def render(ctx: Context) -> None:
         notes.append(f"exp ceiling: softmax's exponentials at {ctx.exp2_per_s / 1e12:.2f}·10¹² exp2/s on the SFUs "
                      "(CUDA throughput table; FlashAttention-3 §3.1) cap a fused kernel that does not overlap them "
                      "with its matmuls at the measured matmul rate; a point above it overlaps them")
-    if ctx.bytes_kind == "compulsory" and work == "useful" and rooflines.size_roof_note(ctx.meta):
-        notes.append(rooflines.size_roof_note(ctx.meta))
+    size_note = rooflines.size_roof_note(ctx.meta) if ctx.bytes_kind == "compulsory" and work == "useful" else ""
+    if size_note:
+        notes.append(size_note)
     st.caption(" · ".join(notes))
     st.dataframe(roofline_table(points), hide_index=True, width="stretch", column_config={
         "% of roof": st.column_config.NumberColumn(format="%.1f%%"),
