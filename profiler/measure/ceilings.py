@@ -154,7 +154,7 @@ def measure_copy_curve(device: torch.device | str, graph: bool = False, progress
     decode). The copy is an elementwise kernel (``torch.neg(src, out=dst)``: each byte read once and
     written once, by the SMs, as an attention kernel moves its bytes), not ``dst.copy_(src)``: captured
     in a CUDA graph, that memcpy becomes a node the driver may run on a copy engine, which on an H100
-    moved 1 to 4 GiB at 2.43 TB/s against the kernel's 3.03, launched or replayed alike
+    moved 1 to 4 GiB at 2.44 TB/s against the kernel's 3.03, launched or replayed alike
     (scripts/perf_experiments/copy_curve_probe.py). Measured by every capture, never cached: it is the
     roof of the rows measured beside it (profiler.model.roofs.CopyCurve says what sets its shape).
     ``progress(i, n)`` is called after each size."""
