@@ -41,6 +41,8 @@ def remodel(frame: pd.DataFrame, roofs: Roofs, meta: dict | None = None) -> tupl
     run's, where a capture was resumed: rows do not record which run measured them, and the earlier
     runs' curves stay in meta.json's ``earlier_runs``)."""
     rows, changed = [], []
+    # A capture from before the issued_flops column keeps none: one recomputed row would not make the column whole.
+    stores_issued = "issued_flops" in frame and bool(frame["issued_flops"].notna().any())
     for record in frame.to_dict("records"):
         if record.get("source") == "observed":
             rows.append(record)
@@ -67,6 +69,7 @@ def remodel(frame: pd.DataFrame, roofs: Roofs, meta: dict | None = None) -> tupl
                            message=measured["message"] or "", peak_mem_bytes=measured["peak_mem_bytes"],
                            max_rel_err=measured["max_rel_err"], path=path)
         # what says where the row came from is kept (source, site, device), and columns beyond the schema (nsys_gpu_ms)
+        row = row if stores_issued else row | {"issued_flops": None}
         rows.append(row | {k: v for k, v in record.items() if k not in COLUMNS or k in ("source", "site", "device")})
         changed.append(True)
     return to_frame(rows), pd.Series(changed, index=frame.index)

@@ -72,6 +72,11 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "tile_bytes": ("float64", "bytes when each block re-reads what it shares (L2 traffic), by the implementation's "
                               "tiles; = hbm_bytes when unfused; empty where the tiles are not declared"),
     "arithmetic_intensity": ("float64", "flops / hbm_bytes"),
+    "issued_flops": ("float64", "tensor FLOPs the row's kernels issue by the model (profiler.model.counters."
+                                "issued_flops: whole tiles on the causal diagonal and at ragged ends, decode rows "
+                                "padded to a tile, "
+                                "unfused attention's full scores); 0 for elementwise steps; empty where not modelled "
+                                "or in captures from before this column"),
     "tflops": ("float64", "flops / time_ms, in TFLOP/s"),
     "gbps": ("float64", "hbm_bytes / time_ms, in GB/s"),
     "bound": ("string", "memory or compute, against the datasheet roof (the measured roof when the device is unknown); "
@@ -128,7 +133,7 @@ ADDED_COLUMNS = {"kv_heads": lambda frame: frame["heads"], "path": lambda frame:
 # Columns only observed rows fill (profiler.observer): empty in rows of other sources and older files.
 OBSERVED_ONLY = ("calls", "total_ms", "median_ms", "mask", "density", "layout", "seq_kv_min", "seq_kv_max", "rank")
 # Columns added later that older files have no values for: they read as empty.
-LATER_EMPTY = ("roof_fraction_size",)
+LATER_EMPTY = ("roof_fraction_size", "issued_flops")
 
 
 class CaptureError(ValueError):

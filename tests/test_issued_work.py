@@ -53,8 +53,10 @@ def test_a_decode_step_pads_its_rows_to_a_tile_and_packs_where_the_kernel_does()
 
 
 def test_the_view_moves_each_point_by_its_issued_factor():
+    """A capture from before the issued_flops column: the model is asked now (compute, as the dashboard does)."""
     meta, rows = load_capture(DECODE)
-    issued, note = rooflines.issued_work(rows, meta)
+    assert "issued_flops" not in rows or rows.issued_flops.isna().all()
+    issued, note = rooflines.issued_work(rows, meta, compute=True)
     ok = rows[(rows.status == "ok") & rows.tflops.notna()]
     assert set(issued.impl) == {"naive", "sdpa_flash", "sdpa_math", "triton_flash"}
     assert note == "not drawn, issued work not modelled: sdpa_cudnn fwd, sdpa_repeat_kv fwd"
@@ -71,8 +73,33 @@ def test_the_view_moves_each_point_by_its_issued_factor():
     assert "issued ÷ useful FLOPs" in roofline_table(points)
 
 
-def test_the_report_draws_the_issued_roofline_beside_the_useful_one():
-    meta, rows = load_capture(DECODE)
+def test_a_capture_row_stores_what_its_kernels_issue():
+    from attention_core.implementations import registered_costing
+    from profiler.model.roofs import Roofs
+    from profiler.model.rows import Timing, capture_row
+
+    shape = Shape(batch=1, heads=32, seq_q=1, seq_kv=4096, head_dim=128, dtype="bf16", kv_heads=8)
+    row = capture_row("sdpa_flash", registered_costing("sdpa_flash"), shape, "total", Roofs(None, None),
+                      timing=Timing(0.02, 0.02, 0.02), status="ok")
+    assert row["issued_flops"] == issued_flops("sdpa_flash", shape, "total") == 32 * row["flops"]
+
+
+def _with_stored_issued_work(tmp_path):
+    """decode-capture-h100 as a capture made now would store it: its rows with their issued_flops."""
+    import shutil
+
+    from profiler.store import Capture, to_frame
+
+    folder = tmp_path / "decode"
+    shutil.copytree(DECODE, folder, ignore=shutil.ignore_patterns("traces"))
+    meta, rows = load_capture(folder)
+    rows["issued_flops"] = [issued_flops(r.impl, Shape.from_row(r), r.step, r.path or "") for r in rows.itertuples()]
+    Capture(folder).write_results(to_frame(rows.to_dict("records")))
+    return load_capture(folder)
+
+
+def test_the_report_draws_the_stored_issued_work_beside_the_useful_one(tmp_path):
+    meta, rows = _with_stored_issued_work(tmp_path)
     family = rows[(rows.seq_q == 1)]
     figures = report.family_figures(meta, family)
     titles = [f.layout.title.text for _, _, f in figures]
@@ -80,6 +107,14 @@ def test_the_report_draws_the_issued_roofline_beside_the_useful_one():
     assert len(issued) == 1 and titles[issued[0] - 1].startswith("Roofline, tile bytes")
     caption = figures[issued[0]][1]
     assert "sdpa_cudnn fwd" in caption and "rises and moves right" in caption
+
+
+def test_the_report_of_a_capture_without_stored_issued_work_has_no_issued_roofline():
+    """The report loads no torch (tests/test_registry.py): it draws what rows store, and asks the model nothing."""
+    meta, rows = load_capture(DECODE)
+    titles = [f.layout.title.text for _, _, f in report.family_figures(meta, rows[rows.seq_q == 1])]
+    assert not any(t.startswith(rooflines.ISSUED_TITLE) for t in titles)
+    assert rooflines.issued_work(rows, meta)[1].startswith("no issued work stored in this capture")
 
 
 def test_the_dashboard_switches_the_roofline_to_issued_work(monkeypatch):

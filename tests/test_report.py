@@ -294,7 +294,7 @@ def test_only_ok_rows_are_drawn(tmp_path):
     folder, wrong = _capture_with_a_wrong_row(tmp_path)
     meta, rows = load_capture(folder)
     figures = report.family_figures(meta, rows)
-    assert [name for name, _, _ in figures] == ["Roofline"] * 3 + ["Scaling"] * 4 + ["Step breakdown"]
+    assert [name for name, _, _ in figures] == ["Roofline", "Roofline", *["Scaling"] * 4, "Step breakdown"]
     for _, _, fig in figures:
         for trace in fig.data:
             for axis in (trace.x, trace.y):
@@ -318,11 +318,11 @@ def test_report_is_self_contained_and_small(tmp_path, reference_file, reference_
     assert 3_000_000 < reference_file.stat().st_size < 10_000_000  # 6.6 MB for 16 families (plotly.js: 4.8)
     figures = _figures(text)
     assert text.count("<div class='chart") == len(figures)
-    # per family: 3 rooflines (compulsory and tile bytes, issued work), 4 scaling charts, the step breakdown; the
-    # trace where kernels.parquet has the family
+    # per family: 2 rooflines (compulsory and tile bytes; no issued work is stored in this capture), 4 scaling
+    # charts, the step breakdown; the trace where kernels.parquet has the family
     kernels = pd.read_parquet(REFERENCE / "kernels.parquet")
     traced = kernels.groupby(FAMILY_COLUMNS).ngroups
-    assert len(figures) == 8 * len(reference_families) + traced
+    assert len(figures) == 7 * len(reference_families) + traced
     titles = [_title(f) for f in figures]
     assert "Roofline, compulsory bytes: B4 H32 D64 fp16 full fwd" in titles[0]
     assert sum(t.startswith("Kernels per range") for t in titles) == traced

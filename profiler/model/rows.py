@@ -15,6 +15,7 @@ import pandas as pd
 from attention_core.costing import Costing
 from attention_core.shape import ROW_KEY, Shape
 from profiler.model.cost import arithmetic_intensity, cost_of, kernel_path
+from profiler.model.counters import issued_flops
 from profiler.model.roofs import Roofs, bound, roof_fraction, size_roof
 
 
@@ -46,7 +47,8 @@ def capture_row(impl: str, costing: Costing, shape: Shape, step: str, roofs: Roo
     row = {
         **dict(zip(ROW_KEY, shape.row_key(impl, step))), "path": path, "flops": flops,
         "hbm_bytes": hbm_bytes, "tile_bytes": tile,
-        "arithmetic_intensity": ai, "status": status, "message": message,
+        "arithmetic_intensity": ai, "issued_flops": _issued(impl, shape, step, path or "", costing),
+        "status": status, "message": message,
         "peak_mem_bytes": peak_mem_bytes, "max_rel_err": max_rel_err,
     }
     if timing is not None:
@@ -54,6 +56,15 @@ def capture_row(impl: str, costing: Costing, shape: Shape, step: str, roofs: Roo
     if timing is None or status != "ok":
         return row
     return row | rates(flops, hbm_bytes, timing.median_ms * 1e-3, shape.dtype, roofs)
+
+
+def _issued(impl: str, shape: Shape, step: str, path: str, costing: Costing) -> float:
+    """profiler.model.counters.issued_flops, NaN where a user's costing cannot give it: a measured row is never
+    lost to the model."""
+    try:
+        return issued_flops(impl, shape, step, path, costing=costing)
+    except (ValueError, KeyError, TypeError):
+        return math.nan
 
 
 def rates(flops: float, hbm_bytes: float, seconds: float, dtype: str, roofs: Roofs,

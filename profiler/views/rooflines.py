@@ -116,7 +116,7 @@ def size_roof_note(meta: dict) -> str:
 ISSUED_TITLE = "Roofline, issued tensor FLOPs"
 
 
-def issued_work(rows: pd.DataFrame, meta: dict | None = None) -> tuple[pd.DataFrame, str]:
+def issued_work(rows: pd.DataFrame, meta: dict | None = None, compute: bool = False) -> tuple[pd.DataFrame, str]:
     """The rows as the issued-work roofline draws them, and a note on those it leaves out. ``flops`` is
     what the kernels issue (profiler.model.counters.issued_flops: whole tiles on the causal diagonal and at
     ragged ends, decode rows padded to a tile, unfused attention's full score matrix), ``tflops`` that
@@ -124,10 +124,15 @@ def issued_work(rows: pd.DataFrame, meta: dict | None = None) -> tuple[pd.DataFr
     the bytes stay the compulsory ones, so a point moves up and right by the same factor. The size-aware
     fraction (a ratio of useful work) is dropped. Left out: rows without tensor work (naive's elementwise
     steps) and rows whose issued work the model does not know (tiles not declared, a decode kernel's
-    packing no trace recorded, a real run's observed calls)."""
+    packing no trace recorded, a real run's observed calls). The count is the row's stored ``issued_flops``
+    (captures since that column); where a row has none, ``compute`` asks the model now, which imports the
+    kernels' tile tables (torch, triton): the dashboard does on request, the report never."""
     ok = rows[(rows.status == "ok") & rows.tflops.notna()]
+    stored = ok["issued_flops"] if "issued_flops" in ok else pd.Series(np.nan, index=ok.index)
 
     def issued(r) -> float:
+        if pd.notna(stored[r.Index]) or not compute:
+            return stored[r.Index]
         if getattr(r, "source", "") == "observed" or (r.impl not in REGISTRY and r.impl not in (
                 (meta or {}).get("user_impls") or {})):
             return np.nan  # a real run's calls (impl is the API it called) or an implementation not described
@@ -143,6 +148,9 @@ def issued_work(rows: pd.DataFrame, meta: dict | None = None) -> tuple[pd.DataFr
     unknown = ok[issued.isna()]
     groups = sorted({f"{r.impl} {r.mode}" + ("" if r.step == "total" else f" {r.step}") for r in unknown.itertuples()})
     note = (f"not drawn, issued work not modelled: {', '.join(groups)}" if groups else "")
+    if not compute and len(unknown) and stored.isna().all():
+        note = ("no issued work stored in this capture (captured before the issued_flops column; the dashboard's "
+                "FLOPs switch computes it)")
     return out, note
 
 

@@ -30,8 +30,8 @@ def render(ctx: Context) -> None:
     notes = []
     title = None
     if work == "issued":
-        drawn, left_out = rooflines.issued_work(drawn, ctx.meta)
-        issued_view, _ = rooflines.issued_work(ctx.view, ctx.meta)
+        drawn, left_out = rooflines.issued_work(drawn, ctx.meta, compute=True)
+        issued_view, _ = rooflines.issued_work(ctx.view, ctx.meta, compute=True)
         points = rooflines.roofline_points(issued_view, roofs, ctx.bytes_kind, ctx.exp2_per_s)
         title = f"{rooflines.ISSUED_TITLE}, {ctx.bytes_kind} bytes: {families_title(ctx.drawn)}"
         notes += [n for n in (left_out, "a point rises and moves right by what its kernel issues beyond the useful "
