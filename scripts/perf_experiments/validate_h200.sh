@@ -5,7 +5,7 @@
 # Each line is one `python -m profiler validate` into OUTDIR/<name>; folders already written stay when a
 # later line fails. FA4 rows appear where flash-attn-4 is installed.
 set -u
-set_name=${1:?fit, fit-bwd, bwd, unseen1 or unseen2}
+set_name=${1:?fit, fit-bwd, bwd, unseen1, unseen2 or unseen3}
 out=${2:?output folder}
 all=naive,triton_flash,sdpa_flash,sdpa_cudnn,fa4
 fused=triton_flash,sdpa_flash,sdpa_cudnn,fa4
@@ -38,5 +38,11 @@ case "$set_name" in
     run unseen-gqa --batch 1 --heads 24 --kv-heads 6 --dim 128 --seq 3000 --dtype fp16 --causal true --impl $fused
     run unseen-bwd --mode bwd --batch 1 --heads 6 --seq 3000 --dim 64,128 --dtype fp16 --causal both --impl $all
     ;;
-  *) echo "validate_h200.sh: set '$set_name' is not fit, fit-bwd, unseen1 or unseen2" >&2; exit 2 ;;
+  unseen3)  # issue 43: the newest kernels with their current defaults (Gluon forward and backward on sm_90,
+            # split-KV decode with PDL) on shapes used for nothing else; FA4 where it is installed
+    run unseen3-prefill --batch 1 --heads 10 --seq 3500 --dim 64,128 --dtype bf16 --causal both --impl $fused
+    run unseen3-bwd --mode bwd --batch 1 --heads 10 --seq 3500 --dim 64,128 --dtype bf16 --causal both --impl $fused
+    run unseen3-decode --heads 24 --kv-heads 4 --dim 128 --seq-q 1 --seq-kv 50000 --dtype bf16 --causal false --impl $fused
+    ;;
+  *) echo "validate_h200.sh: set '$set_name' is not fit, fit-bwd, bwd, unseen1, unseen2 or unseen3" >&2; exit 2 ;;
 esac
