@@ -1,5 +1,5 @@
-"""Write docs/validation.md: every committed Nsight Compute validation (reports/validate-*/ and
-reports/validate-h200-issue27/*/), one row per implementation and regime, with the range of each
+"""Write docs/validation.md: every committed Nsight Compute validation (reports/validate-*/ and the sets
+in their subfolders, reports/validate-*/*/), one row per implementation and regime, with the range of each
 measured / model ratio and the shapes it was measured on (profiler.nsight.validate.summary).
 
     python scripts/validation_table.py            # rewrite docs/validation.md
@@ -45,8 +45,11 @@ alike; per row, the captures' validation.parquet hold each shape's ratios. Two L
   third of streamed traffic).
 
 Captures: `reports/validate-h200`, `validate-h200-n2048` (H200, forward), `validate-decode-h100`
-(H100), and `reports/validate-h200-issue27/*` (H200: `fit-*` are the shapes the model's decode and
-GQA rules were read from, `unseen-*` shapes used for nothing else). Reproduce one with its
+(H100), `reports/validate-h200-issue27/*` (H200: `fit-*` are the shapes the model's decode and
+GQA rules were read from, `unseen-*` shapes used for nothing else), and `reports/validate-h100-issue43/*`
+(H100: `unseen3-*`, the newest kernels with their defaults, the Gluon forward and backward and the
+split-KV decode with PDL, on shapes used for nothing else; run by
+`scripts/perf_experiments/validate_h200.sh unseen3`, on an H100 that day). Reproduce one with its
 meta.json's `command`; re-derive the tables from the stored CSVs with
 `python -m profiler validate --rebuild FOLDER`.
 
@@ -55,7 +58,7 @@ meta.json's `command`; re-derive the tables from the stored CSVs with
 
 def captures() -> dict[str, pd.DataFrame]:
     folders = sorted(ROOT.glob("reports/validate-*/validation.parquet")) + sorted(
-        ROOT.glob("reports/validate-h200-issue27/*/validation.parquet"))
+        ROOT.glob("reports/validate-*/*/validation.parquet"))
     # `validate --rebuild` writes <folder>-rebuilt-<time> copies beside a capture: not committed captures
     return {str(f.parent.relative_to(ROOT / "reports")): pd.read_parquet(f) for f in folders
             if "-rebuilt-" not in f.parent.name}
