@@ -77,8 +77,9 @@ def test_model_table_names_the_device_and_ridge(capsys):
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["model", "--seq", "0"], "seq_q must be a positive integer, got 0"),
-        (["model", "--seq", "abc"], "argument --seq: invalid int value: 'abc'"),
+        (["model", "--seq", "0"], "argument --seq: '0': must be a positive integer"),
+        (["capture", "--batch", "-1"], "argument --batch: '-1': must be a positive integer"),
+        (["model", "--seq", "abc"], "argument --seq: 'abc' is not an integer"),
         (["model", "--device-name", "TPU"], "unknown --device-name 'TPU'; known: A100-SXM4-40GB"),
         (["model", "--dtype", "fp8"], "argument --dtype: invalid choice: 'fp8'"),
         (["bench", "--seq", "1,x"], "'1,x' is not a comma-separated list of integers"),

@@ -11,8 +11,13 @@ from pathlib import Path
 import pytest
 
 from profiler.cli import EXIT_BROKEN_PIPE, main
+from profiler.cli.console import streamlit_command
 
 EXPORT = Path(__file__).parent / "data" / "nsys-h200-n2048" / "profile.sqlite.xz"
+
+
+# The hint's Streamlit, as profiler.cli.console.streamlit_command gives it in the test's own environment.
+STREAMLIT = streamlit_command()
 
 
 def _env(**extra) -> dict:
@@ -175,7 +180,7 @@ def test_progress_in_a_pipe_is_one_line_per_finished_case(cpu_capture):
 def test_capture_hint_names_the_capture(cpu_capture):
     folder, stdout = cpu_capture
     # a capture outside the checkout's reports/ opens alone: the dashboard does not scan the folder around it
-    assert f"Explore it: streamlit run dashboards/roofline.py -- --reports '{folder}'" in stdout.splitlines()
+    assert f"Explore it: {STREAMLIT} run dashboards/roofline.py -- --reports '{folder}'" in stdout.splitlines()
 
 
 def test_sweep_progress_lines_arrive_while_it_runs_and_the_hint_names_it(tmp_path):
@@ -194,7 +199,7 @@ def test_sweep_progress_lines_arrive_while_it_runs_and_the_hint_names_it(tmp_pat
     assert first.startswith("[1/6] naive fwd B1 H1 N=64 D16 fp32: ok ")
     assert running, "the first progress line came only when the sweep had ended"
     assert [line[:6] for line in rest.splitlines() if line.startswith("[")] == [f"[{i}/6] " for i in range(2, 7)]
-    assert f"Explore it: streamlit run dashboards/roofline.py -- --reports {folder}" in rest.splitlines()
+    assert f"Explore it: {STREAMLIT} run dashboards/roofline.py -- --reports {folder}" in rest.splitlines()
 
 
 # ---------------------------------------------------------------------------------------------- bench
@@ -389,7 +394,7 @@ def test_bench_on_a_cpu_runs_its_defaults_and_says_what_shrank(tmp_path):
     assert "sdpa_flash/naive: lowest" in out.stdout and "sdpa_flash/sdpa_math: lowest" in out.stdout
     assert [line for line in out.stdout.splitlines() if line.startswith("[")][0].startswith(
         "[1/3] sdpa_flash fwd B1 H2 N=128 D64 fp32: ok ")
-    assert f"Explore it: streamlit run dashboards/roofline.py -- --reports {tmp_path / 'bench'}" in flat
+    assert f"Explore it: {STREAMLIT} run dashboards/roofline.py -- --reports {tmp_path / 'bench'}" in flat
 
 
 # --------------------------------------------------------------------------------------- report --family
@@ -437,3 +442,17 @@ def test_the_dashboard_hint_opens_a_capture_beside_the_others_only_in_the_defaul
     dashboard_hint(folder)
     out = capsys.readouterr().out.strip()
     assert out == f"Explore it: attention-roofline dashboard {where or f'--reports {folder}'}"
+
+
+def test_the_hint_starts_streamlit_from_this_interpreter_where_its_venv_is_not_active(tmp_path, monkeypatch):
+    """Last session's defect: after `make demo` in a shell without the venv activated, `streamlit` was not found.
+    The hint says `streamlit` only where the one on PATH belongs to this interpreter."""
+    import shutil
+
+    here = Path(sys.executable).resolve().parent
+    monkeypatch.setattr(shutil, "which", lambda name: str(here / name))
+    assert streamlit_command() == "streamlit"
+    monkeypatch.setattr(shutil, "which", lambda name: None)  # not on PATH at all
+    assert streamlit_command().endswith(" -m streamlit")
+    monkeypatch.setattr(shutil, "which", lambda name: str(tmp_path / "other-venv" / "bin" / name))
+    assert streamlit_command().endswith(" -m streamlit")  # another environment's streamlit lacks our packages

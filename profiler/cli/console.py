@@ -113,11 +113,29 @@ def dashboard_hint(folder: Path) -> None:
     else:
         where = f"--reports {shlex.quote(str(folder))}"
     if Path("dashboards/roofline.py").exists():
-        command = f"streamlit run dashboards/roofline.py -- {where}"
+        command = f"{streamlit_command()} run dashboards/roofline.py -- {where}"
     else:
         program = "attention-roofline" if Path(sys.argv[0]).name == "attention-roofline" else "python -m profiler"
         command = f"{program} dashboard {where}"
     console.print(f"Explore it: {command}", soft_wrap=True)
+
+
+def streamlit_command() -> str:
+    """How to start Streamlit from this shell: ``streamlit`` where the one on PATH is this interpreter's (an
+    activated venv), else this interpreter's module (``.venv/bin/python -m streamlit`` after ``make demo``,
+    whose venv the shell has not activated)."""
+    import shutil
+    import sys
+
+    found = shutil.which("streamlit")
+    if found and Path(found).resolve().parent == Path(sys.executable).resolve().parent:
+        return "streamlit"
+    python = Path(sys.executable)
+    try:
+        python = python.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    return f"{shlex.quote(str(python))} -m streamlit"
 
 
 def case_line(done: int, total: int, description: str, row: dict | None) -> str:

@@ -55,9 +55,9 @@ class ShapeOptions:
 def add_shape_arguments(p: argparse.ArgumentParser, options: ShapeOptions) -> None:
     """The shape options, as ``options`` spells them; :func:`shape_grid` reads them back."""
     lists = options.lists
-    many = int_list if lists else int
+    many = int_list if lists else positive_int  # a bad value is named by its flag: "argument --seq: '0': ..."
     p.add_argument("--seq", type=many, default=None, help=options.seq.help)
-    p.add_argument("--batch", type=int if options.one_batch else many, default=None, help=options.batch.help)
+    p.add_argument("--batch", type=positive_int if options.one_batch else many, default=None, help=options.batch.help)
     p.add_argument("--heads", type=many, default=None, help=options.heads.help)
     p.add_argument("--dim", type=many, default=None, help=options.dim.help)
     _add_lengths_and_heads(p, lists)
