@@ -100,7 +100,7 @@ def main():
             profile.disable()
             torch.cuda.synchronize()
             text = io.StringIO()
-            pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(args.profile)
+            pstats.Stats(profile, stream=text).strip_dirs().sort_stats("cumulative").print_stats(args.profile)
             profiles[name] = text.getvalue()
     for name, text in profiles.items():
         print(f"\n## cProfile, {args.calls} calls of {name} through kernels.hf_attention\n{text}")
