@@ -12,6 +12,29 @@ import triton
 
 from kernels._autotune import INTERPRET
 
+# Triton versions whose CompiledKernel launcher takes every parameter in order, constexprs included (checked
+# in triton 3.6's backends/nvidia/driver.py make_launcher); on others, and under the interpreter, every launch
+# goes through JITFunction.run.
+SUPPORTED = ".".join(triton.__version__.split(".")[:2]) in ("3.6",) and not INTERPRET
+# False: every call checks, routes and launches afresh (the A/B of scripts/perf_experiments/host_time_probe.py).
+ENABLED = True
+KEPT = 512  # keys a memo keeps (a decode loop makes a new layout per length), then it starts again
+
+
+class Memo(dict):
+    """A dict of at most ``size`` entries, emptied when full: what each memo of a layout keeps (routes,
+    launch plans, schedules, compiled kernels)."""
+
+    def __init__(self, size: int = KEPT):
+        super().__init__()
+        self.size = size
+
+    def keep(self, key, value):
+        if len(self) >= self.size:
+            self.clear()
+        self[key] = value
+        return value
+
 
 def layout_key(*tensors: torch.Tensor) -> tuple | None:
     """What a launch's checks, route and Triton specialization read of its tensors besides their data:
@@ -34,18 +57,16 @@ class LaunchCache:
     our prefill call's host time (docs/perf-notes.md, "Our kernels inside a transformers model"). A
     caller whose key fixes everything that specialization reads (:func:`layout_key`, and the int
     arguments and constexprs that follow from it) launches the CompiledKernel that the first call with
-    that key returned, through its own launcher, as Triton's ``CompiledKernel.__getitem__`` does. Under
-    the interpreter a launch returns no compiled kernel, and nothing is kept. At most ``size`` keys are
-    kept (a decode loop makes a new one per length), then the cache starts again."""
+    that key returned, through its own launcher, as Triton's ``CompiledKernel.__getitem__`` does. Only
+    where :data:`SUPPORTED` and :data:`ENABLED`; under the interpreter a launch returns no compiled
+    kernel anyway. At most ``size`` keys are kept (:class:`Memo`)."""
 
-    # Triton versions whose CompiledKernel launcher takes every parameter in order, constexprs included
-    # (checked in triton 3.6's backends/nvidia/driver.py make_launcher); on others every launch goes
-    # through JITFunction.run.
-    VERSIONS = ("3.6",)
+    def __init__(self, kernel, size: int = KEPT):
+        self.kernel, self.entries = kernel, Memo(size)
 
-    def __init__(self, kernel, size: int = 512):
-        self.kernel, self.size, self.entries = kernel, size, {}
-        self.enabled = ".".join(triton.__version__.split(".")[:2]) in self.VERSIONS and not INTERPRET
+    @property
+    def enabled(self) -> bool:
+        return SUPPORTED and ENABLED
 
     def __call__(self, key, grid: tuple, args: tuple, constexprs: dict, **options) -> None:
         key = key if self.enabled else None
@@ -59,6 +80,4 @@ class LaunchCache:
         names = self.kernel.arg_names[len(args):]
         # Only a real compiled kernel whose every parameter this call named (no default left to Triton).
         if key is not None and hasattr(compiled, "packed_metadata") and set(names) == set(constexprs):
-            if len(self.entries) >= self.size:
-                self.entries.clear()
-            self.entries[key] = (compiled, names)
+            self.entries.keep(key, (compiled, names))

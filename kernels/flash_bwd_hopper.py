@@ -62,7 +62,7 @@ import triton.language as tl
 from kernels import tile_schedule
 from kernels._autotune import LOG2E
 from kernels._checks import cuda_properties
-from kernels._launch import LaunchCache, layout_key
+from kernels._launch import LaunchCache, Memo, layout_key
 from kernels._layout import empty_in_layout
 from kernels.hopper_common import (
     GLUON_IMPORT_ERROR,
@@ -758,9 +758,7 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
                                       tile_schedule.BACKWARD_L2_SHARE, programs, bool(causal),
                                       config.persistent, props.multi_processor_count, repeat)
         if key is not None:
-            if len(_SCHEDULES) >= _BWD.size:
-                _SCHEDULES.clear()
-            _SCHEDULES[key] = schedule
+            _SCHEDULES.keep(key, schedule)
     _BWD(key, (programs,), (
         *descs, dk, dv, *dk.stride()[:3], sm_scale * LOG2E, sm_scale,
         heads, heads // kv_heads, seq_q, seq_kv, q_pad, n_blocks, bh_kv, schedule.section, int(schedule.snake),
@@ -783,6 +781,6 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
 
 
 # The default backward's schedule and compiled kernels by (_launch.layout_key of q, k, v, do; causal).
-_SCHEDULES: dict[tuple, tile_schedule.Schedule] = {}
+_SCHEDULES: Memo = Memo()
 _BWD = LaunchCache(_attn_bwd_hopper)
 _DQ_CONVERT = LaunchCache(_dq_convert)

@@ -22,10 +22,10 @@ import triton
 import triton.language as tl
 
 from attention_core import split_kv
-from kernels import flash_fwd_hopper
+from kernels import _launch, flash_fwd_hopper
 from kernels._autotune import LN2_C, LOG2E, autotune, configs_from, default_tile, dot_precision, pruner, seq_bucket
 from kernels._checks import check_qkv, check_triton_device, dtype_name, resolve_scale
-from kernels._launch import layout_key
+from kernels._launch import Memo, layout_key
 from kernels._layout import empty_in_layout
 from kernels.flash_decode import flash_decode_forward
 
@@ -197,27 +197,28 @@ def flash_attention_forward(
     names the path a call takes.
     """
     defaults = config is None and split is None and gluon is None
-    layout = layout_key(q, k, v) if defaults and MEMO else None
+    layout = layout_key(q, k, v) if defaults and _launch.ENABLED else None
     route = _ROUTES.get((layout, bool(causal))) if layout is not None else None
-    if route is not None and route[0] != "tiled":  # inputs of a layout checked and routed before
-        scale = resolve_scale(sm_scale, q.shape[-1])
-        if route[0] == "split":
-            return flash_decode_forward(q, k, v, causal, scale, route[1], layout=layout)
+    if route is None or route[0] == "tiled":  # a new layout is checked (and routed); the tiled kernel needs the sizes
+        batch, heads, seq_q, seq_kv, head_dim = check_qkv(q, k, v, head_dims=HEAD_DIMS)
+        check_triton_device(q)
+        if layout is not None and route is None:
+            route = _route(q, k, v, causal, layout)
+    scale = resolve_scale(sm_scale, q.shape[-1])
+    if route is not None and route[0] == "split":
+        return flash_decode_forward(q, k, v, causal, scale, route[1], layout=layout)
+    if route is not None and route[0] == "gluon":
         return flash_fwd_hopper.hopper_forward(q, k, v, causal, scale, layout=layout)
-    batch, heads, seq_q, seq_kv, head_dim = check_qkv(q, k, v, head_dims=HEAD_DIMS)
-    check_triton_device(q)
-    scale = resolve_scale(sm_scale, head_dim)
-    if layout is not None and route is None:  # kept for the next call of this layout
-        _route(q, k, v, causal, layout)
-    decode = split_kv.plan(batch, k.shape[1], heads // k.shape[1], seq_q, seq_kv)
-    if decode is not None and split is not False and config is None:
-        return flash_decode_forward(q, k, v, causal, scale, decode, layout=layout)
-    if config is None and gluon is not False:
-        reason = flash_fwd_hopper.unsupported_reason(q, k, v) if gluon else _not_gluon(q, k, v, causal)
-        if reason is None:
-            return flash_fwd_hopper.hopper_forward(q, k, v, causal, scale, layout=layout)
-        if gluon:
-            raise ValueError(reason)
+    if route is None:  # an explicit config, split or gluon, or the memos off: routed here
+        decode = split_kv.plan(batch, k.shape[1], heads // k.shape[1], seq_q, seq_kv)
+        if decode is not None and split is not False and config is None:
+            return flash_decode_forward(q, k, v, causal, scale, decode)
+        if config is None and gluon is not False:
+            reason = flash_fwd_hopper.unsupported_reason(q, k, v) if gluon else _not_gluon(q, k, v, causal)
+            if reason is None:
+                return flash_fwd_hopper.hopper_forward(q, k, v, causal, scale)
+            if gluon:
+                raise ValueError(reason)
     o = empty_in_layout(q)
     lse = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
 
@@ -240,7 +241,7 @@ def flash_attention_forward(
 def forward_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> str:
     """The path :func:`flash_attention_forward` takes for these inputs with its defaults:
     'split-kv xS' (kernels.flash_decode), 'gluon-ws' (kernels.flash_fwd_hopper) or 'tiled'."""
-    layout = layout_key(q, k, v) if MEMO else None
+    layout = layout_key(q, k, v) if _launch.ENABLED else None
     route = _ROUTES.get((layout, bool(causal))) if layout is not None else None
     if route is None:
         check_qkv(q, k, v, head_dims=HEAD_DIMS)
@@ -255,9 +256,7 @@ def forward_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
 # The route of the default forward by (_launch.layout_key of q, k, v; causal): what the checks, the
 # split plan and the Gluon kernel's conditions decided for the first call of a layout, so later calls of
 # it (every layer of a model, every step of a training loop) skip them (docs/perf-notes.md: host time).
-_ROUTES: dict[tuple, tuple[str, split_kv.SplitPlan | None]] = {}
-ROUTES_KEPT = 512
-MEMO = True  # False: every call checks and routes afresh (scripts/perf_experiments/host_time_probe.py's A/B)
+_ROUTES: Memo = Memo()
 
 
 def _route(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, layout: tuple | None
@@ -267,9 +266,7 @@ def _route(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, layo
     decode = split_kv.plan(batch, k.shape[1], heads // k.shape[1], seq_q, k.shape[2])
     route = ("split", decode) if decode is not None else ("tiled" if _not_gluon(q, k, v, causal) else "gluon", None)
     if layout is not None:
-        if len(_ROUTES) >= ROUTES_KEPT:
-            _ROUTES.clear()
-        _ROUTES[layout, bool(causal)] = route
+        _ROUTES.keep((layout, bool(causal)), route)
     return route
 
 

@@ -48,7 +48,7 @@ import triton
 from kernels import tile_schedule
 from kernels._autotune import LN2_C, LOG2E
 from kernels._checks import cuda_properties
-from kernels._launch import LaunchCache, layout_key
+from kernels._launch import LaunchCache, Memo, layout_key
 from kernels._layout import empty_in_layout
 from kernels.hopper_common import (
     as_box,
@@ -455,9 +455,7 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     if plan is None:
         plan = _launch_plan(q, k, v, causal, config, schedule)
         if key is not None:
-            if len(_PLANS) >= _LAUNCHES.size:
-                _PLANS.clear()
-            _PLANS[key] = plan
+            _PLANS.keep(key, plan)
     grid, ints, constexprs, block_n = plan
     o = empty_in_layout(q)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
@@ -500,5 +498,5 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
 
 
 # Launch plans by (layout_key, causal) for the default configuration, and the compiled kernel of each.
-_PLANS: dict[tuple, _Plan] = {}
+_PLANS: Memo = Memo()
 _LAUNCHES = LaunchCache(_attn_fwd_hopper)

@@ -4,7 +4,7 @@
 
 The models of scripts/hf_vs_sdpa.py (Llama-3-8B geometry, 2 layers, bf16, shared weights). First the
 prefill's time by CUDA events, interleaved over ``rounds`` rounds: sdpa, ours, and ours with the forward's
-memos off (kernels.flash_fwd.MEMO, the Gluon LaunchCache), medians. Then one prefill of each under the
+memos off (kernels._launch.ENABLED), medians. Then one prefill of each under the
 torch profiler: the span from the first kernel's start to the last one's end, the time some kernel ran
 (the union of their intervals), the idle rest, and the largest gaps with the kernels on either side.
 """
@@ -21,14 +21,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import hf_vs_sdpa  # noqa: E402
 
-from kernels import flash_bwd_hopper, flash_decode, flash_fwd, flash_fwd_hopper  # noqa: E402
+from kernels import _launch  # noqa: E402
 
 
 def memo(on: bool) -> None:
-    flash_fwd.MEMO = on
-    for cache in (flash_fwd_hopper._LAUNCHES, flash_decode._SPLIT, flash_decode._COMBINE, flash_bwd_hopper._BWD,
-                  flash_bwd_hopper._DQ_CONVERT):
-        cache.enabled = on
+    _launch.ENABLED = on
 
 
 def gaps(step) -> tuple[float, float, list[tuple[float, str, str]]]:

@@ -30,7 +30,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from kernels import flash_bwd_hopper, flash_decode, flash_fwd, flash_fwd_hopper
+from kernels import _launch
 from kernels.flash_attention import flash_attention
 from kernels.hf_attention import STATS, triton_flash_attention_forward
 
@@ -45,12 +45,8 @@ def bshd(batch, heads, seq, head_dim):
 
 
 def memo(on: bool) -> None:
-    """The forward's route memo (kernels.flash_fwd.MEMO) and every kernel's launch cache (kernels._launch.LaunchCache)
-    on or off."""
-    flash_fwd.MEMO = on
-    for cache in (flash_fwd_hopper._LAUNCHES, flash_decode._SPLIT, flash_decode._COMBINE, flash_bwd_hopper._BWD,
-                  flash_bwd_hopper._DQ_CONVERT):
-        cache.enabled = on
+    """Every memo of a layout (routes, launch plans, compiled kernels: kernels._launch.ENABLED) on or off."""
+    _launch.ENABLED = on
 
 
 def host_us(fn, calls, rounds=5):
