@@ -62,6 +62,9 @@ def run(args) -> int:
     sizes = Table("bytes moved (read+write)", "µs", "GB/s", "of the largest",
                   title=f"device copy by size ({curve.timing}): r∞ {r_inf / 1e9:,.0f} GB/s (the largest), half of "
                         f"it at n½ {_size(n_half)} (Hockney's t = (n + n½) / r∞)")
+    if not str(args.device).startswith("cuda"):
+        console.print("On a CPU the small copies run from its caches (nothing flushes them between repetitions), so "
+                      "they outrun the large one: the curve does not have a GPU's shape.", soft_wrap=True)
     for point in by_size:
         sizes.add_row(_size(point["bytes"]), f"{point['us']:,.1f}", f"{point['gbps']:,.0f}",
                       f"{point['gbps'] / by_size[-1]['gbps']:.2f}")

@@ -110,7 +110,9 @@ def size_roof_note(meta: dict) -> str:
     return (f"dash: the roof at the step's size; device copies in this run ({curve.timing}) stream at r∞ "
             f"{r_inf / 1e9:,.0f} GB/s and reach half of it at n½ {n_half / 1e6:.3g} MB moved (Hockney's t = (n + n½) "
             "/ r∞): below that, a step's time goes mostly to a copy's fixed cost (launch, the first requests' "
-            "latency, the ramp, the tail)")
+            "latency, the ramp, the tail)" + (
+                "; on a CPU the small copies run from its caches, faster than the large one, so the roof at a "
+                "small step's size is higher, not lower" if meta.get("device_type") == "cpu" else ""))
 
 
 ISSUED_TITLE = "Roofline, issued tensor FLOPs"
