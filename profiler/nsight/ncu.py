@@ -55,6 +55,13 @@ L2_SPLIT = {
     # those the L2 slices returned to it (what lts__t saw of them).
     "lrc__xbar2gpc_sectors_op_read.sum": "l2_sm_read_bytes",
     "lrc__lts2lrc_sectors_op_read.sum": "l2_lts_read_bytes",
+    # What the SMs' load/store unit moved, by memory space: local memory (register spills: traffic no
+    # tile schedule predicts) and global stores (a store from a register layout that covers half of
+    # each 32-byte sector per request is two sector writes where a TMA or smem-staged store is one).
+    "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum": "local_load_bytes",
+    "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum": "local_store_bytes",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum": "global_store_requests",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum": "global_store_bytes",
 }
 SECTOR_BYTES = 32  # an L2 sector (Nsight Compute Profiling Guide, "Memory tables": lts sectors are 32 bytes)
 NVTX_COLUMN = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
@@ -157,8 +164,9 @@ def read_raw_csv(path: Path | str) -> pd.DataFrame:
     })
     for metric, column in METRICS.items():
         out[column] = [_number(v) for v in frame[metric]]
-    for metric, column in L2_SPLIT.items():  # sectors; NaN where the CSV lacks the metric
-        out[column] = [_number(v) * SECTOR_BYTES for v in frame[metric]] if metric in frame.columns else float("nan")
+    for metric, column in L2_SPLIT.items():  # sectors (requests: a count); NaN where the CSV lacks the metric
+        unit = 1 if column.endswith("_requests") else SECTOR_BYTES
+        out[column] = [_number(v) * unit for v in frame[metric]] if metric in frame.columns else float("nan")
     parsed = [parse_range(r) for r in out["range"]]
     out["impl"] = [p.impl if p is not None and p.validate else "" for p in parsed]
     out["step"] = [p.step if p is not None and p.validate else "" for p in parsed]

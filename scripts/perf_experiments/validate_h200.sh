@@ -5,7 +5,7 @@
 # Each line is one `python -m profiler validate` into OUTDIR/<name>; folders already written stay when a
 # later line fails. FA4 rows appear where flash-attn-4 is installed.
 set -u
-set_name=${1:?fit, fit-bwd, bwd, unseen1, unseen2 or unseen3}
+set_name=${1:?fit, fit-bwd, bwd, unseen1, unseen2, unseen3 or unseen4}
 out=${2:?output folder}
 all=naive,triton_flash,sdpa_flash,sdpa_cudnn,fa4
 fused=triton_flash,sdpa_flash,sdpa_cudnn,fa4
@@ -44,5 +44,13 @@ case "$set_name" in
     run unseen3-bwd --mode bwd --batch 1 --heads 10 --seq 3500 --dim 64,128 --dtype bf16 --causal both --impl $fused
     run unseen3-decode --heads 24 --kv-heads 4 --dim 128 --seq-q 1 --seq-kv 50000 --dtype bf16 --causal false --impl $fused
     ;;
-  *) echo "validate_h200.sh: set '$set_name' is not fit, fit-bwd, bwd, unseen1, unseen2 or unseen3" >&2; exit 2 ;;
+  unseen4)  # issue 43 items 1-2: the L2 slice and DRAM models on shapes used for nothing else, GQA backward
+            # included, with the local-memory and store counters (profiler.nsight.ncu.L2_SPLIT)
+    run unseen4-prefill --batch 1 --heads 12 --seq 2500 --dim 64,128 --dtype bf16 --causal both --impl $fused
+    run unseen4-gqa --batch 2 --heads 16 --kv-heads 4 --seq 1800 --dim 128 --dtype bf16 --causal both --impl $fused
+    run unseen4-bwd --mode bwd --batch 1 --heads 12 --seq 2500 --dim 64,128 --dtype bf16 --causal both --impl $fused
+    run unseen4-gqa-bwd --mode bwd --batch 1 --heads 16 --kv-heads 4 --seq 2500 --dim 128 --dtype bf16 --causal both --impl $fused
+    run unseen4-decode --batch 2 --heads 32 --kv-heads 8 --dim 128 --seq-q 1,2 --seq-kv 24000 --dtype bf16 --causal false --impl $fused
+    ;;
+  *) echo "validate_h200.sh: set '$set_name' is not fit, fit-bwd, bwd, unseen1, unseen2, unseen3 or unseen4" >&2; exit 2 ;;
 esac
