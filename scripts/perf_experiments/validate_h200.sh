@@ -5,7 +5,7 @@
 # Each line is one `python -m profiler validate` into OUTDIR/<name>; folders already written stay when a
 # later line fails. FA4 rows appear where flash-attn-4 is installed.
 set -u
-set_name=${1:?fit, fit-bwd, bwd, unseen1, unseen2, unseen3 or unseen4}
+set_name=${1:?fit, fit-bwd, bwd, unseen1, unseen2, unseen3, unseen4 or portable}
 out=${2:?output folder}
 all=naive,triton_flash,sdpa_flash,sdpa_cudnn,fa4
 fused=triton_flash,sdpa_flash,sdpa_cudnn,fa4
@@ -52,5 +52,12 @@ case "$set_name" in
     run unseen4-gqa-bwd --mode bwd --batch 1 --heads 16 --kv-heads 4 --seq 2500 --dim 128 --dtype bf16 --causal both --impl $fused
     run unseen4-decode --batch 2 --heads 32 --kv-heads 8 --dim 128 --seq-q 1,2 --seq-kv 24000 --dtype bf16 --causal false --impl $fused
     ;;
-  *) echo "validate_h200.sh: set '$set_name' is not fit, fit-bwd, bwd, unseen1, unseen2, unseen3 or unseen4" >&2; exit 2 ;;
+  portable)  # issue 43: our portable forward (_attn_fwd, grid (query tiles, B*H)) where the Gluon one would run,
+             # with the L2 Request Coalescer counters: fit shapes, then unseen ones
+    export ATTN_GLUON=0
+    run fit-portable --batch 2 --heads 8 --seq 2048 --dim 64,128 --dtype bf16 --causal both --impl triton_flash
+    run unseen-portable --batch 1 --heads 12 --seq 2500 --dim 64,128 --dtype bf16 --causal both --impl triton_flash
+    run unseen-portable-n4096 --batch 1 --heads 16 --seq 4096 --dim 128 --dtype fp16 --causal both --impl triton_flash
+    ;;
+  *) echo "validate_h200.sh: set '$set_name' is not fit, fit-bwd, bwd, unseen1, unseen2, unseen3, unseen4 or portable" >&2; exit 2 ;;
 esac
