@@ -68,7 +68,11 @@ def test_validate_compares_counters_with_the_same_costs():
     table = validate.validation_table(validate.with_shape(kernels, shape), l2_bytes=None)
     for r in table.itertuples():
         cost = cost_of(REGISTRY[r.impl].costing, shape, r.step)
-        assert r.flops == cost.flops and _same(r.model_l2_bytes, cost.tile_bytes)
+        assert r.flops == cost.flops
+        if r.impl == "naive":  # an unfused step's lines at the near slice, and again at the far one for half
+            assert _same(r.model_l2_bytes, 1.5 * cost.tile_bytes)
+        else:  # fused: profiler.model.l2's kernel-by-kernel traffic, every input read once at least
+            assert r.model_dram_bytes >= cost.hbm_bytes - shape.bh * shape.seq_q * shape.head_dim * shape.elem_bytes
 
 
 def test_triton_naive_rereads_k_and_v_once_per_query_row():
