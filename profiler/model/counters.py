@@ -1,6 +1,6 @@
 """What the hardware counters of one kernel should read, by the model: the tensor-core FLOPs it issues,
-the bytes its programs ask the L2 to read, and the DRAM bytes Nsight Compute sees during it (the
-compulsory traffic less what the write-back L2 still holds when it ends). ``validate``
+and the DRAM bytes Nsight Compute sees during an unfused step (the compulsory traffic less what the
+write-back L2 still holds when it ends); a fused kernel's L2 and DRAM traffic is profiler.model.l2's. ``validate``
 (profiler.nsight.validate) compares these with the counters; the roofline uses the cost model's FLOPs and
 bytes (profiler.model.cost), and its issued-work view :func:`issued_flops`. The kernel readers here
 (:func:`packs_gqa`, :func:`backward_tile`, :func:`cublas_padding`) take the names Nsight Compute reports
@@ -16,7 +16,7 @@ from attention_core import split_kv
 from attention_core.costing import Costing, Tiles
 from attention_core.implementations import REGISTRY, registered_costing
 from attention_core.shape import LSE_BYTES, Shape
-from profiler.model.fused import compulsory_bytes, executed_flops, split_kv_executed_flops, tile_read_bytes
+from profiler.model.fused import compulsory_bytes, executed_flops, split_kv_executed_flops
 from profiler.model.naive import fwd_step_io, kv_bytes, naive_step_flops, tensor_bytes
 
 # What the write-back L2 still holds of a kernel's output when the kernel ends, so that Nsight
@@ -147,20 +147,6 @@ def model_tensor_flops(shape: Shape, impl: str, step: str, tile: tuple[int, int]
         tiles = Tiles(None, onepass=onepass) if onepass else costing.tiles_for(shape.head_dim, shape.dtype)
         return executed_flops(shape, tiles) if tiles is not None else float("nan")
     return executed_flops(shape, Tiles(tile), packed=packs_gqa(impl, kernel, shape))
-
-
-def model_read_bytes(shape: Shape, impl: str, kernel: str, tile: tuple[int, int]) -> float:
-    """Bytes a fused forward's programs ask the L2 to read (profiler.model.fused.tile_read_bytes;
-    our split-KV decode reads K and V once per K/V head and split, plus its partials back): what
-    the L2 Request Coalescer hands the SMs (``l2_sm_read_bytes``). NaN for backward rows and
-    unfused steps (not modelled)."""
-    if shape.mode != "fwd":
-        return float("nan")
-    decode = split_kv.plan(shape.batch, shape.kv_heads, shape.group, shape.seq_q, shape.seq_kv)
-    if "_decode_split" in kernel and decode is not None:
-        partials = split_kv.partial_bytes(shape.batch, shape.heads, shape.seq_q, shape.head_dim, decode.splits)
-        return tensor_bytes(shape, shape.seq_q) + 2 * kv_bytes(shape) + partials
-    return tile_read_bytes(shape, tile, packed=packs_gqa(impl, kernel, shape))
 
 
 def issued_flops(impl: str, shape: Shape, step: str, path: str = "", kernel: str = "",
