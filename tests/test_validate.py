@@ -78,7 +78,9 @@ def test_causal_diagonal_tiles_are_counted_by_the_kernels_query_tile(table):
 def test_kernel_tile_and_split_sources():
     d64 = Shape.square(1, 16, 4096, 64)
     assert validate.kernel_tile("triton_flash", "_attn_fwd", "(64, 16, 1)", d64) == (64, 64)
-    assert validate.kernel_tile("triton_flash", "_attn_fwd", "(8, 16, 1)", Shape.square(1, 16, 1000, 64)) == (125, 125)
+    # BLOCK_M is a power of two: 1000 rows on 8 programs are 128-row tiles, the last one ragged
+    assert validate.kernel_tile("triton_flash", "_attn_fwd", "(8, 16, 1)", Shape.square(1, 16, 1000, 64)) == (128, 128)
+    assert validate.kernel_tile("triton_flash", "_attn_fwd", "(40, 12, 1)", Shape.square(1, 12, 2500, 64)) == (64, 64)
     # The sm_90 Gluon forward runs a 1-D grid (here one program per SM): its tile is its costing's fast tile.
     gluon = REGISTRY["triton_flash"].costing.tiles_for(64, "fp16", "gluon-ws").fwd
     assert validate.kernel_tile("triton_flash", "_attn_fwd_hopper", "(132, 1, 1)", d64) == gluon == (192, 128)

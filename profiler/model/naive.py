@@ -86,13 +86,16 @@ def fwd_step_io(shape: Shape, step: str) -> tuple[int, int]:
 
 def naive_step_bytes(shape: Shape, step: str) -> int:
     """HBM bytes of one naive step: each operand read once and each result written once. The
-    backward's masked_fill reads the gradient and the causal mask and writes a new gradient."""
+    backward's masked_fill reads the gradient and the causal mask and writes a new gradient; softmax's
+    backward is two kernels on the GPU (PyTorch's softmax_backward_cuda_out: tmp = dP * P, then
+    host_softmax_backward reads tmp and P and writes dS; the per-kernel Nsight Compute rows of
+    reports/validate-h200-issue27/fit-bwd show both, each reading two score-sized matrices)."""
     s_bytes = shape.score_elems * shape.elem_bytes
     q, kv, o = tensor_bytes(shape, shape.seq_q), kv_bytes(shape), tensor_bytes(shape, shape.seq_q)
     mask = shape.seq_q * shape.seq_kv if shape.causal else 0
     bwd = {
         "pv_matmul": 2 * o + 2 * kv + 2 * s_bytes,  # read dO, V, P, dO; write dP, dV (dO read per matmul)
-        "softmax": 3 * s_bytes,  # read P, dP; write dS
+        "softmax": 6 * s_bytes,  # read dP, P, write dP*P; read it and P, write dS
         "scale_mask": 2 * s_bytes + (2 * s_bytes + mask if shape.causal else 0),  # read dS, write dS·scale
         "qk_matmul": s_bytes + kv + q + s_bytes + q + kv,  # dQ = dS K; dK = dSᵀ Q: each reads dS
     }
