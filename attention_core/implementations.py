@@ -83,7 +83,8 @@ def dtype_label(dtype) -> str:
     """A dtype's name as the rows spell it ("fp16"), from the name or from a torch dtype (read by its
     name, so torch is not imported here)."""
     name = str(dtype).removeprefix("torch.")
-    return {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32"}.get(name, name)
+    return {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32",
+            "float8_e4m3fn": "fp8"}.get(name, name)
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,14 @@ def _flash_tiles(head_dim: int, dtype: str) -> Tiles:
     return Tiles(_forward_tile(head_dim, dtype), *backward)
 
 
+FP8_HEAD_DIMS = (64, 128)  # kernels.flash_fwd_fp8.HEAD_DIMS (kept torch-free here)
+
+
+def _fp8_tiles(head_dim: int, dtype: str) -> Tiles:
+    """The fp8 forward's tile (kernels.flash_fwd_fp8.TILES: 128 × 128 at head_dim 64 and 128); no backward."""
+    return Tiles((128, 128)) if head_dim in FP8_HEAD_DIMS else Tiles(None)
+
+
 def _fa2_tiles(head_dim: int, dtype: str) -> Tiles:
     """FlashAttention-2's forward tile (kBlockM, kBlockN) from the Flash_fwd_kernel_traits in the
     names of the kernels Nsight Compute profiled on the H200 (reports/validate-h200): 128 × 128 at
@@ -339,6 +348,13 @@ REGISTRY: dict[str, Impl] = {
             path_of="kernels.flash_fwd:forward_path", backward_path_of="kernels.flash_bwd:backward_path",
             color="#1f77b4", kernel_tile=_flash_kernel_tile, backward_tile=_flash_backward_tile,
             defaults=(BENCH, VALIDATE), leads=(BENCH,), observes="kernels.flash_attention:flash_attention",
+        ),
+        Impl(
+            "triton_flash_fp8", "kernels.flash_fwd_fp8:attention_fp8_unit_descale",
+            "Triton FlashAttention forward in fp8 (ours): e4m3 Q, K, V with descales, P rounded to e4m3, bf16 out",
+            Costing("fused", _fp8_tiles, source="kernels/flash_fwd_fp8.py's TILES"),
+            supports_backward=False, needs_cuda=True, is_triton=True, dtypes=("fp8",), head_dims=FP8_HEAD_DIMS,
+            color="#0b3d91", unsupported_here="kernels.flash_fwd_fp8:unsupported_on",
         ),
         Impl(
             "sdpa_flash", "kernels.sdpa:sdpa_flash", "PyTorch SDPA, FlashAttention-2 backend",

@@ -11,7 +11,9 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 # Bytes per element of each dtype we run (IEEE 754 half and single; bfloat16 is 2 bytes).
-DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+# fp8 is e4m3 (OCP 8-bit floating point specification, E4M3; torch.float8_e4m3fn): inputs only, the output
+# of an fp8 attention is bf16 (kernels.flash_fwd_fp8).
+DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "fp8": 1}
 MODES = ("fwd", "bwd", "fwd+bwd")
 # How q, k and v may lie in memory: contiguous BHSD, or (batch, seq, heads, head_dim) storage seen as BHSD,
 # as transformers and flash-attn callers hand it over (observe's 'bshd'; a user function's ``layout``).
@@ -72,6 +74,11 @@ class Shape:
     @property
     def elem_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def out_elem_bytes(self) -> int:
+        """Bytes per element of the output: the input's, except fp8 inputs give a bf16 output."""
+        return 2 if self.dtype == "fp8" else DTYPE_BYTES[self.dtype]
 
     @property
     def bh(self) -> int:

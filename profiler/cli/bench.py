@@ -27,6 +27,7 @@ from profiler.cli.options import (
     add_device,
     add_rep_ms,
     check_cuda_graph,
+    check_fp8,
     impl_list,
     positive_int,
 )
@@ -117,6 +118,7 @@ def run(args) -> int:
         raise UsageError(f"--tokens {args.tokens} is below the longest query length ({max(grid.seqs_q)}): "
                          "batch = tokens // seq_q must be at least 1")
     shapes = grid.shapes()
+    check_fp8(args, grid.dtypes, grid.modes)
     timer = check_cuda_graph(args, grid.modes)
     label = device_name(args.device)
     impls = [get_impl(n) for n in names]

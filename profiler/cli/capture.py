@@ -17,7 +17,15 @@ from profiler.cli.console import (
     say_shrunk,
     start_capture,
 )
-from profiler.cli.options import add_allow_mixed, add_cuda_graph, add_device, add_rep_ms, check_cuda_graph, impl_list
+from profiler.cli.options import (
+    add_allow_mixed,
+    add_cuda_graph,
+    add_device,
+    add_rep_ms,
+    check_cuda_graph,
+    check_fp8,
+    impl_list,
+)
 from profiler.cli.shapes import Default, ShapeOptions, add_shape_arguments, shape_grid
 
 HELP = "measure implementations at one shape into a capture folder"
@@ -70,6 +78,7 @@ def measure_grid(args, shapes: ShapeOptions, kind: str) -> int:
     grid = shape_grid(args, shapes, on_gpu)
     shape_list = grid.shapes()
     impls = [get_impl(n) for n in (args.impl or BUILTIN)]
+    check_fp8(args, grid.dtypes, grid.modes)
     timer = check_cuda_graph(args, grid.modes)
     label = device_name(args.device)
     trace = args.trace or ("torch" if on_gpu else "none")

@@ -20,7 +20,7 @@ import torch
 from profiler.measure.timing import measure
 from profiler.model.roofs import Ceilings, CopyCurve
 
-TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp8": torch.float8_e4m3fn}
 
 
 def device_name(device: torch.device | str) -> str:
@@ -83,6 +83,18 @@ def measure_ceilings(device: torch.device | str, dtypes=("fp16", "bf16", "fp32")
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means IEEE fp32, as in our kernels
     try:
         for dtype in dtypes:
+            if dtype == "fp8":  # e4m3 × e4m3 with fp32 accumulation, bf16 out: torch's scaled matmul (cuBLASLt)
+                a = torch.randn(n, n, device=device).to(TORCH_DTYPES[dtype])
+                b = torch.randn(n, n, device=device).to(TORCH_DTYPES[dtype]).t()  # column-major, as it needs
+                one = torch.ones((), device=device)
+
+                def scaled(a=a, b=b, one=one):
+                    return torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16)
+
+                t = measure(scaled, device)
+                rates[dtype] = 2 * n**3 / (t.median_ms * 1e-3) / 1e12
+                del a, b
+                continue
             a = torch.randn(n, n, device=device, dtype=TORCH_DTYPES[dtype])
             b = torch.randn(n, n, device=device, dtype=TORCH_DTYPES[dtype])
             t = measure(lambda a=a, b=b: torch.matmul(a, b), device)

@@ -13,7 +13,15 @@ from dataclasses import dataclass
 import torch
 
 from attention_core.shape import LAYOUTS, Shape
-from kernels.reference import TOLERANCE, WrongOutput, check_output, naive_attention, nvtx_range, relative_error
+from kernels.reference import (
+    TOLERANCE,
+    WrongOutput,
+    check_output,
+    naive_attention,
+    nvtx_range,
+    output_dtype,
+    relative_error,
+)
 from kernels.sdpa import Unsupported
 from profiler.measure.ceilings import TORCH_DTYPES
 from profiler.measure.ranges import call_range, shape_range
@@ -56,6 +64,9 @@ def make_inputs(shape: Shape, device, seed: int = 0, requires_grad: bool = False
     dtype = TORCH_DTYPES[shape.dtype]
 
     def rand(heads, rows):
+        if shape.dtype == "fp8":  # normal values rounded to e4m3 (|x| < 448: a descale of one stands for them)
+            t = torch.randn(shape.batch, heads, rows, shape.head_dim, generator=gen, device=device).to(dtype)
+            return t.transpose(1, 2).contiguous().transpose(1, 2) if layout == "bshd" else t
         t = torch.randn(shape.batch, heads, rows, shape.head_dim, generator=gen, device=device, dtype=dtype)
         if layout == "bshd":
             t = t.transpose(1, 2).contiguous().transpose(1, 2)
@@ -79,7 +90,7 @@ def _slice_error(impl: Impl, q, k, v, do, shape: Shape) -> float:
     with torch.no_grad() if shape.mode == "fwd" else torch.enable_grad():
         out = impl.fn(*parts, causal=shape.causal)
         ref = naive_attention(*ref_parts, causal=shape.causal)
-    check_output("the output", out, ref, q.dtype)
+    check_output("the output", out, ref, output_dtype(q.dtype))
     errors = [relative_error(out, ref)]
     if shape.mode != "fwd":
         if not out.requires_grad:

@@ -127,9 +127,20 @@ def compulsory_bytes(shape: Shape, writes_lse: bool = True) -> int:
     head moves once for its group."""
     q, kv = tensor_bytes(shape, shape.seq_q), kv_bytes(shape)
     row_stats = shape.bh * shape.seq_q * LSE_BYTES
-    fwd = q + 2 * kv + q + (row_stats if writes_lse else 0)
+    fwd = q + 2 * kv + output_bytes(shape) + (row_stats if writes_lse else 0) + descale_bytes(shape)
     bwd = (q + 2 * kv + q + q + row_stats) + (q + 2 * kv) + 2 * row_stats
     return by_mode(shape, fwd, bwd)
+
+
+def output_bytes(shape: Shape) -> int:
+    """Bytes of O: (B, H, Nq, D) in the output's dtype (bf16 for fp8 inputs: Shape.out_elem_bytes)."""
+    return tensor_bytes(shape, shape.seq_q) // shape.elem_bytes * shape.out_elem_bytes
+
+
+def descale_bytes(shape: Shape) -> int:
+    """fp8 inputs' descale factors, one fp32 per (batch, head) of Q, K and V (kernels/flash_fwd_fp8.py);
+    0 for other dtypes."""
+    return 4 * shape.batch * (shape.heads + 2 * shape.kv_heads) if shape.dtype == "fp8" else 0
 
 
 def tile_bytes(shape: Shape, tiles: Tiles) -> float:
@@ -144,7 +155,8 @@ def tile_bytes(shape: Shape, tiles: Tiles) -> float:
     if tiles.fwd is None:
         fwd = math.nan
     else:
-        fwd = q + shape.bh * tiles_visited(shape, *tiles.fwd) * 2 * tiles.fwd[1] * d * e + q + row_stats
+        fwd = (q + shape.bh * tiles_visited(shape, *tiles.fwd) * 2 * tiles.fwd[1] * d * e + output_bytes(shape)
+               + row_stats + descale_bytes(shape))
     if tiles.onepass is not None:
         return by_mode(shape, fwd, onepass_backward_bytes(shape, tiles.onepass))
     if tiles.dkdv is None or tiles.dq is None:

@@ -21,7 +21,9 @@ KIB = 1024
 class Device:
     name: str
     match: str  # regex on torch.cuda.get_device_name()
-    tensor_tflops: dict[str, float]  # dense tensor-core TFLOP/s by input dtype, fp32 accumulation
+    # dense tensor-core TFLOP/s by input dtype, fp32 accumulation; fp8 is e4m3/e5m2 (H100 SXM 3,958, PCIe 3,026,
+    # H200 3,958 and L40S 1,466 TFLOP/s "with sparsity" in their datasheets, halved)
+    tensor_tflops: dict[str, float]
     fp32_tflops: float | None  # plain fp32 (CUDA cores)
     hbm_tbps: float  # TB/s (1e12 bytes/s)
     l2_bytes: float | None
@@ -42,7 +44,7 @@ class Device:
         return self.tensor_tflops["fp16"] * TFLOP / self.tensor_flops_per_exp
 
     def peak_flops(self, dtype: str) -> float:
-        """Dense peak FLOP/s for attention in ``dtype``: the tensor-core rate for fp16/bf16 and,
+        """Dense peak FLOP/s for attention in ``dtype``: the tensor-core rate for fp16/bf16/fp8 and,
         for fp32, the plain fp32 rate (our fp32 kernels use IEEE fp32, not tf32)."""
         if dtype == "fp32":
             if self.fp32_tflops is None:
@@ -101,19 +103,19 @@ DEVICES: dict[str, Device] = {
         ),
         Device(
             "H100-SXM", r"H100.*(SXM|HBM3)",
-            {"fp16": 989.5, "bf16": 989.5, "tf32": 494.5}, 67.0, 3.35, 50 * MB, 228 * KIB, 132,
+            {"fp16": 989.5, "bf16": 989.5, "tf32": 494.5, "fp8": 1979}, 67.0, 3.35, 50 * MB, 228 * KIB, 132,
             {"flops": _H100, "hbm": _H100, "l2": _HOPPER_WP, "smem": _CUDA_GUIDE, "sm": _HOPPER_WP, "sfu": _SFU},
             tensor_flops_per_exp=256,
         ),
         Device(
             "H100-PCIe", r"H100.*PCIe",
-            {"fp16": 756.5, "bf16": 756.5, "tf32": 378}, 51.0, 2.0, 50 * MB, 228 * KIB, 114,
+            {"fp16": 756.5, "bf16": 756.5, "tf32": 378, "fp8": 1513}, 51.0, 2.0, 50 * MB, 228 * KIB, 114,
             {"flops": _H100, "hbm": _H100, "l2": _HOPPER_WP, "smem": _CUDA_GUIDE, "sm": _HOPPER_WP, "sfu": _SFU},
             tensor_flops_per_exp=256,
         ),
         Device(
             "H200", r"H200",
-            {"fp16": 989.5, "bf16": 989.5, "tf32": 494.5}, 67.0, 4.8, 60 * MB, 228 * KIB, 132,
+            {"fp16": 989.5, "bf16": 989.5, "tf32": 494.5, "fp8": 1979}, 67.0, 4.8, 60 * MB, 228 * KIB, 132,
             {"flops": "NVIDIA H200 Tensor Core GPU datasheet (2024), SXM: dense = half the sparse figure",
              "hbm": "NVIDIA H200 datasheet: 141 GB HBM3e at 4.8 TB/s",
              "l2": "cudaDeviceProp.l2CacheSize reported by the driver on an H200 (60 MB; not in the datasheet)",
@@ -128,7 +130,7 @@ DEVICES: dict[str, Device] = {
         ),
         Device(
             "L40S", r"L40S",
-            {"fp16": 362.05, "bf16": 362.05, "tf32": 183}, 91.6, 0.864, 96 * MB, 100 * KIB, 142,
+            {"fp16": 362.05, "bf16": 362.05, "tf32": 183, "fp8": 733}, 91.6, 0.864, 96 * MB, 100 * KIB, 142,
             {"flops": "NVIDIA L40S datasheet (2023): dense = half the sparse figure",
              "hbm": "NVIDIA L40S datasheet: 864 GB/s GDDR6", "l2": _ADA_WP, "smem": _CUDA_GUIDE,
              "sm": "NVIDIA L40S datasheet (142 RT cores, one per SM)", "sfu": _SFU},

@@ -1,0 +1,75 @@
+"""The fp8 forward (kernels/flash_fwd_fp8.py) on the GPU against the fp64 oracle on the values its e4m3 inputs
+and descales stand for; within kernels.reference.TOLERANCE["fp8"] (e4m3's unit roundoff, P's rounding)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention_core.shape import Shape
+from kernels.flash_fwd_fp8 import dequantize_fp8, flash_attention_fp8, quantize_fp8, unsupported_on
+from kernels.reference import TOLERANCE, attention_oracle, relative_error
+from profiler.measure.runner import run_case
+from profiler.registry import REGISTRY
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+    pytest.mark.skipif(torch.cuda.is_available() and unsupported_on(torch.device("cuda")) is not None,
+                       reason="needs fp8 tensor cores"),
+]
+ERRORS = []  # (case, relative error): printed at the end, for the closing note
+
+
+def _quantized(batch, heads, kv_heads, seq_q, seq_kv, head_dim, seed=0, scales=(0.5, 3.0, 40.0)):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def make(h, n, scale):
+        return torch.randn(batch, h, n, head_dim, device="cuda", generator=g, dtype=torch.bfloat16) * scale
+
+    return [quantize_fp8(t) for t in (make(heads, seq_q, scales[0]), make(kv_heads, seq_kv, scales[1]),
+                                      make(kv_heads, seq_kv, scales[2]))]
+
+
+@pytest.mark.parametrize("seq_q, seq_kv", [(1, 1), (77, 77), (300, 300), (1024, 1024), (128, 1000), (1000, 128)])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_forward_matches_the_oracle_on_its_dequantized_inputs(seq_q, seq_kv, head_dim, causal):
+    (q8, dq), (k8, dk), (v8, dv) = _quantized(2, 4, 2, seq_q, seq_kv, head_dim)  # GQA: 4 query heads on 2
+    o, lse = flash_attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal, return_lse=True)
+    ref, ref_lse = attention_oracle(dequantize_fp8(q8, dq), dequantize_fp8(k8, dk), dequantize_fp8(v8, dv),
+                                    causal=causal, return_lse=True)
+    err = relative_error(o, ref)
+    ERRORS.append((f"Nq{seq_q} Nkv{seq_kv} D{head_dim}{' causal' if causal else ''}", err))
+    assert o.dtype == torch.bfloat16 and err <= TOLERANCE["fp8"]
+    assert (lse.cpu().double() - ref_lse).abs().max().item() < 0.05  # the row's log-normaliser, in nats
+
+
+def test_fp8_forward_takes_strided_views():
+    (q8, dq), (k8, dk), (v8, dv) = _quantized(1, 4, 4, 500, 500, 128, seed=1)
+    views = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q8, k8, v8)]  # BSHD memory, BHSD view
+    o = flash_attention_fp8(*views, dq, dk, dv, causal=True)
+    ref = attention_oracle(*(dequantize_fp8(t, d) for t, d in ((q8, dq), (k8, dk), (v8, dv))), causal=True)
+    assert relative_error(o, ref) <= TOLERANCE["fp8"]
+
+
+def test_the_descales_are_applied():
+    """Scaling K's stored values and dividing its descale by the same power of two changes nothing."""
+    (q8, dq), (k8, dk), (v8, dv) = _quantized(1, 2, 2, 256, 256, 64, seed=2)
+    o = flash_attention_fp8(q8, k8, v8, dq, dk, dv)
+    half = (k8.float() / 2).to(k8.dtype)
+    o2 = flash_attention_fp8(q8, half, v8, dq, dk * 2, dv)
+    assert relative_error(o2, o) < 2.0**-5  # halving moves subnormal e4m3 values only
+
+
+def test_the_registry_runs_an_fp8_case_and_checks_it():
+    result = run_case(REGISTRY["triton_flash_fp8"], Shape(1, 8, 1024, 1024, 128, dtype="fp8", causal=True), "cuda",
+                      rep_ms=20)
+    assert result.status == "ok", result.message
+    assert result.error is not None and result.error <= TOLERANCE["fp8"]
+
+
+def test_zz_print_errors():
+    """Not a check: the errors of the oracle comparisons above, for the record."""
+    for case, err in ERRORS:
+        print(f"fp8 vs oracle {case}: {err:.2e}")

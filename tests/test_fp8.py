@@ -1,0 +1,89 @@
+"""fp8 attention where a CPU can check it: the quantizer, the kernel's refusals, the cost model, the roofs and the
+CLI's one-line errors. The kernel itself runs on the GPU only (tests/gpu/test_fp8_gpu.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from attention_core.shape import Shape
+from kernels.flash_fwd_fp8 import FP8, FP8_MAX, dequantize_fp8, flash_attention_fp8, quantize_fp8, unsupported_on
+from kernels.reference import TOLERANCE, output_dtype
+from profiler.model import hardware
+from profiler.model.cost import cost_of
+from profiler.model.roofs import exp_ceiling
+from profiler.registry import REGISTRY
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_e4m3_is_the_format_the_kernel_assumes():
+    assert FP8 == torch.float8_e4m3fn and FP8_MAX == torch.finfo(FP8).max == 448.0
+    assert output_dtype(FP8) == torch.bfloat16 and output_dtype(torch.float16) == torch.float16
+    assert TOLERANCE["fp8"] == 2.0**-4  # e4m3's unit roundoff (3 stored mantissa bits)
+
+
+def test_quantize_maps_each_heads_largest_magnitude_to_448_and_round_trips_within_e4m3s_precision():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 37, 64, generator=g) * torch.tensor([0.01, 1.0, 300.0])[None, :, None, None]
+    x8, descale = quantize_fp8(x)
+    assert x8.dtype == FP8 and descale.shape == (2, 3) and descale.dtype == torch.float32
+    assert torch.equal(x8.float().abs().amax(dim=(2, 3)), torch.full((2, 3), 448.0))
+    back = dequantize_fp8(x8, descale)
+    normal = x.abs() >= descale[..., None, None] * 2.0**-6  # e4m3's normal range (smallest normal 2^-6)
+    rel = ((back - x).abs() / x.abs())[normal]
+    assert rel.max().item() <= 2.0**-4 + 1e-7  # round to nearest: half an ulp, 2^-4 of the value at most
+
+
+def test_the_kernel_refuses_the_cpu_and_bad_descales_in_one_line():
+    q8 = torch.zeros(1, 2, 16, 64).to(FP8)
+    ones = torch.ones(1, 2)
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1|CUDA GPU"):
+        flash_attention_fp8(q8, q8, q8, ones, ones, ones)
+    assert "cannot run an fp8 dot" in unsupported_on(torch.device("cpu"))  # the test session interprets Triton
+    with pytest.raises(TypeError, match="not supported here"):
+        flash_attention_fp8(q8.float(), q8.float(), q8.float(), ones, ones, ones)
+
+
+def test_fp8_bytes_are_one_per_element_and_flops_as_in_bf16():
+    fp8, bf16 = Shape(2, 16, 4096, 4096, 128, dtype="fp8"), Shape(2, 16, 4096, 4096, 128, dtype="bf16")
+    costing = REGISTRY["triton_flash_fp8"].costing
+    a, b = cost_of(costing, fp8, "total"), cost_of(costing, bf16, "total")
+    assert a.flops == b.flops
+    # Q, K, V in e4m3 (1 byte), O in bf16 (2 bytes), the fp32 logsumexp, 3 fp32 descales per (batch, head)
+    elems, rows = 2 * 16 * 4096 * 128, 2 * 16 * 4096
+    assert a.hbm_bytes == 3 * elems + 2 * elems + 4 * rows + 4 * 2 * (16 + 2 * 16)
+    assert b.hbm_bytes == 4 * 2 * elems + 4 * rows
+
+
+def test_the_exp_roof_binds_in_fp8_at_d128_on_hopper():
+    """1,979 dense fp8 TFLOP/s against 3.9·10^12 exp2 per second: at D128 a forward's exponentials take as
+    long as its matmuls (128/D), so with no overlap the kernel gets half the fp8 peak; in bf16 two thirds."""
+    h100 = hardware.get_device("H100-SXM")
+    assert h100.peak_flops("fp8") == 2 * h100.peak_flops("bf16")
+    fp8 = exp_ceiling(h100.peak_flops("fp8"), h100.exp2_per_s, 128) / h100.peak_flops("fp8")
+    bf16 = exp_ceiling(h100.peak_flops("bf16"), h100.exp2_per_s, 128) / h100.peak_flops("bf16")
+    assert fp8 == pytest.approx(0.5, abs=0.01) and bf16 == pytest.approx(2 / 3, abs=0.01)
+
+
+def test_the_registry_entry_takes_fp8_forward_only():
+    impl = REGISTRY["triton_flash_fp8"]
+    assert impl.dtypes == ("fp8",) and not impl.supports_backward and impl.head_dims == (64, 128)
+    # on this CPU (the test session interprets Triton) the device hook says why first
+    assert "cannot run an fp8 dot" in impl.unsupported_reason("cpu", "fp8", 128)
+    assert REGISTRY["sdpa_cudnn"].unsupported_reason("cuda", "fp8", 128) == "sdpa_cudnn does not take fp8"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["capture", "--seq", "256", "--dtype", "fp8", "--impl", "triton_flash_fp8"], "--dtype fp8: fp8 attention needs"),
+    (["bench", "--seq", "256", "--dtype", "fp8,bf16", "--mode", "bwd"], "--dtype fp8 runs forward only"),
+])
+def test_fp8_on_the_cpu_or_backward_ends_in_one_line(argv, message, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "profiler", *argv, "--out", str(tmp_path / "cap")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
