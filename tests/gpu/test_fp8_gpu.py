@@ -66,7 +66,7 @@ def test_the_registry_runs_an_fp8_case_and_checks_it():
     result = run_case(REGISTRY["triton_flash_fp8"], Shape(1, 8, 1024, 1024, 128, dtype="fp8", causal=True), "cuda",
                       rep_ms=20)
     assert result.status == "ok", result.message
-    assert result.error is not None and result.error <= TOLERANCE["fp8"]
+    assert result.max_rel_err is not None and result.max_rel_err <= TOLERANCE["fp8"]
 
 
 def test_zz_print_errors():
