@@ -228,8 +228,9 @@ FP8_HEAD_DIMS = (64, 128)  # kernels.flash_fwd_fp8.HEAD_DIMS (kept torch-free he
 
 
 def _fp8_tiles(head_dim: int, dtype: str) -> Tiles:
-    """The fp8 forward's tile (kernels.flash_fwd_fp8.TILES: 128 × 128 at head_dim 64 and 128); no backward."""
-    return Tiles((128, 128)) if head_dim in FP8_HEAD_DIMS else Tiles(None)
+    """The fp8 forward's tile (kernels.flash_fwd_fp8.TILES: 64 × 128 at head_dim 64, 128 × 128 at 128); no
+    backward."""
+    return Tiles({64: (64, 128), 128: (128, 128)}[head_dim]) if head_dim in FP8_HEAD_DIMS else Tiles(None)
 
 
 def _fa2_tiles(head_dim: int, dtype: str) -> Tiles:

@@ -34,9 +34,10 @@ FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0  # largest finite e4m3fn value (OCP 8-bit floating point specification, E4M3)
 HEAD_DIMS = (64, 128)  # fp8 wgmma's K is 32: any multiple works; these are the ones tested
 OUT_DTYPES = (torch.bfloat16, torch.float16)
-# (BLOCK_M, BLOCK_N, num_warps, num_stages) by head_dim: a first tile, measured in docs/perf-notes.md
-# ("FP8 forward").
-TILES = {64: (128, 128, 8, 3), 128: (128, 128, 8, 3)}
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) by head_dim: the fastest of six on an H100 at 32768 tokens with V's
+# keys contiguous, or within 4% of it causal or not (docs/perf-notes.md, "FP8 forward", round 1:
+# reports/perf-h100/fp8_probe_round1.jsonl).
+TILES = {64: (64, 128, 4, 3), 128: (128, 128, 8, 3)}
 
 
 def unsupported_on(device: torch.device, head_dim: int = 0) -> str | None:
@@ -54,13 +55,17 @@ def unsupported_on(device: torch.device, head_dim: int = 0) -> str | None:
     return None
 
 
-def quantize_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_fp8(x: torch.Tensor, keys_contiguous: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``x`` (B, H, N, D) in e4m3 and its descale per (batch, head), fp32 (B, H): each head scaled so
     that its largest magnitude maps to 448 (per-head scaling, as FlashAttention-3's fp8 path takes it).
-    ``x8.float() * descale[..., None, None]`` is what the kernel computes with."""
+    ``x8.float() * descale[..., None, None]`` is what the kernel computes with. ``keys_contiguous``: lay
+    the result out with N contiguous (a BHSD view of (B, H, D, N) memory), the order P V's fp8 wgmma reads
+    V in; for V it makes the kernel 1.4x to 2.8x faster (:data:`TILES`' measurement)."""
     amax = x.detach().abs().amax(dim=(2, 3)).float().clamp(min=torch.finfo(torch.float32).tiny)
     scale = FP8_MAX / amax
     x8 = (x.float() * scale[..., None, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    if keys_contiguous:
+        x8 = x8.transpose(2, 3).contiguous().transpose(2, 3)
     return x8, (1.0 / scale).contiguous()
 
 
@@ -134,7 +139,8 @@ def flash_attention_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, q_
                         sm_scale: float | None = None, out_dtype: torch.dtype = torch.bfloat16,
                         tile: tuple[int, int, int, int] | None = None, return_lse: bool = False):
     """softmax(Q Kᵀ · sm_scale) V for e4m3 BHSD q8, k8, v8 (k8 and v8 may have fewer heads: grouped-query
-    attention) and their fp32 descales per (batch, head) ((B, H) for q, (B, H_kv) for k and v); the output
+    attention; any strides, and v8 fastest with its keys contiguous: :func:`quantize_fp8`'s
+    ``keys_contiguous``) and their fp32 descales per (batch, head) ((B, H) for q, (B, H_kv) for k and v); the output
     in ``out_dtype`` (bf16 or fp16), and with ``return_lse`` the fp32 (B, H, Nq) logsumexp. ``sm_scale``
     defaults to 1/sqrt(head_dim); ``tile`` (BLOCK_M, BLOCK_N, num_warps, num_stages) overrides :data:`TILES`."""
     batch, heads, seq_q, seq_kv, head_dim = check_qkv(q8, k8, v8, dtypes=(FP8,), head_dims=HEAD_DIMS)

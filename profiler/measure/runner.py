@@ -73,6 +73,8 @@ def make_inputs(shape: Shape, device, seed: int = 0, requires_grad: bool = False
         return t.requires_grad_(requires_grad)
 
     q, k, v = rand(shape.heads, shape.seq_q), rand(shape.kv_heads, shape.seq_kv), rand(shape.kv_heads, shape.seq_kv)
+    if shape.dtype == "fp8":  # V with its keys contiguous, the order fp8 wgmma reads P V's operand in
+        v = v.transpose(2, 3).contiguous().transpose(2, 3)  # (kernels.flash_fwd_fp8.quantize_fp8)
     return q, k, v, rand(shape.heads, shape.seq_q).detach()
 
 
