@@ -3,6 +3,7 @@ CLI's one-line errors. The kernel itself runs on the GPU only (tests/gpu/test_fp
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -87,3 +88,50 @@ def test_fp8_on_the_cpu_or_backward_ends_in_one_line(argv, message, tmp_path):
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 2 and message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+CAPTURE = ROOT / "reports" / "fp8-h100"
+
+
+def test_the_fp8_capture_shows_the_exp_roof_binding_every_fp8_point():
+    """reports/fp8-h100 (an H100, `python -m profiler bench ... --dtype fp8,bf16`): every fp8 point's binding
+    roof is the exponentials' (no overlap), 820 TFLOP/s at D128 and 580 at D64 against the measured fp8 matmul
+    of 1,401, where the bf16 points of the same shapes sit above theirs (their kernels overlap the two)."""
+    import json
+
+    import pandas as pd
+
+    from profiler.views import rooflines
+
+    meta = json.loads((CAPTURE / "meta.json").read_text())
+    rows = pd.read_parquet(CAPTURE / "results.parquet")
+    ok = rows[rows.status == "ok"]
+    assert set(ok[ok.dtype == "fp8"].impl) == {"triton_flash_fp8"}
+    assert set(ok[ok.dtype == "bf16"].impl) == {"triton_flash", "sdpa_cudnn"}  # the peers that ran: bf16 baselines
+    assert (rows[(rows.dtype == "fp8") & (rows.impl != "triton_flash_fp8")].status == "unsupported").all()
+    assert (ok[ok.dtype == "fp8"].max_rel_err <= TOLERANCE["fp8"]).all()
+    fp8 = rooflines.roofline_points(ok[ok.dtype == "fp8"], rooflines.roofs_from_meta(meta, "fp8"), "compulsory",
+                                    rooflines.exp_rate(meta))
+    assert (fp8.binds == "exp (SFU), no overlap").all()
+    ceiling = fp8.groupby("head_dim").exp_ceiling_tflops.first()
+    assert ceiling[128] == pytest.approx(820, abs=2) and ceiling[64] == pytest.approx(580, abs=2)
+    assert (fp8.of_ceiling < 1).all()  # this kernel does not overlap its exponentials with its matmuls
+    bf16 = rooflines.roofline_points(ok[(ok.dtype == "bf16") & ~ok.causal], rooflines.roofs_from_meta(meta, "bf16"),
+                                     "compulsory", rooflines.exp_rate(meta))
+    assert (bf16[bf16.head_dim == 128].of_ceiling > 1).all()
+
+
+def test_the_dashboard_opens_the_fp8_capture(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "dashboards" / "roofline.py"), "--reports", str(ROOT / "reports"),
+                                      "--select", "fp8-h100"])
+    at = AppTest.from_file(str(ROOT / "dashboards" / "roofline.py"), default_timeout=120).run()
+    assert not at.exception
+    for label, value in (("dtype", ["fp8"]), ("head_dim", [128])):
+        at = next(m for m in at.multiselect if m.label == label).set_value(value).run()
+    assert not at.exception
+    roofline = json.loads(at.get("plotly_chart")[0].proto.spec)
+    names = [t.get("name") for t in roofline["data"]]
+    assert "fp8" in roofline["layout"]["title"]["text"] and "triton_flash_fp8" in names
+    assert "exp ceiling D128 fwd (no overlap)" in names and "roof: measured" in names

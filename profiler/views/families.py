@@ -17,7 +17,7 @@ from profiler.store import CaptureError
 from profiler.views.plots import scaling_lines
 from profiler.views.style import FAMILY_COLUMNS, LENGTHS, family_label
 
-DTYPE_ORDER = {"fp16": 0, "bf16": 1, "fp32": 2}
+DTYPE_ORDER = {"fp16": 0, "bf16": 1, "fp32": 2, "fp8": 3}
 MODE_ORDER = {"fwd": 0, "bwd": 1, "fwd+bwd": 2}
 MAX_LISTED = 8  # an error message lists at most this many family labels, then the tokens they are made of
 
