@@ -81,7 +81,7 @@ def test_model_table_names_the_device_and_ridge(capsys):
         (["capture", "--batch", "-1"], "argument --batch: '-1': must be a positive integer"),
         (["model", "--seq", "abc"], "argument --seq: 'abc' is not an integer"),
         (["model", "--device-name", "TPU"], "unknown --device-name 'TPU'; known: A100-SXM4-40GB"),
-        (["model", "--dtype", "fp8"], "argument --dtype: invalid choice: 'fp8'"),
+        (["model", "--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
         (["bench", "--seq", "1,x"], "'1,x' is not a comma-separated list of integers"),
         (["sweep", "--seq", "64,,128"], "'64,,128' has an empty item; separate values with single commas"),
         (["bench", "--impl", "naive,"], "'naive,' has an empty item"),

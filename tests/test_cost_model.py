@@ -138,8 +138,8 @@ def test_flop_counter_does_not_discount_causal_sdpa():
 def test_shape_validation():
     with pytest.raises(ValueError, match="seq_q must be a positive integer, got 0"):
         Shape(1, 1, 0, 1, 64)
-    with pytest.raises(ValueError, match="dtype 'fp8' is not supported; allowed: fp16, bf16, fp32"):
-        Shape(1, 1, 8, 8, 64, dtype="fp8")
+    with pytest.raises(ValueError, match="dtype 'int8' is not supported; allowed: fp16, bf16, fp32, fp8"):
+        Shape(1, 1, 8, 8, 64, dtype="int8")
     with pytest.raises(ValueError, match="mode 'train' is not supported"):
         Shape(1, 1, 8, 8, 64, mode="train")
 

@@ -135,3 +135,39 @@ def test_the_dashboard_opens_the_fp8_capture(monkeypatch):
     names = [t.get("name") for t in roofline["data"]]
     assert "fp8" in roofline["layout"]["title"]["text"] and "triton_flash_fp8" in names
     assert "exp ceiling D128 fwd (no overlap)" in names and "roof: measured" in names
+
+
+def test_the_readme_quotes_the_fp8_capture():
+    """The README's fp8 paragraph: each figure recomputed from reports/fp8-h100."""
+    import pandas as pd
+
+    from profiler.views import rooflines
+
+    text = (ROOT / "README.md").read_text()
+    rows = pd.read_parquet(CAPTURE / "results.parquet")
+    ok = rows[rows.status == "ok"]
+    fp8, cudnn = ok[ok.dtype == "fp8"], ok[(ok.dtype == "bf16") & (ok.impl == "sdpa_cudnn")]
+    both = fp8.merge(cudnn, on=["batch", "heads", "seq_q", "head_dim", "causal"], suffixes=("", "_cudnn"))
+    both["speed"] = both.time_ms_cudnn / both.time_ms
+    d128 = both[(both.head_dim == 128) & ~both.causal]
+    assert f"{d128.tflops.min():.0f} to {d128.tflops.max():.0f} TFLOP/s" in text
+    for (dim, causal), group in both.groupby(["head_dim", "causal"]):
+        assert f"{group.speed.min():.2f}x to {group.speed.max():.2f}x" in text, (dim, causal)
+    meta = json.loads((CAPTURE / "meta.json").read_text())
+    points = rooflines.roofline_points(fp8, rooflines.roofs_from_meta(meta, "fp8"), "compulsory",
+                                       rooflines.exp_rate(meta))
+    assert f"at {points.of_ceiling.min():.2f} to {points.of_ceiling.max():.2f} of it" in text
+    assert f"{meta['measured_ceilings']['matmul_tflops']['fp8']:,.0f} measured" in text
+
+
+def test_model_names_the_exp_roof_and_refuses_fp8_without_fp8_tensor_cores():
+    import os
+
+    run = [sys.executable, "-m", "profiler", "model", "--seq", "8192", "--dim", "128", "--dtype", "fp8"]
+    wide = {**os.environ, "COLUMNS": "200"}  # rich's tables fit the terminal: a wide one shows whole names
+    proc = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, timeout=300, env=wide)
+    assert proc.returncode == 0 and "triton_flash_fp8" in proc.stdout and "sdpa_cudnn" not in proc.stdout
+    assert "(0.50 of the fp8 peak)" in proc.stdout.replace("\n", " ")
+    proc = subprocess.run([*run, "--device-name", "A100-SXM4-80GB"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    assert proc.returncode == 2 and "A100-SXM4-80GB has no fp8 peak" in proc.stderr and "Traceback" not in proc.stderr

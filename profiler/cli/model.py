@@ -14,7 +14,7 @@ from profiler.cli.console import console, fmt
 from profiler.cli.options import impl_list
 from profiler.cli.shapes import Default, ShapeOptions, add_shape_arguments, shape_grid
 from profiler.model import hardware
-from profiler.model.roofs import ridge_point
+from profiler.model.roofs import exp_ceiling, ridge_point
 
 HELP = "FLOPs, bytes and intensity per step from the cost model (no GPU)"
 
@@ -45,9 +45,11 @@ def run(args) -> int:
 
     grid = shape_grid(args, SHAPES)
     if args.list_devices:
-        table = Table("device", "fp16/bf16 TFLOP/s", "fp32 TFLOP/s", "HBM TB/s", "L2 MB", "SMs", "ridge fp16")
+        table = Table("device", "fp16/bf16 TFLOP/s", "fp8 TFLOP/s", "fp32 TFLOP/s", "HBM TB/s", "L2 MB", "SMs",
+                      "ridge fp16")
         for d in hardware.DEVICES.values():
-            table.add_row(d.name, fmt(d.tensor_tflops["fp16"]), fmt(d.fp32_tflops), fmt(d.hbm_tbps),
+            table.add_row(d.name, fmt(d.tensor_tflops["fp16"]), fmt(d.tensor_tflops.get("fp8"), ",.0f"),
+                          fmt(d.fp32_tflops), fmt(d.hbm_tbps),
                           fmt(d.l2_bytes / 1e6 if d.l2_bytes else None), fmt(d.sm_count),
                           fmt(ridge_point(d.peak_flops("fp16"), d.hbm_bytes_per_s), ".0f"))
         console.print(table)
@@ -60,7 +62,13 @@ def run(args) -> int:
         peak, bw = device.peak_flops(shape.dtype), device.hbm_bytes_per_s
     except ValueError as err:
         raise UsageError(str(err)) from None
-    rows = model_table(shape, device, [get_impl(n) for n in (args.impl or BUILTIN)])
+    except KeyError:
+        have = [d for d in ("fp16", "bf16", "fp8") if d in device.tensor_tflops] + ["fp32"] * bool(device.fp32_tflops)
+        raise UsageError(f"{device.name} has no {shape.dtype} peak in the datasheet table (no {shape.dtype} tensor "
+                         f"cores); --dtype {', '.join(have)}") from None
+    impls = [get_impl(n) for n in args.impl] if args.impl else \
+        [get_impl(n) for n in BUILTIN if shape.dtype in get_impl(n).dtypes]  # those that take the dtype
+    rows = model_table(shape, device, impls)
     if args.json:  # JSON has no NaN: a quantity the model does not give is null
         print(json.dumps([{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}
                           for r in rows], indent=2))
@@ -79,4 +87,9 @@ def run(args) -> int:
     console.print(table)
     console.print("MB (tile): bytes when each block re-reads what it shares (profiler.model.fused.tile_bytes); "
                   "'-' where an implementation's tiles are not declared.")
+    if device.exp2_per_s is not None and shape.dtype in ("fp16", "bf16", "fp8"):
+        exp = exp_ceiling(peak, device.exp2_per_s, shape.head_dim, shape.mode)
+        console.print(f"exp roof: softmax's exponentials at {device.exp2_per_s / 1e12:.2f}·10¹² exp2/s, run after "
+                      f"the matmuls, cap a fused kernel at {exp / 1e12:,.0f} TFLOP/s here ({exp / peak:.2f} of the "
+                      f"{shape.dtype} peak); above it only by overlapping the two (profiler.model.roofs.exp_ceiling)")
     return 0
