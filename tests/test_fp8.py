@@ -171,3 +171,16 @@ def test_model_names_the_exp_roof_and_refuses_fp8_without_fp8_tensor_cores():
     proc = subprocess.run([*run, "--device-name", "A100-SXM4-80GB"], capture_output=True, text=True, cwd=ROOT,
                           timeout=300)
     assert proc.returncode == 2 and "A100-SXM4-80GB has no fp8 peak" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_what_if_names_the_exp_roof_for_fp8_on_another_gpu():
+    import pandas as pd
+
+    from profiler.views import plots
+
+    rows = pd.read_parquet(CAPTURE / "results.parquet")
+    rows = rows[(rows.status == "ok") & (rows.dtype == "fp8")]
+    fig = plots.whatif_figure(rows, hardware.get_device("H200"), "fp8")
+    hover = [str(h) for t in fig.data if t.name == "triton_flash_fp8" for h in t.hovertext]
+    assert hover and all("binding ceiling: exp (SFU), no overlap" in h for h in hover)
+    assert {"exp ceiling D64 fwd (no overlap)", "exp ceiling D128 fwd (no overlap)"} <= {t.name for t in fig.data}
