@@ -13,7 +13,7 @@ The functions an entry runs are named as ``"kernels.module:function"`` and impor
 call (:class:`Lazy`), so the dashboard, the report and the cost model read the registry without
 loading torch, triton or any kernel. Every ``fn`` takes BHSD tensors ``(q, k, v, causal=False,
 sm_scale=None)`` and returns o: (batch, heads, seq_q, head_dim). Dtypes are named as in
-attention_core.shape ("fp16", "bf16", "fp32").
+attention_core.shape ("fp16", "bf16", "fp32", and "fp8" for e4m3 inputs, whose output is bf16).
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ fp32) with the two matmuls in fp8, as FlashAttention-3 runs them on Hopper (Shah
 - The output is bf16 (or fp16), with the natural-log logsumexp of the true scaled scores.
 
 On sm_90 Triton lowers both dots to fp8 wgmma (twice bf16's rate: 1,979 against 989 dense TFLOP/s on an
-H100 SXM, NVIDIA's datasheet). fp8 tensor cores exist from compute capability 8.9; the CPU interpreter
-cannot run an fp8 dot, so this kernel runs on the GPU only (:func:`unsupported_reason` says why not).
+H100 SXM, NVIDIA's datasheet). fp8 tensor cores exist from compute capability 8.9, but the tiles are sm_90's;
+the CPU interpreter cannot run an fp8 dot, so this kernel runs on a Hopper GPU or later only
+(:func:`unsupported_on` says why not).
 Pointer arithmetic only (triton 3.9 removed ``tl.make_block_ptr``).
 """
 
@@ -34,24 +35,26 @@ FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0  # largest finite e4m3fn value (OCP 8-bit floating point specification, E4M3)
 HEAD_DIMS = (64, 128)  # fp8 wgmma's K is 32: any multiple works; these are the ones tested
 OUT_DTYPES = (torch.bfloat16, torch.float16)
-# (BLOCK_M, BLOCK_N, num_warps, num_stages) by head_dim: the fastest of six on an H100 at 32768 tokens with V's
-# keys contiguous, or within 4% of it causal or not (docs/perf-notes.md, "FP8 forward", round 1:
-# reports/perf-h100/fp8_probe_round1.jsonl).
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) by head_dim, of six timed on an H100 at 32768 tokens with V's keys
+# contiguous: at D64 the fastest causal or not; at D128 within 5% of the fastest without a mask and 0.5% causal
+# (docs/perf-notes.md, "FP8 forward", round 1: reports/perf-h100/fp8_probe_round1.jsonl).
 TILES = {64: (64, 128, 4, 3), 128: (128, 128, 8, 3)}
 
 
 def unsupported_on(device: torch.device, head_dim: int = 0) -> str | None:
-    """Why the fp8 kernel cannot run on ``device``, or None: it needs fp8 tensor cores (compute capability
-    8.9 or later) and a compiled Triton (the interpreter has no fp8 dot). Also the registry's hook
-    (attention_core.implementations.Impl.unsupported_here)."""
+    """Why the fp8 kernel cannot run on ``device``, or None: it needs fp8 tensor cores on sm_90 or later and a
+    compiled Triton (the interpreter has no fp8 dot). Also the registry's hook
+    (attention_core.implementations.Impl.unsupported_here), whose signature passes ``head_dim`` (unused:
+    the registry entry's head_dims say which it takes)."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         return "fp8 attention needs a GPU: the Triton interpreter (TRITON_INTERPRET=1) cannot run an fp8 dot"
     if device.type != "cuda":
         return f"fp8 attention needs a CUDA GPU with fp8 tensor cores; the device is '{device}'"
     major, minor = torch.cuda.get_device_capability(device)
-    if (major, minor) < (8, 9):
-        return (f"fp8 attention needs fp8 tensor cores (compute capability 8.9 or later: Ada, Hopper, "
-                f"Blackwell); {torch.cuda.get_device_name(device)} is {major}.{minor}")
+    if (major, minor) < (9, 0):  # Ada (8.9) has fp8 tensor cores, but its ~99 KB of shared memory per block
+        # does not hold TILES' K/V stages (tuned on sm_90's 227 KB); untested there
+        return (f"our fp8 attention runs on Hopper and later (compute capability 9.0+, tested on an H100); "
+                f"{torch.cuda.get_device_name(device)} is {major}.{minor}")
     return None
 
 
@@ -60,7 +63,7 @@ def quantize_fp8(x: torch.Tensor, keys_contiguous: bool = False) -> tuple[torch.
     that its largest magnitude maps to 448 (per-head scaling, as FlashAttention-3's fp8 path takes it).
     ``x8.float() * descale[..., None, None]`` is what the kernel computes with. ``keys_contiguous``: lay
     the result out with N contiguous (a BHSD view of (B, H, D, N) memory), the order P V's fp8 wgmma reads
-    V in; for V it makes the kernel 1.4x to 2.8x faster (:data:`TILES`' measurement)."""
+    V in; for V it makes the kernel 1.44x to 2.65x faster with :data:`TILES` (their measurement)."""
     amax = x.detach().abs().amax(dim=(2, 3)).float().clamp(min=torch.finfo(torch.float32).tiny)
     scale = FP8_MAX / amax
     x8 = (x.float() * scale[..., None, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8)
@@ -145,17 +148,20 @@ def flash_attention_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, q_
     defaults to 1/sqrt(head_dim); ``tile`` (BLOCK_M, BLOCK_N, num_warps, num_stages) overrides :data:`TILES`."""
     batch, heads, seq_q, seq_kv, head_dim = check_qkv(q8, k8, v8, dtypes=(FP8,), head_dims=HEAD_DIMS)
     kv_heads = k8.shape[1]
-    reason = unsupported_on(q8.device)
-    if reason is not None:
-        raise ValueError(reason)
     if out_dtype not in OUT_DTYPES:
         raise ValueError(f"out_dtype {out_dtype} is not supported; allowed: bf16, fp16")
     for name, descale, want in (("q_descale", q_descale, (batch, heads)), ("k_descale", k_descale, (batch, kv_heads)),
                                 ("v_descale", v_descale, (batch, kv_heads))):
         if not isinstance(descale, torch.Tensor) or tuple(descale.shape) != want or descale.dtype != torch.float32:
-            got = tuple(descale.shape) if isinstance(descale, torch.Tensor) else type(descale).__name__
+            got = (f"{tuple(descale.shape)} {descale.dtype}" if isinstance(descale, torch.Tensor)
+                   else type(descale).__name__)
             raise ValueError(f"{name} must be an fp32 tensor of shape {want} (one descale per batch and head), "
                              f"got {got}")
+        if descale.device != q8.device:
+            raise ValueError(f"{name} is on '{descale.device}'; it must be on q8's device, '{q8.device}'")
+    reason = unsupported_on(q8.device)
+    if reason is not None:
+        raise ValueError(reason)
     scale = resolve_scale(sm_scale, head_dim)
     block_m, block_n, warps, stages = tile or TILES[head_dim]
     o = torch.empty((batch, heads, seq_q, head_dim), device=q8.device, dtype=out_dtype)

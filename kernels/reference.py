@@ -164,9 +164,11 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 # (1 + 1%) still passes, since 1% is within 4u = 1.6%.
 # fp8 (e4m3: 3 stored mantissa bits, u = 2^-4, OCP 8-bit floating point specification) is compared on
 # the values its inputs stand for (profiler.measure.runner feeds e4m3 tensors to an fp32 naive attention),
-# so the one e4m3 rounding left is P's before P V (kernels/flash_fwd_fp8.py): each weight within u of
-# its value, the output a weighted mean of V's rows, its error at most u relative, plus the bf16 output's
-# 2^-8. Hence u, not 4u: four units of roundoff of a 3-bit mantissa would let a 25% error pass.
+# so the one e4m3 rounding left is P's before P V (kernels/flash_fwd_fp8.py). A weight in e4m3's normal
+# range (P >= 2^-6) moves by at most u of itself; a smaller one by at most 2^-10 (half the subnormal
+# spacing), and the row's sum is taken before the rounding. The bound is u, e4m3's unit roundoff: four of
+# them would let a 25% error pass. Measured on an H100: 1.4e-2 to 2.6e-2 (reports/perf-h100/
+# fp8_gpu_tests_round1.txt, reports/fp8-h100), a quarter to two fifths of it.
 TOLERANCE = {"fp16": 4 * 2.0**-11, "bf16": 4 * 2.0**-8, "fp32": 4 * 2.0**-11, "fp8": 2.0**-4}
 
 

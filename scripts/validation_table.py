@@ -66,10 +66,11 @@ EFFECTS = [
     (lambda r: r.spill_bytes > 0.05 * r.l2_bytes,
      "register spills: local-memory traffic (`l1tex__t_sectors_pipe_lsu_mem_local_op_{{ld,st}}`, "
      "{spill:.0f} MB here) that no tile schedule predicts; it reaches the slices, the fabric and, evicted, DRAM"),
-    (lambda r: r.impl == "sdpa_flash" and r["mode"] == "fwd" and r.seq_q > 16 and max(r[c] for c in r.missed) > 1,
+    (lambda r: r.impl == "sdpa_flash" and r["mode"] == "fwd" and r.seq_q > 16 and not r.has_spill_counter
+     and max(r[c] for c in r.missed) > 1,
      "register spills of FlashAttention-2's forward on sm_90, which this capture predates the counter of: the "
-     "same kernel spills 50-136 MB of local memory in `validate-h100-issue43/unseen4-*` "
-     "(`l1tex__t_sectors_pipe_lsu_mem_local_op_{{ld,st}}`)"),
+     "same kernel spills {fa2_spills} of local memory in the captures that have "
+     "`l1tex__t_sectors_pipe_lsu_mem_local_op_{{ld,st}}`"),
     (lambda r: r.step == "qk_matmul",
      "cuBLAS's tiles re-read Q and K from L2 (what `lrc__xbar2gpc_sectors_op_read` counts; this capture "
      "predates it): the model streams each line once"),
@@ -84,15 +85,29 @@ EFFECTS = [
      "the group's query-head programs that share a K/V head ran on one partition, so its lines crossed "
      "the fabric once, not twice (`lts__t_sectors_srcunit_ltcfabric`)"),
     (lambda r: (r.impl == "triton_flash" and "_hopper" not in r.kernel_names and r["mode"] == "fwd"
-                or grid_programs(r.grid) <= 2 * 132 and max(r[c] for c in r.missed) < 1)
+                or grid_programs(r.grid) <= 2 * SMS and max(r[c] for c in r.missed) < 1)
      and set(r.missed) <= {"l2_ratio", "l2_fabric_ratio"},
      "a non-persistent grid (our portable forward, or a grid resident at once: at most 2 programs per SM of "
      "the 132): how much the coalescer merges "
      "follows how many of a head's programs run at once (all of them on small grids, a fraction at "
      "N = 4096), which the measured fraction does not; `lrc__lts2lrc_sectors_op_read` / "
-     "`lrc__xbar2gpc_sectors_op_read` show it "
-     "(0.57-0.84 over `validate-h100-issue43/*portable*`)"),
+     "`lrc__xbar2gpc_sectors_op_read` show it ({portable} over our portable forward's captures with them)"),
 ]
+SMS = 132  # H100 SXM and H200 (profiler.model.hardware): every committed validation ran on one of them
+
+
+def spans(tables: dict[str, pd.DataFrame]) -> dict[str, str]:
+    """The measured figures the effects quote, from the tables: FlashAttention-2's forward spills where the
+    local-memory counter was asked, and our portable forward's slice-read fraction where the coalescer's were."""
+    rows = pd.concat(tables.values(), ignore_index=True)
+    rows = rows[rows.step == "total"]
+    fa2 = rows[(rows.impl == "sdpa_flash") & (rows["mode"] == "fwd") & (rows.seq_q > 16)]
+    fa2 = fa2.spill_bytes.dropna() / 1e6 if "spill_bytes" in fa2 else pd.Series(dtype=float)
+    portable = rows[(rows.impl == "triton_flash") & (rows["mode"] == "fwd") & (rows.seq_q > 16)
+                    & ~rows.kernel_names.str.contains("_hopper")]
+    fraction = (portable.l2_lts_read_bytes / portable.l2_sm_read_bytes).dropna()
+    return {"fa2_spills": f"{fa2.min():.0f}-{fa2.max():.0f} MB" if len(fa2) else "(no capture has the counter)",
+            "portable": f"{fraction.min():.2f}-{fraction.max():.2f}" if len(fraction) else "(none measured)"}
 
 
 def grid_programs(grid: str) -> int:
@@ -105,7 +120,7 @@ def grid_programs(grid: str) -> int:
 
 def outliers(tables: dict[str, pd.DataFrame]) -> list[str]:
     """One line per row outside a target, with the effect the model leaves out and its counter."""
-    lines = []
+    lines, quoted = [], spans(tables)
     for name, table in tables.items():
         for _, r in table.iterrows():
             missed = [c for c, tol in TARGETS.items() if c in r and pd.notna(r[c]) and abs(r[c] - 1) > tol]
@@ -114,11 +129,12 @@ def outliers(tables: dict[str, pd.DataFrame]) -> list[str]:
             spill = r.get("spill_bytes", float("nan"))
             row = r.fillna({"spill_bytes": 0})
             row["missed"] = missed
+            row["has_spill_counter"] = pd.notna(r.get("spill_bytes"))
             why = next((text for test, text in EFFECTS if test(row)), "not explained yet")
             ratios = ", ".join(f"{c.removesuffix('_ratio')} {r[c]:.3f}" for c in missed)
             label = Shape.from_row(r).label
             lines.append(f"- {name}: {r.impl} {r.step} {label}: {ratios}. "
-                         + why.format(spill=(spill if pd.notna(spill) else 0) / 1e6))
+                         + why.format(spill=(spill if pd.notna(spill) else 0) / 1e6, **quoted))
     return lines
 
 

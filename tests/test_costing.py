@@ -71,8 +71,9 @@ def test_validate_compares_counters_with_the_same_costs():
         assert r.flops == cost.flops
         if r.impl == "naive":  # an unfused step's lines at the near slice, and again at the far one for half
             assert _same(r.model_l2_bytes, 1.5 * cost.tile_bytes)
-        else:  # fused: profiler.model.l2's kernel-by-kernel traffic, every input read once at least
-            assert r.model_dram_bytes >= cost.hbm_bytes - shape.bh * shape.seq_q * shape.head_dim * shape.elem_bytes
+        else:  # fused: profiler.model.l2's kernels; with no L2 size nothing is retained, so DRAM sees the
+            # compulsory bytes of the cost model exactly (each input read once, each output written once)
+            assert _same(r.model_dram_bytes, cost.hbm_bytes)
 
 
 def test_triton_naive_rereads_k_and_v_once_per_query_row():
@@ -158,7 +159,7 @@ RAGGED_BWD = Shape(1, 4, 3, 77, 64, mode="bwd")
     (ranges.shape_range("naive", Shape(1, 4, 5, 5, 64, kv_heads=4)),
      ranges.RangeName("naive", "total", "fwd", 5, shape=Shape(1, 4, 5, 5, 64))),
     ("attn:qk_matmul", None), ("other:thing", None), ("naive/train/seq=1", None),
-    ("naive/train/B1H1N1D1-fp16", None), ("naive/fwd/B1H1N1D1-fp8", None), ("naive/fwd/B0H1N1D1-fp16", None),
+    ("naive/train/B1H1N1D1-fp16", None), ("naive/fwd/B1H1N1D1-int8", None), ("naive/fwd/B0H1N1D1-fp16", None),
     ("naive/fwd/B1H4KV3N1D1-fp16", None), ("naive/fwd/B1H1N1D1-fp16/call/x", None),
     ("naive/fwd/B1H1N1D1-fp16-causal-x", None), ("naive/fwd/xB1H1N1D1-fp16", None),
 ])

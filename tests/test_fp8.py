@@ -45,6 +45,12 @@ def test_the_kernel_refuses_the_cpu_and_bad_descales_in_one_line():
     ones = torch.ones(1, 2)
     with pytest.raises(ValueError, match="TRITON_INTERPRET=1|CUDA GPU"):
         flash_attention_fp8(q8, q8, q8, ones, ones, ones)
+    with pytest.raises(ValueError, match=r"k_descale must be an fp32 tensor of shape \(1, 2\).*got \(2,\)"):
+        flash_attention_fp8(q8, q8, q8, ones, torch.ones(2), ones)
+    with pytest.raises(ValueError, match=r"v_descale must be an fp32 tensor.*torch.float16"):
+        flash_attention_fp8(q8, q8, q8, ones, ones, ones.half())
+    with pytest.raises(ValueError, match="out_dtype"):
+        flash_attention_fp8(q8, q8, q8, ones, ones, ones, out_dtype=torch.float32)
     assert "cannot run an fp8 dot" in unsupported_on(torch.device("cpu"))  # the test session interprets Triton
     with pytest.raises(TypeError, match="not supported here"):
         flash_attention_fp8(q8.float(), q8.float(), q8.float(), ones, ones, ones)
@@ -72,6 +78,11 @@ def test_the_exp_roof_binds_in_fp8_at_d128_on_hopper():
 
 
 def test_the_registry_entry_takes_fp8_forward_only():
+    from attention_core.implementations import FP8_HEAD_DIMS, _fp8_tiles
+    from kernels.flash_fwd_fp8 import HEAD_DIMS, TILES
+
+    # the torch-free costing's copy of the kernel's tiles and head_dims
+    assert FP8_HEAD_DIMS == HEAD_DIMS and all(_fp8_tiles(d, "fp8").fwd == TILES[d][:2] for d in HEAD_DIMS)
     impl = REGISTRY["triton_flash_fp8"]
     assert impl.dtypes == ("fp8",) and not impl.supports_backward and impl.head_dims == (64, 128)
     # on this CPU (the test session interprets Triton) the device hook says why first
@@ -170,7 +181,7 @@ def test_model_names_the_exp_roof_and_refuses_fp8_without_fp8_tensor_cores():
     assert "(0.50 of the fp8 peak)" in proc.stdout.replace("\n", " ")
     proc = subprocess.run([*run, "--device-name", "A100-SXM4-80GB"], capture_output=True, text=True, cwd=ROOT,
                           timeout=300)
-    assert proc.returncode == 2 and "A100-SXM4-80GB has no fp8 peak" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "A100-SXM4-80GB has no fp8 figure" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_the_what_if_names_the_exp_roof_for_fp8_on_another_gpu():

@@ -98,3 +98,19 @@ def test_the_unseen4_captures_record_their_command():
     for c in UNSEEN:
         meta = json.loads((ROOT / "reports" / c / "meta.json").read_text())
         assert meta["command"].endswith(f"--out reports/{c}")
+
+
+def test_our_gluon_epilogue_writes_each_sector_twice_and_tma_stores_once():
+    """The half-sector store term, from the store counter (l1tex__t_sectors_pipe_lsu_mem_global_op_st) of
+    reports/validate-h100-issue43/unseen4-prefill: our Gluon forward stores O from the wgmma accumulator layout
+    (two sector writes per sector); the portable forward and FlashAttention-2 stage through registers in whole
+    sectors; cuDNN stores by TMA (no LSU stores at all)."""
+    kernels = pd.read_parquet(ROOT / "reports" / "validate-h100-issue43" / "unseen4-prefill" / "ncu_kernels.parquet")
+    kernels = kernels[kernels.impl != ""]
+    o = kernels.batch * kernels.heads * kernels.seq_q * kernels.head_dim * 2
+    ratio = kernels.global_store_bytes / o
+    gluon = kernels.kernel.str.contains("_attn_fwd_hopper")
+    assert ratio[gluon].between(1.95, 2.1).all() and len(ratio[gluon]) == 3
+    lsu = kernels.kernel.str.contains("_attn_fwd$|flash_fwd_kernel", regex=True)
+    assert ratio[lsu].between(0.95, 1.1).all() and len(ratio[lsu]) == 5
+    assert (kernels[kernels.impl == "sdpa_cudnn"].global_store_bytes == 0).all()

@@ -35,7 +35,8 @@ def run(args) -> int:
     sheet = hardware.lookup(measured.device)
     rows = []
     for dtype, tflops in measured.matmul_tflops.items():
-        datasheet = sheet.peak_flops(dtype) / 1e12 if sheet else None
+        peak = sheet.peak_flops_or_none(dtype) if sheet else None  # None: no figure for it in the table
+        datasheet = peak / 1e12 if peak else None
         rows.append({"what": f"matmul {dtype} (n={measured.matmul_n})", "unit": "TFLOP/s", "measured": tflops,
                      "datasheet": datasheet, "ratio": tflops / datasheet if datasheet else None})
     datasheet_bw = sheet.hbm_tbps * 1e3 if sheet else None

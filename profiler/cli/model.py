@@ -64,10 +64,14 @@ def run(args) -> int:
         raise UsageError(str(err)) from None
     except KeyError:
         have = [d for d in ("fp16", "bf16", "fp8") if d in device.tensor_tflops] + ["fp32"] * bool(device.fp32_tflops)
-        raise UsageError(f"{device.name} has no {shape.dtype} peak in the datasheet table (no {shape.dtype} tensor "
-                         f"cores); --dtype {', '.join(have)}") from None
-    impls = [get_impl(n) for n in args.impl] if args.impl else \
-        [get_impl(n) for n in BUILTIN if shape.dtype in get_impl(n).dtypes]  # those that take the dtype
+        raise UsageError(f"{device.name} has no {shape.dtype} figure in the datasheet table; "
+                         f"--dtype {', '.join(have)}") from None
+    if shape.dtype == "fp8" and shape.mode != "fwd":
+        raise UsageError(f"--dtype fp8 is forward only (our fp8 kernel has no backward); got --mode {shape.mode}")
+    # Without --impl, the implementations that take this dtype and head_dim (fp32 lists neither FA4 nor cuDNN)
+    impls = [get_impl(n) for n in args.impl] if args.impl else [
+        impl for impl in map(get_impl, BUILTIN)
+        if shape.dtype in impl.dtypes and (impl.head_dims is None or shape.head_dim in impl.head_dims)]
     rows = model_table(shape, device, impls)
     if args.json:  # JSON has no NaN: a quantity the model does not give is null
         print(json.dumps([{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}

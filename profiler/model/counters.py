@@ -29,6 +29,8 @@ from profiler.model.naive import fwd_step_io, kv_bytes, naive_step_flops, tensor
 # These are measured fractions of one GPU, not datasheet figures; at N >= 4096 they change the
 # total by under 5%, at N = 1024 by up to three quarters (qk_matmul at D64), which is why the
 # classes are kept apart. reports/validate-h200-n2048 checks them on shapes they were not fitted on.
+# A fused kernel's rows take profiler.model.l2's derived retention (an eighth of the L2 for a plain forward,
+# this constant); FUSED_L2_RETENTION stays for a fused row whose tiles are not known.
 MATMUL_L2_RETENTION = 0.43
 STREAMING_L2_RETENTION = 0.35
 FUSED_L2_RETENTION = 0.125

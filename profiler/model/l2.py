@@ -43,10 +43,14 @@ from dataclasses import dataclass, field
 
 from attention_core import split_kv
 from attention_core.shape import LSE_BYTES, Shape
-from profiler.model.fused import kv_tiles_read, query_tiles_visited, tile_read_bytes
+from profiler.model.fused import kv_tiles_read, output_bytes, query_tiles_visited, tile_read_bytes
 from profiler.model.naive import kv_bytes, tensor_bytes
 
 FAR_LOOKUP = 0.5  # of lines homed in the other partition: half, with the two partitions' lines interleaved
+# Of the L2, the share a kernel keeps its own lines in: half, a line read on both partitions being held in
+# each (module docstring). A simplification for kernels that read each line on one side only (a decode
+# split, the preprocess, the combine): their rows are within DRAM's 15% with it (docs/validation.md).
+KEPT_SHARE = 0.5
 ACCUMULATOR_BYTES = 4  # fp32 dQ (and FlashAttention-4's grouped dK/dV) accumulators
 
 # Of the reads a kernel's programs request (lrc__xbar2gpc_sectors_op_read), the fraction that reaches the
@@ -124,7 +128,7 @@ class KernelTraffic:
         dirty = self.written + self.accumulated
         if l2_bytes is None:
             return reads + dirty
-        kept = FAR_LOOKUP * l2_bytes  # a partition's share: lines read on both sides are held twice
+        kept = KEPT_SHARE * l2_bytes
         touched = reads + self.written
         retained = dirty if touched <= kept else kept * dirty / touched
         return reads + dirty - retained
@@ -179,6 +183,7 @@ def forward_traffic(shape: Shape, impl: str, kernel: str, tile: tuple[int, int],
     the fp32 logsumexp. Split-KV paths (ours, ``_decode_split``; FlashAttention-2's splitkv, ``kv_splits``
     > 1) store fp32 partials per split that a combine kernel reads back."""
     q, kv = tensor_bytes(shape, shape.seq_q), kv_bytes(shape)
+    o = output_bytes(shape)  # O in the output's dtype (bf16 for fp8 inputs)
     rows = shape.bh * shape.seq_q * LSE_BYTES
     decode = split_kv.plan(shape.batch, shape.kv_heads, shape.group, shape.seq_q, shape.seq_kv)
     ours_split = "_decode_split" in kernel and decode is not None
@@ -191,15 +196,15 @@ def forward_traffic(shape: Shape, impl: str, kernel: str, tile: tuple[int, int],
         kv_tiles = math.ceil(shape.seq_kv / tile[1]) * shape.batch * shape.kv_heads
         readers = kv_tiles_read(shape, tile, packed) / kv_tiles  # programs reading each K/V tile, on average
     requested += (splits - 1) * q  # every split loads its query rows again (157 splits at Nkv 40000)
-    shared = 2 * kv if readers > 1.5 else 0.0
+    shared = 2 * kv if readers > 1.5 else 0.0  # more than one program per K/V tile on average: both partitions
     private = q + (0.0 if shared else 2 * kv)
     half = 2 if any(name in kernel for name in HALF_SECTOR_STORES) else 1
     if splits > 1:
         partials = splits * shape.bh * shape.seq_q * (shape.head_dim + 1) * split_kv.PARTIAL_BYTES
         main = KernelTraffic("split", requested, private, shared, written=partials, stored=partials)
-        combine = KernelTraffic("combine", partials, partials, written=q + rows, stored=q + rows)
+        combine = KernelTraffic("combine", partials, partials, written=o + rows, stored=o + rows)
         return Traffic((main, combine))
-    return Traffic((KernelTraffic("forward", requested, private, shared, written=q + rows, stored=half * q + rows),))
+    return Traffic((KernelTraffic("forward", requested, private, shared, written=o + rows, stored=half * o + rows),))
 
 
 def backward_traffic(shape: Shape, impl: str, kernel: str, tile: tuple[int, int]) -> Traffic:

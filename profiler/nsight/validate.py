@@ -150,8 +150,9 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict |
             model_dram = traffic.dram_bytes(l2_bytes)
         nan = float("nan")
         model_reads = traffic.total("requested") if traffic else nan
-        # an unfused step streams its lines once per program: each read and write at the near slice, and
-        # again at the far one for the half homed there (profiler.model.l2's partitions)
+        # without a kernel-by-kernel traffic (an unfused step, or a fused row whose tiles are unknown) each
+        # line is taken as streamed once: at the near slice, and again at the far one for the half homed
+        # there (profiler.model.l2's partitions)
         model_slices = (traffic.slice_bytes(slice_read_fraction(r.impl, r.kernel_names, shape)) if traffic
                         else (1 + FAR_LOOKUP) * cost.tile_bytes)
         model_fabric = traffic.fabric() if traffic else nan
