@@ -39,10 +39,6 @@ OUT_DTYPES = (torch.bfloat16, torch.float16)
 # contiguous: at D64 the fastest causal or not; at D128 within 5% of the fastest without a mask and 0.5% causal
 # (docs/perf-notes.md, "FP8 forward", round 1: reports/perf-h100/fp8_probe_round1.jsonl).
 TILES = {64: (64, 128, 4, 3), 128: (128, 128, 8, 3)}
-# The key loop's options: SPLIT, the tiles no mask touches in a loop of their own (as kernels/flash_fwd.py);
-# WS, Triton's automatic warp specialization of the loop (tl.range(warp_specialize=...)); LSUM_ROUNDED, the
-# row's sum over the e4m3-rounded weights P V uses rather than the fp32 ones. Round 1's kernel: all off.
-VARIANT = {"SPLIT": False, "WS": False, "LSUM_ROUNDED": False}
 
 
 def unsupported_on(device: torch.device, head_dim: int = 0) -> str | None:
@@ -83,11 +79,10 @@ def dequantize_fp8(x8: torch.Tensor, descale: torch.Tensor) -> torch.Tensor:
 
 @triton.jit
 def _fp8_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd, offs_m, offs_n, offs_d,
-               lo, hi, seq_kv, scale, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-               WS: tl.constexpr, LSUM_ROUNDED: tl.constexpr):
+               lo, hi, seq_kv, scale, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
     """Key tiles lo..hi of one query block: S = Q Kᵀ in fp8, the online softmax in fp32, P rounded to e4m3
     for P V. ``MASKED``: the tiles a mask touches (the ragged end, the causal diagonal); the others skip it."""
-    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
+    for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         if MASKED:
             kt = tl.load(k_base + cols.to(tl.int64)[None, :] * stride_kn + offs_d[:, None] * stride_kd,
@@ -103,17 +98,13 @@ def _fp8_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn
         m_new = tl.maximum(m_i, tl.max(s, 1))
         p = tl.math.exp2(s - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
-        p8 = p.to(tl.float8e4nv)
-        if LSUM_ROUNDED:  # the row's sum of the weights P V really uses
-            l_i = l_i * alpha + tl.sum(p8.to(tl.float32), 1)
-        else:
-            l_i = l_i * alpha + tl.sum(p, 1)
+        l_i = l_i * alpha + tl.sum(p, 1)
         if MASKED:
             v = tl.load(v_base + cols.to(tl.int64)[:, None] * stride_vn + offs_d[None, :] * stride_vd,
                         mask=(cols < seq_kv)[:, None], other=0.0)  # (BLOCK_N, HEAD_DIM) e4m3
         else:
             v = tl.load(v_base + cols.to(tl.int64)[:, None] * stride_vn + offs_d[None, :] * stride_vd)
-        acc = tl.dot(p8, v, acc * alpha[:, None])
+        acc = tl.dot(p.to(tl.float8e4nv), v, acc * alpha[:, None])
         m_i = m_new
     return acc, l_i, m_i
 
@@ -127,7 +118,6 @@ def _attn_fwd_fp8(
     stride_oz, stride_oh, stride_om, stride_od,
     heads, kv_heads, seq_q, seq_kv, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-    SPLIT: tl.constexpr, WS: tl.constexpr, LSUM_ROUNDED: tl.constexpr,
 ):
     start_m = tl.program_id(0)
     off_hz = tl.program_id(1)
@@ -153,16 +143,16 @@ def _attn_fwd_fp8(
     hi = seq_kv
     if CAUSAL:  # top-left causal: row i sees keys 0..i
         hi = tl.minimum(seq_kv, (start_m + 1) * BLOCK_M)
-    lo = 0  # tiles before lo need no mask (SPLIT): whole tiles, below the block's first row when causal
-    if SPLIT:
-        lo = (seq_kv // BLOCK_N) * BLOCK_N
-        if CAUSAL:
-            lo = tl.minimum(lo, (start_m * BLOCK_M // BLOCK_N) * BLOCK_N)
-        acc, l_i, m_i = _fp8_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-                                   offs_m, offs_n, offs_d, 0, lo, seq_kv, scale, BLOCK_N, False, CAUSAL, WS,
-                                   LSUM_ROUNDED)
+    # Tiles before lo need no mask, in a loop of their own (as kernels/flash_fwd.py's): whole tiles, and when
+    # causal below the block's first row. 1.08x to 1.34x the one masked loop of round 1 (docs/perf-notes.md,
+    # "FP8 forward", round 2).
+    lo = (seq_kv // BLOCK_N) * BLOCK_N
+    if CAUSAL:
+        lo = tl.minimum(lo, (start_m * BLOCK_M // BLOCK_N) * BLOCK_N)
     acc, l_i, m_i = _fp8_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-                               offs_m, offs_n, offs_d, lo, hi, seq_kv, scale, BLOCK_N, True, CAUSAL, WS, LSUM_ROUNDED)
+                               offs_m, offs_n, offs_d, 0, lo, seq_kv, scale, BLOCK_N, False, CAUSAL)
+    acc, l_i, m_i = _fp8_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+                               offs_m, offs_n, offs_d, lo, hi, seq_kv, scale, BLOCK_N, True, CAUSAL)
 
     out = acc * (tl.load(V_DESCALE + kv_head) / l_i[:, None])
     o_ptrs = (O + off_z.to(tl.int64) * stride_oz + off_h.to(tl.int64) * stride_oh
@@ -175,14 +165,12 @@ def _attn_fwd_fp8(
 def flash_attention_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, q_descale: torch.Tensor,
                         k_descale: torch.Tensor, v_descale: torch.Tensor, causal: bool = False,
                         sm_scale: float | None = None, out_dtype: torch.dtype = torch.bfloat16,
-                        tile: tuple[int, int, int, int] | None = None, return_lse: bool = False,
-                        variant: dict | None = None):
+                        tile: tuple[int, int, int, int] | None = None, return_lse: bool = False):
     """softmax(Q Kᵀ · sm_scale) V for e4m3 BHSD q8, k8, v8 (k8 and v8 may have fewer heads: grouped-query
     attention; any strides, and v8 fastest with its keys contiguous: :func:`quantize_fp8`'s
     ``keys_contiguous``) and their fp32 descales per (batch, head) ((B, H) for q, (B, H_kv) for k and v); the output
     in ``out_dtype`` (bf16 or fp16), and with ``return_lse`` the fp32 (B, H, Nq) logsumexp. ``sm_scale``
-    defaults to 1/sqrt(head_dim); ``tile`` (BLOCK_M, BLOCK_N, num_warps, num_stages) overrides :data:`TILES` and
-    ``variant`` the loop's options (:data:`VARIANT`: for measurements, scripts/perf_experiments/fp8_probe.py)."""
+    defaults to 1/sqrt(head_dim); ``tile`` (BLOCK_M, BLOCK_N, num_warps, num_stages) overrides :data:`TILES`."""
     batch, heads, seq_q, seq_kv, head_dim = check_qkv(q8, k8, v8, dtypes=(FP8,), head_dims=HEAD_DIMS)
     kv_heads = k8.shape[1]
     if out_dtype not in OUT_DTYPES:
@@ -208,7 +196,7 @@ def flash_attention_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, q_
         q8, k8, v8, o, lse, q_descale.contiguous(), k_descale.contiguous(), v_descale.contiguous(),
         *q8.stride(), *k8.stride(), *v8.stride(), *o.stride(),
         heads, kv_heads, seq_q, seq_kv, scale * LOG2E,
-        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal), **{**VARIANT, **(variant or {})},
+        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
         num_warps=warps, num_stages=stages,
     )
     return (o, lse) if return_lse else o

@@ -6,8 +6,8 @@ of the same shape for scale; one JSON line per (variant, shape) on stdout.
 
 tiles (round 1): the tile (BLOCK_M, BLOCK_N, num_warps, num_stages) and V's memory order: "bhsd" (head_dim
 contiguous, as Q and K) or "vt" (keys contiguous: the order fp8 wgmma reads its B operand in, K-major).
-loop (round 2): the key loop's options at the default tiles with V keys-contiguous (kernels.flash_fwd_fp8.VARIANT),
-each also checked against the fp64 oracle on a small shape (its relative error in the line).
+Round 2's loop options (a split loop, kept; Triton's warp specialization and a sum over the rounded weights,
+dropped) were measured at commit 863d343 with its `loop` mode: reports/perf-h100/fp8_probe_round2_loop.jsonl.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ import torch
 import triton
 
 from kernels import flash_attention
-from kernels.flash_fwd_fp8 import dequantize_fp8, flash_attention_fp8, quantize_fp8
-from kernels.reference import attention_oracle, relative_error
+from kernels.flash_fwd_fp8 import flash_attention_fp8, quantize_fp8
 
 TILES = [(128, 128, 8, 3), (128, 64, 8, 3), (128, 128, 4, 3), (128, 64, 4, 3), (128, 128, 8, 2), (64, 128, 4, 3)]
 SHAPES = [(4, 16, 8192, 128), (8, 32, 4096, 64)]  # B, H, N, D: 32768 tokens
@@ -40,45 +39,18 @@ def variants(x, causal):
     return calls
 
 
-LOOPS = {"round 1": {}, "split": {"SPLIT": True}, "ws": {"WS": True}, "split ws": {"SPLIT": True, "WS": True},
-         "split lsum": {"SPLIT": True, "LSUM_ROUNDED": True},
-         "split ws lsum": {"SPLIT": True, "WS": True, "LSUM_ROUNDED": True}}
-
-
-def loop_variants(x, causal):
-    """The bf16 Gluon forward, then the fp8 one per loop option (default tiles, keys-contiguous V)."""
-    (q8, dq), (k8, dk), (v8, dv) = (quantize_fp8(t, keys_contiguous=i == 2) for i, t in enumerate(x))
-    calls = {"bf16 gluon": functools.partial(flash_attention, *x, causal=causal)}
-    for name, variant in LOOPS.items():
-        calls[f"fp8 {name}"] = functools.partial(flash_attention_fp8, q8, k8, v8, dq, dk, dv, causal=causal,
-                                                 variant=variant)
-    return calls
-
-
-def loop_errors() -> dict:
-    """Each loop option's relative error against the fp64 oracle (B1 H2/1 N 1000 D128, causal and not)."""
-    g = torch.Generator(device="cuda").manual_seed(1)
-    x = [torch.randn(1, h, 1000, 128, device="cuda", dtype=torch.bfloat16, generator=g) * s
-         for h, s in ((2, 0.5), (1, 3.0), (1, 40.0))]
-    (q8, dq), (k8, dk), (v8, dv) = (quantize_fp8(t, keys_contiguous=i == 2) for i, t in enumerate(x))
-    errors = {}
-    for causal in (False, True):
-        ref = attention_oracle(*(dequantize_fp8(t, d) for t, d in ((q8, dq), (k8, dk), (v8, dv))), causal=causal)
-        for name, variant in LOOPS.items():
-            o = flash_attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal, variant=variant)
-            errors[name, causal] = relative_error(o, ref)
-    return errors
-
-
 def main(rounds: int = 3, which: str = "tiles") -> None:
-    errors = loop_errors() if which == "loop" else {}
+    if which != "tiles":
+        raise SystemExit("fp8_probe.py: only 'tiles' is left; round 2's loop options were measured at commit "
+                         "863d343 (reports/perf-h100/fp8_probe_round2_loop.jsonl) and removed")
+    errors = {}
     for batch, heads, seq, dim in SHAPES:
         for causal in (False, True):
             g = torch.Generator(device="cuda").manual_seed(0)
             x = [torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.bfloat16, generator=g)
                  for _ in range(3)]
             flops = 4 * batch * heads * seq * seq * dim * (0.5 if causal else 1.0)
-            calls = variants(x, causal) if which == "tiles" else loop_variants(x, causal)
+            calls = variants(x, causal)
             times = {name: [] for name in calls}
             for _ in range(rounds):
                 for name, call in calls.items():
