@@ -106,11 +106,8 @@ class BackwardConfig(NamedTuple):
     dq_cols: bool = True  # dQ split by columns over the consumers (else alternate consumers take it whole)
     query_rows: bool = False  # S and dP with the queries as rows (FA3 at D128), P and dS through shared memory
     masked_first: bool = False  # a key block's masked query tiles (diagonal, ragged end) first, then the clean ones
-    # 2: dQ multiplied and reduce-added (the only values that give a dQ are 2 and 3); 1: multiplied but not
-    # added; 0: neither. 1 and 0 measure the dQ path's share of the time (docs/perf-notes.md, "Gluon backward",
-    # round 7). 3: as 2, but a warp of its own issues the reduce-adds (FlashAttention-3's dQ hand-off: the
-    # consumer stores its share, fences and arrives on dq_full; the writer waits, issues the TMA reduce,
-    # waits for it to read the tile and arrives on dq_free), round 9.
+    # 2: dQ multiplied and reduce-added (the only value that gives a dQ); 1: multiplied but not added; 0: neither.
+    # 1 and 0 measure the dQ path's share of the time (docs/perf-notes.md, "Gluon backward", round 7).
     dq_mode: int = 2
 
     def dq_tile(self, head_dim: int) -> tuple[int, int]:
@@ -188,8 +185,6 @@ class Barriers(NamedTuple):
     do_ready: object  # per slot: dO landed
     empty: object  # per slot: every consumer is done with it
     ds_ready: object  # per dS buffer: every consumer's dS of the tile is in it
-    dq_full: object  # per consumer (dq_mode 3): its dQ share is in its staging tile
-    dq_free: object  # per consumer (dq_mode 3): the writer's reduce has read the staging tile
 
 
 if builtin is not None and not hasattr(tma, "async_atomic_add"):
@@ -325,42 +320,6 @@ def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n
 
 
 @gluon.jit
-def _bwd_dq_writer_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section, snake,
-                             BLOCK_M: gl.constexpr, NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr,
-                             CAUSAL: gl.constexpr, MASKED_FIRST: gl.constexpr, DQ_COLS: gl.constexpr):
-    """One warp (dq_mode 3): the consumers' dQ shares, in the order the loader brings their query tiles, each
-    reduce-added into the fp32 buffer by TMA once its consumer has staged it; the staging tile handed back
-    once the copy has read it."""
-    dq_desc, dq_smem = descs.dq, bufs.dq
-    DQ_N: gl.constexpr = dq_desc.block_type.shape[1]
-    kv_heads = heads // group
-    count = 0  # query tiles, in the loader's order
-    for t in range(gl.program_id(0), n_blocks * bh_kv, gl.num_programs(0)):
-        off_bhk, start_n = _key_block(t, n_blocks, bh_kv, section, snake, NUM_WG * KEYS_PER_WG)
-        off_z = off_bhk // kv_heads
-        off_hk = off_bhk % kv_heads
-        m_lo, clean_lo, clean_hi, n_m = _query_tiles(start_n, seq_q, seq_kv, BLOCK_M, NUM_WG * KEYS_PER_WG, CAUSAL)
-        for g in range(group):
-            off_hz = off_z * heads + off_hk * group + g
-            for j in range(m_lo, n_m):
-                i = j
-                if MASKED_FIRST:
-                    i = _tile_at(j - m_lo, m_lo, clean_lo, clean_hi, n_m)
-                for wg in gl.static_range(NUM_WG):
-                    if DQ_COLS or (count % NUM_WG == wg):
-                        share = count
-                        if not DQ_COLS:
-                            share = count // NUM_WG
-                        mbarrier.wait(bars.dq_full.index(wg), ring_phase(share, 1))
-                        _tma_reduce_add(dq_desc, [off_hz * q_pad + i * BLOCK_M, wg * DQ_N if DQ_COLS else 0],
-                                        dq_smem.index(wg))
-                        tma.store_wait(0)  # the copy has read the staging tile
-                        mbarrier.arrive(bars.dq_free.index(wg), count=1)
-                count += 1
-    tma.store_wait(0)
-
-
-@gluon.jit
 def _probs(s_t, lse2, keys, cols, seq_q, seq_kv, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
     """Pᵀ = exp2(Sᵀ·scale·log2e − lse·log2e) of a (keys, queries) score tile; 0 where a query does
     not see a key (past either end, or above the causal diagonal) when MASKED."""
@@ -388,7 +347,7 @@ def _probs_rows(s, lse2, rows, first_key, seq_q, seq_kv, qk_scale, MASKED: gl.co
 
 
 @gluon.jit
-def _dq_share(i, count, off_hz, k_dq, dq_buf, ds_op, dq_desc, q_pad, bars,
+def _dq_share(i, count, off_hz, k_dq, dq_buf, ds_op, dq_desc, q_pad,
               WG: gl.constexpr, BLOCK_M: gl.constexpr, NUM_WG: gl.constexpr, DQ_N: gl.constexpr,
               DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr):
     """dQ = dS K over the whole key block (``ds_op``: every consumer's dS of tile i, (BLOCK_M, BLOCK_N)
@@ -400,16 +359,7 @@ def _dq_share(i, count, off_hz, k_dq, dq_buf, ds_op, dq_desc, q_pad, bars,
         dq = warpgroup_mma(ds_op, k_dq, gl.zeros([BLOCK_M, DQ_N], gl.float32, dq_layout),
                            use_acc=False, is_async=True)
         dq = warpgroup_mma_wait(0, deps=(dq,))
-        if DQ_MODE == 3:  # hand the share to the writer warp (_bwd_dq_writer_partition)
-            share = count
-            if not DQ_COLS:
-                share = count // NUM_WG
-            mbarrier.wait(bars.dq_free.index(WG), ring_phase(share, 1) ^ 1)  # its last reduce read the tile
-            dq_buf.store(dq)
-            fence_async_shared()
-            gl.thread_barrier()  # every warp's part of the tile stored before the one arrive
-            mbarrier.arrive(bars.dq_full.index(WG), count=1)
-        elif DQ_MODE > 1:
+        if DQ_MODE > 1:
             # Into shared memory, then one TMA reduce-add into the fp32 buffer once the previous one
             # has read its source.
             tma.store_wait(0)
@@ -476,8 +426,7 @@ def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs
     dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
     mbarrier.arrive(empty.index(slot), count=1)  # done with this slot's Q and dO
     mbarrier.wait(ds_ready.index(count % 2), ring_phase(count, 2))
-    _dq_share(i, count, off_hz, k_dq, dq_buf, ds_all, dq_desc, q_pad, bars, WG, BLOCK_M, NUM_WG, DQ_N, DQ_COLS,
-              DQ_MODE)
+    _dq_share(i, count, off_hz, k_dq, dq_buf, ds_all, dq_desc, q_pad, WG, BLOCK_M, NUM_WG, DQ_N, DQ_COLS, DQ_MODE)
     return dk, dv
 
 
@@ -529,7 +478,7 @@ def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, 
     dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv, dk, p_op, ds_op))
     mbarrier.arrive(empty.index(slot), count=1)  # done with this slot's Q and dO
     mbarrier.wait(ds_ready.index(count % 2), ring_phase(count, 2))
-    _dq_share(i, count, off_hz, k_dq, dq_buf, ds_all.permute((1, 0)), dq_desc, q_pad, bars, WG, BLOCK_M, NUM_WG, DQ_N,
+    _dq_share(i, count, off_hz, k_dq, dq_buf, ds_all.permute((1, 0)), dq_desc, q_pad, WG, BLOCK_M, NUM_WG, DQ_N,
               DQ_COLS, DQ_MODE)
     return dk, dv
 
@@ -688,11 +637,6 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=NUM_WG)  # every consumer's dSᵀ is in the tile
-    dq_full = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
-    dq_free = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(NUM_WG):
-        mbarrier.init(dq_full.index(i), count=1)
-        mbarrier.init(dq_free.index(i), count=1)
     mbarrier.init(kv_ready, count=1)
     mbarrier.init(kv_empty, count=NUM_WG)
     for i in gl.static_range(STAGES):
@@ -703,49 +647,25 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
     descs = Descriptors(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc)
     dkv_strides = (stride_kvz, stride_kvh, stride_kvn)
     bufs = Buffers(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem, stats_smem)
-    bars = Barriers(kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready, dq_full, dq_free)
-    if DQ_MODE == 3:  # a fourth partition, one warp, issues the dQ reduce-adds
-        gl.warp_specialize(
-            [
-                (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, heads, group, seq_q,
-                                           seq_kv, q_pad,
-                                           n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 0, HEAD_DIM, BLOCK_M,
-                                           STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                           MASKED_FIRST)),
-                (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, heads, group, seq_q,
-                                           seq_kv, q_pad,
-                                           n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 1, HEAD_DIM, BLOCK_M,
-                                           STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                           MASKED_FIRST)),
-                (_bwd_load_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section,
-                                       snake, stats_rows, BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, MASKED_FIRST)),
-                (_bwd_dq_writer_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n_blocks,
-                                            bh_kv, section, snake, BLOCK_M, NUM_WG, KEYS_PER_WG, CAUSAL,
-                                            MASKED_FIRST, DQ_COLS)),
-            ],
-            [4, 1, 1],
-            [CONSUMER_REGS, LOADER_REGS, LOADER_REGS],
-        )
-    else:
-        gl.warp_specialize(
-            [
-                (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, heads, group, seq_q,
-                                           seq_kv, q_pad,
-                                           n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 0, HEAD_DIM, BLOCK_M,
-                                           STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                           MASKED_FIRST)),
-                (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, heads, group, seq_q,
-                                           seq_kv, q_pad,
-                                           n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 1, HEAD_DIM, BLOCK_M,
-                                           STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                           MASKED_FIRST)),
-                (_bwd_load_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section,
-                                       snake, stats_rows, BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, MASKED_FIRST)),
-            ],
-            [4, 1],
-            [CONSUMER_REGS, LOADER_REGS],
-        )
-
+    bars = Barriers(kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready)
+    gl.warp_specialize(
+        [
+            (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, heads, group, seq_q,
+                                       seq_kv, q_pad,
+                                       n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 0, HEAD_DIM, BLOCK_M,
+                                       STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
+                                       MASKED_FIRST)),
+            (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, heads, group, seq_q,
+                                       seq_kv, q_pad,
+                                       n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 1, HEAD_DIM, BLOCK_M,
+                                       STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
+                                       MASKED_FIRST)),
+            (_bwd_load_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section,
+                                   snake, stats_rows, BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, MASKED_FIRST)),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, LOADER_REGS],
+    )
 
 
 @triton.jit
@@ -800,9 +720,9 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     explicit = config is not None or schedule is not None
     config = config or CONFIGS[head_dim, bool(causal)]
-    if config.dq_mode not in (2, 3):
+    if config.dq_mode != 2:
         if config.dq_mode not in (0, 1):
-            raise ValueError(f"dq_mode {config.dq_mode} is not 0, 1, 2 or 3")
+            raise ValueError(f"dq_mode {config.dq_mode} is not 0, 1 or 2")
         warnings.warn(f"dq_mode {config.dq_mode} leaves dq unfinished (zero or partial): for timing only",
                       stacklevel=2)
     consumer_regs, loader_regs = WORKER_REGS[config.consumers]
