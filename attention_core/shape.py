@@ -14,6 +14,9 @@ from typing import ClassVar
 # fp8 is e4m3 (OCP 8-bit floating point specification, E4M3; torch.float8_e4m3fn): inputs only, the output
 # of an fp8 attention is bf16 (kernels.flash_fwd_fp8).
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "fp8": 1}
+# The dtypes whose matmuls run on tensor cores (fp32 runs as IEEE fp32 on the CUDA cores in our kernels): the
+# ones a softmax exponential roof applies to (profiler.model.roofs.exp_ceiling).
+TENSOR_DTYPES = ("fp16", "bf16", "fp8")
 MODES = ("fwd", "bwd", "fwd+bwd")
 # How q, k and v may lie in memory: contiguous BHSD, or (batch, seq, heads, head_dim) storage seen as BHSD,
 # as transformers and flash-attn callers hand it over (observe's 'bshd'; a user function's ``layout``).

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from attention_core.shape import Shape  # noqa: E402
+from profiler.model.hardware import DEVICES  # noqa: E402
 from profiler.nsight.validate import TARGETS, summary  # noqa: E402
 
 DOC = ROOT / "docs" / "validation.md"
@@ -93,7 +94,9 @@ EFFECTS = [
      "N = 4096), which the measured fraction does not; `lrc__lts2lrc_sectors_op_read` / "
      "`lrc__xbar2gpc_sectors_op_read` show it ({portable} over our portable forward's captures with them)"),
 ]
-SMS = 132  # H100 SXM and H200 (profiler.model.hardware): every committed validation ran on one of them
+# Every committed validation ran on an H100 SXM or an H200, 132 SMs each (the datasheet table)
+SMS = DEVICES["H100-SXM"].sm_count
+assert SMS == DEVICES["H200"].sm_count
 
 
 def spans(tables: dict[str, pd.DataFrame]) -> dict[str, str]:

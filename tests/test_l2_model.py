@@ -33,7 +33,7 @@ def test_slice_read_fractions_are_the_fit_captures_means():
     rows = rows[rows.model_l2_read_bytes.notna()]
     unique = rows.apply(lambda r: Shape.from_row(r), axis=1)
     shares = [t.shares_reads() for t in (
-        forward_traffic(s, r.impl, r.kernel_names, (r.query_tile, r.key_tile), packs_gqa(r.impl, r.kernel_names, s),
+        forward_traffic(s, r.kernel_names, (r.query_tile, r.key_tile), packs_gqa(r.impl, r.kernel_names, s),
                         kv_splits=r.kv_splits)
         if s.mode == "fwd" else Traffic((KernelTraffic("bwd", shared=1.0),))
         for s, r in zip(unique, rows.itertuples()))]
@@ -73,13 +73,13 @@ def test_forward_keeps_an_eighth_of_the_l2_when_q_k_v_o_are_alike_and_more_with_
     """Retention derived, not fitted: Q, K, V and O of one size make O a quarter of what the kernel touches, of
     the half of the L2 a kernel keeps; a group of 4 query heads makes O 4/10 of it."""
     l2 = 50e6
-    mha = forward_traffic(Shape(1, 16, 4096, 4096, 128), "triton_flash", "_attn_fwd", (128, 64))
+    mha = forward_traffic(Shape(1, 16, 4096, 4096, 128), "_attn_fwd", (128, 64))
     (kernel,) = mha.kernels
     o = kernel.written
     assert kernel.private + kernel.shared + o > l2 / 2  # over the kept half: the share rule applies
     kept = kernel.private + kernel.shared + kernel.written - mha.dram_bytes(l2)
     assert kept == pytest.approx(l2 / 8, rel=0.02)  # the fp32 logsumexp is written too
-    gqa = forward_traffic(Shape(1, 32, 2048, 2048, 128, kv_heads=8), "triton_flash", "_attn_fwd", (128, 64))
+    gqa = forward_traffic(Shape(1, 32, 2048, 2048, 128, kv_heads=8), "_attn_fwd", (128, 64))
     (kernel,) = gqa.kernels
     kept = kernel.private + kernel.shared + kernel.written - gqa.dram_bytes(l2)
     assert kept == pytest.approx(l2 / 2 * 4 / 10, rel=0.02)

@@ -118,7 +118,7 @@ def run(args) -> int:
         raise UsageError(f"--tokens {args.tokens} is below the longest query length ({max(grid.seqs_q)}): "
                          "batch = tokens // seq_q must be at least 1")
     shapes = grid.shapes()
-    check_fp8(args, grid.dtypes, grid.modes)
+    check_fp8(grid.dtypes, grid.modes, args.device)
     timer = check_cuda_graph(args, grid.modes)
     label = device_name(args.device)
     impls = [get_impl(n) for n in names]

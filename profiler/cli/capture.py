@@ -78,7 +78,7 @@ def measure_grid(args, shapes: ShapeOptions, kind: str) -> int:
     grid = shape_grid(args, shapes, on_gpu)
     shape_list = grid.shapes()
     impls = [get_impl(n) for n in (args.impl or BUILTIN)]
-    check_fp8(args, grid.dtypes, grid.modes)
+    check_fp8(grid.dtypes, grid.modes, args.device)
     timer = check_cuda_graph(args, grid.modes)
     label = device_name(args.device)
     trace = args.trace or ("torch" if on_gpu else "none")

@@ -9,9 +9,10 @@ import math
 
 from rich.table import Table
 
+from attention_core.shape import TENSOR_DTYPES
 from profiler.cli import UsageError
 from profiler.cli.console import console, fmt
-from profiler.cli.options import impl_list
+from profiler.cli.options import check_fp8, impl_list
 from profiler.cli.shapes import Default, ShapeOptions, add_shape_arguments, shape_grid
 from profiler.model import hardware
 from profiler.model.roofs import exp_ceiling, ridge_point
@@ -63,11 +64,10 @@ def run(args) -> int:
     except ValueError as err:
         raise UsageError(str(err)) from None
     except KeyError:
-        have = [d for d in ("fp16", "bf16", "fp8") if d in device.tensor_tflops] + ["fp32"] * bool(device.fp32_tflops)
+        have = [d for d in TENSOR_DTYPES if d in device.tensor_tflops] + ["fp32"] * bool(device.fp32_tflops)
         raise UsageError(f"{device.name} has no {shape.dtype} figure in the datasheet table; "
                          f"--dtype {', '.join(have)}") from None
-    if shape.dtype == "fp8" and shape.mode != "fwd":
-        raise UsageError(f"--dtype fp8 is forward only (our fp8 kernel has no backward); got --mode {shape.mode}")
+    check_fp8((shape.dtype,), (shape.mode,))  # the model needs no device
     # Without --impl, the implementations that take this dtype and head_dim (fp32 lists neither FA4 nor cuDNN)
     impls = [get_impl(n) for n in args.impl] if args.impl else [
         impl for impl in map(get_impl, BUILTIN)
@@ -91,7 +91,7 @@ def run(args) -> int:
     console.print(table)
     console.print("MB (tile): bytes when each block re-reads what it shares (profiler.model.fused.tile_bytes); "
                   "'-' where an implementation's tiles are not declared.")
-    if device.exp2_per_s is not None and shape.dtype in ("fp16", "bf16", "fp8"):
+    if device.exp2_per_s is not None and shape.dtype in TENSOR_DTYPES:
         exp = exp_ceiling(peak, device.exp2_per_s, shape.head_dim, shape.mode)
         console.print(f"exp roof: softmax's exponentials at {device.exp2_per_s / 1e12:.2f}·10¹² exp2/s, run after "
                       f"the matmuls, cap a fused kernel at {exp / 1e12:,.0f} TFLOP/s here ({exp / peak:.2f} of the "

@@ -109,19 +109,21 @@ def add_allow_mixed(p: argparse.ArgumentParser) -> None:
                    help="under torchrun: measure even when the ranks' GPUs differ (recorded in meta.json)")
 
 
-def check_fp8(args, dtypes, modes) -> None:
-    """Refuse --dtype fp8 where no fp8 attention can run: the CPU (the Triton interpreter has no fp8 dot),
-    a GPU without fp8 tensor cores (before compute capability 8.9), or a backward (ours is forward only)."""
+def check_fp8(dtypes, modes, device: str | None = None) -> None:
+    """Refuse --dtype fp8 where no fp8 attention can run: a backward (ours is forward only) and, given the
+    ``device`` that would measure, the CPU (the Triton interpreter has no fp8 dot) or a GPU before Hopper."""
     if "fp8" not in dtypes:
         return
     if any(m != "fwd" for m in modes):
         raise UsageError(f"--dtype fp8 runs forward only (our fp8 kernel has no backward); "
                          f"got --mode {','.join(modes)}")
+    if device is None:
+        return
     import torch
 
     from kernels.flash_fwd_fp8 import unsupported_on
 
-    reason = unsupported_on(torch.device(args.device), 0)
+    reason = unsupported_on(torch.device(device), 0)
     if reason:
         raise UsageError(f"--dtype fp8: {reason}")
 

@@ -74,7 +74,9 @@ def make_inputs(shape: Shape, device, seed: int = 0, requires_grad: bool = False
 
     q, k, v = rand(shape.heads, shape.seq_q), rand(shape.kv_heads, shape.seq_kv), rand(shape.kv_heads, shape.seq_kv)
     if shape.dtype == "fp8":  # V with its keys contiguous, the order fp8 wgmma reads P V's operand in
-        v = v.transpose(2, 3).contiguous().transpose(2, 3)  # (kernels.flash_fwd_fp8.quantize_fp8)
+        from kernels.flash_fwd_fp8 import keys_contiguous_layout
+
+        v = keys_contiguous_layout(v)
     return q, k, v, rand(shape.heads, shape.seq_q).detach()
 
 

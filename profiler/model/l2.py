@@ -177,7 +177,7 @@ GQA_BACKWARD = {"sdpa_flash": "expand", "sdpa_cudnn": "expand", "fa4": "accumula
 ZEROES_IN_PREPROCESS = ("sdpa_flash", "sdpa_cudnn", "fa4")
 
 
-def forward_traffic(shape: Shape, impl: str, kernel: str, tile: tuple[int, int], packed: bool = False,
+def forward_traffic(shape: Shape, kernel: str, tile: tuple[int, int], packed: bool = False,
                     kv_splits: int = 1) -> Traffic:
     """A fused forward: its programs read their query tile once and every K/V tile they visit, store O and
     the fp32 logsumexp. Split-KV paths (ours, ``_decode_split``; FlashAttention-2's splitkv, ``kv_splits``

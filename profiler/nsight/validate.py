@@ -145,7 +145,7 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict |
         traffic = None
         if fused and all(tile):
             traffic = (backward_traffic(shape, r.impl, r.kernel_names, tile) if shape.mode == "bwd" else
-                       forward_traffic(shape, r.impl, r.kernel_names, tile, packs_gqa(r.impl, r.kernel_names, shape),
+                       forward_traffic(shape, r.kernel_names, tile, packs_gqa(r.impl, r.kernel_names, shape),
                                        kv_splits=splits))
             model_dram = traffic.dram_bytes(l2_bytes)
         nan = float("nan")

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from attention_core.shape import Shape
+from attention_core.shape import TENSOR_DTYPES, Shape
 from profiler.model.counters import issued_flops
 from profiler.model.roofs import Roofs, exp_ceiling, ridge_point
 from profiler.registry import REGISTRY, costing_for
@@ -198,7 +198,7 @@ def roofline_points(rows: pd.DataFrame, roofs: list[Roof], bytes_kind: str = "co
     data["roof_tflops"] = np.minimum(roof.peak_flops, data.x * roof.bandwidth) / 1e12
     exp = pd.Series(np.nan, index=data.index)
     if exp2_per_s is not None:
-        applies = is_fused(data) & data.dtype.isin(["fp16", "bf16", "fp8"])
+        applies = is_fused(data) & data.dtype.isin(TENSOR_DTYPES)
         matmul = min(r.peak_flops for r in roofs)  # a real matmul's rate, not the datasheet's
         exp[applies] = [exp_ceiling(matmul, exp2_per_s, int(d), m) / 1e12
                         for d, m in zip(data.head_dim[applies], data["mode"][applies])]

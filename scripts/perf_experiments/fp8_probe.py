@@ -21,7 +21,7 @@ import torch
 import triton
 
 from kernels import flash_attention
-from kernels.flash_fwd_fp8 import flash_attention_fp8, quantize_fp8
+from kernels.flash_fwd_fp8 import flash_attention_fp8, keys_contiguous_layout, quantize_fp8
 
 TILES = [(128, 128, 8, 3), (128, 64, 8, 3), (128, 128, 4, 3), (128, 64, 4, 3), (128, 128, 8, 2), (64, 128, 4, 3)]
 SHAPES = [(4, 16, 8192, 128), (8, 32, 4096, 64)]  # B, H, N, D: 32768 tokens
@@ -30,7 +30,7 @@ SHAPES = [(4, 16, 8192, 128), (8, 32, 4096, 64)]  # B, H, N, D: 32768 tokens
 def variants(x, causal):
     """Each variant's call on one shape: the bf16 Gluon forward, then the fp8 one per tile and V order."""
     (q8, dq), (k8, dk), (v8, dv) = (quantize_fp8(t) for t in x)
-    vt = v8.transpose(2, 3).contiguous().transpose(2, 3)  # same values, keys contiguous
+    vt = keys_contiguous_layout(v8)  # same values, keys contiguous
     calls = {"bf16 gluon": functools.partial(flash_attention, *x, causal=causal)}
     for tile in TILES:
         for name, v in (("bhsd", v8), ("vt", vt)):

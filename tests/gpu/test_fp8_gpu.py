@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from attention_core.shape import Shape
-from kernels.flash_fwd_fp8 import dequantize_fp8, flash_attention_fp8, quantize_fp8, unsupported_on
+from kernels.flash_fwd_fp8 import (
+    dequantize_fp8,
+    flash_attention_fp8,
+    keys_contiguous_layout,
+    quantize_fp8,
+    unsupported_on,
+)
 from kernels.reference import TOLERANCE, attention_oracle, relative_error
 from profiler.measure.runner import run_case
 from profiler.registry import REGISTRY
@@ -73,7 +79,7 @@ def test_v_with_its_keys_contiguous_gives_the_same_output(head_dim):
     """The fast order for V (keys contiguous: quantize_fp8(keys_contiguous=True)) changes the speed, not the
     result: the same e4m3 values in either memory order give the same output, to fp32 rounding."""
     (q8, dq), (k8, dk), (v8, dv) = _quantized(1, 4, 2, 700, 700, head_dim, seed=3)
-    vt = v8.transpose(2, 3).contiguous().transpose(2, 3)
+    vt = keys_contiguous_layout(v8)
     assert vt.stride(2) == 1
     for causal in (False, True):
         a = flash_attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal)

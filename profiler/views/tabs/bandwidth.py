@@ -39,7 +39,7 @@ def render(ctx: Context) -> None:
                "the first requests' latency, the ramp and the tail) on fewer bytes.")
     measured = Roofs.from_meta(ctx.meta).measured
     copy = None if measured is None else measured.copy_gbps
-    st.dataframe(decode_table(decode, copy, {n: c for n, c in curves.items() if c is not None}), hide_index=True,
+    st.dataframe(decode_table(decode, copy, plots.copy_curves(decode, ctx.meta, curves)), hide_index=True,
                  width="stretch",
                  column_config={"of measured copy": st.column_config.NumberColumn(format="%.0f%%"),
                                 "of a copy its size": st.column_config.NumberColumn(
