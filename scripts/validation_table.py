@@ -57,7 +57,7 @@ defaults on shapes used for nothing else, `unseen4-*` with the local-memory coun
 and `unseen-portable*`, our portable forward under `ATTN_GLUON=0`; run by
 `scripts/perf_experiments/validate_h200.sh unseen3|unseen4|portable`). Reproduce one with its
 meta.json's `command`; re-derive the tables from the stored CSVs with
-`python -m profiler validate --rebuild FOLDER`.
+`python -m profiler validate --rebuild FOLDER`. fp8 is not validated yet (`validate` takes fp16 and bf16).
 
 """.format(dram=TARGETS["dram_ratio"], tensor=TARGETS["tensor_flops_ratio"], reads=TARGETS["l2_read_ratio"],
            l2=TARGETS["l2_ratio"])
@@ -88,12 +88,16 @@ EFFECTS = [
     (lambda r: (r.impl == "triton_flash" and "_hopper" not in r.kernel_names and r["mode"] == "fwd"
                 or grid_programs(r.grid) <= 2 * SMS and max(r[c] for c in r.missed) < 1)
      and set(r.missed) <= {"l2_ratio", "l2_fabric_ratio"},
-     "a non-persistent grid (our portable forward, or a grid resident at once: at most 2 programs per SM of "
-     "the 132): how much the coalescer merges "
-     "follows how many of a head's programs run at once (all of them on small grids, a fraction at "
+     "a grid whose programs run at once in a different share than the fit captures' (our portable forward's "
+     "non-persistent grid, or any grid of at most 2 programs per SM of the {sms}): how much the coalescer "
+     "merges follows how many of a head's programs run at once (all of them on small grids, a fraction at "
      "N = 4096), which the measured fraction does not; `lrc__lts2lrc_sectors_op_read` / "
      "`lrc__xbar2gpc_sectors_op_read` show it ({portable} over our portable forward's captures with them)"),
 ]
+# The table's column names, which each row outside its target quotes
+COLUMN_NAMES = {"dram_ratio": "DRAM", "tensor_flops_ratio": "tensor FLOPs", "l2_read_ratio": "L2 reads requested",
+                "l2_ratio": "L2 bytes (lts__t)", "l2_fabric_ratio": "L2 fabric"}
+assert set(COLUMN_NAMES) == set(TARGETS)
 # Every committed validation ran on an H100 SXM or an H200, 132 SMs each (the datasheet table)
 SMS = DEVICES["H100-SXM"].sm_count
 assert SMS == DEVICES["H200"].sm_count
@@ -134,10 +138,10 @@ def outliers(tables: dict[str, pd.DataFrame]) -> list[str]:
             row["missed"] = missed
             row["has_spill_counter"] = pd.notna(r.get("spill_bytes"))
             why = next((text for test, text in EFFECTS if test(row)), "not explained yet")
-            ratios = ", ".join(f"{c.removesuffix('_ratio')} {r[c]:.3f}" for c in missed)
+            ratios = ", ".join(f"{COLUMN_NAMES[c]} {r[c]:.3f}" for c in missed)
             label = Shape.from_row(r).label
             lines.append(f"- {name}: {r.impl} {r.step} {label}: {ratios}. "
-                         + why.format(spill=(spill if pd.notna(spill) else 0) / 1e6, **quoted))
+                         + why.format(spill=(spill if pd.notna(spill) else 0) / 1e6, sms=SMS, **quoted))
     return lines
 
 
