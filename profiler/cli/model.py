@@ -95,7 +95,7 @@ def run(args) -> int:
         exp = exp_ceiling(peak, device.exp2_per_s, shape.head_dim, shape.mode)
         console.print(f"exp roof: softmax's exponentials at {device.exp2_per_s / 1e12:.2f}·10¹² exp2/s, run after "
                       f"the matmuls, cap a fused kernel at {exp / 1e12:,.0f} TFLOP/s here ({exp / peak:.2f} of the "
-                      f"datasheet's {shape.dtype} peak), below the compute roof of the table: a fused kernel that "
+                      f"{shape.dtype} peak) on the datasheet, below the compute roof of the table: a fused kernel that "
                       "does not overlap the two is bound by it (profiler.model.roofs.exp_ceiling). A capture draws "
                       "it from the matmul it measured, lower than the datasheet's, so its figure is lower.")
     return 0
