@@ -352,9 +352,13 @@ REGISTRY: dict[str, Impl] = {
         ),
         Impl(
             "triton_flash_fp8", "kernels.flash_fwd_fp8:attention_fp8_unit_descale",
-            "Triton FlashAttention forward in fp8 (ours): e4m3 Q, K, V with descales, P rounded to e4m3, bf16 out",
-            Costing("fused", _fp8_tiles, source="kernels/flash_fwd_fp8.py's TILES"),
+            "FlashAttention forward in fp8 (ours): e4m3 Q, K, V with descales, P rounded to e4m3, bf16 out; "
+            "Gluon on sm_90, Triton elsewhere",
+            Costing("fused", _fp8_tiles, source="kernels/flash_fwd_fp8.py's TILES; on sm_90 the Gluon kernel of "
+                    "kernels/flash_fwd_hopper.py with its FP8_CONFIGS (path gluon-ws)",
+                    fast_path="gluon-ws", fast_fwd_tile=_gluon_forward_tile),
             supports_backward=False, needs_cuda=True, is_triton=True, dtypes=("fp8",), head_dims=FP8_HEAD_DIMS,
+            path_of="kernels.flash_fwd_fp8:fp8_path",
             color="#0b3d91", unsupported_here="kernels.flash_fwd_fp8:unsupported_on",
         ),
         Impl(

@@ -28,6 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import flash_fwd_hopper
 from kernels._autotune import LN2_C, LOG2E
 from kernels._checks import check_qkv, resolve_scale
 
@@ -60,8 +61,14 @@ def unsupported_on(device: torch.device, head_dim: int = 0) -> str | None:
 
 def keys_contiguous_layout(x: torch.Tensor) -> torch.Tensor:
     """``x`` (B, H, N, D) with the same values, laid out with N contiguous: a BHSD view of (B, H, D, N) memory,
-    the order P V's fp8 wgmma reads V in (:data:`TILES`' measurement: 1.44x to 2.65x faster)."""
-    return x.transpose(2, 3).contiguous().transpose(2, 3)
+    the order P V's fp8 wgmma reads V in (:data:`TILES`' measurement: 1.44x to 2.65x faster). Each run of N
+    is padded to a multiple of 16 bytes, so that a TMA descriptor can step from one head_dim row to the next
+    (CUDA driver API, cuTensorMapEncodeTiled: strides are multiples of 16 bytes) at any N."""
+    batch, heads, seq, head_dim = x.shape
+    padded = seq + -seq % (16 // x.element_size())
+    runs = torch.empty((batch, heads, head_dim, padded), dtype=x.dtype, device=x.device)
+    runs[..., :seq].copy_(x.transpose(2, 3))
+    return runs[..., :seq].transpose(2, 3)
 
 
 def quantize_fp8(x: torch.Tensor, keys_contiguous: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -170,12 +177,17 @@ def _attn_fwd_fp8(
 def flash_attention_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, q_descale: torch.Tensor,
                         k_descale: torch.Tensor, v_descale: torch.Tensor, causal: bool = False,
                         sm_scale: float | None = None, out_dtype: torch.dtype = torch.bfloat16,
-                        tile: tuple[int, int, int, int] | None = None, return_lse: bool = False):
+                        tile: tuple[int, int, int, int] | None = None, return_lse: bool = False,
+                        gluon: bool = True):
     """softmax(Q Kᵀ · sm_scale) V for e4m3 BHSD q8, k8, v8 (k8 and v8 may have fewer heads: grouped-query
     attention; any strides, and v8 fastest with its keys contiguous: :func:`quantize_fp8`'s
     ``keys_contiguous``) and their fp32 descales per (batch, head) ((B, H) for q, (B, H_kv) for k and v); the output
     in ``out_dtype`` (bf16 or fp16), and with ``return_lse`` the fp32 (B, H, Nq) logsumexp. ``sm_scale``
-    defaults to 1/sqrt(head_dim); ``tile`` (BLOCK_M, BLOCK_N, num_warps, num_stages) overrides :data:`TILES`."""
+    defaults to 1/sqrt(head_dim); ``tile`` (BLOCK_M, BLOCK_N, num_warps, num_stages) overrides :data:`TILES`.
+
+    On an sm_90 GPU, inputs the Gluon kernel takes (V's keys contiguous: kernels.flash_fwd_hopper.fp8_reason)
+    run there, warp-specialized so that one warpgroup's exponentials run under the other's matmuls; the rest,
+    and ``gluon`` False or ``tile`` given, run this module's Triton kernel. :func:`fp8_path` names which."""
     batch, heads, seq_q, seq_kv, head_dim = check_qkv(q8, k8, v8, dtypes=(FP8,), head_dims=HEAD_DIMS)
     kv_heads = k8.shape[1]
     if out_dtype not in OUT_DTYPES:
@@ -193,18 +205,29 @@ def flash_attention_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, q_
     if reason is not None:
         raise ValueError(reason)
     scale = resolve_scale(sm_scale, head_dim)
+    descales = tuple(d.contiguous() for d in (q_descale, k_descale, v_descale))
+    if gluon and tile is None and flash_fwd_hopper.fp8_reason(q8, k8, v8) is None:
+        o, lse = flash_fwd_hopper.hopper_forward(q8, k8, v8, causal, scale, descales=descales, out_dtype=out_dtype)
+        return (o, lse) if return_lse else o
     block_m, block_n, warps, stages = tile or TILES[head_dim]
     o = torch.empty((batch, heads, seq_q, head_dim), device=q8.device, dtype=out_dtype)
     lse = torch.empty((batch, heads, seq_q), device=q8.device, dtype=torch.float32)
     grid = (triton.cdiv(seq_q, block_m), batch * heads)
     _attn_fwd_fp8[grid](
-        q8, k8, v8, o, lse, q_descale.contiguous(), k_descale.contiguous(), v_descale.contiguous(),
+        q8, k8, v8, o, lse, *descales,
         *q8.stride(), *k8.stride(), *v8.stride(), *o.stride(),
         heads, kv_heads, seq_q, seq_kv, scale * LOG2E,
         HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
         num_warps=warps, num_stages=stages,
     )
     return (o, lse) if return_lse else o
+
+
+def fp8_path(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, causal: bool = False) -> str:
+    """The kernel :func:`flash_attention_fp8` runs these inputs on with its defaults: 'gluon-ws' (the Gluon
+    kernel of kernels.flash_fwd_hopper) or 'tiled' (this module's), causal or not (the registry's path_of
+    passes ``causal``)."""
+    return "tiled" if flash_fwd_hopper.fp8_reason(q8, k8, v8) else "gluon-ws"
 
 
 def attention_fp8_unit_descale(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, causal: bool = False,

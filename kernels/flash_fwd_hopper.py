@@ -69,6 +69,7 @@ except ImportError:  # pragma: no cover - depends on the installed triton
     gluon = types.SimpleNamespace(jit=lambda fn=None, **options: fn if fn is not None else (lambda f: f))
 
 HEAD_DIMS = (64, 128)
+FP8 = torch.float8_e4m3fn  # kernels.flash_fwd_fp8's dtype: e4m3 with a descale per (batch, head)
 SPLIT_M = 64  # query rows per consumer warpgroup: one wgmma M of 4 warps × 16 rows
 
 
@@ -93,6 +94,15 @@ CONFIGS = {
     (64, False): HopperConfig(block_n=128, stages=2, overlap=False, pingpong=True, consumers=3, persistent=True),
     (64, True): HopperConfig(block_n=128, stages=2, overlap=False, pingpong=False, consumers=3, persistent=False),
     (128, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=False, consumers=2, persistent=True),
+    (128, True): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=False),
+}
+# fp8 (e4m3) by (head_dim, causal): FlashAttention-3's fp8 structure, two consumers taking turns (ping-pong)
+# with each one's next QKᵀ issued before its softmax (overlap), the exponentials being what binds in fp8
+# (docs/perf-notes.md, "FP8 forward": round 3 measures the variants).
+FP8_CONFIGS = {
+    (64, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=True),
+    (64, True): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=False),
+    (128, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=True),
     (128, True): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=False),
 }
 # Registers per thread of the worker partitions (setmaxnreg) by consumer count: a consumer keeps
@@ -131,17 +141,27 @@ def slower_reason(q: torch.Tensor, causal: bool) -> str | None:
 
 
 def forward_tile(head_dim: int, dtype: str = "fp16") -> tuple[int, int] | None:
-    """(BLOCK_M, BLOCK_N) this kernel runs with at ``head_dim`` (None where it does not run):
+    """(BLOCK_M, BLOCK_N) this kernel runs with at ``head_dim`` in ``dtype`` (None where it does not run):
     the cost model's tile for rows whose path is 'gluon-ws'. Causal and not share it (a test checks)."""
-    if head_dim not in HEAD_DIMS or dtype not in ("fp16", "bf16"):
+    if head_dim not in HEAD_DIMS or dtype not in ("fp16", "bf16", "fp8"):
         return None
-    config = CONFIGS[head_dim, False]
+    config = (FP8_CONFIGS if dtype == "fp8" else CONFIGS)[head_dim, False]
     return config.block_m, config.block_n
 
 
 def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
     """Why this kernel cannot take these (already checked) inputs, or None when it can."""
     return sm90_reason("forward", HEAD_DIMS, q=q, k=k, v=v)
+
+
+def fp8_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
+    """Why this kernel cannot take these (already checked) e4m3 inputs, or None when it can: as
+    :func:`unsupported_reason`, and V with its keys contiguous (kernels.flash_fwd_fp8.quantize_fp8's
+    ``keys_contiguous``), whose (head_dim, keys) transpose its descriptor reads."""
+    if v.shape[2] > 1 and v.stride(2) != 1:
+        return (f"the Gluon fp8 forward reads V with its keys contiguous (strides {tuple(v.stride())}): "
+                "quantize_fp8(v, keys_contiguous=True) lays it out so")
+    return sm90_reason("fp8 forward", HEAD_DIMS, (FP8,), q=q, k=k, v_keys_by_head_dim=v.transpose(2, 3))
 
 
 @gluon.jit
@@ -164,9 +184,10 @@ def _tile(t, m_blocks, heads, seq_kv, bh, section, snake,
 @gluon.jit
 def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
-                    CAUSAL: gl.constexpr):
+                    CAUSAL: gl.constexpr, FP8: gl.constexpr):
     """One warp: for each query tile of this program, each consumer's Q rows (once the consumer
-    is done with the previous ones), then K and V of each key tile into the ring."""
+    is done with the previous ones), then K and V of each key tile into the ring. With ``FP8`` V's
+    descriptor is over its (head_dim, keys) transpose, so a tile is the whole head_dim by BLOCK_N keys."""
     q_desc, k_desc, v_desc = descs
     q_smem, k_smem, v_smem = bufs
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
@@ -192,8 +213,12 @@ def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq
                                             as_box(k_smem.index(slot), k_desc))
             mbarrier.wait(v_empty.index(slot), ring_phase(c, STAGES) ^ 1)
             mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [off_z, off_hk, j * BLOCK_N, 0], v_ready.index(slot),
-                                            as_box(v_smem.index(slot), v_desc))
+            if FP8:
+                tma.async_copy_global_to_shared(v_desc, [off_z, off_hk, 0, j * BLOCK_N], v_ready.index(slot),
+                                                as_box(v_smem.index(slot), v_desc))
+            else:
+                tma.async_copy_global_to_shared(v_desc, [off_z, off_hk, j * BLOCK_N, 0], v_ready.index(slot),
+                                                as_box(v_smem.index(slot), v_desc))
         count += n_tiles
         done += 1
 
@@ -235,6 +260,29 @@ def _scores(q, k_smem, k_ready, c, s_zero, STAGES: gl.constexpr):
 
 
 @gluon.jit
+def _pv_operand(v_smem, slot, FP8: gl.constexpr):
+    """V's tile in ``slot`` as PV's B operand (keys, head_dim): stored so, or with ``FP8`` stored as its
+    (head_dim, keys) transpose and viewed back."""
+    if FP8:
+        operand = v_smem.index(slot).permute((1, 0))
+    else:
+        operand = v_smem.index(slot)
+    return operand
+
+
+@gluon.jit
+def _pv_wait(acc, p_op, FP8: gl.constexpr):
+    """Wait for PV's wgmma, keeping P's registers alive until then. Triton 3.6 lowers such a dependency for
+    16- and 32-bit registers only ("Unexpected bitwidth in WGMMAWaitGroupOp: 8"); an fp8 P is left to
+    ptxas, which keeps a wgmma's register operands intact until its wait (serializing where it cannot)."""
+    if FP8:
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+    else:
+        acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+    return acc
+
+
+@gluon.jit
 def _take_turn(turns, it, WG: gl.constexpr, PINGPONG: gl.constexpr):
     """Ping-pong: wait until the previous warpgroup (round robin) has issued its matmuls of round
     ``it``. Warpgroup 0 waits for the last one's previous round instead, as a producer waits for a
@@ -253,22 +301,28 @@ def _pass_turn(turns, WG: gl.constexpr, NUM_WG: gl.constexpr, PINGPONG: gl.const
 
 
 @gluon.jit
-def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, m_blocks, total, heads, seq_q, seq_kv, section, snake,
-                        qk_scale, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads, group, seq_q, seq_kv,
+                        section, snake, qk_scale, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
                         STAGES: gl.constexpr, SPLIT_M: gl.constexpr, CAUSAL: gl.constexpr,
-                        OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr):
+                        OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr, FP8: gl.constexpr):
     """One warpgroup: for each query tile of this program, rows off_m + WG·64 ... + 63 against
-    every key tile, then O and the logsumexp of those rows."""
+    every key tile, then O and the logsumexp of those rows. With ``FP8`` (e4m3 Q, K, V and an fp32
+    descale per (batch, head) each, ``descales``) Q's and K's descales fold into the exp2 scale and V's
+    into the epilogue, P is rounded to e4m3 for PV, and V's tiles are (head_dim, keys), keys contiguous,
+    the K-major B operand an 8-bit wgmma needs (PTX ISA, wgmma.mma_async: only 16-bit types may be transposed)."""
     q_smem, k_smem, v_smem = bufs
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
 
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_DIM, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     dtype: gl.constexpr = q_smem.dtype
+    # A wgmma takes 32 bytes of K per instruction: 16 elements of 16 bits, 32 of 8 (PTX ISA, wgmma shapes)
+    INSTR_K: gl.constexpr = 32 if FP8 else 16
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, INSTR_K])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, INSTR_K])
+    # A register operand holds 32 bits of K per thread and step: 2 elements of 16 bits, 4 of 8
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4 if FP8 else 2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
     s_zero = gl.zeros([SPLIT_M, BLOCK_N], gl.float32, s_layout)
@@ -280,6 +334,11 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, m_blocks, total, h
         off_m, off_z, off_h, n_tiles = _tile(t, m_blocks, heads, seq_kv, total // m_blocks, section, snake,
                                              NUM_WG * SPLIT_M, BLOCK_N, CAUSAL)
         rows = off_m + WG * SPLIT_M + gl.arange(0, SPLIT_M, layout=row_layout)
+        scale = qk_scale
+        if FP8:  # s = (q8 · k8) · dq · dk · sm_scale · log2(e)
+            q_descale, k_descale, v_descale = descales
+            kv_head = off_z * (heads // group) + off_h // group
+            scale = qk_scale * gl.load(q_descale + off_z * heads + off_h) * gl.load(k_descale + kv_head)
         # Key tiles before n_full are visible to every row of this warpgroup: no mask.
         n_full = seq_kv // BLOCK_N
         if CAUSAL:
@@ -295,7 +354,7 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, m_blocks, total, h
             _pass_turn(turns, WG, NUM_WG, PINGPONG)
             s = warpgroup_mma_wait(0, deps=(s,))
             mbarrier.arrive(k_empty.index(count % STAGES), count=1)
-            p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, 0, n_full, offs_n, rows, seq_kv, qk_scale,
+            p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, 0, n_full, offs_n, rows, seq_kv, scale,
                                                  BLOCK_N, CAUSAL)
             for j in range(1, n_tiles):
                 c = count + j
@@ -304,21 +363,21 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, m_blocks, total, h
                 s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
                 mbarrier.wait(v_ready.index(prev), ring_phase(c - 1, STAGES))
                 p_op = gl.convert_layout(p.to(dtype), p_layout)
-                acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+                acc = warpgroup_mma(p_op, _pv_operand(v_smem, prev, FP8), acc, is_async=True)
                 _pass_turn(turns, WG, NUM_WG, PINGPONG)
                 s = warpgroup_mma_wait(1, deps=(s,))  # S(j) done; PV(j-1) may still run
                 mbarrier.arrive(k_empty.index(c % STAGES), count=1)
-                p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, n_full, offs_n, rows, seq_kv, qk_scale,
+                p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, n_full, offs_n, rows, seq_kv, scale,
                                                      BLOCK_N, CAUSAL)
-                acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+                acc = _pv_wait(acc, p_op, FP8)
                 mbarrier.arrive(v_empty.index(prev), count=1)
                 acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
             mbarrier.arrive(q_empty.index(WG), count=1)  # every S of this tile is done
             c = count + n_tiles - 1
             mbarrier.wait(v_ready.index(c % STAGES), ring_phase(c, STAGES))
             p_op = gl.convert_layout(p.to(dtype), p_layout)
-            acc = warpgroup_mma(p_op, v_smem.index(c % STAGES), acc, is_async=True)
-            acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+            acc = warpgroup_mma(p_op, _pv_operand(v_smem, c % STAGES, FP8), acc, is_async=True)
+            acc = _pv_wait(acc, p_op, FP8)
             mbarrier.arrive(v_empty.index(c % STAGES), count=1)
         else:
             # No overlap within the warpgroup: S, softmax, PV, one key tile at a time.
@@ -330,20 +389,23 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, m_blocks, total, h
                 _pass_turn(turns, WG, NUM_WG, PINGPONG)
                 s = warpgroup_mma_wait(0, deps=(s,))
                 mbarrier.arrive(k_empty.index(slot), count=1)
-                p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, n_full, offs_n, rows, seq_kv, qk_scale,
+                p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, n_full, offs_n, rows, seq_kv, scale,
                                                      BLOCK_N, CAUSAL)
                 acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
                 mbarrier.wait(v_ready.index(slot), ring_phase(c, STAGES))
                 p_op = gl.convert_layout(p.to(dtype), p_layout)
-                acc = warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
-                acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+                acc = warpgroup_mma(p_op, _pv_operand(v_smem, slot, FP8), acc, is_async=True)
+                acc = _pv_wait(acc, p_op, FP8)
                 mbarrier.arrive(v_empty.index(slot), count=1)
             mbarrier.arrive(q_empty.index(WG), count=1)
 
         # Epilogue: O = acc / l and the natural-log logsumexp, rows past seq_q not stored. The
         # loader is already bringing the next tile's Q and K/V meanwhile.
         l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-        o = (acc / l_o[:, None]).to(dtype)
+        if FP8:
+            o = (acc * (gl.load(v_descale + kv_head) / l_o)[:, None]).to(O.dtype.element_ty)
+        else:
+            o = (acc / l_o[:, None]).to(dtype)
         o_rows = off_m + WG * SPLIT_M + gl.arange(0, SPLIT_M, layout=gl.SliceLayout(1, o_layout))
         stride_oz, stride_oh, stride_om = o_strides
         o_base = O + off_z.to(gl.int64) * stride_oz + off_h.to(gl.int64) * stride_oh
@@ -358,21 +420,26 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, m_blocks, total, h
 # section and snake are not specialised (Triton would make a 1 a constant), so every schedule
 # runs the same compiled kernel.
 @gluon.jit(do_not_specialize=["section", "snake"])
-def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om, LSE, qk_scale, heads, group,
+def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om, LSE,
+                     Q_DESCALE, K_DESCALE, V_DESCALE, qk_scale, heads, group,
                      seq_q, seq_kv, m_blocks, total, section, snake,
                      HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
                      SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
-                     Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr):
+                     Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr, V_LAYOUT: gl.constexpr, FP8: gl.constexpr):
     """Program p takes query tiles p, p + programs, ... of the ``total`` = m_blocks · batch·heads
     in :func:`_tile`'s order (one each when the grid has a program per tile; persistent when it
-    has one per SM)."""
+    has one per SM). The descales are None unless ``FP8``."""
     dtype: gl.constexpr = q_desc.dtype
-    # Tiles as the wgmma reads them: 2-D, with the swizzle of the descriptors' 4-D boxes (Q_LAYOUT, KV_LAYOUT).
+    # Tiles as the wgmma reads them: 2-D, with the swizzle of the descriptors' 4-D boxes (Q_LAYOUT, KV_LAYOUT,
+    # V_LAYOUT); fp8's V tiles are (head_dim, keys) (_consumer_partition says why).
     q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, SPLIT_M, HEAD_DIM], Q_LAYOUT)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], KV_LAYOUT)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], KV_LAYOUT)
+    if FP8:
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, HEAD_DIM, BLOCK_N], V_LAYOUT)
+    else:
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], V_LAYOUT)
     q_ready = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
     turns = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
@@ -397,17 +464,18 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
     o_strides = (stride_oz, stride_oh, stride_om)
     bufs = (q_smem, k_smem, v_smem)
     bars = (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty)
+    descales = (Q_DESCALE, K_DESCALE, V_DESCALE)
     if NUM_WG == 2:
         gl.warp_specialize(
             [
-                (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, m_blocks, total, heads, seq_q,
-                                       seq_kv, section, snake, qk_scale, 0, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL,
-                                       OVERLAP, PINGPONG, NUM_WG)),
-                (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, m_blocks, total, heads, seq_q,
-                                       seq_kv, section, snake, qk_scale, 1, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL,
-                                       OVERLAP, PINGPONG, NUM_WG)),
+                (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
+                                       group, seq_q, seq_kv, section, snake, qk_scale, 0, HEAD_DIM, BLOCK_N, STAGES,
+                                       SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8)),
+                (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
+                                       group, seq_q, seq_kv, section, snake, qk_scale, 1, HEAD_DIM, BLOCK_N, STAGES,
+                                       SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
-                                   BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL)),
+                                   BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
             ],
             [4, 1],
             [CONSUMER_REGS, LOADER_REGS],
@@ -415,17 +483,17 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
     else:
         gl.warp_specialize(
             [
-                (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, m_blocks, total, heads, seq_q,
-                                       seq_kv, section, snake, qk_scale, 0, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL,
-                                       OVERLAP, PINGPONG, NUM_WG)),
-                (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, m_blocks, total, heads, seq_q,
-                                       seq_kv, section, snake, qk_scale, 1, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL,
-                                       OVERLAP, PINGPONG, NUM_WG)),
-                (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, m_blocks, total, heads, seq_q,
-                                       seq_kv, section, snake, qk_scale, 2, HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL,
-                                       OVERLAP, PINGPONG, NUM_WG)),
+                (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
+                                       group, seq_q, seq_kv, section, snake, qk_scale, 0, HEAD_DIM, BLOCK_N, STAGES,
+                                       SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8)),
+                (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
+                                       group, seq_q, seq_kv, section, snake, qk_scale, 1, HEAD_DIM, BLOCK_N, STAGES,
+                                       SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8)),
+                (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
+                                       group, seq_q, seq_kv, section, snake, qk_scale, 2, HEAD_DIM, BLOCK_N, STAGES,
+                                       SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
-                                   BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL)),
+                                   BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
             ],
             [4, 4, 1],
             [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS],
@@ -434,22 +502,34 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
 
 def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_n: int):
     """TMA descriptors of Q in 64-row tiles and of K, V in block_n rows, each on its tensor's own
-    strides (:func:`tensor_descriptor`)."""
-    return tensor_descriptor(q, SPLIT_M), tensor_descriptor(k, block_n), tensor_descriptor(v, block_n)
+    strides (:func:`tensor_descriptor`). An fp8 V (keys contiguous: :func:`fp8_reason`) is described as
+    its (head_dim, keys) transpose, in tiles of the whole head_dim by block_n keys."""
+    if v.dtype == FP8:
+        v_desc = tensor_descriptor(v.transpose(2, 3), v.shape[-1], block_n)
+    else:
+        v_desc = tensor_descriptor(v, block_n)
+    return tensor_descriptor(q, SPLIT_M), tensor_descriptor(k, block_n), v_desc
 
 
 def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
                    config: HopperConfig | None = None,
                    schedule: tile_schedule.Schedule | None = None,
-                   layout: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The Gluon forward on inputs :func:`unsupported_reason` accepts. Returns o (B, H, Nq, D) in q's
-    dtype and lse (B, H, Nq) fp32, natural log, as kernels.flash_fwd.flash_attention_forward.
-    ``config`` overrides :data:`CONFIGS` and ``schedule`` the tile order of
-    :func:`kernels.tile_schedule.plan` (for sweeps). ``layout``: q, k, v's _launch.layout_key,
-    where the caller has it; with the defaults, a call of a layout seen before reuses its launch plan
-    and compiled kernel (:data:`_LAUNCHES`), leaving out most of the host time of a launch."""
+                   layout: tuple | None = None,
+                   descales: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+                   out_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Gluon forward on inputs :func:`unsupported_reason` (or, in fp8, :func:`fp8_reason`) accepts.
+    Returns o (B, H, Nq, D) in q's dtype (``out_dtype`` for fp8) and lse (B, H, Nq) fp32, natural log, as
+    kernels.flash_fwd.flash_attention_forward. ``config`` overrides :data:`CONFIGS` (:data:`FP8_CONFIGS`)
+    and ``schedule`` the tile order of :func:`kernels.tile_schedule.plan` (for sweeps). ``layout``: q, k,
+    v's _launch.layout_key, where the caller has it; with the defaults, a call of a layout seen before
+    reuses its launch plan and compiled kernel (:data:`_LAUNCHES`), leaving out most of the host time of a
+    launch. ``descales``: fp8's (q_descale (B, H), k_descale (B, H_kv), v_descale (B, H_kv)), fp32 and
+    contiguous, as kernels.flash_fwd_fp8.flash_attention_fp8 takes them."""
+    fp8 = q.dtype == FP8
+    if fp8 != (descales is not None):
+        raise ValueError("hopper_forward takes descales with e4m3 inputs, and only with them")
     layout = None if config is not None or schedule is not None or not _LAUNCHES.enabled else (
-        layout or layout_key(q, k, v))
+        layout or layout_key(q, k, v, *(descales or ())))
     key = None if layout is None else (layout, bool(causal))  # None: nothing kept, nothing reused
     plan = _PLANS.get(key) if key is not None else None
     if plan is None:
@@ -457,11 +537,11 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
         if key is not None:
             _PLANS.keep(key, plan)
     grid, ints, constexprs, block_n = plan
-    o = empty_in_layout(q)
+    o = empty_in_layout(q, out_dtype if fp8 else None)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     q_desc, k_desc, v_desc = descriptors(q, k, v, block_n)
-    _LAUNCHES(key, grid, (q_desc, k_desc, v_desc, o, *o.stride()[:3], lse, scale * LOG2E, *ints), constexprs,
-              num_warps=4)
+    _LAUNCHES(key, grid, (q_desc, k_desc, v_desc, o, *o.stride()[:3], lse, *(descales or (None, None, None)),
+                          scale * LOG2E, *ints), constexprs, num_warps=4)
     return o, lse
 
 
@@ -477,7 +557,8 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
     """What a launch at this layout takes besides the data: the grid, the int arguments and the constexprs."""
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
-    config = config or default_config(head_dim, causal, seq_q)
+    fp8 = q.dtype == FP8
+    config = config or (FP8_CONFIGS[head_dim, bool(causal)] if fp8 else default_config(head_dim, causal, seq_q))
     consumer_regs, loader_regs = WORKER_REGS[config.consumers]
     m_blocks = triton.cdiv(seq_q, config.block_m)
     total = m_blocks * batch * heads
@@ -492,7 +573,9 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
         HEAD_DIM=head_dim, BLOCK_N=config.block_n, STAGES=config.stages, CAUSAL=bool(causal),
         OVERLAP=config.overlap, PINGPONG=config.pingpong, SPLIT_M=SPLIT_M, NUM_WG=config.consumers,
         CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
-        Q_LAYOUT=tile_layout(SPLIT_M, head_dim, q.dtype), KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype))
+        Q_LAYOUT=tile_layout(SPLIT_M, head_dim, q.dtype), KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype),
+        V_LAYOUT=(tile_layout(head_dim, config.block_n, q.dtype) if fp8
+                  else tile_layout(config.block_n, head_dim, q.dtype)), FP8=fp8)
     ints = (heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total, schedule.section, int(schedule.snake))
     return _Plan((programs,), ints, constexprs, config.block_n)
 

@@ -32,21 +32,26 @@ except ImportError as error:  # pragma: no cover - depends on the installed trit
     gluon = types.SimpleNamespace(jit=lambda fn=None, **options: fn if fn is not None else (lambda f: f))
 
 
-def sm90_reason(kernel: str, head_dims: tuple[int, ...], **tensors: torch.Tensor) -> str | None:
-    """Why a Gluon sm_90 kernel (``kernel``: 'forward', 'backward') cannot take these tensors (q
-    first), or None when it can: Gluon present and on, an sm_90 GPU, fp16/bf16, a head_dim it has,
-    and every tensor in a layout its TMA descriptor can read (:func:`tma_layout_reason`).
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+_DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float8_e4m3fn: "fp8 (e4m3)"}
+
+
+def sm90_reason(kernel: str, head_dims: tuple[int, ...], dtypes: tuple[torch.dtype, ...] = HALF_DTYPES,
+                **tensors: torch.Tensor) -> str | None:
+    """Why a Gluon sm_90 kernel (``kernel``: 'forward', 'backward', 'fp8 forward') cannot take these
+    tensors (q first), or None when it can: Gluon present and on, an sm_90 GPU, q in one of ``dtypes``,
+    a head_dim it has, and every tensor in a layout its TMA descriptor can read (:func:`tma_layout_reason`).
 
     The answer depends on each tensor's device, dtype, shape, strides and base address modulo 16
     only, so it is kept per such layout: a model calls attention with the same few layouts every
     step, and the checks cost more host time than the key (about 25 us a call on the H100 machine)."""
-    key = (kernel, head_dims, os.environ.get("ATTN_GLUON", "1"),
+    key = (kernel, head_dims, dtypes, os.environ.get("ATTN_GLUON", "1"),
            *((name, t.device, t.dtype, t.shape, t.stride(), t.data_ptr() % 16) for name, t in tensors.items()))
     reason = _SM90_REASONS.get(key, _UNKNOWN)
     if reason is _UNKNOWN:
         if len(_SM90_REASONS) >= 4096:
             _SM90_REASONS.clear()
-        reason = _SM90_REASONS[key] = _sm90_reason(kernel, head_dims, tensors)
+        reason = _SM90_REASONS[key] = _sm90_reason(kernel, head_dims, dtypes, tensors)
     return reason
 
 
@@ -54,7 +59,8 @@ _SM90_REASONS: dict = {}
 _UNKNOWN = object()
 
 
-def _sm90_reason(kernel: str, head_dims: tuple[int, ...], tensors: dict[str, torch.Tensor]) -> str | None:
+def _sm90_reason(kernel: str, head_dims: tuple[int, ...], dtypes: tuple[torch.dtype, ...],
+                 tensors: dict[str, torch.Tensor]) -> str | None:
     q = next(iter(tensors.values()))
     if GLUON_IMPORT_ERROR is not None:
         return GLUON_IMPORT_ERROR
@@ -65,8 +71,9 @@ def _sm90_reason(kernel: str, head_dims: tuple[int, ...], tensors: dict[str, tor
     props = cuda_properties(q.device.index)
     if (props.major, props.minor) != (9, 0):
         return f"the Gluon {kernel} needs an sm_90 GPU (H100/H200)"
-    if q.dtype not in (torch.float16, torch.bfloat16):
-        return f"the Gluon {kernel} takes fp16 or bf16, not {q.dtype}"
+    if q.dtype not in dtypes:
+        allowed = " or ".join(_DTYPE_NAMES[d] for d in dtypes)
+        return f"the Gluon {kernel} takes {allowed}, not {q.dtype}"
     if q.shape[-1] not in head_dims:
         return f"the Gluon {kernel} takes head_dim in {head_dims}, not {q.shape[-1]}"
     for name, t in tensors.items():
@@ -107,11 +114,12 @@ def tma_strides(t: torch.Tensor) -> list[int]:
     return strides
 
 
-def tensor_descriptor(t: torch.Tensor, rows: int):
+def tensor_descriptor(t: torch.Tensor, rows: int, cols: int | None = None):
     """A 4-D TMA descriptor of BHSD ``t`` on its own strides whose tile is ``rows`` consecutive
-    positions of one (batch, head) by the whole head_dim: a tile never crosses into another
-    sequence, batch or head (TMA fills positions past the sequence's end with zeros)."""
-    block = [1, 1, rows, t.shape[-1]]
+    positions of one (batch, head) by ``cols`` of the last dimension (default: all of it, the whole
+    head_dim): a tile never crosses into another sequence, batch or head (TMA fills positions past
+    the sequence's end with zeros)."""
+    block = [1, 1, rows, cols or t.shape[-1]]
     return TensorDescriptor(t, list(t.shape), tma_strides(t), block, shared_layout(tuple(block), t.dtype))
 
 
@@ -119,7 +127,8 @@ def tensor_descriptor(t: torch.Tensor, rows: int):
 def shared_layout(block: tuple[int, ...], dtype: torch.dtype):
     """NVMMASharedLayout.get_default_for, once per block shape and dtype: it costs tens of microseconds
     a call, which a decode step or a short prefill pays on the host before every launch."""
-    element = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}[dtype]
+    element = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32,
+               torch.float8_e4m3fn: gl.float8e4nv}[dtype]
     return gl.NVMMASharedLayout.get_default_for(list(block), element)
 
 

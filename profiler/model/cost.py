@@ -92,10 +92,10 @@ def kernel_path(costing: Costing, shape: Shape, forward: str | None = None, back
     path. ``forward`` and ``backward`` are the paths the implementation reported when the case ran
     (they can depend on the device, e.g. 'gluon-ws' on sm_90); without them, the shape decides
     (the portable backward is 'tiled')."""
-    if not costing.split_kv:
+    if not costing.split_kv and not costing.fast_path:
         return ""
     if forward is None:
-        decode = kernel_plan(costing, shape)
+        decode = kernel_plan(costing, shape) if costing.split_kv else None
         forward = "tiled" if decode is None else decode.label
     backward = backward or "tiled"
     return {"fwd": forward, "bwd": backward, "fwd+bwd": f"{forward} fwd, {backward} bwd"}[shape.mode]

@@ -1,5 +1,6 @@
-"""The fp8 forward (kernels/flash_fwd_fp8.py) on the GPU against the fp64 oracle on the values its e4m3 inputs
-and descales stand for; within kernels.reference.TOLERANCE["fp8"] (e4m3's unit roundoff, P's rounding)."""
+"""The fp8 forward (kernels/flash_fwd_fp8.py, and on sm_90 the Gluon kernel of kernels/flash_fwd_hopper.py it
+routes to) on the GPU against the fp64 oracle on the values its e4m3 inputs and descales stand for; within
+kernels.reference.TOLERANCE["fp8"] (e4m3's unit roundoff, P's rounding)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from attention_core.shape import Shape
 from kernels.flash_fwd_fp8 import (
     dequantize_fp8,
     flash_attention_fp8,
+    fp8_path,
     keys_contiguous_layout,
     quantize_fp8,
     unsupported_on,
@@ -26,33 +28,46 @@ pytestmark = [
 ]
 
 
-def _quantized(batch, heads, kv_heads, seq_q, seq_kv, head_dim, seed=0, scales=(0.5, 3.0, 40.0)):
+SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+# Each kernel: the Triton one (V as Q and K are), and on sm_90 the Gluon one (V with its keys contiguous)
+PATHS = ["tiled", pytest.param("gluon-ws", marks=pytest.mark.skipif(not SM90, reason="the Gluon kernel needs sm_90"))]
+
+
+def _quantized(batch, heads, kv_heads, seq_q, seq_kv, head_dim, seed=0, scales=(0.5, 3.0, 40.0), path="tiled"):
     g = torch.Generator(device="cuda").manual_seed(seed)
 
     def make(h, n, scale):
         return torch.randn(batch, h, n, head_dim, device="cuda", generator=g, dtype=torch.bfloat16) * scale
 
-    return [quantize_fp8(t) for t in (make(heads, seq_q, scales[0]), make(kv_heads, seq_kv, scales[1]),
-                                      make(kv_heads, seq_kv, scales[2]))]
+    out = [quantize_fp8(t) for t in (make(heads, seq_q, scales[0]), make(kv_heads, seq_kv, scales[1]),
+                                     make(kv_heads, seq_kv, scales[2]))]
+    if path == "gluon-ws":
+        out[2] = (keys_contiguous_layout(out[2][0]), out[2][1])
+    return out
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("seq_q, seq_kv", [(1, 1), (77, 77), (300, 300), (1024, 1024), (128, 1000), (1000, 128)])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
-def test_fp8_forward_matches_the_oracle_on_its_dequantized_inputs(seq_q, seq_kv, head_dim, causal):
-    (q8, dq), (k8, dk), (v8, dv) = _quantized(2, 4, 2, seq_q, seq_kv, head_dim)  # GQA: 4 query heads on 2
+def test_fp8_forward_matches_the_oracle_on_its_dequantized_inputs(seq_q, seq_kv, head_dim, causal, path):
+    (q8, dq), (k8, dk), (v8, dv) = _quantized(2, 4, 2, seq_q, seq_kv, head_dim, path=path)  # GQA: 4 heads on 2
+    assert fp8_path(q8, k8, v8) == path
     o, lse = flash_attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal, return_lse=True)
     ref, ref_lse = attention_oracle(dequantize_fp8(q8, dq), dequantize_fp8(k8, dk), dequantize_fp8(v8, dv),
                                     causal=causal, return_lse=True)
     err = relative_error(o, ref)
-    print(f"fp8 vs oracle Nq{seq_q} Nkv{seq_kv} D{head_dim}{' causal' if causal else ''}: {err:.2e}")  # -s shows it
+    print(f"fp8 {path} vs oracle Nq{seq_q} Nkv{seq_kv} D{head_dim}{' causal' if causal else ''}: {err:.2e}")  # -s
     assert o.dtype == torch.bfloat16 and err <= TOLERANCE["fp8"]
     assert (lse.cpu().double() - ref_lse).abs().max().item() < 0.05  # the row's log-normaliser, in nats
 
 
-def test_fp8_forward_takes_strided_views():
-    (q8, dq), (k8, dk), (v8, dv) = _quantized(1, 4, 4, 500, 500, 128, seed=1)
-    views = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q8, k8, v8)]  # BSHD memory, BHSD view
+@pytest.mark.parametrize("path", PATHS)
+def test_fp8_forward_takes_strided_views(path):
+    (q8, dq), (k8, dk), (v8, dv) = _quantized(1, 4, 4, 500, 500, 128, seed=1, path=path)
+    views = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q8, k8)]  # BSHD memory, BHSD view
+    views.append(v8 if path == "gluon-ws" else v8.transpose(1, 2).contiguous().transpose(1, 2))
+    assert fp8_path(*views) == path
     o = flash_attention_fp8(*views, dq, dk, dv, causal=True)
     ref = attention_oracle(*(dequantize_fp8(t, d) for t, d in ((q8, dq), (k8, dk), (v8, dv))), causal=True)
     assert relative_error(o, ref) <= TOLERANCE["fp8"]
@@ -68,10 +83,24 @@ def test_the_descales_are_applied():
 
 
 def test_the_registry_runs_an_fp8_case_and_checks_it():
-    result = run_case(REGISTRY["triton_flash_fp8"], Shape(1, 8, 1024, 1024, 128, dtype="fp8", causal=True), "cuda",
+    result = run_case(REGISTRY["triton_flash_fp8"], Shape(1, 8, 1000, 1000, 128, dtype="fp8", causal=True), "cuda",
                       rep_ms=20)
     assert result.status == "ok", result.message
     assert result.max_rel_err is not None and result.max_rel_err <= TOLERANCE["fp8"]
+    assert result.path == ("gluon-ws" if SM90 else "tiled")  # the profiler's fp8 V has its keys contiguous
+
+
+@pytest.mark.skipif(not SM90, reason="the Gluon kernel needs sm_90")
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gluon_and_triton_fp8_agree(head_dim):
+    """The two kernels round the same P to e4m3 from nearly the same fp32 scores: their outputs differ by far
+    less than either differs from the oracle."""
+    (q8, dq), (k8, dk), (v8, dv) = _quantized(2, 8, 2, 1500, 1500, head_dim, seed=4, path="gluon-ws")
+    for causal in (False, True):
+        a = flash_attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal)
+        b = flash_attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal, gluon=False)
+        print(f"fp8 gluon vs triton D{head_dim}{' causal' if causal else ''}: {relative_error(a, b):.2e}")
+        assert relative_error(a, b) < 2.0**-7
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
@@ -83,5 +112,5 @@ def test_v_with_its_keys_contiguous_gives_the_same_output(head_dim):
     assert vt.stride(2) == 1
     for causal in (False, True):
         a = flash_attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal)
-        b = flash_attention_fp8(q8, k8, vt, dq, dk, dv, causal=causal)
+        b = flash_attention_fp8(q8, k8, vt, dq, dk, dv, causal=causal, gluon=False)
         assert relative_error(a, b) < 1e-6
