@@ -2,7 +2,7 @@
 kernels.flash_fwd_fp8 per variant, medians of do_bench over interleaved rounds, and the bf16 Gluon forward
 of the same shape for scale; one JSON line per (variant, shape) on stdout.
 
-    python scripts/perf_experiments/fp8_probe.py [ROUNDS] [tiles|gluon]
+    python scripts/perf_experiments/fp8_probe.py [ROUNDS] [tiles|gluon|gluon3b]
 
 tiles (round 1): the tile (BLOCK_M, BLOCK_N, num_warps, num_stages) and V's memory order: "bhsd" (head_dim
 contiguous, as Q and K) or "vt" (keys contiguous: the order fp8 wgmma reads its B operand in, K-major).
@@ -61,9 +61,22 @@ GLUON_VARIANTS = {
     "pp 3wg": HopperConfig(128, 2, False, True, 3, True),
     "pp st3": HopperConfig(128, 3, False, True, 2, True),
 }
+# Round 3b, after round 3a's file (reports/perf-h100/fp8_probe_round3_gluon.jsonl): around its two best, three
+# consumers taking turns and 256-key tiles, with one program per tile, deeper rings, and no turns (three
+# consumers with 256-key tiles need more than their 160 registers: ptxas refuses them).
+GLUON_VARIANTS_3B = {
+    "pp 3wg": HopperConfig(128, 2, False, True, 3, True),
+    "pp n256": HopperConfig(256, 2, False, True, 2, True),
+    "3wg": HopperConfig(128, 2, False, False, 3, True),
+    "pp 3wg st3": HopperConfig(128, 3, False, True, 3, True),
+    "pp 3wg tiles": HopperConfig(128, 2, False, True, 3, False),
+    "pp n256 tiles": HopperConfig(256, 2, False, True, 2, False),
+    "n256": HopperConfig(256, 2, False, False, 2, True),
+    "pp n256 st3": HopperConfig(256, 3, False, True, 2, True),
+}
 
 
-def gluon_variants(x, causal):
+def gluon_variants(x, causal, configs=GLUON_VARIANTS):
     """Round 3: each Gluon fp8 configuration, the Triton fp8 kernel, and bf16 ours and cuDNN's; the values and
     a reference output (the Triton fp8 kernel's) for the error column."""
     (q8, dq), (k8, dk), (v8, dv) = (quantize_fp8(t) for t in x)
@@ -73,14 +86,14 @@ def gluon_variants(x, causal):
              "bf16 cudnn": functools.partial(sdpa_cudnn, *x, causal=causal),
              "fp8 triton": functools.partial(flash_attention_fp8, q8, k8, v8, dq, dk, dv, causal=causal, gluon=False),
              "fp8 gluon default": functools.partial(flash_attention_fp8, q8, k8, v8, dq, dk, dv, causal=causal)}
-    for name, config in GLUON_VARIANTS.items():
+    for name, config in configs.items():
         calls[f"fp8 gluon {name}"] = functools.partial(hopper_forward, q8, k8, v8, causal, scale, config,
                                                        descales=(dq, dk, dv), out_dtype=torch.bfloat16)
     return calls, calls["fp8 triton"]()
 
 
 def main(rounds: int = 3, which: str = "tiles") -> None:
-    if which not in ("tiles", "gluon"):
+    if which not in ("tiles", "gluon", "gluon3b"):
         raise SystemExit("fp8_probe.py: 'tiles' or 'gluon'; round 2's loop options were measured at commit "
                          "863d343 (reports/perf-h100/fp8_probe_round2_loop.jsonl) and removed")
     errors = {}
@@ -90,8 +103,9 @@ def main(rounds: int = 3, which: str = "tiles") -> None:
             x = [torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.bfloat16, generator=g)
                  for _ in range(3)]
             flops = 4 * batch * heads * seq * seq * dim * (0.5 if causal else 1.0)
-            if which == "gluon":
-                calls, reference = gluon_variants(x, causal)
+            if which.startswith("gluon"):
+                configs = GLUON_VARIANTS_3B if which == "gluon3b" else GLUON_VARIANTS
+                calls, reference = gluon_variants(x, causal, configs)
                 for name, call in calls.items():
                     try:
                         out = call()
@@ -112,7 +126,7 @@ def main(rounds: int = 3, which: str = "tiles") -> None:
             for name, ms in times.items():
                 med = statistics.median(ms)
                 err = errors.get((name.removeprefix("fp8 "), causal))
-                if which == "gluon" and name.startswith("fp8") and name != "fp8 triton":
+                if which.startswith("gluon"):
                     err = None if err is None else {"vs_fp8_triton": err}
                 print(json.dumps({"variant": name, "B": batch, "H": heads, "N": seq, "D": dim, "causal": causal,
                                   "ms": med, "tflops": flops / (med * 1e-3) / 1e12, "rel_err_vs_oracle": err}),
