@@ -206,7 +206,7 @@ def flash_attention_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, q_
         raise ValueError(reason)
     scale = resolve_scale(sm_scale, head_dim)
     descales = tuple(d.contiguous() for d in (q_descale, k_descale, v_descale))
-    if gluon and tile is None and flash_fwd_hopper.fp8_reason(q8, k8, v8) is None:
+    if gluon and tile is None and flash_fwd_hopper.fp8_reason(q8, k8, v8, causal) is None:
         o, lse = flash_fwd_hopper.hopper_forward(q8, k8, v8, causal, scale, descales=descales, out_dtype=out_dtype)
         return (o, lse) if return_lse else o
     block_m, block_n, warps, stages = tile or TILES[head_dim]
@@ -225,9 +225,8 @@ def flash_attention_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, q_
 
 def fp8_path(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, causal: bool = False) -> str:
     """The kernel :func:`flash_attention_fp8` runs these inputs on with its defaults: 'gluon-ws' (the Gluon
-    kernel of kernels.flash_fwd_hopper) or 'tiled' (this module's), causal or not (the registry's path_of
-    passes ``causal``)."""
-    return "tiled" if flash_fwd_hopper.fp8_reason(q8, k8, v8) else "gluon-ws"
+    kernel of kernels.flash_fwd_hopper) or 'tiled' (this module's)."""
+    return "tiled" if flash_fwd_hopper.fp8_reason(q8, k8, v8, causal) else "gluon-ws"
 
 
 def attention_fp8_unit_descale(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, causal: bool = False,

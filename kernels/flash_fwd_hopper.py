@@ -96,15 +96,20 @@ CONFIGS = {
     (128, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=False, consumers=2, persistent=True),
     (128, True): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=False),
 }
-# fp8 (e4m3) by (head_dim, causal): FlashAttention-3's fp8 structure, two consumers taking turns (ping-pong)
-# with each one's next QKᵀ issued before its softmax (overlap), the exponentials being what binds in fp8
-# (docs/perf-notes.md, "FP8 forward": round 3 measures the variants).
+# fp8 (e4m3) by (head_dim, causal): three consumers taking turns, measured on the H100 (docs/perf-notes.md,
+# "FP8 forward", round 3: reports/perf-h100/fp8_probe_round3_gluon.jsonl and _round3b_gluon.jsonl). Without a
+# mask it was the fastest in both runs but one (D128 in 3b: the same without turns, 1.5% faster); causal at
+# D128, 256-key tiles with two consumers were 1.9% and 3.9% faster, kept aside so that one tile serves the cost
+# model. The exponentials bind in fp8, so more warpgroups taking turns pay more than a consumer's own overlap
+# (which needs a second S tile's registers, and with three consumers spills). Causal at head_dim 64 runs
+# kernels.flash_fwd_fp8's Triton kernel (FP8_PORTABLE); its entry here is for callers that force this kernel.
 FP8_CONFIGS = {
-    (64, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=True),
-    (64, True): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=False),
-    (128, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=True),
-    (128, True): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=False),
+    (head_dim, causal): HopperConfig(block_n=128, stages=2, overlap=False, pingpong=True, consumers=3, persistent=True)
+    for head_dim in HEAD_DIMS for causal in (False, True)
 }
+# Where the Triton fp8 kernel measured faster than every Gluon configuration (the same files): causal at head_dim
+# 64, 460-471 against at most 430-443 TFLOP/s at N 4096.
+FP8_PORTABLE = {(64, True)}
 # Registers per thread of the worker partitions (setmaxnreg) by consumer count: a consumer keeps
 # its S, P and O tiles in registers, the loader warp almost none. The largest that compile without
 # spills (ptxas -v): with two consumers 240; with three, 512 threads share 64K registers.
@@ -154,10 +159,13 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str
     return sm90_reason("forward", HEAD_DIMS, q=q, k=k, v=v)
 
 
-def fp8_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
-    """Why this kernel cannot take these (already checked) e4m3 inputs, or None when it can: as
-    :func:`unsupported_reason`, and V with its keys contiguous (kernels.flash_fwd_fp8.quantize_fp8's
-    ``keys_contiguous``), whose (head_dim, keys) transpose its descriptor reads."""
+def fp8_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> str | None:
+    """Why this kernel does not take these (already checked) e4m3 inputs, or None when it does: as
+    :func:`unsupported_reason`, V with its keys contiguous (kernels.flash_fwd_fp8.quantize_fp8's
+    ``keys_contiguous``), whose (head_dim, keys) transpose its descriptor reads, and not where the Triton
+    fp8 kernel measured faster (:data:`FP8_PORTABLE`)."""
+    if (q.shape[-1], bool(causal)) in FP8_PORTABLE:
+        return f"the Triton fp8 kernel measured faster at head_dim {q.shape[-1]}, causal"
     if v.shape[2] > 1 and v.stride(2) != 1:
         return (f"the Gluon fp8 forward reads V with its keys contiguous (strides {tuple(v.stride())}): "
                 "quantize_fp8(v, keys_contiguous=True) lays it out so")

@@ -16,6 +16,7 @@ from kernels.flash_fwd_fp8 import (
     quantize_fp8,
     unsupported_on,
 )
+from kernels.flash_fwd_hopper import FP8_PORTABLE, hopper_forward
 from kernels.reference import TOLERANCE, attention_oracle, relative_error
 from profiler.measure.runner import run_case
 from profiler.registry import REGISTRY
@@ -52,8 +53,10 @@ def _quantized(batch, heads, kv_heads, seq_q, seq_kv, head_dim, seed=0, scales=(
 @pytest.mark.parametrize("causal", [False, True])
 def test_fp8_forward_matches_the_oracle_on_its_dequantized_inputs(seq_q, seq_kv, head_dim, causal, path):
     (q8, dq), (k8, dk), (v8, dv) = _quantized(2, 4, 2, seq_q, seq_kv, head_dim, path=path)  # GQA: 4 heads on 2
-    assert fp8_path(q8, k8, v8) == path
-    o, lse = flash_attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal, return_lse=True)
+    if path == "gluon-ws":  # the kernel itself, also where the default routes to the Triton one (FP8_PORTABLE)
+        o, lse = hopper_forward(q8, k8, v8, causal, head_dim ** -0.5, descales=(dq, dk, dv), out_dtype=torch.bfloat16)
+    else:
+        o, lse = flash_attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal, return_lse=True, gluon=False)
     ref, ref_lse = attention_oracle(dequantize_fp8(q8, dq), dequantize_fp8(k8, dk), dequantize_fp8(v8, dv),
                                     causal=causal, return_lse=True)
     err = relative_error(o, ref)
@@ -67,7 +70,7 @@ def test_fp8_forward_takes_strided_views(path):
     (q8, dq), (k8, dk), (v8, dv) = _quantized(1, 4, 4, 500, 500, 128, seed=1, path=path)
     views = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q8, k8)]  # BSHD memory, BHSD view
     views.append(v8 if path == "gluon-ws" else v8.transpose(1, 2).contiguous().transpose(1, 2))
-    assert fp8_path(*views) == path
+    assert fp8_path(*views, causal=True) == path
     o = flash_attention_fp8(*views, dq, dk, dv, causal=True)
     ref = attention_oracle(*(dequantize_fp8(t, d) for t, d in ((q8, dq), (k8, dk), (v8, dv))), causal=True)
     assert relative_error(o, ref) <= TOLERANCE["fp8"]
@@ -92,12 +95,23 @@ def test_the_registry_runs_an_fp8_case_and_checks_it():
 
 @pytest.mark.skipif(not SM90, reason="the Gluon kernel needs sm_90")
 @pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_default_routes_keys_contiguous_v_to_the_gluon_kernel(head_dim, causal):
+    """Except where the Triton kernel measured faster (FP8_PORTABLE), and for V in Q's and K's order."""
+    (q8, _), (k8, _), (v8, _) = _quantized(1, 2, 1, 300, 300, head_dim, path="tiled")
+    assert fp8_path(q8, k8, v8, causal) == "tiled"
+    want = "tiled" if (head_dim, causal) in FP8_PORTABLE else "gluon-ws"
+    assert fp8_path(q8, k8, keys_contiguous_layout(v8), causal) == want
+
+
+@pytest.mark.skipif(not SM90, reason="the Gluon kernel needs sm_90")
+@pytest.mark.parametrize("head_dim", [64, 128])
 def test_gluon_and_triton_fp8_agree(head_dim):
     """The two kernels round the same P to e4m3 from nearly the same fp32 scores: their outputs differ by far
     less than either differs from the oracle."""
     (q8, dq), (k8, dk), (v8, dv) = _quantized(2, 8, 2, 1500, 1500, head_dim, seed=4, path="gluon-ws")
     for causal in (False, True):
-        a = flash_attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal)
+        a, _ = hopper_forward(q8, k8, v8, causal, head_dim ** -0.5, descales=(dq, dk, dv), out_dtype=torch.bfloat16)
         b = flash_attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal, gluon=False)
         print(f"fp8 gluon vs triton D{head_dim}{' causal' if causal else ''}: {relative_error(a, b):.2e}")
         assert relative_error(a, b) < 2.0**-7
