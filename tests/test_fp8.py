@@ -93,6 +93,10 @@ def test_the_registry_entry_takes_fp8_forward_only():
 @pytest.mark.parametrize("argv, message", [
     (["capture", "--seq", "256", "--dtype", "fp8", "--impl", "triton_flash_fp8"], "--dtype fp8: fp8 attention needs"),
     (["bench", "--seq", "256", "--dtype", "fp8,bf16", "--mode", "bwd"], "--dtype fp8 runs forward only"),
+    (["bench", "--seq", "256", "--impl", "triton_flash_fp8", "--dtype", "bf16"],
+     "--impl triton_flash_fp8 takes --dtype fp8; got --dtype bf16"),
+    (["capture", "--seq", "256", "--impl", "triton_flash_fp8,triton_flash"],
+     "--impl triton_flash_fp8 takes --dtype fp8; got --dtype"),
 ])
 def test_fp8_on_the_cpu_or_backward_ends_in_one_line(argv, message, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "profiler", *argv, "--out", str(tmp_path / "cap")],

@@ -28,6 +28,7 @@ from profiler.cli.options import (
     add_rep_ms,
     check_cuda_graph,
     check_fp8,
+    check_impl_dtypes,
     impl_list,
     positive_int,
 )
@@ -118,6 +119,7 @@ def run(args) -> int:
         raise UsageError(f"--tokens {args.tokens} is below the longest query length ({max(grid.seqs_q)}): "
                          "batch = tokens // seq_q must be at least 1")
     shapes = grid.shapes()
+    check_impl_dtypes(args.impl or (), grid.dtypes)
     check_fp8(grid.dtypes, grid.modes, args.device)
     timer = check_cuda_graph(args, grid.modes)
     label = device_name(args.device)

@@ -24,6 +24,7 @@ from profiler.cli.options import (
     add_rep_ms,
     check_cuda_graph,
     check_fp8,
+    check_impl_dtypes,
     impl_list,
 )
 from profiler.cli.shapes import Default, ShapeOptions, add_shape_arguments, shape_grid
@@ -78,6 +79,7 @@ def measure_grid(args, shapes: ShapeOptions, kind: str) -> int:
     grid = shape_grid(args, shapes, on_gpu)
     shape_list = grid.shapes()
     impls = [get_impl(n) for n in (args.impl or BUILTIN)]
+    check_impl_dtypes(args.impl or (), grid.dtypes)
     check_fp8(grid.dtypes, grid.modes, args.device)
     timer = check_cuda_graph(args, grid.modes)
     label = device_name(args.device)

@@ -128,6 +128,18 @@ def check_fp8(dtypes, modes, device: str | None = None) -> None:
         raise UsageError(f"--dtype fp8: {reason}")
 
 
+def check_impl_dtypes(names, dtypes) -> None:
+    """Refuse an --impl named on the command line that takes none of the --dtype values asked for (every
+    row of it would be 'unsupported'), e.g. triton_flash_fp8 without --dtype fp8."""
+    from profiler.registry import get_impl
+
+    for name in names:
+        impl = get_impl(name)
+        if not set(impl.dtypes) & set(dtypes):
+            raise UsageError(f"--impl {impl.name} takes --dtype {','.join(impl.dtypes)}; "
+                             f"got --dtype {','.join(dtypes)}")
+
+
 def check_cuda_graph(args, modes) -> dict:
     """Refuse --cuda-graph where it cannot apply; the meta.json entry that records the timer."""
     if not getattr(args, "cuda_graph", False):
