@@ -152,6 +152,7 @@ def test_the_dashboard_opens_the_fp8_capture(monkeypatch):
                                       "--select", "fp8-h100"])
     at = AppTest.from_file(str(ROOT / "dashboards" / "roofline.py"), default_timeout=120).run()
     assert not at.exception
+    assert next(m for m in at.multiselect if m.label == "dtype").value == ["fp8"]  # it opens on what it shows
     for label, value in (("dtype", ["fp8"]), ("head_dim", [128])):
         at = next(m for m in at.multiselect if m.label == label).set_value(value).run()
     assert not at.exception

@@ -23,8 +23,9 @@ LABEL_COLUMNS = ["capture", *Shape.KEY]
 FILTERS = (("Device", "device"), ("dtype", "dtype"), ("head_dim", "head_dim"), ("causal", "causal"),
            ("Mode", "mode"), ("Batch", "batch"), ("Heads", "heads"), ("K/V heads", "kv_heads"),
            ("Query length", "seq_q"), ("Implementation", "impl"), ("Step", "step"))
-# Filters that pick one value at first (so the first view is one shape family), and which.
-PREFERRED = {"dtype": "fp16", "head_dim": 64, "causal": False, "mode": "fwd"}
+# Filters that pick one value at first (so the first view is one shape family), and which; a tuple is an order
+# of preference: a capture made to show fp8 (beside bf16 baselines, without fp16) opens on its fp8 rows.
+PREFERRED = {"dtype": ("fp16", "fp8"), "head_dim": 64, "causal": False, "mode": "fwd"}
 # What Compare names when A and B share no row: a column with no value in both.
 COMPARE_COLUMNS = (("implementation", "impl"), ("batch", "batch"), ("N", "seq_kv"), ("query length", "seq_q"),
                    ("heads", "heads"), ("K/V heads", "kv_heads"), ("head_dim", "head_dim"), ("dtype", "dtype"),
@@ -80,10 +81,10 @@ def sorted_values(values) -> list:
 
 def starting_filters(data: pd.DataFrame, preferred: Mapping[str, object]) -> dict[str, list]:
     """The filters' first values, column by column in ``preferred``'s order (dtype, head_dim, causal,
-    mode): the preferred value where its rows, among those the earlier columns kept, hold every
-    selected capture; else the first value that does; else every value, so that no selected capture
-    opens hidden (a backward-only head_dim 128 capture beside a forward one opens on head_dim 128 and
-    both modes, not on the preferred D64 fwd where it has no rows)."""
+    mode): the preferred value (the first of a tuple of them) where its rows, among those the earlier
+    columns kept, hold every selected capture; else the first value that does; else every value, so
+    that no selected capture opens hidden (a backward-only head_dim 128 capture beside a forward one
+    opens on head_dim 128 and both modes, not on the preferred D64 fwd where it has no rows)."""
     rows, starts = data, {}
     for column, prefer in preferred.items():
         options = sorted_values(rows[column].dropna().unique().tolist())
@@ -91,7 +92,8 @@ def starting_filters(data: pd.DataFrame, preferred: Mapping[str, object]) -> dic
             continue
         wanted = set(rows.capture)
         covers = [v for v in options if set(rows.capture[rows[column] == v]) == wanted]
-        starts[column] = [prefer] if prefer in covers else covers[:1] or options
+        chosen = next((v for v in (prefer if isinstance(prefer, tuple) else (prefer,)) if v in covers), None)
+        starts[column] = [chosen] if chosen is not None else covers[:1] or options
         rows = rows[rows[column].isin(starts[column])]
     return starts
 
@@ -135,7 +137,8 @@ def first_choice(column: str, options: list, starts: Mapping[str, list], preferr
         return starts[column]
     if column not in preferred:
         return options
-    return [preferred[column]] if preferred[column] in options else options[:1]
+    prefer = preferred[column] if isinstance(preferred[column], tuple) else (preferred[column],)
+    return next(([v] for v in prefer if v in options), options[:1])
 
 
 def drawn_meta(captures: Mapping[str, LoadedCapture], data: pd.DataFrame, device: str | None, first: dict) -> dict:
