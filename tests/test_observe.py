@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 
 import profiler
-from profiler.observer.calls import visible_fraction
+from attention_core.shape import Shape
+from profiler.observer.calls import sdpa_call, visible_fraction
 from profiler.observer.hooks import Interceptor
 from profiler.observer.recorder import Recorder, kv_bucket
 from profiler.store import Capture
@@ -150,6 +151,16 @@ def test_decode_calls_group_into_kv_buckets_with_exact_sums(tmp_path):
                                                                   for g in groups.values()])
     assert frame.seq_kv.tolist() == [round(sum(g) / len(g)) for g in groups.values()]
     assert set(frame["mask"]) == {"none"}
+
+
+def test_a_call_is_its_shape_without_the_mask_and_what_only_an_observed_call_has():
+    q, kv = torch.randn(2, 4, 1, 8), torch.randn(2, 2, 12, 8)
+    call = sdpa_call(q, kv, kv, is_causal=True, enable_gqa=True)
+    assert call.shape == Shape(2, 4, 1, 12, 8, "fp32", kv_heads=2)  # causal False, fwd: mask and density say
+    assert (call.api, call.layout, call.mask, call.causal) == ("sdpa", "bhsd", "causal", True)
+    assert call.density == pytest.approx(1 / 12)  # top-left: the one query sees the first key
+    wide = sdpa_call(*(torch.randn(1, 1, 3, 8, dtype=torch.float64),) * 3)
+    assert (wide.shape, wide.dtype) == (None, "float64")  # counted, not modelled
 
 
 # ----------------------------------------------------------------------------- a Hugging Face model
@@ -419,7 +430,7 @@ def test_cuda_events_are_reused_only_on_their_own_device(monkeypatch):
     monkeypatch.setattr(torch._C, "_cuda_getCurrentStream", lambda device: (7, device, 1), raising=False)
     recorder = Recorder("events")
     recorder.POLL_EVERY = 3
-    stats = RowStats(Call("sdpa", 1, 1, 1, 8, 8, 8, "bf16", "bhsd", "none", 1.0), "site", "fwd")
+    stats = RowStats(Call("sdpa", Shape(1, 1, 8, 8, 8, "bf16"), "bhsd", "none", 1.0), "site", "fwd")
     for i in range(40):
         recorder.stop(recorder.start(stats, device=i % 2))
     recorder.finish()

@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from attention_core.shape import Shape
 from profiler.measure.torch_trace import kernels_from_chrome_trace
 from profiler.observer.calls import Call
 from profiler.observer.graphs import ATTENTION_OP
@@ -40,7 +41,7 @@ def replay(kernels: pd.DataFrame, sites: list[str]) -> dict[tuple[str, str], Row
     """A recorder told of each graph run in the trace, as profiler.observer.graphs tells it: the
     forward's rows in layer order, the backward's reversed; then timed from the kernels."""
     recorder = Recorder("trace")
-    call = Call("sdpa", 1, 1, 1, 1, 1, 8, "bf16", "bhsd", "none", 1.0)
+    call = Call("sdpa", Shape(1, 1, 1, 1, 8, "bf16"), "bhsd", "none", 1.0)
     rows = {(site, mode): RowStats(call, site, mode) for site in sites for mode in ("fwd", "bwd")}
     for run in graph_runs(kernels):
         mode = "fwd" if "/fwd/" in run else "bwd"
@@ -123,7 +124,7 @@ def test_compiled_flex_attention_calls_are_timed_by_their_template_kernels():
 def test_a_graph_run_whose_kernels_do_not_match_its_rows_stays_untimed():
     kernels = kernels_from_chrome_trace(DATA / "nanogpt-small.json.gz", ops=ATTENTION_OP)
     recorder = Recorder("trace")
-    call = Call("sdpa", 1, 1, 1, 1, 1, 8, "bf16", "bhsd", "none", 1.0)
+    call = Call("sdpa", Shape(1, 1, 1, 1, 8, "bf16"), "bhsd", "none", 1.0)
     one = RowStats(call, "blocks.0.attn", "fwd")
     run = next(run for run in graph_runs(kernels) if "/fwd/" in run)
     recorder.graph_started(run, [one])  # the graph holds two attention calls; one row cannot take them

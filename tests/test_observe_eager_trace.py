@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from attention_core.shape import Shape
 from profiler.measure.torch_trace import kernels_from_chrome_trace
 from profiler.observer.calls import Call
 from profiler.observer.recorder import Recorder, RowStats
@@ -68,7 +69,7 @@ def test_the_recorder_times_each_call_from_the_trace():
     events = json.load(gzip.open(DATA / "trace.json.gz", "rt"))["traceEvents"]
     names = sorted({e["name"] for e in events if e.get("cat") == "cpu_op" and EAGER.match(e["name"])})
     recorder = Recorder("trace")
-    call = Call("sdpa", 1, 1, 1, 1, 1, 8, "bf16", "bhsd", "none", 1.0)
+    call = Call("sdpa", Shape(1, 1, 1, 1, 8, "bf16"), "bhsd", "none", 1.0)
     rows: dict[tuple[str, str], RowStats] = {}
     for name in sorted(names, key=lambda n: int(n.rsplit("#", 1)[1])):
         found = EAGER.match(name)

@@ -150,7 +150,7 @@ def test_a_new_entry_is_in_every_default_list_and_observed(my_flash):
     # the observer reads its calls as the registry's signature, under its own name
     q = torch.randn(1, 2, 5, 16)
     call = default_targets()[-1].describe(q, q, q, causal=True)
-    assert (call.api, call.batch, call.heads, call.seq_q, call.head_dim) == ("my_flash", 1, 2, 5, 16)
+    assert (call.api, call.shape, call.mask) == ("my_flash", Shape(1, 2, 5, 5, 16, "fp32"), "causal")
 
 
 def test_without_the_entry_the_lists_are_todays():

@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from attention_core.shape import DTYPE_BYTES, Shape
 from profiler.measure.ceilings import TORCH_DTYPES
 
 # The mask kinds a row's ``mask`` column holds.
@@ -36,29 +37,51 @@ DTYPES = {str(dtype): name for name, dtype in TORCH_DTYPES.items()}  # torch.flo
 
 
 class Call(NamedTuple):
-    """One attention call's problem, in BHSD terms (batch folds any extra leading dims)."""
+    """One attention call: its problem as a :class:`Shape` (BHSD; batch folds any extra leading dims) and
+    what only an observed call has: the API called, how q lay in memory, and its mask.
+
+    The shape leaves the mask out (``causal`` False, ``mode`` fwd): ``mask`` and ``density`` say which
+    pairs the call computes, and the recorder charges it in each mode it runs (profiler.observer.recorder).
+    A call in a dtype ``Shape`` does not take has no shape: ``other_dtype`` names it, and the call is
+    counted, not modelled."""
 
     api: str  # sdpa, flex_attention, flash_attn, flash_attn_varlen, fa4
-    batch: int
-    heads: int
-    kv_heads: int
-    seq_q: int
-    seq_kv: int
-    head_dim: int
-    dtype: str  # fp16, bf16, fp32, or torch's name of another dtype (then the call is not modelled)
+    shape: Shape | None  # None: a dtype Shape does not take (other_dtype)
     layout: str  # bhsd, bshd (BHSD view of a BSHD tensor, or a BSHD API), packed (varlen) or strided
     mask: str  # one of MASKS
     density: float  # fraction of Nq×Nkv score pairs computed (module docstring)
     mask_bytes: int = 0  # bytes of an explicit mask tensor (what the kernel reads besides Q, K, V)
     value_head_dim: int | None = None  # v's head dim when it differs from q's (rare; not modelled)
+    other_dtype: str = ""  # torch's name of a dtype Shape does not take (float64, ...), where shape is None
 
     @property
     def causal(self) -> bool:
         return self.mask in ("causal", "causal-br")
 
+    @property
+    def dtype(self) -> str:
+        """fp16, bf16, fp32, fp8, or torch's name of another dtype."""
+        return self.shape.dtype if self.shape is not None else self.other_dtype
+
 
 def dtype_name(dtype) -> str:
     return DTYPES.get(str(dtype), str(dtype).removeprefix("torch."))
+
+
+@functools.lru_cache(maxsize=4096)
+def _unmasked_shape(dtype: str, batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, kv_heads: int
+                    ) -> Shape | None:
+    """A call's :class:`Shape` (the mask left out: Call), or None in a dtype Shape does not take. Cached: a
+    run repeats a few shapes many times, and a Shape checks its fields when it is made."""
+    return Shape(batch, heads, seq_q, seq_kv, head_dim, dtype, kv_heads=kv_heads) if dtype in DTYPE_BYTES else None
+
+
+def _call(api: str, dtype, sizes: tuple[int, ...], layout: str, mask: str, density: float, mask_bytes: int = 0,
+          value_head_dim: int | None = None) -> Call:
+    """A :class:`Call` in torch's ``dtype`` of ``sizes``: (batch, heads, seq_q, seq_kv, head_dim, kv_heads)."""
+    name = dtype_name(dtype)
+    shape = _unmasked_shape(name, *sizes)
+    return Call(api, shape, layout, mask, density, mask_bytes, value_head_dim, "" if shape is not None else name)
 
 
 def layout_of(t) -> str:
@@ -205,8 +228,8 @@ def sdpa_call(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
         mask, density, extra = "causal", causal_density(seq_q, seq_kv, "top-left"), 0
     else:
         mask, density, extra = "none", 1.0, 0
-    return Call("sdpa", batch, heads, kv_heads, seq_q, seq_kv, head_dim, dtype_name(q.dtype), layout_of(q), mask,
-                density, extra, _value_dim(v, head_dim))
+    return _call("sdpa", q.dtype, (batch, heads, seq_q, seq_kv, head_dim, kv_heads), layout_of(q), mask, density,
+                 extra, _value_dim(v, head_dim))
 
 
 def flex_call(query, key, value, score_mod=None, block_mask=None, *args, **kwargs) -> Call:
@@ -217,8 +240,8 @@ def flex_call(query, key, value, score_mod=None, block_mask=None, *args, **kwarg
         mask, density = "none", 1.0
     else:
         mask, density = "block", block_density(block_mask)
-    return Call("flex_attention", batch, heads, kv_heads, seq_q, seq_kv, head_dim, dtype_name(q.dtype),
-                layout_of(q), mask, density, 0, _value_dim(v, head_dim))
+    return _call("flex_attention", q.dtype, (batch, heads, seq_q, seq_kv, head_dim, kv_heads), layout_of(q), mask,
+                 density, 0, _value_dim(v, head_dim))
 
 
 def block_density(block_mask) -> float:
@@ -262,8 +285,8 @@ def flash_attn_call(api: str, q, k, v, *args, causal=False, window_size=(-1, -1)
         density = causal_density(seq_q, seq_kv, "bottom-right")
     else:
         mask, density = "none", 1.0
-    return Call(api, batch, heads, kv_heads, seq_q, seq_kv, head_dim, dtype_name(q.dtype), "bshd", mask, density, 0,
-                _value_dim(v, head_dim, -1))
+    return _call(api, q.dtype, (batch, heads, seq_q, seq_kv, head_dim, kv_heads), "bshd", mask, density, 0,
+                 _value_dim(v, head_dim, -1))
 
 
 def _value_dim(v, head_dim: int, axis: int = -1) -> int | None:
@@ -289,5 +312,5 @@ def flash_attn_varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
             align = "bottom-right" if causal else ""
             kept += n_q * n_k * visible_fraction(n_q, n_k, align, left, 0 if causal and windowed else right)
     mask = "window" if windowed else ("causal-br" if causal else "none")
-    return Call("flash_attn_varlen", 1, heads, kv_heads, total_q, total_kv, head_dim, dtype_name(q.dtype), "packed",
-                mask, kept / (total_q * total_kv) if total_q and total_kv else 1.0, 0, _value_dim(v, head_dim))
+    return _call("flash_attn_varlen", q.dtype, (1, heads, total_q, total_kv, head_dim, kv_heads), "packed", mask,
+                 kept / (total_q * total_kv) if total_q and total_kv else 1.0, 0, _value_dim(v, head_dim))

@@ -25,9 +25,9 @@ import functools
 import math
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from attention_core.shape import DTYPE_BYTES, Shape
+from attention_core.shape import Shape
 from profiler.model.cost import call_cost
 from profiler.observer.calls import Call
 
@@ -43,20 +43,24 @@ def kv_bucket(seq_kv: int) -> int:
     return base + math.ceil((seq_kv - base) / step) * step
 
 
+@functools.lru_cache(maxsize=4096)
+def bucket_shape(shape: Shape) -> Shape:
+    """A decode call's shape with its growing key length at its bucket's upper edge (:func:`kv_bucket`)."""
+    return replace(shape, seq_kv=kv_bucket(shape.seq_kv))
+
+
 @functools.lru_cache(maxsize=8192)
 def cached_cost(call: Call, mode: str) -> tuple[float, float, float]:
     """(FLOPs, HBM bytes, FLOPs without the mask) of one call: profiler.model.cost.call_cost of its
     shape (unmasked: the call's ``density`` and mask bytes carry its mask), cached per call, since a
     run repeats a few calls many times."""
-    shape = Shape(call.batch, call.heads, call.seq_q, call.seq_kv, call.head_dim, call.dtype, False, mode,
-                  call.kv_heads)
-    return call_cost(shape, call.density, call.mask_bytes)
+    return call_cost(call.shape.with_mode(mode), call.density, call.mask_bytes)
 
 
 def modelled(call: Call) -> bool:
     """Whether the cost model takes the call: fp16, bf16 and fp32 (an fp8 call is recorded, not modelled: an
     observed run measures no fp8 ceiling yet, docs/user-guide.md "FP8")."""
-    return call.dtype in DTYPE_BYTES and call.dtype != "fp8"
+    return call.shape is not None and call.dtype != "fp8"
 
 
 @dataclass
@@ -81,9 +85,10 @@ class RowStats:
         self.flops += flops
         self.hbm_bytes += nbytes
         self.full_flops += full
-        self.seq_kv_sum += call.seq_kv
-        self.seq_kv_min = min(self.seq_kv_min, call.seq_kv)
-        self.seq_kv_max = max(self.seq_kv_max, call.seq_kv)
+        seq_kv = call.shape.seq_kv
+        self.seq_kv_sum += seq_kv
+        self.seq_kv_min = min(self.seq_kv_min, seq_kv)
+        self.seq_kv_max = max(self.seq_kv_max, seq_kv)
 
 
 @dataclass
@@ -129,10 +134,10 @@ class Recorder:
             reason = f"{call.api} in {call.dtype}"
             self.unmodelled[reason] = self.unmodelled.get(reason, 0) + 1
             return None
-        growing = call.seq_q < call.seq_kv
-        kv = kv_bucket(call.seq_kv) if growing else call.seq_kv
-        key = (call.api, site, mode, call.batch, call.heads, call.kv_heads, call.seq_q, kv, growing, call.head_dim,
-               call.dtype, call.layout, call.mask)
+        shape = call.shape
+        if shape.seq_q < shape.seq_kv:  # decode with a growing KV cache: one row per Nkv bucket
+            shape = bucket_shape(shape)
+        key = (call.api, site, mode, shape, call.layout, call.mask)
         stats = self.rows.get(key)
         if stats is None:
             stats = self.rows[key] = RowStats(call, site, mode)

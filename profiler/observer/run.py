@@ -16,7 +16,7 @@ import re
 import socket
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from attention_core.shape import ROW_KEY, Shape
+from attention_core.shape import ROW_KEY
 from profiler.measure.distributed import from_env
 from profiler.measure.folder import FolderError
 from profiler.measure.ranges import OBSERVE
@@ -88,8 +88,7 @@ def observed_row(stats: RowStats, roofs: Roofs, untimed_reason: str = "", pendin
     the row is ``untimed`` until :func:`with_times` gives them."""
     call, calls = stats.call, stats.calls
     seq_kv = round(stats.seq_kv_sum / calls)
-    shape = Shape(call.batch, call.heads, call.seq_q, seq_kv, call.head_dim, call.dtype, call.causal, stats.mode,
-                  call.kv_heads)
+    shape = replace(call.shape, seq_kv=seq_kv, causal=call.causal, mode=stats.mode)
     flops, hbm_bytes = stats.flops / calls, stats.hbm_bytes / calls
     timed = len(stats.times_ms)
     will_be = timed + pending  # calls that have, or will have, a time
