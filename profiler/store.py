@@ -132,6 +132,10 @@ ADDED_COLUMNS = {"kv_heads": lambda frame: frame["heads"], "path": lambda frame:
                  "source": lambda frame: "measured", "site": lambda frame: "", "device": lambda frame: ""}
 # Columns only observed rows fill (profiler.observer): empty in rows of other sources and older files.
 OBSERVED_ONLY = ("calls", "total_ms", "median_ms", "mask", "density", "layout", "seq_kv_min", "seq_kv_max", "rank")
+# What makes two observed rows of a capture one call: the row key (its impl the API called) at one site, in one mask
+# and memory layout, on one rank of a torchrun job. profiler.observer.recorder keeps a row per value; the rest of
+# OBSERVED_ONLY is what the row measured.
+OBSERVED_KEY = (*ROW_KEY, "site", "mask", "layout", "rank")
 # Columns added later that older files have no values for: they read as empty.
 LATER_EMPTY = ("roof_fraction_size", "issued_flops")
 

@@ -22,6 +22,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from attention_core.shape import Shape  # noqa: E402
 from profiler.store import Capture  # noqa: E402
 
 # example -> (arguments of the eager run, of the compiled run); the GPU defaults of each example otherwise.
@@ -31,9 +32,9 @@ EXAMPLES = {
     "hf_llama": (["--phases", "prefill,train", "--context", "8192", "--batch", "1"],
                  ["--phases", "prefill,train", "--context", "8192", "--batch", "1", "--compile"]),
 }
-# A call's identity: what the model asked for. K/V heads and the mask can differ between the two runs
-# (transformers passes a mask tensor and expands K/V per query head when compiled), so they are compared.
-KEY = ["site", "mode", "batch", "heads", "seq_q", "seq_kv", "head_dim", "dtype"]
+# A call's identity: what the model asked for, its site and shape. K/V heads and the mask can differ between the two
+# runs (transformers passes a mask tensor and expands K/V per query head when compiled), so they are compared.
+KEY = ["site", *(column for column in Shape.KEY if column not in ("kv_heads", "causal"))]
 
 
 def observe(out: Path, example: str, args: list[str], extra: list[str]) -> Path:

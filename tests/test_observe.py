@@ -20,11 +20,11 @@ import torch
 import torch.nn.functional as F
 
 import profiler
-from attention_core.shape import Shape
+from attention_core.shape import ROW_KEY, Shape
 from profiler.observer.calls import sdpa_call, visible_fraction
 from profiler.observer.hooks import Interceptor
 from profiler.observer.recorder import Recorder, kv_bucket
-from profiler.store import Capture
+from profiler.store import OBSERVED_KEY, OBSERVED_ONLY, Capture
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -161,6 +161,54 @@ def test_a_call_is_its_shape_without_the_mask_and_what_only_an_observed_call_has
     assert call.density == pytest.approx(1 / 12)  # top-left: the one query sees the first key
     wide = sdpa_call(*(torch.randn(1, 1, 3, 8, dtype=torch.float64),) * 3)
     assert (wide.shape, wide.dtype) == (None, "float64")  # counted, not modelled
+
+
+def test_a_column_added_to_shapes_key_is_in_the_observed_key():
+    """store.OBSERVED_KEY is the row key (attention_core.shape.ROW_KEY, from Shape.KEY) and what only observed
+    rows tell apart by: a column Shape's key gains reaches it without another edit."""
+    assert OBSERVED_KEY == (*ROW_KEY, "site", "mask", "layout", "rank") and ROW_KEY == ("impl", "step", *Shape.KEY)
+    assert set(OBSERVED_KEY) - set(ROW_KEY) - {"site"} <= set(OBSERVED_ONLY)
+    grown = subprocess.run([sys.executable, "-c", """
+import importlib.util, sys
+spec = importlib.util.find_spec("attention_core.shape")
+source = spec.loader.get_source(spec.name)
+grown = source.replace('KEY: ClassVar[tuple[str, ...]] = (', 'KEY: ClassVar[tuple[str, ...]] = ("window", ', 1)
+assert grown != source
+module = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = module
+exec(compile(grown, spec.origin, "exec"), module.__dict__)
+from profiler.store import OBSERVED_KEY
+print(",".join(OBSERVED_KEY))
+"""], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert grown.returncode == 0, grown.stderr
+    assert grown.stdout.split() == [",".join((*ROW_KEY[:2], "window", *ROW_KEY[2:], "site", "mask", "layout", "rank"))]
+
+
+def test_the_recorder_keeps_one_row_per_observed_key(tmp_path):
+    """Calls that differ in site, mode, mask, layout or decode bucket make rows of their own; no two rows of the
+    capture share store.OBSERVED_KEY, and each of those columns is needed to tell them apart."""
+    def at_a(q, k, v, **kwargs):
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+    def at_b(q, k, v, **kwargs):
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+    q = torch.randn(1, 2, 8, 8, requires_grad=True)
+    bshd = torch.randn(1, 8, 2, 8).transpose(1, 2)
+    keep = torch.ones(8, 8, dtype=torch.bool)
+    keep[0, 1] = False  # neither every pair nor the causal ones: mask
+    with profiler.observe(out=tmp_path / "run") as run:
+        for _ in range(2):
+            at_a(q, q, q).sum().backward()  # a forward and a backward row
+            at_b(q, q, q)  # another site
+            at_a(q, q, q, attn_mask=keep)  # another mask, not causal either
+            at_a(bshd, bshd, bshd)  # another layout
+        for n in (17, 18, 19, 21):  # decode: 17 to 19 in the bucket up to 20, 21 in the next
+            at_a(q[:, :, :1].detach(), torch.randn(1, 2, n, 8), torch.randn(1, 2, n, 8))
+    frame = Capture(tmp_path / "run").results()
+    assert len(frame) == len(run.recorder.rows) == 7 and not frame.duplicated(list(OBSERVED_KEY)).any()
+    for column in ("site", "mode", "mask", "layout", "seq_kv"):
+        assert frame.duplicated([c for c in OBSERVED_KEY if c != column]).any(), column
 
 
 # ----------------------------------------------------------------------------- a Hugging Face model

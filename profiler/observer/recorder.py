@@ -1,4 +1,5 @@
-"""Observed attention calls, aggregated as they happen: one row per (API, site, shape, mask, mode).
+"""Observed attention calls, aggregated as they happen: one row per (API, site, mode, shape, layout, mask),
+the observed key of the row they make (profiler.store.OBSERVED_KEY; the rank is the process's).
 
 A 1,000-token generate loop makes about 10^5 attention calls, so nothing is kept per call but its
 time (a float, for exact medians and percentiles). Calls whose key length grows call after call
@@ -137,7 +138,7 @@ class Recorder:
         shape = call.shape
         if shape.seq_q < shape.seq_kv:  # decode with a growing KV cache: one row per Nkv bucket
             shape = bucket_shape(shape)
-        key = (call.api, site, mode, shape, call.layout, call.mask)
+        key = (call.api, site, mode, shape, call.layout, call.mask)  # the row's OBSERVED_KEY (module docstring)
         stats = self.rows.get(key)
         if stats is None:
             stats = self.rows[key] = RowStats(call, site, mode)

@@ -2,12 +2,13 @@
 
 ``with observe(out=DIR) as run: ...`` (also ``profiler.observe``) and ``python -m profiler observe
 --out DIR -- script.py ARGS`` (profiler.cli.observe) both come here. The capture folder is an
-ordinary one (profiler.store.Capture): results.parquet holds one row per (API, call site, shape,
-mask, mode) with ``source`` = observed (the columns in :data:`OBSERVED_COLUMNS`), meta.json the
-run's wall time, the GPU's busy time and attention's share of it (``observed``), and with the torch
-profiler on (``trace='torch'``, the default on a GPU) traces/observed.json and kernels.parquet the
-run's kernels. Rows are written when the run ends, also when it raises, and every
-:data:`FLUSH_S` seconds while it runs (atomically: a killed run keeps its last flush).
+ordinary one (profiler.store.Capture): results.parquet holds one row per (API, call site, mode, shape,
+layout, mask: profiler.store.OBSERVED_KEY) with ``source`` = observed (the columns in
+:data:`OBSERVED_COLUMNS`), meta.json the run's wall time, the GPU's busy time and attention's share of
+it (``observed``), and with the torch profiler on (``trace='torch'``, the default on a GPU)
+traces/observed.json and kernels.parquet the run's kernels. Rows are written when the run ends, also
+when it raises, and every :data:`FLUSH_S` seconds while it runs (atomically: a killed run keeps its
+last flush).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class ObservedRun:
 
 
 def observed_row(stats: RowStats, roofs: Roofs, untimed_reason: str = "", pending: int = 0) -> dict:
-    """One results row of an observed (API, site, shape, mask, mode): FLOPs and bytes per call are
+    """One results row of an observed (API, site, mode, shape, layout, mask): FLOPs and bytes per call are
     the means of exact per-call sums; ``time_ms`` is the mean time per timed call, so flops / time_ms
     is the row's rate over its calls (``median_ms`` beside it). A row no clock timed (calls inside
     compiled graphs, profiler.observer.graphs) has status ``untimed`` and ``untimed_reason``. ``pending``

@@ -318,7 +318,8 @@ def compare_figure(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str)
     joined = pd.DataFrame()
     if "site" in ok_a and "site" in ok_b and (ok_a.duplicated(key).any() or ok_b.duplicated(key).any()):
         # Observed runs whose layers (or ranks: summary.rank_sites) make calls of one shape: each site's row
-        # with its own, where the two runs share sites; else by shape, as any two captures.
+        # with its own, where the two runs share sites; else by shape, as any two captures. Not on the whole
+        # store.OBSERVED_KEY: a run that changed its mask tensor or memory layout pairs with the one before.
         sited = [*key, "site"]
         joined = ok_a[[*sited, "time_ms", "tflops"]].drop_duplicates(sited).merge(
             ok_b[[*sited, "time_ms", "tflops"]].drop_duplicates(sited), on=sited,
