@@ -350,6 +350,21 @@ def test_calls_in_an_unsupported_dtype_are_counted_not_modelled():
     assert recorder.calls == 0 and recorder.unmodelled == {"sdpa in float64": 1}
 
 
+def test_a_call_that_is_no_shape_runs_and_is_counted():
+    """An empty batch makes no Shape (batch must be positive): the call runs as unobserved and is counted, as
+    arguments the observer cannot read are (it used to raise the Shape's error inside the user's call)."""
+    recorder = Recorder("cpu")
+    interceptor = Interceptor(recorder)
+    interceptor.install()
+    try:
+        q = torch.randn(0, 1, 3, 8)
+        out = F.scaled_dot_product_attention(q, q, q)
+    finally:
+        interceptor.remove()
+    assert out.shape == (0, 1, 3, 8) and recorder.calls == 0
+    assert recorder.unmodelled == {"sdpa (ValueError: batch must be a positive integer, got 0)": 1}
+
+
 # ----------------------------------------------------------------------------- the command
 
 

@@ -344,6 +344,16 @@ def test_the_sentences_of_a_gpu_run_and_of_a_run_that_did_not_finish():
     assert savings_sentence(rows) == "sdpa_math would save 5.0 ms of attention (the run's time was not recorded)"
 
 
+def test_every_shipped_observed_capture_has_one_row_per_observed_key():
+    from profiler.store import OBSERVED_KEY
+
+    folders = sorted((ROOT / "reports").glob("observed-*")) + sorted((ROOT / "tests" / "data").glob("observe-*"))
+    frames = [Capture(f).results() for f in folders if Capture(f).results_path.exists()]
+    observed = [rows for rows in (f[f["source"] == "observed"] for f in frames) if len(rows)]
+    assert len(observed) >= 9
+    assert not any(rows.duplicated(list(OBSERVED_KEY)).any() for rows in observed)
+
+
 def test_compare_keeps_each_ranks_and_sites_calls_apart():
     """Two ranks (torchrun) whose layers make calls of one shape: Compare joins each rank's and each site's
     row with its own, never one rank's for both (rows of equal key but another site or rank are kept)."""
