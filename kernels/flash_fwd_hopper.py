@@ -526,26 +526,28 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
                    descales: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
                    out_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The Gluon forward on inputs :func:`unsupported_reason` (or, in fp8, :func:`fp8_reason`) accepts.
-    Returns o (B, H, Nq, D) in q's dtype (``out_dtype`` for fp8) and lse (B, H, Nq) fp32, natural log, as
-    kernels.flash_fwd.flash_attention_forward. ``config`` overrides :data:`CONFIGS` (:data:`FP8_CONFIGS`)
-    and ``schedule`` the tile order of :func:`kernels.tile_schedule.plan` (for sweeps). ``layout``: q, k,
-    v's _launch.layout_key, where the caller has it; with the defaults, a call of a layout seen before
-    reuses its launch plan and compiled kernel (:data:`_LAUNCHES`), leaving out most of the host time of a
-    launch. ``descales``: fp8's (q_descale (B, H), k_descale (B, H_kv), v_descale (B, H_kv)), fp32 and
-    contiguous, as kernels.flash_fwd_fp8.flash_attention_fp8 takes them."""
+    Returns o (B, H, Nq, D) in q's dtype (for fp8 ``out_dtype``, bf16 by default) and lse (B, H, Nq)
+    fp32, natural log, as kernels.flash_fwd.flash_attention_forward. ``config`` overrides :data:`CONFIGS`
+    (:data:`FP8_CONFIGS`) and ``schedule`` the tile order of :func:`kernels.tile_schedule.plan` (for
+    sweeps). ``layout``: q, k, v's _launch.layout_key, where the caller has it; with the defaults, a call
+    of a layout seen before reuses its launch plan and compiled kernel (:data:`_LAUNCHES`), leaving out
+    most of the host time of a launch. ``descales``: fp8's (q_descale (B, H), k_descale (B, H_kv),
+    v_descale (B, H_kv)), fp32 and contiguous, as kernels.flash_fwd_fp8.flash_attention_fp8 takes them."""
     fp8 = q.dtype == FP8
     if fp8 != (descales is not None):
         raise ValueError("hopper_forward takes descales with e4m3 inputs, and only with them")
     layout = None if config is not None or schedule is not None or not _LAUNCHES.enabled else (
         layout or layout_key(q, k, v, *(descales or ())))
-    key = None if layout is None else (layout, bool(causal))  # None: nothing kept, nothing reused
+    out_dtype = (out_dtype or torch.bfloat16) if fp8 else None
+    # None: nothing kept, nothing reused; O's dtype is fp8's only free choice the layout does not fix
+    key = None if layout is None else (layout, bool(causal), out_dtype)
     plan = _PLANS.get(key) if key is not None else None
     if plan is None:
         plan = _launch_plan(q, k, v, causal, config, schedule)
         if key is not None:
             _PLANS.keep(key, plan)
     grid, ints, constexprs, block_n = plan
-    o = empty_in_layout(q, out_dtype if fp8 else None)
+    o = empty_in_layout(q, out_dtype)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     q_desc, k_desc, v_desc = descriptors(q, k, v, block_n)
     _LAUNCHES(key, grid, (q_desc, k_desc, v_desc, o, *o.stride()[:3], lse, *(descales or (None, None, None)),

@@ -128,3 +128,14 @@ def test_v_with_its_keys_contiguous_gives_the_same_output(head_dim):
         a = flash_attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal)
         b = flash_attention_fp8(q8, k8, vt, dq, dk, dv, causal=causal, gluon=False)
         assert relative_error(a, b) < 1e-6
+
+
+@pytest.mark.skipif(not SM90, reason="the Gluon kernel needs sm_90")
+def test_one_layout_in_two_output_dtypes():
+    """The launch cache keys on the output dtype too: the same inputs asked for bf16, then fp16, then bf16 again
+    come back in each dtype and right (a cached bf16 launch replayed with an fp16 output would write garbage)."""
+    (q8, dq), (k8, dk), (v8, dv) = _quantized(1, 4, 2, 512, 512, 128, seed=5, path="gluon-ws")
+    ref = attention_oracle(*(dequantize_fp8(t, d) for t, d in ((q8, dq), (k8, dk), (v8, dv))))
+    for out_dtype in (torch.bfloat16, torch.float16, torch.bfloat16):
+        o = flash_attention_fp8(q8, k8, v8, dq, dk, dv, out_dtype=out_dtype)
+        assert o.dtype == out_dtype and relative_error(o, ref) <= TOLERANCE["fp8"]
