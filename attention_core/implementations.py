@@ -36,8 +36,9 @@ BENCH, BENCH_CPU, VALIDATE = "bench", "bench_cpu", "validate"
 DEFAULT_LISTS = (BENCH, BENCH_CPU, VALIDATE)
 # How an intercepted function takes its arguments (Impl.observes_signature; profiler.observer.hooks
 # reads each): "bhsd" as every registry fn does, "flash_attn" as flash_attn_func does (BSHD,
-# causal=, softmax_scale=).
-SIGNATURES = ("bhsd", "flash_attn")
+# causal=, softmax_scale=), "fp8" as kernels.flash_fwd_fp8.flash_attention_fp8 does (BHSD e4m3 q, k, v, then
+# their three descales).
+SIGNATURES = ("bhsd", "flash_attn", "fp8")
 # The attribute profiler.observer.hooks sets on the wrapper it binds in place of an intercepted function.
 OBSERVED_WRAPPER = "__attention_roofline_wrapped__"
 
@@ -360,6 +361,7 @@ REGISTRY: dict[str, Impl] = {
             supports_backward=False, needs_cuda=True, is_triton=True, dtypes=("fp8",), head_dims=FP8_HEAD_DIMS,
             path_of="kernels.flash_fwd_fp8:fp8_path",
             color="#0b3d91", unsupported_here="kernels.flash_fwd_fp8:unsupported_on",
+            observes="kernels.flash_fwd_fp8:flash_attention_fp8", observes_signature="fp8",
         ),
         Impl(
             "sdpa_flash", "kernels.sdpa:sdpa_flash", "PyTorch SDPA, FlashAttention-2 backend",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,41 @@ def test_the_what_if_names_the_exp_roof_for_fp8_on_another_gpu():
     hover = [str(h) for t in fig.data if t.name == "triton_flash_fp8" for h in t.hovertext]
     assert hover and all("binding ceiling: exp (SFU), no overlap" in h for h in hover)
     assert {"exp ceiling D64 fwd (no overlap)", "exp ceiling D128 fwd (no overlap)"} <= {t.name for t in fig.data}
+
+
+def test_observe_intercepts_our_fp8_kernel_and_reads_its_arguments():
+    """flash_attention_fp8 is one of observe's targets (the registry entry's ``observes``), read as e4m3 BHSD
+    q, k, v, their descales, then causal: a call's shape is worked out here from the tensors."""
+    from profiler.observer.hooks import READERS, default_targets
+
+    target = next(t for t in default_targets() if t.api == "triton_flash_fp8")
+    assert (target.module, target.attr) == ("kernels.flash_fwd_fp8", "flash_attention_fp8")
+    q8 = torch.randn(2, 8, 300, 128).to(torch.float8_e4m3fn)
+    k8 = torch.randn(2, 2, 500, 128).to(torch.float8_e4m3fn)
+    ones = torch.ones(2, 8), torch.ones(2, 2), torch.ones(2, 2)
+    call = READERS["fp8"]("triton_flash_fp8")(q8, k8, k8, *ones, causal=True)
+    assert call.api == "triton_flash_fp8" and call.dtype == "fp8" and call.mask == "causal"
+    assert call.shape == Shape(2, 8, 300, 500, 128, dtype="fp8", kv_heads=2)
+    assert call == READERS["fp8"]("triton_flash_fp8")(q8, k8, k8, *ones, True)  # causal by position too
+
+
+def test_the_recorder_models_fp8_calls_where_the_run_measured_fp8_roofs():
+    """Where the GPU has fp8 tensor cores the run measures the fp8 matmul and models fp8 calls (FLOPs as any
+    dtype's, bytes at one per element plus the descales); elsewhere it counts them as not modelled."""
+    from attention_core.implementations import FLOAT_DTYPES
+    from profiler.model.cost import call_cost
+    from profiler.observer.hooks import READERS
+    from profiler.observer.recorder import Recorder
+
+    q8 = torch.randn(1, 4, 256, 64).to(torch.float8_e4m3fn)
+    call = READERS["fp8"]("triton_flash_fp8")(q8, q8, q8, None, None, None)
+    with_fp8 = Recorder("cpu", FLOAT_DTYPES + ("fp8",))
+    row = with_fp8.row_for(call, "model.py:10", "fwd")
+    flops, hbm, _ = call_cost(call.shape, call.density, call.mask_bytes)
+    assert flops == 4 * 1 * 4 * 256 * 256 * 64
+    bf16 = call_cost(replace(call.shape, dtype="bf16"), call.density, call.mask_bytes)[1]
+    assert hbm < bf16  # e4m3 in, bf16 out: fewer bytes than all of it in bf16
+    assert row.flops == flops and row.hbm_bytes == hbm
+    without = Recorder("cpu")
+    assert without.row_for(call, "model.py:10", "fwd") is None
+    assert without.unmodelled == {"triton_flash_fp8 in fp8": 1}

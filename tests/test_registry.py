@@ -143,7 +143,8 @@ def test_a_new_entry_is_in_every_default_list_and_observed(my_flash):
                                                             "my_flash"]
     assert ncu_driver.build_parser().parse_args([]).impl == "naive,triton_flash,sdpa_flash,sdpa_cudnn,my_flash"
     observed = [(t.api, t.module, t.attr) for t in default_targets()]
-    assert observed[-3:] == [("triton_flash", "kernels.flash_attention", "flash_attention"),
+    assert observed[-4:] == [("triton_flash", "kernels.flash_attention", "flash_attention"),
+                             ("triton_flash_fp8", "kernels.flash_fwd_fp8", "flash_attention_fp8"),
                              ("fa4", "flash_attn.cute", "flash_attn_func"),
                              ("my_flash", "kernels.flash_attention", "flash_attention")]
     assert style.impl_color("my_flash") == "#7b4173"

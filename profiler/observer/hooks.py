@@ -69,6 +69,14 @@ def _bhsd(api):
     return read
 
 
+def _fp8(api):
+    """kernels.flash_fwd_fp8.flash_attention_fp8's signature: e4m3 q, k, v (BHSD), their descales, then causal
+    (top-left, as SDPA's); the descales change no cost the model charges but their bytes, which it counts."""
+    def read(q8, k8, v8, q_descale=None, k_descale=None, v_descale=None, causal=False, *args, **kwargs):
+        return describe.sdpa_call(q8, k8, v8, is_causal=causal)._replace(api=api)
+    return read
+
+
 # The APIs that are not a registry implementation: each call is recorded under its API's name.
 API_TARGETS = (
     Target("sdpa", "torch.nn.functional", "scaled_dot_product_attention", describe.sdpa_call),
@@ -76,7 +84,7 @@ API_TARGETS = (
     Target("flash_attn", "flash_attn", "flash_attn_func", _flash_attn("flash_attn")),
     Target("flash_attn_varlen", "flash_attn", "flash_attn_varlen_func", describe.flash_attn_varlen_call),
 )
-READERS = {"bhsd": _bhsd, "flash_attn": _flash_attn}  # attention_core.implementations.SIGNATURES
+READERS = {"bhsd": _bhsd, "flash_attn": _flash_attn, "fp8": _fp8}  # attention_core.implementations.SIGNATURES
 
 
 def default_targets() -> tuple[Target, ...]:

@@ -28,6 +28,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 
+from attention_core.implementations import FLOAT_DTYPES
 from attention_core.shape import Shape
 from profiler.model.cost import call_cost
 from profiler.observer.calls import Call
@@ -58,10 +59,10 @@ def cached_cost(call: Call, mode: str) -> tuple[float, float, float]:
     return call_cost(call.shape.with_mode(mode), call.density, call.mask_bytes)
 
 
-def modelled(call: Call) -> bool:
-    """Whether the cost model takes the call: fp16, bf16 and fp32 (an fp8 call is recorded, not modelled: an
-    observed run measures no fp8 ceiling yet, docs/user-guide.md "FP8")."""
-    return call.shape is not None and call.dtype != "fp8"
+def modelled(call: Call, dtypes=FLOAT_DTYPES) -> bool:
+    """Whether the cost model takes the call: a shape it can read, in one of ``dtypes``, those the run measured
+    roofs for (fp8 where the GPU has fp8 tensor cores: profiler.observer.run)."""
+    return call.shape is not None and call.dtype in dtypes
 
 
 @dataclass
@@ -107,10 +108,11 @@ class Recorder:
 
     POLL_EVERY = 64  # CUDA events read back once this many are waiting
 
-    def __init__(self, clock: str):
+    def __init__(self, clock: str, dtypes=FLOAT_DTYPES):
         if clock not in ("cpu", "events", "trace", "nsys"):
             raise ValueError(f"clock '{clock}' is not one of cpu, events, trace, nsys")
         self.clock = clock
+        self.dtypes = tuple(dtypes)  # the dtypes the run has roofs for: calls in others are counted, not modelled
         self.rows: dict[tuple, RowStats] = {}
         self.unmodelled: dict[str, int] = {}  # reason -> calls
         self.pending: deque[Pending] = deque()
@@ -131,7 +133,7 @@ class Recorder:
         self.unmodelled[reason] = self.unmodelled.get(reason, 0) + 1
 
     def row_for(self, call: Call, site: str, mode: str) -> RowStats | None:
-        if not modelled(call):
+        if not modelled(call, self.dtypes):
             reason = f"{call.api} in {call.dtype}"
             self.unmodelled[reason] = self.unmodelled.get(reason, 0) + 1
             return None

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from attention_core.implementations import FLOAT_DTYPES
 from attention_core.shape import ROW_KEY
 from profiler.measure.distributed import from_env
 from profiler.measure.folder import FolderError
@@ -167,6 +168,8 @@ def observe(out: str | Path, trace: str | None = None, device: str | None = None
     if trace == "nsys" and not cuda:
         raise ValueError("trace 'nsys' needs a GPU: Nsight Systems times CUDA kernels")
     dtypes = ("fp16", "bf16", "fp32") if cuda else ("fp32",)
+    if cuda and _has_fp8(device):
+        dtypes += ("fp8",)  # calls of our fp8 kernel are modelled against the measured fp8 matmul and the exp roof
     run_meta = {"observed": {"command": command, "trace": trace}, **(meta or {})}
     try:
         out, roofs, stored_meta = _open(link, Path(out), device, dtypes, run_meta, status)
@@ -178,7 +181,7 @@ def observe(out: str | Path, trace: str | None = None, device: str | None = None
         raise
     # calls on CPU tensors: cpu, whatever the trace
     clock = {"torch": "trace", "nsys": "nsys"}.get(trace, "events") if cuda else "cpu"
-    recorder = Recorder(clock)
+    recorder = Recorder(clock, FLOAT_DTYPES + (("fp8",) if "fp8" in dtypes else ()))
     run = ObservedRun(out, trace, device, roofs, recorder, Interceptor(recorder), GraphObserver(recorder),
                       stored_meta, link=link)
     profile = None
@@ -211,6 +214,14 @@ def observe(out: str | Path, trace: str | None = None, device: str | None = None
         if profile is not None:
             profile.__exit__(None, None, None)
         _finish(run, profile, compiled_graphs() - compiled_before - recorder.compiled_inside)
+
+
+def _has_fp8(device: torch.device) -> bool:
+    """Whether fp8 attention runs here (kernels.flash_fwd_fp8.unsupported_on): then the run measures the fp8
+    matmul too (a second or two more at the start, once per ceilings cache)."""
+    from kernels.flash_fwd_fp8 import unsupported_on
+
+    return unsupported_on(device) is None
 
 
 def _open(link: RankLink | None, out: Path, device: torch.device, dtypes, run_meta: dict, status
