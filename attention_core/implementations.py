@@ -354,7 +354,7 @@ REGISTRY: dict[str, Impl] = {
         Impl(
             "triton_flash_fp8", "kernels.flash_fwd_fp8:attention_fp8_unit_descale",
             "FlashAttention forward in fp8 (ours): e4m3 Q, K, V with descales, P rounded to e4m3, bf16 out; "
-            "Gluon on sm_90, Triton elsewhere",
+            "Gluon on sm_90 (V keys-contiguous, not causal at head_dim 64), Triton otherwise",
             Costing("fused", _fp8_tiles, source="kernels/flash_fwd_fp8.py's TILES; on sm_90 the Gluon kernel of "
                     "kernels/flash_fwd_hopper.py with its FP8_CONFIGS (path gluon-ws)",
                     fast_path="gluon-ws", fast_fwd_tile=_gluon_forward_tile),

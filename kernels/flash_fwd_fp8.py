@@ -16,7 +16,10 @@ fp32) with the two matmuls in fp8, as FlashAttention-3 runs them on Hopper (Shah
 On sm_90 Triton lowers both dots to fp8 wgmma (twice bf16's rate: 1,979 against 989 dense TFLOP/s on an
 H100 SXM, NVIDIA's datasheet). fp8 tensor cores exist from compute capability 8.9, but the tiles are sm_90's;
 the CPU interpreter cannot run an fp8 dot, so this kernel runs on a Hopper GPU or later only
-(:func:`unsupported_on` says why not).
+(:func:`unsupported_on` says why not). On sm_90, :func:`flash_attention_fp8` hands inputs with V's keys contiguous
+to the Gluon kernel of kernels/flash_fwd_hopper.py (its ``FP8`` path: warpgroups taking turns, one's
+exponentials under another's matmuls), except causal head_dim 64, where this one measured faster; :func:`fp8_path`
+says which runs.
 Pointer arithmetic only (triton 3.9 removed ``tl.make_block_ptr``).
 """
 
@@ -31,6 +34,7 @@ import triton.language as tl
 from kernels import flash_fwd_hopper
 from kernels._autotune import LN2_C, LOG2E
 from kernels._checks import check_qkv, resolve_scale
+from kernels._layout import empty_in_layout
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0  # largest finite e4m3fn value (OCP 8-bit floating point specification, E4M3)
@@ -210,7 +214,7 @@ def flash_attention_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, q_
         o, lse = flash_fwd_hopper.hopper_forward(q8, k8, v8, causal, scale, descales=descales, out_dtype=out_dtype)
         return (o, lse) if return_lse else o
     block_m, block_n, warps, stages = tile or TILES[head_dim]
-    o = torch.empty((batch, heads, seq_q, head_dim), device=q8.device, dtype=out_dtype)
+    o = empty_in_layout(q8, out_dtype)  # in q's memory order, as the Gluon kernel writes it
     lse = torch.empty((batch, heads, seq_q), device=q8.device, dtype=torch.float32)
     grid = (triton.cdiv(seq_q, block_m), batch * heads)
     _attn_fwd_fp8[grid](

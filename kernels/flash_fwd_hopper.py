@@ -35,6 +35,13 @@ a tile never reads across a sequence, head or batch: rows of a ragged last block
 fill, their scores masked and their outputs never stored. O is written in q's memory order. Everything else takes
 kernels.flash_fwd's portable kernel (see :func:`unsupported_reason`). The interpreter cannot run
 Gluon, so the CPU tests run the portable kernel; tests/gpu runs this one against the fp64 oracle.
+
+fp8 (``FP8``, kernels.flash_fwd_fp8.flash_attention_fp8 routes here on sm_90: :func:`fp8_reason`): e4m3 Q,
+K, V with an fp32 descale per (batch, head) each, V with its keys contiguous (its descriptor is over the
+(head_dim, keys) transpose: an 8-bit wgmma reads B K-major only), P rounded to e4m3 as PV's register
+operand, a bf16 (or fp16) output; :data:`FP8_CONFIGS`. One kernel serves both: with ``FP8`` off the bf16
+kernels compile to the same SASS as before it existed (scripts/perf_experiments/gluon_sass_dump.py).
+Other fp8 inputs, and causal head_dim 64 (:data:`FP8_PORTABLE`), take kernels.flash_fwd_fp8's Triton kernel.
 """
 
 from __future__ import annotations
@@ -98,17 +105,19 @@ CONFIGS = {
 }
 # fp8 (e4m3) by (head_dim, causal): three consumers taking turns, measured on the H100 (docs/perf-notes.md,
 # "FP8 forward", round 3: reports/perf-h100/fp8_probe_round3_gluon.jsonl and _round3b_gluon.jsonl). Without a
-# mask it was the fastest in both runs but one (D128 in 3b: the same without turns, 1.5% faster); causal at
-# D128, 256-key tiles with two consumers were 1.9% and 3.9% faster, kept aside so that one tile serves the cost
-# model. The exponentials bind in fp8, so more warpgroups taking turns pay more than a consumer's own overlap
-# (which needs a second S tile's registers, and with three consumers spills). Causal at head_dim 64 runs
-# kernels.flash_fwd_fp8's Triton kernel (FP8_PORTABLE); its entry here is for callers that force this kernel.
+# mask it was the fastest in round 3a; in 3b two variants were 0.3-1.5% faster at D128 (three stages; no turns).
+# Causal at D128, 256-key tiles with two consumers were 2.0% (3a) and 1.9% (3b) faster, 4.0% with three stages,
+# kept aside so that one tile serves the cost model. The exponentials bind in fp8, so more warpgroups taking
+# turns pay more than a consumer's own overlap (which needs a second S tile's registers, and with three
+# consumers spills). Causal at head_dim 64 runs kernels.flash_fwd_fp8's Triton kernel (FP8_PORTABLE); its entry
+# here is for callers that force this kernel.
 FP8_CONFIGS = {
     (head_dim, causal): HopperConfig(block_n=128, stages=2, overlap=False, pingpong=True, consumers=3, persistent=True)
     for head_dim in HEAD_DIMS for causal in (False, True)
 }
 # Where the Triton fp8 kernel measured faster than every Gluon configuration (the same files): causal at head_dim
-# 64, 460-471 against at most 430-443 TFLOP/s at N 4096.
+# 64, 460-471 against at most 430-443 TFLOP/s, measured at N 4096 only (the capture, reports/fp8-h100, ran it on
+# the Triton kernel at every N and so does not compare the two).
 FP8_PORTABLE = {(64, True)}
 # Registers per thread of the worker partitions (setmaxnreg) by consumer count: a consumer keeps
 # its S, P and O tiles in registers, the loader warp almost none. The largest that compile without
@@ -272,7 +281,7 @@ def _pv_operand(v_smem, slot, FP8: gl.constexpr):
     """V's tile in ``slot`` as PV's B operand (keys, head_dim): stored so, or with ``FP8`` stored as its
     (head_dim, keys) transpose and viewed back."""
     if FP8:
-        operand = v_smem.index(slot).permute((1, 0))
+        operand = v_smem.index(slot).permute((1, 0))  # (HEAD_DIM, BLOCK_N) seen as (BLOCK_N, HEAD_DIM)
     else:
         operand = v_smem.index(slot)
     return operand
@@ -444,7 +453,7 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
     # V_LAYOUT); fp8's V tiles are (head_dim, keys) (_consumer_partition says why).
     q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, SPLIT_M, HEAD_DIM], Q_LAYOUT)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], KV_LAYOUT)
-    if FP8:
+    if FP8:  # each stage (HEAD_DIM, BLOCK_N), keys contiguous
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, HEAD_DIM, BLOCK_N], V_LAYOUT)
     else:
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], V_LAYOUT)
@@ -537,7 +546,7 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     if fp8 != (descales is not None):
         raise ValueError("hopper_forward takes descales with e4m3 inputs, and only with them")
     layout = None if config is not None or schedule is not None or not _LAUNCHES.enabled else (
-        layout or layout_key(q, k, v, *(descales or ())))
+        layout_key(q, k, v, *descales) if fp8 else layout or layout_key(q, k, v))  # fp8: the descales' too
     out_dtype = (out_dtype or torch.bfloat16) if fp8 else None
     # None: nothing kept, nothing reused; O's dtype is fp8's only free choice the layout does not fix
     key = None if layout is None else (layout, bool(causal), out_dtype)

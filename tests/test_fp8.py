@@ -96,10 +96,12 @@ def test_the_registry_entry_takes_fp8_forward_only():
     (["bench", "--seq", "256", "--dtype", "fp8,bf16", "--mode", "bwd"], "--dtype fp8 runs forward only"),
     (["bench", "--seq", "256", "--impl", "triton_flash_fp8", "--dtype", "bf16"],
      "--impl triton_flash_fp8 takes --dtype fp8; got --dtype bf16"),
-    (["capture", "--seq", "256", "--impl", "triton_flash_fp8,triton_flash"],
-     "--impl triton_flash_fp8 takes --dtype fp8; got --dtype"),
+    (["capture", "--seq", "256", "--impl", "triton_flash_fp8,sdpa_cudnn", "--dtype", "fp32"],
+     "--impl triton_flash_fp8 takes --dtype fp8; --impl sdpa_cudnn takes --dtype fp16,bf16; got --dtype fp32"),
+    (["capture", "--seq", "256", "--impl", "all", "--dtype", "fp8"], "--dtype fp8: fp8 attention needs"),
 ])
 def test_fp8_on_the_cpu_or_backward_ends_in_one_line(argv, message, tmp_path):
+    """(``--impl all`` with fp8 reaches the device check: 'all' is never refused for the dtypes of its parts.)"""
     proc = subprocess.run([sys.executable, "-m", "profiler", *argv, "--out", str(tmp_path / "cap")],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 2 and message in proc.stderr
@@ -248,3 +250,45 @@ def test_the_recorder_models_fp8_calls_where_the_run_measured_fp8_roofs():
     without = Recorder("cpu")
     assert without.row_for(call, "model.py:10", "fwd") is None
     assert without.unmodelled == {"triton_flash_fp8 in fp8": 1}
+
+
+def test_the_gluon_fp8_tile_is_the_cost_models():
+    """Rows whose path is gluon-ws are costed with the tile FP8_CONFIGS runs (one for causal and not), the Triton
+    kernel's rows with its TILES."""
+    from kernels import flash_fwd_hopper
+    from kernels.flash_fwd_fp8 import TILES
+
+    for head_dim in (64, 128):
+        tiles = {(c.block_m, c.block_n) for (d, _), c in flash_fwd_hopper.FP8_CONFIGS.items() if d == head_dim}
+        assert tiles == {flash_fwd_hopper.forward_tile(head_dim, "fp8")} == {(192, 128)}
+        costing = REGISTRY["triton_flash_fp8"].costing
+        assert costing.tiles_for(head_dim, "fp8", "gluon-ws").fwd == (192, 128)
+        assert costing.tiles_for(head_dim, "fp8", "tiled").fwd == TILES[head_dim][:2]
+
+
+def test_why_the_gluon_fp8_kernel_does_not_take_inputs():
+    """Causal head_dim 64 goes to the Triton kernel before anything else is asked; then V must have its keys
+    contiguous; then the Gluon conditions (here: the interpreter is on, or this triton's Gluon differs), as
+    the bf16 forward's."""
+    from kernels.flash_fwd_fp8 import keys_contiguous_layout
+    from kernels.flash_fwd_hopper import fp8_reason
+    from kernels.hopper_common import sm90_reason
+
+    q = torch.randn(1, 2, 100, 64).to(FP8)
+    assert fp8_reason(q, q, q, causal=True).startswith("the Triton fp8 kernel measured faster at head_dim 64")
+    assert "keys contiguous" in fp8_reason(q, q, q)
+    assert fp8_reason(q, q, keys_contiguous_layout(q)) == sm90_reason("fp8 forward", (64, 128), (FP8,), q=q)
+
+
+@pytest.mark.parametrize("seq", [1, 77, 128])
+def test_keys_contiguous_v_has_a_tma_descriptor_at_any_length(seq):
+    """Each head_dim row of the keys-contiguous V is padded to 16 bytes, so its transpose is TMA-readable
+    (16-byte strides) at any N, and the values are V's."""
+    from kernels.flash_fwd_fp8 import keys_contiguous_layout
+    from kernels.hopper_common import tma_layout_reason
+
+    v = torch.randn(2, 3, seq, 64).to(FP8)
+    vt = keys_contiguous_layout(v)
+    assert vt.stride(2) == 1 and vt.stride(3) == -(-seq // 16) * 16
+    assert tma_layout_reason(vt.transpose(2, 3)) is None
+    assert torch.equal(vt.float(), v.float())

@@ -218,3 +218,15 @@ def test_why_a_and_b_share_nothing():
     assert selection.why_none_shared(a, b, rows_a, rows_b, frame_a, frame_b, chosen) == (
         "under the filters B (bench-h100-gluon-bwd-d128) has no rows: no rows with head_dim 64 (it has 128); "
         "mode fwd (it has bwd)")
+
+
+def test_a_preferred_tuple_opens_on_its_first_value_every_capture_has():
+    """PREFERRED's dtype is an order: fp16 where every capture has it, else fp8 (an fp8 capture beside bf16
+    baselines opens on what it was made to show), else the first value that covers every capture."""
+    def data(dtypes):
+        return pd.DataFrame({"capture": "c", "dtype": dtypes, "head_dim": 64, "causal": False, "mode": "fwd"})
+
+    assert selection.starting_filters(data(["bf16", "fp8"]), selection.PREFERRED)["dtype"] == ["fp8"]
+    assert selection.starting_filters(data(["fp16", "fp8"]), selection.PREFERRED)["dtype"] == ["fp16"]
+    assert selection.starting_filters(data(["bf16", "fp32"]), selection.PREFERRED)["dtype"] == ["bf16"]
+    assert selection.first_choice("dtype", ["bf16", "fp8"], {}, selection.PREFERRED) == ["fp8"]

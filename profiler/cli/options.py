@@ -60,13 +60,18 @@ def causal_list(text: str) -> list[bool]:
     return options[text.lower()]
 
 
+class Everything(list):
+    """``--impl all``: every built-in implementation, whichever dtypes each takes (:func:`check_impl_dtypes`
+    refuses only names typed one by one)."""
+
+
 def impl_list(text: str) -> list[str]:
     """Registered names, 'all' (ours and PyTorch's), or a user's module:function / file.py:function,
     which is imported and registered here; the list holds registry names."""
     from profiler.registry import BUILTIN, get_impl
 
     if text == "all":
-        return list(BUILTIN)
+        return Everything(BUILTIN)
     names = _items(text)
     if not names:
         raise argparse.ArgumentTypeError(f"'{text}': name at least one implementation")
@@ -129,15 +134,18 @@ def check_fp8(dtypes, modes, device: str | None = None) -> None:
 
 
 def check_impl_dtypes(names, dtypes) -> None:
-    """Refuse an --impl named on the command line that takes none of the --dtype values asked for (every
-    row of it would be 'unsupported'), e.g. triton_flash_fp8 without --dtype fp8."""
+    """Refuse --impl names, typed on the command line, none of which takes any --dtype asked for: every row
+    would be 'unsupported' (e.g. triton_flash_fp8 without --dtype fp8). Where one of them runs, the others'
+    rows say why they did not, as on a device they do not run on; ``--impl all`` is never refused."""
     from profiler.registry import get_impl
 
-    for name in names:
-        impl = get_impl(name)
-        if not set(impl.dtypes) & set(dtypes):
-            raise UsageError(f"--impl {impl.name} takes --dtype {','.join(impl.dtypes)}; "
-                             f"got --dtype {','.join(dtypes)}")
+    if isinstance(names, Everything) or not names:
+        return
+    impls = [get_impl(name) for name in names]
+    if any(set(impl.dtypes) & set(dtypes) for impl in impls):
+        return
+    takes = "; ".join(f"--impl {impl.name} takes --dtype {','.join(impl.dtypes)}" for impl in impls)
+    raise UsageError(f"{takes}; got --dtype {','.join(dtypes)}")
 
 
 def check_cuda_graph(args, modes) -> dict:

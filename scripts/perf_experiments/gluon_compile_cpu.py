@@ -1,7 +1,7 @@
 """Compile the Gluon kernels for sm_90a on a machine without a GPU: spills, shared memory, TMA ops, host time.
 
     python -m pip install --no-deps --target /tmp/t36site triton==3.6.0     # the GPU machine's triton, once
-    TRITON_SITE=/tmp/t36site python scripts/perf_experiments/gluon_compile_cpu.py [bshd|bhsd]
+    TRITON_SITE=/tmp/t36site python scripts/perf_experiments/gluon_compile_cpu.py [bshd|bhsd|fp8]
 
 Triton compiles to PTX and cubin without a device when it is given a target, so the Gluon forward and
 backward (kernels/flash_fwd_hopper.py, kernels/flash_bwd_hopper.py) can be built here for every
@@ -9,7 +9,10 @@ configuration the defaults take, and ptxas (shipped in the triton wheel) says wh
 registers, spills and shared memory: the checks a kernel change needs before it spends GPU time. The
 script stands in for the CUDA driver (a fake one that names sm_90 and launches nothing), so every call
 compiles or finds its cached kernel and returns. It also times the host side of one inference call
-through kernels.hf_attention on BSHD views, everything but the launch itself.
+through kernels.hf_attention on BSHD views, everything but the launch itself. ``fp8`` instead compiles the
+fp8 forward in every configuration of scripts/perf_experiments/fp8_probe.py (rounds 3a and 3b, and those left
+out for their spills) and prints
+each one's spills (docs/perf-notes.md, "FP8 forward", round 3).
 """
 
 from __future__ import annotations
@@ -86,9 +89,34 @@ def make(layout, batch, heads, seq, head_dim):
     return torch.randn(batch, heads, seq, head_dim, dtype=torch.bfloat16)
 
 
+def fp8_configurations():
+    """Each fp8 configuration of fp8_probe.py, at both head_dims, causal or not: ptxas's spills, or why not."""
+    from fp8_probe import GLUON_VARIANTS, GLUON_VARIANTS_3B, NOT_TIMED
+
+    from kernels import flash_fwd_hopper
+    from kernels.flash_fwd_fp8 import FP8, keys_contiguous_layout
+
+    for head_dim in (64, 128):
+        for causal in (False, True):
+            q = torch.randn(2, 4, 1024, head_dim).to(FP8)
+            k = torch.randn(2, 2, 1024, head_dim).to(FP8)
+            descales = (torch.ones(2, 4), torch.ones(2, 2), torch.ones(2, 2))
+            for name, config in {**GLUON_VARIANTS, **GLUON_VARIANTS_3B, **NOT_TIMED}.items():
+                try:
+                    flash_fwd_hopper.hopper_forward(q, k, keys_contiguous_layout(k), causal, head_dim ** -0.5,
+                                                    config, descales=descales)
+                    report = ptxas_report(COMPILED[-1][1])
+                except Exception as err:  # ptxas refuses a configuration whose registers do not fit
+                    report = f"does not compile: {str(err).splitlines()[0][:160]}"
+                print(f"fp8 D{head_dim} {'causal' if causal else 'full'} {name}: {report}", flush=True)
+
+
 def main():
     layout = sys.argv[1] if len(sys.argv) > 1 else "bshd"
     stand_in_for_an_h100()
+    if layout == "fp8":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        return fp8_configurations()
     from kernels import flash_bwd_hopper, flash_fwd_hopper
     from kernels.hf_attention import triton_flash_attention_forward
 

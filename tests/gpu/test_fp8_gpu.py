@@ -139,3 +139,38 @@ def test_one_layout_in_two_output_dtypes():
     for out_dtype in (torch.bfloat16, torch.float16, torch.bfloat16):
         o = flash_attention_fp8(q8, k8, v8, dq, dk, dv, out_dtype=out_dtype)
         assert o.dtype == out_dtype and relative_error(o, ref) <= TOLERANCE["fp8"]
+
+
+@pytest.mark.skipif(not SM90, reason="the Gluon kernel needs sm_90")
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_replayed_fp8_launch_reads_the_new_data_and_descales(causal):
+    """Calls at one layout after the first reuse its launch plan and compiled kernel (kernels._launch); new values
+    and new descales give what an uncached launch of the same configuration gives, bit for bit."""
+    from kernels import flash_fwd_hopper
+
+    flash_fwd_hopper._PLANS.clear(), flash_fwd_hopper._LAUNCHES.entries.clear()
+    for seed in (6, 7, 8):
+        (q8, dq), (k8, dk), (v8, dv) = _quantized(2, 8, 2, 777, 777, 128, seed=seed, path="gluon-ws")
+        o, lse = flash_attention_fp8(q8, k8, v8, dq * seed, dk, dv, causal=causal, return_lse=True)
+        config = flash_fwd_hopper.FP8_CONFIGS[128, causal]  # an explicit config: nothing kept, nothing reused
+        ref_o, ref_lse = hopper_forward(q8, k8, v8, causal, 128 ** -0.5, config, descales=(dq * seed, dk, dv))
+        assert torch.equal(o, ref_o) and torch.equal(lse, ref_lse)
+    assert len(flash_fwd_hopper._LAUNCHES.entries) == 1
+
+
+def test_observe_models_our_fp8_calls(tmp_path):
+    """``observe`` around calls of flash_attention_fp8: one row per call shape, in fp8, with FLOPs, bytes and a rate
+    (the run measured the fp8 matmul), causal read from the call."""
+    import profiler
+    from profiler.store import Capture
+
+    (q8, dq), (k8, dk), (v8, dv) = _quantized(1, 8, 2, 2048, 2048, 128, seed=9, path="gluon-ws")
+    with profiler.observe(out=tmp_path / "run", trace="none") as run:
+        for _ in range(3):
+            flash_attention_fp8(q8, k8, v8, dq, dk, dv, causal=True)
+    rows = Capture(tmp_path / "run").results()
+    assert len(rows) == 1 and run.summary.get("unmodelled_calls", {}) == {}
+    row = rows.iloc[0]
+    assert (row.impl, row.dtype, bool(row.causal), row.kv_heads, row.calls) == ("triton_flash_fp8", "fp8", True, 2, 3)
+    assert row.flops == 4 * 1 * 8 * 2048 * 2048 * 128 * 0.5  # per call; square causal: half
+    assert row.tflops > 0 and row.hbm_bytes > 0
