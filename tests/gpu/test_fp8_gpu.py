@@ -171,6 +171,7 @@ def test_observe_models_our_fp8_calls(tmp_path):
     rows = Capture(tmp_path / "run").results()
     assert len(rows) == 1 and run.summary.get("unmodelled_calls", {}) == {}
     row = rows.iloc[0]
-    assert (row.impl, row.dtype, bool(row.causal), row.kv_heads, row.calls) == ("triton_flash_fp8", "fp8", True, 2, 3)
+    assert (row.impl, row["dtype"], bool(row.causal), row.kv_heads, row.calls) == ("triton_flash_fp8", "fp8", True, 2,
+                                                                                   3)
     assert row.flops == 4 * 1 * 8 * 2048 * 2048 * 128 * 0.5  # per call; square causal: half
     assert row.tflops > 0 and row.hbm_bytes > 0
