@@ -327,9 +327,10 @@ def flash_attention_backward(
             raise ValueError(reason)
     use_gluon = bool(gluon) or (gluon is None and _not_gluon(q, k, v, o) is None)
 
+    if use_gluon:  # delta with the stats its loader brings, in one launch (flash_bwd_hopper.backward_stats)
+        return flash_bwd_hopper.hopper_backward(do, q, k, v, o, lse, causal, sm_scale)
+
     delta = backward_delta(o, do)
-    if use_gluon:
-        return flash_bwd_hopper.hopper_backward(do, q, k, v, o, lse, causal, sm_scale, delta)
 
     precision = dot_precision(dtype_name(q.dtype))
     qk_scale = sm_scale * LOG2E  # as in the forward

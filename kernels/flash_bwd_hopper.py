@@ -60,7 +60,7 @@ import triton
 import triton.language as tl
 
 from kernels import tile_schedule
-from kernels._autotune import LOG2E
+from kernels._autotune import LOG2E, LOG2E_C
 from kernels._checks import cuda_properties
 from kernels._launch import LaunchCache, Memo, layout_key
 from kernels._layout import empty_in_layout
@@ -682,6 +682,43 @@ def _dq_convert(DQ_ACC, DQ, stride_dqz, stride_dqh, stride_dqm, sm_scale, heads,
     tl.store(dq_ptrs, (acc * sm_scale).to(DQ.dtype.element_ty), mask=ok)
 
 
+@triton.jit
+def _bwd_stats(O, DO, LSE, STATS, stride_oz, stride_oh, stride_om, stride_doz, stride_doh, stride_dom,
+               heads, seq_q, q_pad, plane, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
+    """:func:`tile_stats` of BLOCK_M rows of one (batch, head), delta computed here (Σ_d O·dO, as
+    kernels.flash_bwd's preprocess): plane 0 of STATS lse·log2e, plane 1 (``plane`` elements on) delta,
+    both zero for rows past seq_q. O and dO have a unit-stride head_dim (their TMA checks say so)."""
+    off_hz = tl.program_id(1)
+    off_z = (off_hz // heads).to(tl.int64)
+    off_h = (off_hz % heads).to(tl.int64)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < seq_q
+    o = tl.load(O + off_z * stride_oz + off_h * stride_oh + offs_m.to(tl.int64)[:, None] * stride_om
+                + offs_d[None, :], mask=row_ok[:, None], other=0.0)  # (BLOCK_M, HEAD_DIM)
+    do = tl.load(DO + off_z * stride_doz + off_h * stride_doh + offs_m.to(tl.int64)[:, None] * stride_dom
+                 + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    lse = tl.load(LSE + off_hz.to(tl.int64) * seq_q + offs_m, mask=row_ok, other=0.0)
+    row = STATS + off_hz.to(tl.int64) * q_pad + offs_m
+    tl.store(row, tl.where(row_ok, lse * LOG2E_C, 0.0))
+    tl.store(row + plane, tl.where(row_ok, delta, 0.0))
+
+
+def backward_stats(o: torch.Tensor, do: torch.Tensor, lse: torch.Tensor, q_pad: int, block_m: int,
+                   key=None) -> torch.Tensor:
+    """:func:`tile_stats` with delta computed on the way: one launch where the delta preprocess and
+    tile_stats took five (a Triton kernel through JITFunction.run and four torch ops), host time a model's
+    backward call waits on (docs/perf-notes.md, "Host time"). ``key``: the backward's launch key, or None."""
+    batch, heads, seq_q, head_dim = o.shape
+    stats = torch.empty((2, batch * heads, q_pad), dtype=torch.float32, device=o.device)
+    key = None if key is None else (key, layout_key(o))  # o's strides are launch arguments too
+    _STATS(key, (q_pad // block_m, batch * heads), (o, do, lse, stats, *o.stride()[:3], *do.stride()[:3], heads,
+                                                     seq_q, q_pad, batch * heads * q_pad),
+           dict(HEAD_DIM=head_dim, BLOCK_M=block_m), num_warps=4)
+    return stats
+
+
 def tile_stats(lse: torch.Tensor, delta: torch.Tensor, q_pad: int) -> torch.Tensor:
     """(2, B·H, q_pad) fp32: lse·log2e and delta of each query row, zero past the sequence's end, so that
     the loader brings a query tile's two rows with its Q by TMA. (Each consumer loading them itself
@@ -710,10 +747,11 @@ def descriptors(q, k, v, do, dq_acc, stats, config: BackwardConfig):
                                          shared_layout(tuple(stats_block), torch.float32)))
 
 
-def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: torch.Tensor,
+def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: torch.Tensor | None = None,
                     config: BackwardConfig | None = None, schedule: tile_schedule.Schedule | None = None):
-    """The Gluon backward on inputs :func:`unsupported_reason` accepts, given delta (B, H, Nq) fp32
-    from kernels.flash_bwd's preprocess. Returns (dq, dk, dv) as kernels.flash_bwd does. ``config``
+    """The Gluon backward on inputs :func:`unsupported_reason` accepts. Returns (dq, dk, dv) as
+    kernels.flash_bwd does. ``delta`` (B, H, Nq) fp32, kernels.flash_bwd's preprocess, where the caller has
+    it; without it :func:`backward_stats` computes it with the stats the loader brings. ``config``
     overrides :data:`CONFIGS` and ``schedule`` the tile order of :func:`kernels.tile_schedule.plan`
     (for sweeps)."""
     batch, heads, seq_q, head_dim = q.shape
@@ -734,12 +772,13 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
     # transposes back to the model's layout copy nothing.
     dk = empty_in_layout(k)
     dv = empty_in_layout(k)
-    stats = tile_stats(lse, delta, q_pad)
-    descs = descriptors(q, k, v, do, dq_acc, stats, config)
     # With the defaults, everything below follows from the inputs' layouts (the buffers are new, aligned
-    # allocations): the schedule and both compiled kernels are kept by it (_launch.LaunchCache).
+    # allocations): the schedule and the compiled kernels are kept by it (_launch.LaunchCache).
     key = None if explicit or not _BWD.enabled else (layout_key(q, k, v, do), bool(causal))
     key = None if key is not None and key[0] is None else key
+    stats = tile_stats(lse, delta, q_pad) if delta is not None else backward_stats(o, do, lse, q_pad, config.block_m,
+                                                                                   key)
+    descs = descriptors(q, k, v, do, dq_acc, stats, config)
     n_blocks = triton.cdiv(seq_kv, config.block_n)
     bh_kv = batch * kv_heads
     props = cuda_properties(q.device.index)
@@ -784,3 +823,4 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
 _SCHEDULES: Memo = Memo()
 _BWD = LaunchCache(_attn_bwd_hopper)
 _DQ_CONVERT = LaunchCache(_dq_convert)
+_STATS = LaunchCache(_bwd_stats)

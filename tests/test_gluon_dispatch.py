@@ -366,3 +366,24 @@ def test_tile_stats_rows_are_lse_in_base_2_and_delta_zero_padded():
     z, i = 4, 1
     assert torch.equal(rows[z * 2 + i], stats[0, z, 64:128])
     assert torch.equal(rows[6 * 128 // 64 + z * 2 + i], stats[1, z, 64:128])
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_backward_stats_is_tile_stats_of_the_preprocess_delta(layout):
+    """The one-launch stats of the Gluon backward (lse·log2e and delta = Σ_d O·dO, zero past the sequence's
+    end) are what tile_stats makes from kernels.flash_bwd's preprocess, for O and dO as BHSD or BSHD views,
+    with a ragged last tile (the interpreter runs the Triton kernel here)."""
+    from kernels.flash_bwd import backward_delta
+
+    def make(seed):
+        g = torch.Generator().manual_seed(seed)
+        if layout == "bshd":
+            return torch.randn(2, 70, 3, 64, generator=g).half().transpose(1, 2)
+        return torch.randn(2, 3, 70, 64, generator=g).half()
+
+    o, do = make(0), make(1)
+    lse = torch.randn(2, 3, 70, dtype=torch.float32)
+    stats = bwd_hopper.backward_stats(o, do, lse, q_pad=128, block_m=64)
+    expected = bwd_hopper.tile_stats(lse, backward_delta(o, do), q_pad=128)
+    torch.testing.assert_close(stats, expected, rtol=1e-6, atol=1e-6)
+    assert stats[:, :, 70:].abs().max().item() == 0.0
