@@ -9,13 +9,17 @@ costs the host. Interleaved rounds, the median per arm:
 - "delta + tile_stats": kernels.flash_bwd_hopper.hopper_backward given delta from kernels.flash_bwd's preprocess
   (a Triton launch through JITFunction.run) and building the stats with four torch ops, as before;
 - "one launch": hopper_backward computing delta with the stats (backward_stats, through the launch cache);
-- and, for scale, a whole forward and backward through autograd: ours (flash_attention) and sdpa's.
+- and, for scale, a whole forward and backward through autograd: ours (flash_attention) and sdpa's; then
+  cProfile over ours (``--profile`` rows by cumulative time).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
+import pstats
 import statistics
 import time
 
@@ -37,6 +41,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--profile", type=int, default=30, help="cProfile rows of ours fwd+bwd (0: none)")
     args = parser.parse_args()
     seq, scale = 256, 128 ** -0.5
     q, k, v, do = bshd(32, seq), bshd(8, seq), bshd(8, seq), bshd(32, seq)
@@ -70,6 +75,16 @@ def main() -> None:
     print(json.dumps({"device": torch.cuda.get_device_name(), "calls": args.calls, "rounds": args.rounds,
                       "host_us_median": {n: round(statistics.median(t), 1) for n, t in times.items()},
                       "host_us_rounds": {n: [round(x, 1) for x in t] for n, t in times.items()}}, indent=1))
+    if args.profile:
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(args.calls):
+            ours_autograd()
+        profile.disable()
+        torch.cuda.synchronize()
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(args.profile)
+        print(text.getvalue())
 
 
 if __name__ == "__main__":
