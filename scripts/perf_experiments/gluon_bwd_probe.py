@@ -14,7 +14,8 @@ backward of the portable kernels, the Gluon kernel with its defaults and each va
 BackwardConfig fields changed, e.g. ``nodq,64,dq_mode=0``), and cuDNN through SDPA, in TFLOP/s
 (2.5x the forward's 4·B·H·N²·D, halved causal).
 ``ROUNDS=n`` times the Gluon kernels and cuDNN n times per shape, interleaved, and keeps the median
-(each round's figure under ``<name>_rounds``); ``DIMS=128`` limits the head dims.
+(each round's figure under ``<name>_rounds``); ``DIMS=128`` limits the head dims (of ``check`` too: 80 cases
+per head dim).
 Writes ``$OUT/bwd_probe.json``; reports/perf-h100/gluon_bwd_round*.json are its runs (docs/perf-notes.md).
 """
 import json
@@ -73,7 +74,7 @@ which = sys.argv[1] if len(sys.argv) > 1 else "all"
 if which in ("all", "check"):
     shapes = [(1, 2, 2, 1, 1), (1, 2, 2, 100, 100), (1, 2, 2, 300, 300), (2, 3, 3, 1000, 1000), (1, 4, 4, 128, 128),
               (1, 8, 2, 777, 777), (1, 4, 1, 200, 333), (1, 4, 2, 333, 200), (1, 2, 2, 4096, 4096), (1, 4, 4, 64, 1000)]
-    for D in (64, 128):
+    for D in [int(d) for d in os.environ.get("DIMS", "64,128").split(",")]:
         for dtype in (torch.float16, torch.bfloat16):
             for causal in (False, True):
                 for (B, H, Hkv, Nq, Nkv) in shapes:
