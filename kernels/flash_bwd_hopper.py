@@ -109,10 +109,6 @@ class BackwardConfig(NamedTuple):
     # 2: dQ multiplied and reduce-added (the only value that gives a dQ); 1: multiplied but not added; 0: neither.
     # 1 and 0 measure the dQ path's share of the time (docs/perf-notes.md, "Gluon backward", round 7).
     dq_mode: int = 2
-    # dQ staging tiles per consumer: with 2, a share's store waits for the reduce-add of the share before last,
-    # not of the last one (docs/perf-notes.md, "Gluon backward", round 10); the shared memory takes one more
-    # (BLOCK_M, DQ_N) fp32 tile per consumer, so only where it fits (D64: 165 KB of 227).
-    dq_bufs: int = 1
 
     def dq_tile(self, head_dim: int) -> tuple[int, int]:
         """(rows, columns) of one dQ share: what one consumer multiplies and reduce-adds per query tile."""
@@ -365,26 +361,16 @@ def _dq_share(i, count, off_hz, k_dq, dq_buf, ds_op, dq_desc, q_pad,
         dq = warpgroup_mma_wait(0, deps=(dq,))
         if DQ_MODE > 1:
             # Into shared memory, then one TMA reduce-add into the fp32 buffer once the previous one
-            # has read its source; with a ring of staging tiles (``dq_buf`` all of them, 3-D: BackwardConfig.dq_bufs
-            # per warpgroup), once the one that last used this warpgroup's next tile has.
-            if len(dq_buf.shape) == 3:
-                BUFS: gl.constexpr = dq_buf.shape[0] // NUM_WG
-                use = count
-                if not DQ_COLS:
-                    use = count // NUM_WG  # this warpgroup's shares come every NUM_WG-th tile
-                tile = dq_buf.index(WG * BUFS + use % BUFS)
-                tma.store_wait(BUFS - 1)
-            else:
-                tile = dq_buf
-                tma.store_wait(0)
+            # has read its source.
+            tma.store_wait(0)
             gl.thread_barrier()
-            tile.store(dq)
+            dq_buf.store(dq)
             fence_async_shared()
             gl.thread_barrier()
             dq_col = 0
             if DQ_COLS:
                 dq_col = WG * DQ_N
-            _tma_reduce_add(dq_desc, [off_hz * q_pad + i * BLOCK_M, dq_col], tile)
+            _tma_reduce_add(dq_desc, [off_hz * q_pad + i * BLOCK_M, dq_col], dq_buf)
 
 
 @gluon.jit
@@ -539,11 +525,7 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
     offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
     k = k_smem.slice(WG * KEYS_PER_WG, KEYS_PER_WG)
     v = v_smem.slice(WG * KEYS_PER_WG, KEYS_PER_WG)
-    DQ_BUFS: gl.constexpr = dq_smem.shape[0] // NUM_WG
-    if DQ_BUFS == 1:
-        dq_buf = dq_smem.index(WG)
-    else:
-        dq_buf = dq_smem  # every warpgroup's ring of staging tiles: _dq_share takes its own
+    dq_buf = dq_smem.index(WG)
     DQ_N: gl.constexpr = HEAD_DIM // NUM_WG if DQ_COLS else HEAD_DIM  # dQ columns this warpgroup multiplies
     if DQ_COLS:
         k_dq = k_smem.slice(WG * DQ_N, DQ_N, dim=1)
@@ -626,7 +608,7 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
                      NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr,
                      DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
-                     Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr, DQ_BUFS: gl.constexpr = 1):
+                     Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr):
     """Program p takes key blocks p, p + programs, ... of the n_blocks · bh_kv (one each when the
     grid has a program per block; persistent when it has one per SM)."""
     dtype: gl.constexpr = q_desc.dtype
@@ -642,7 +624,7 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
     else:
         ds_smem = gl.allocate_shared_memory(dtype, [2, NUM_WG * KEYS_PER_WG, BLOCK_M], ds_layout)
         p_smem = ds_smem  # unused: Pᵀ stays in registers
-    dq_smem = gl.allocate_shared_memory(gl.float32, [NUM_WG * DQ_BUFS] + dq_desc.block_type.shape, dq_desc.layout)
+    dq_smem = gl.allocate_shared_memory(gl.float32, [NUM_WG] + dq_desc.block_type.shape, dq_desc.layout)
     # lse·log2e and delta of each ring slot's query tile (1 KB at two stages)
     # (plain rows: the loader's TMA sees each as the descriptor's (1, BLOCK_M) box, the consumers as a vector)
     stats_smem = gl.allocate_shared_memory(gl.float32, [2 * STAGES, BLOCK_M],
@@ -822,8 +804,7 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
         stats.shape[1] * stats.shape[2] // config.block_m), dict(
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, STAGES=config.stages, NUM_WG=config.consumers,
         KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols, DQ_MODE=config.dq_mode,
-        QUERY_ROWS=config.query_rows, MASKED_FIRST=config.masked_first, DQ_BUFS=config.dq_bufs,
-        CONSUMER_REGS=consumer_regs,
+        QUERY_ROWS=config.query_rows, MASKED_FIRST=config.masked_first, CONSUMER_REGS=consumer_regs,
         LOADER_REGS=loader_regs,
         Q_LAYOUT=tile_layout(config.block_m, head_dim, q.dtype),
         KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype)),
