@@ -516,6 +516,11 @@ def load_capture(folder: Path | str) -> tuple[dict, pd.DataFrame]:
     return Capture(folder).load()
 
 
+# The rows scripts/hf_vs_sdpa.py writes beside its own meta.json: a folder holding them and no results is that
+# script's run (reports/hf-llama3-8b-h100), not a capture to warn about.
+OTHER_RUN_ROWS = "rows.jsonl"
+
+
 def discover_captures(root: Path | str) -> tuple[dict[str, tuple[dict, pd.DataFrame]], list[str]]:
     """Every capture folder directly under ``root`` (name -> (meta, results)), and one warning per
     folder that looks like a capture but cannot be read (it is skipped, the others load)."""
@@ -528,6 +533,8 @@ def discover_captures(root: Path | str) -> tuple[dict[str, tuple[dict, pd.DataFr
         capture = Capture(folder)
         if not capture.started:
             continue  # not meant as a capture (e.g. a folder of notes)
+        if not capture.results_path.exists() and (folder / OTHER_RUN_ROWS).is_file():
+            continue  # another tool's run with a meta.json of its own (scripts/hf_vs_sdpa.py's rows.jsonl)
         try:
             captures[capture.name] = capture.load()
         except CaptureError as err:

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from profiler.cli import main
+from profiler.model import hardware
 from profiler.registry import BUILTIN
 
 
@@ -66,6 +67,12 @@ def test_model_json_has_every_step(capsys):
     assert by[("naive", "softmax")]["bound"] == "memory"
     assert by[("triton_flash", "total")]["bound"] == "compute"
     assert by[("triton_flash", "total")]["flops"] == 4 * 4 * 32 * 8192**2 * 64
+    # a fused kernel's whole step has the exp roof: 4·D FLOPs per exp2 against the datasheet's fp16 matmul
+    h200 = hardware.lookup("H200")
+    per_exp = 4 * 64
+    expected = per_exp / (per_exp / h200.peak_flops("fp16") + 1 / h200.exp2_per_s) / 1e12
+    assert by[("triton_flash", "total")]["exp_roof_tflops"] == pytest.approx(expected)
+    assert by[("naive", "total")]["exp_roof_tflops"] is None and by[("naive", "softmax")]["exp_roof_tflops"] is None
 
 
 def test_model_table_names_the_device_and_ridge(capsys):

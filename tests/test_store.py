@@ -140,3 +140,12 @@ def test_result_store_parts_merge_into_the_results(tmp_path):
     assert merge_parts(capture.path) == 2
     assert len(capture.results()) == 3 and not capture.parts_dir.exists()
     assert capture.meta()["device"] == "NVIDIA H200"
+
+
+def test_the_shipped_reports_open_without_a_warning():
+    """Every folder under reports/ is a capture that loads, or something else that is passed over quietly
+    (scripts/hf_vs_sdpa.py's runs keep a meta.json beside their rows.jsonl): the dashboard's default view
+    opens without a "skipped" warning."""
+    captures, warnings = discover_captures(ROOT / "reports")
+    assert warnings == []
+    assert "fp8-h100" in captures and "hf-llama3-8b-h100" not in captures

@@ -73,9 +73,14 @@ def run(args) -> int:
         impl for impl in map(get_impl, BUILTIN)
         if shape.dtype in impl.dtypes and (impl.head_dims is None or shape.head_dim in impl.head_dims)]
     rows = model_table(shape, device, impls)
+    # The exp roof (profiler.model.roofs.exp_ceiling) of a fused kernel's whole step on the datasheet: None elsewhere
+    exp = (exp_ceiling(peak, device.exp2_per_s, shape.head_dim, shape.mode)
+           if device.exp2_per_s is not None and shape.dtype in TENSOR_DTYPES else None)
     if args.json:  # JSON has no NaN: a quantity the model does not give is null
-        print(json.dumps([{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}
-                          for r in rows], indent=2))
+        fused = {impl.name for impl in impls if impl.costing.fused}
+        print(json.dumps([{**{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()},
+                           "exp_roof_tflops": exp / 1e12 if exp and r["impl"] in fused and r["step"] == "total"
+                           else None} for r in rows], indent=2))
         return 0
     ridge = ridge_point(peak, bw)
     table = Table(
@@ -91,8 +96,7 @@ def run(args) -> int:
     console.print(table)
     console.print("MB (tile): bytes when each block re-reads what it shares (profiler.model.fused.tile_bytes); "
                   "'-' where an implementation's tiles are not declared.")
-    if device.exp2_per_s is not None and shape.dtype in TENSOR_DTYPES:
-        exp = exp_ceiling(peak, device.exp2_per_s, shape.head_dim, shape.mode)
+    if exp is not None:
         console.print(f"exp roof: softmax's exponentials at {device.exp2_per_s / 1e12:.2f}·10¹² exp2/s, run after "
                       f"the matmuls, cap a fused kernel at {exp / 1e12:,.0f} TFLOP/s here ({exp / peak:.2f} of the "
                       f"{shape.dtype} peak) on the datasheet, below the compute roof of the table: a fused kernel that "
