@@ -19,9 +19,12 @@ import argparse
 import cProfile
 import io
 import json
+import os
 import pstats
+import re
 import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +33,15 @@ from kernels.flash_attention import flash_attention
 from kernels.flash_bwd import backward_delta
 from kernels.flash_bwd_hopper import hopper_backward
 from kernels.flash_fwd import flash_attention_forward
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def relative_paths(text: str) -> str:
+    """cProfile's file names without this machine's folders: the checkout's relative to its root, installed
+    packages' relative to their site-packages, so a committed profile names no path of the GPU machine."""
+    text = text.replace(str(ROOT) + os.sep, "")
+    return re.sub(r"\S*[/\\]site-packages[/\\]", "site-packages/", text)
 
 
 def bshd(heads, seq, requires_grad=False):
@@ -84,7 +96,7 @@ def main() -> None:
         torch.cuda.synchronize()
         text = io.StringIO()
         pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(args.profile)
-        print(text.getvalue())
+        print(relative_paths(text.getvalue()))
 
 
 if __name__ == "__main__":
