@@ -477,6 +477,8 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
     # The shared memory and the barriers go to the partitions as tuples. The sizes stay separate
     # arguments: Triton specialises an int argument equal to 1 into a constexpr, which inside a tuple
     # would reach the partitions as a runtime value again (triton 3.6), and so would compile differently.
+    # The partition lists below repeat each consumer's arguments: triton 3.6's Gluon frontend cannot add
+    # tuples (`shared + (wg,) + consts` fails to compile) nor hold a JIT function in a tuple variable.
     descs = (q_desc, k_desc, v_desc)
     o_strides = (stride_oz, stride_oh, stride_om)
     bufs = (q_smem, k_smem, v_smem)
