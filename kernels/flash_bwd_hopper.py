@@ -51,6 +51,7 @@ the portable kernel and tests/gpu runs this one against the fp64 oracle.
 
 from __future__ import annotations
 
+import functools
 import types
 import warnings
 from typing import NamedTuple
@@ -109,10 +110,20 @@ class BackwardConfig(NamedTuple):
     # 2: dQ multiplied and reduce-added (the only value that gives a dQ); 1: multiplied but not added; 0: neither.
     # 1 and 0 measure the dQ path's share of the time (docs/perf-notes.md, "Gluon backward", round 7).
     dq_mode: int = 2
+    # dQ staged in the wgmma accumulator's fragment order, with the fp32 buffer in that order too (and the
+    # conversion undoing it), so a warp's 8-byte stores are contiguous: no bank conflicts (round 11).
+    dq_frag: bool = False
 
     def dq_tile(self, head_dim: int) -> tuple[int, int]:
         """(rows, columns) of one dQ share: what one consumer multiplies and reduce-adds per query tile."""
         return self.block_m, head_dim // self.consumers if self.dq_cols else head_dim
+
+    def dq_box(self, head_dim: int) -> tuple[int, int]:
+        """The TMA box of one dQ share in the fp32 buffer: :meth:`dq_tile`, or with ``dq_frag`` the same
+        bytes as (columns, BLOCK_M) rows of the buffer seen as (B·H·Nq_pad·D / BLOCK_M, BLOCK_M): a query
+        tile is D/8 groups of 8 columns, each group BLOCK_M rows of 8 (:func:`_dq_convert`)."""
+        rows, cols = self.dq_tile(head_dim)
+        return (cols, rows) if self.dq_frag else (rows, cols)
 
     @property
     def block_n(self) -> int:
@@ -136,13 +147,15 @@ class BackwardConfig(NamedTuple):
 # the same) D64 and D128 moved by -6% to +5%, so they keep the diagonal-first order (round 6). The loader
 # brings lse and delta with Q (tile_stats), where each consumer loaded them: D64 -1% to +9%, +5% on average
 # over its eight shapes; D128 -4% to +5% in a first run of three rounds, +1.5% to +5.0% on all eight in a
-# second of five (round 7).
+# second of five (round 7). dQ staged in fragment order (dq_frag), over two interleaved runs of three rounds:
+# D64 1.01-1.07x at N 2048-4096 and 0.98-1.01x beyond, D128 causal 0.98-1.11x (1.03-1.04x in the second run),
+# D128 without a mask 0.94-1.00x, which keeps the swizzled tile (round 11).
 CONFIGS = {
-    (64, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=True, dq_cols=False),
-    (64, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=False),
+    (64, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=True, dq_cols=False, dq_frag=True),
+    (64, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=False, dq_frag=True),
     (128, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=True, query_rows=True),
     (128, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=True, query_rows=True,
-                                masked_first=True),
+                                masked_first=True, dq_frag=True),
 }
 # Registers per thread of the partitions (setmaxnreg), by consumer count: FlashAttention-3's backward split
 # (hopper/flash_bwd_launch_template.h: two MMA warpgroups at 240, the producer at 24). The consumers hold
@@ -355,6 +368,8 @@ def _dq_share(i, count, off_hz, k_dq, dq_buf, ds_op, dq_desc, q_pad,
     query tile, reduce-added into the fp32 buffer."""
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, DQ_N, 16])
+    # BackwardConfig.dq_frag's buffer is the one whose descriptor is unswizzled (descriptors())
+    DQ_FRAG: gl.constexpr = dq_desc.layout.swizzle_byte_width == 0
     if DQ_MODE > 0 and (DQ_COLS or (count % NUM_WG == WG)):
         dq = warpgroup_mma(ds_op, k_dq, gl.zeros([BLOCK_M, DQ_N], gl.float32, dq_layout),
                            use_acc=False, is_async=True)
@@ -364,13 +379,25 @@ def _dq_share(i, count, off_hz, k_dq, dq_buf, ds_op, dq_desc, q_pad,
             # has read its source.
             tma.store_wait(0)
             gl.thread_barrier()
-            dq_buf.store(dq)
-            fence_async_shared()
-            gl.thread_barrier()
             dq_col = 0
             if DQ_COLS:
                 dq_col = WG * DQ_N
-            _tma_reduce_add(dq_desc, [off_hz * q_pad + i * BLOCK_M, dq_col], dq_buf)
+            if DQ_FRAG:
+                # (groups of 8 columns, rows, 8): a warp's 8-byte pairs for one group and 8 rows are 256
+                # contiguous bytes, where the swizzled (rows, columns) tile took two wavefronts per store.
+                frag = gl.permute(gl.reshape(dq, [BLOCK_M, DQ_N // 8, 8]), (1, 0, 2))
+                dq_buf._reinterpret(gl.float32, [DQ_N // 8, BLOCK_M, 8],
+                                    gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[2, 1, 0])
+                                    ).store(frag)
+                fence_async_shared()
+                gl.thread_barrier()
+                head_dim: gl.constexpr = DQ_N * NUM_WG if DQ_COLS else DQ_N
+                _tma_reduce_add(dq_desc, [((off_hz * q_pad) // BLOCK_M + i) * head_dim + dq_col, 0], dq_buf)
+            else:
+                dq_buf.store(dq)
+                fence_async_shared()
+                gl.thread_barrier()
+                _tma_reduce_add(dq_desc, [off_hz * q_pad + i * BLOCK_M, dq_col], dq_buf)
 
 
 @gluon.jit
@@ -670,13 +697,22 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
 
 @triton.jit
 def _dq_convert(DQ_ACC, DQ, stride_dqz, stride_dqh, stride_dqm, sm_scale, heads, seq_q, q_pad,
-                HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
-    """dq = sm_scale · the fp32 buffer, in dq's dtype and layout, dropping each head's padding rows."""
+                HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, FRAG: tl.constexpr):
+    """dq = sm_scale · the fp32 buffer, in dq's dtype and layout, dropping each head's padding rows.
+    With FRAG (BackwardConfig.dq_frag) a query tile of the buffer is (HEAD_DIM / 8, BLOCK, 8)."""
     off_hz = tl.program_id(1).to(tl.int64)
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    local = tl.arange(0, BLOCK)
+    rows = tl.program_id(0) * BLOCK + local
     offs_d = tl.arange(0, HEAD_DIM)
     ok = (rows < seq_q)[:, None]
-    acc = tl.load(DQ_ACC + (off_hz * q_pad + rows)[:, None] * HEAD_DIM + offs_d[None, :], mask=ok, other=0.0)
+    if FRAG:
+        # 32-byte pieces gathered in (rows, columns) order: 3% slower than the plain buffer's pass and 6% faster
+        # than reading the tile in its own order and permuting it in registers (dq_convert_probe.py, round 11)
+        tile = DQ_ACC + (off_hz * q_pad + tl.program_id(0) * BLOCK) * HEAD_DIM
+        src = tile + (offs_d // 8 * (BLOCK * 8) + offs_d % 8)[None, :] + local[:, None] * 8
+    else:
+        src = DQ_ACC + (off_hz * q_pad + rows)[:, None] * HEAD_DIM + offs_d[None, :]
+    acc = tl.load(src, mask=ok, other=0.0)
     dq_ptrs = (DQ + (off_hz // heads) * stride_dqz + (off_hz % heads) * stride_dqh
                + rows.to(tl.int64)[:, None] * stride_dqm + offs_d[None, :])
     tl.store(dq_ptrs, (acc * sm_scale).to(DQ.dtype.element_ty), mask=ok)
@@ -732,17 +768,24 @@ def tile_stats(lse: torch.Tensor, delta: torch.Tensor, q_pad: int) -> torch.Tens
 
 
 
+@functools.cache
+def _unswizzled_fp32():
+    """The fragment-ordered dQ tile's layout (BackwardConfig.dq_frag): its rows need no swizzle."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+
+
 def descriptors(q, k, v, do, dq_acc, stats, config: BackwardConfig):
     """TMA descriptors: Q and dO in BLOCK_M-row tiles and K and V in key blocks (BLOCK_N rows), each on its
     tensor's own strides (kernels.hopper_common.tensor_descriptor), the dQ buffer as (B·H·Nq_pad, D) fp32 in
     dQ shares (:meth:`BackwardConfig.dq_tile`), and the stats buffer as rows of BLOCK_M (:func:`tile_stats`)."""
     head_dim = q.shape[-1]
-    dq_block = list(config.dq_tile(head_dim))
-    dq_layout = shared_layout(tuple(dq_block), torch.float32)
+    dq_block = list(config.dq_box(head_dim))
+    dq_layout = _unswizzled_fp32() if config.dq_frag else shared_layout(tuple(dq_block), torch.float32)
+    dq_rows = config.block_m if config.dq_frag else head_dim
     stats_block = [1, config.block_m]  # one query tile's row of lse·log2e or delta (a 256-byte row: unswizzled)
     return (tensor_descriptor(q, config.block_m), tensor_descriptor(do, config.block_m),
             tensor_descriptor(k, config.block_n), tensor_descriptor(v, config.block_n),
-            TensorDescriptor.from_tensor(dq_acc.view(-1, head_dim), dq_block, dq_layout),
+            TensorDescriptor.from_tensor(dq_acc.view(-1, dq_rows), dq_block, dq_layout),
             TensorDescriptor.from_tensor(stats.view(-1, config.block_m), stats_block,
                                          shared_layout(tuple(stats_block), torch.float32)))
 
@@ -815,7 +858,7 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
     # 6 bytes per dQ element (fp32 in, 16-bit out), against the kernel's 4·(Nkv / BLOCK_N) of reduce-adds.
     _DQ_CONVERT(key, (q_pad // config.block_m, batch * heads),
                 (dq_acc, dq, *dq.stride()[:3], sm_scale, heads, seq_q, q_pad),
-                dict(HEAD_DIM=head_dim, BLOCK=config.block_m))
+                dict(HEAD_DIM=head_dim, BLOCK=config.block_m, FRAG=config.dq_frag))
     return dq, dk, dv
 
 

@@ -157,6 +157,28 @@ def test_backward_configs_fit_shared_memory_and_split_dq_exactly(head_dim, causa
     assert bwd_hopper.backward_tile(head_dim, "fp32") is None and bwd_hopper.backward_tile(32) is None
 
 
+@pytest.mark.parametrize("head_dim", bwd_hopper.HEAD_DIMS)
+def test_dq_convert_undoes_the_fragment_order(head_dim):
+    """BackwardConfig.dq_frag: each query tile of the fp32 buffer is (D/8, BLOCK_M, 8), a consumer's share
+    the TMA box dq_box gives; the last pass (run here by the interpreter) puts dq back in rows, scaled and
+    without the padding rows, into a BSHD view."""
+    batch, heads, seq, block = 2, 3, 100, 64
+    q_pad = triton.cdiv(seq, block) * block
+    acc = torch.randn(batch, heads, q_pad, head_dim)
+    frag = acc.reshape(batch * heads, q_pad // block, block, head_dim // 8, 8).permute(0, 1, 3, 2, 4).contiguous()
+    for buffer, order in ((acc, False), (frag, True)):
+        dq = torch.empty(batch, seq, heads, head_dim, dtype=torch.float16).transpose(1, 2)
+        bwd_hopper._dq_convert[(q_pad // block, batch * heads)](
+            buffer, dq, *dq.stride()[:3], 0.5, heads, seq, q_pad, HEAD_DIM=head_dim, BLOCK=block, FRAG=order)
+        torch.testing.assert_close(dq, (0.5 * acc[:, :, :seq]).half(), rtol=0, atol=0)
+    for causal in (False, True):
+        config = bwd_hopper.CONFIGS[head_dim, causal]
+        rows, cols = config.dq_tile(head_dim)
+        # the same bytes either way: (rows, columns) of the buffer, or columns/8 groups of rows × 8 as rows of BLOCK_M
+        assert config._replace(dq_frag=True).dq_box(head_dim) == (cols, rows)
+        assert config._replace(dq_frag=False).dq_box(head_dim) == (rows, cols)
+
+
 def test_backward_off_sm90_takes_the_portable_kernel_and_refuses_gluon_true():
     """Off sm_90 gluon=True is refused with the reason, and the default is the portable kernel."""
     q = torch.randn(1, 2, 300, 64)
