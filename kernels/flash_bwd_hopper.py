@@ -113,9 +113,6 @@ class BackwardConfig(NamedTuple):
     # dQ staged in the wgmma accumulator's fragment order, with the fp32 buffer in that order too (and the
     # conversion undoing it), so a warp's 8-byte stores are contiguous: no bank conflicts (round 11).
     dq_frag: bool = False
-    # each key block walks its unmasked query tiles from its own offset (its index), so the blocks of a head
-    # reduce-add into different dQ tiles at a time, not all into the same one
-    rotate: bool = False
 
     def dq_tile(self, head_dim: int) -> tuple[int, int]:
         """(rows, columns) of one dQ share: what one consumer multiplies and reduce-adds per query tile."""
@@ -270,15 +267,6 @@ def _query_tiles(start_n, seq_q, seq_kv, BLOCK_M: gl.constexpr, BLOCK_N: gl.cons
 
 
 @gluon.jit
-def _rotated(j, lo, hi, rot):
-    """Tile j, or for j in [lo, hi) the tile ``rot`` places further on in that range, wrapping."""
-    i = j
-    if (j >= lo) & (j < hi):
-        i = lo + (j - lo + rot) % (hi - lo)
-    return i
-
-
-@gluon.jit
 def _tile_at(j, m_lo, clean_lo, clean_hi, n_m):
     """The j-th query tile in masked-first order: the diagonal's [m_lo, clean_lo), the ragged end's
     [clean_hi, n_m), then the clean [clean_lo, clean_hi)."""
@@ -295,8 +283,7 @@ def _tile_at(j, m_lo, clean_lo, clean_hi, n_m):
 @gluon.jit
 def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section, snake,
                         stats_rows, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, NUM_WG: gl.constexpr,
-                        KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr, MASKED_FIRST: gl.constexpr,
-                        ROTATE: gl.constexpr):
+                        KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr, MASKED_FIRST: gl.constexpr):
     """One warp: K and V of this key block once, then Q and dO of every query tile it sees, for each
     query head of its group, into the ring."""
     q_desc, do_desc, k_desc, v_desc, stats_desc = descs.q, descs.do, descs.k, descs.v, descs.stats
@@ -324,8 +311,6 @@ def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n
                 i = j
                 if MASKED_FIRST:
                     i = _tile_at(j - m_lo, m_lo, clean_lo, clean_hi, n_m)
-                elif ROTATE:
-                    i = _rotated(j, clean_lo, clean_hi, start_n // (NUM_WG * KEYS_PER_WG))
                 slot = count % STAGES
                 mbarrier.wait(empty.index(slot), ring_phase(count, STAGES) ^ 1)  # every consumer is done with it
                 # With Q, the tile's lse·log2e and delta: rows of the (2·B·H·Nq_pad / BLOCK_M, BLOCK_M)
@@ -550,7 +535,7 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
                             WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                             STAGES: gl.constexpr, NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr,
                             CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr,
-                            QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr, ROTATE: gl.constexpr):
+                            QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr):
     """One warpgroup: keys start_n + WG·64 ... + 63 against every query tile they see; dK and dV of
     those keys at the end, and a dQ share per query tile."""
     dq_desc = descs.dq
@@ -621,11 +606,6 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
                     i = j
                     if MASKED_FIRST and seg == 0:
                         i = _tile_at(j, lo, clean_lo, clean_hi, hi)
-                    if ROTATE and not MASKED_FIRST and seg == 1:
-                        # the loader's order: the block's bounds, not this warpgroup's
-                        b_lo, b_clean_lo, b_clean_hi, b_hi = _query_tiles(start_n, seq_q, seq_kv, BLOCK_M,
-                                                                          NUM_WG * KEYS_PER_WG, CAUSAL)
-                        i = _rotated(j, b_clean_lo, b_clean_hi, start_n // (NUM_WG * KEYS_PER_WG))
                     dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
                                        seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
                                        KEYS_PER_WG, DQ_N, seg != 1, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
@@ -654,7 +634,6 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
                      HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                      NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr,
                      DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr,
-                     ROTATE: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
                      Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr):
     """Program p takes key blocks p, p + programs, ... of the n_blocks · bh_kv (one each when the
@@ -702,15 +681,14 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
                                        seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 0, HEAD_DIM, BLOCK_M,
                                        STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                       MASKED_FIRST, ROTATE)),
+                                       MASKED_FIRST)),
             (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, heads, group, seq_q,
                                        seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 1, HEAD_DIM, BLOCK_M,
                                        STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                       MASKED_FIRST, ROTATE)),
+                                       MASKED_FIRST)),
             (_bwd_load_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section,
-                                   snake, stats_rows, BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, MASKED_FIRST,
-                                   ROTATE)),
+                                   snake, stats_rows, BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, MASKED_FIRST)),
         ],
         [4, 1],
         [CONSUMER_REGS, LOADER_REGS],
@@ -869,8 +847,7 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
         stats.shape[1] * stats.shape[2] // config.block_m), dict(
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, STAGES=config.stages, NUM_WG=config.consumers,
         KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols, DQ_MODE=config.dq_mode,
-        QUERY_ROWS=config.query_rows, MASKED_FIRST=config.masked_first, ROTATE=config.rotate,
-        CONSUMER_REGS=consumer_regs,
+        QUERY_ROWS=config.query_rows, MASKED_FIRST=config.masked_first, CONSUMER_REGS=consumer_regs,
         LOADER_REGS=loader_regs,
         Q_LAYOUT=tile_layout(config.block_m, head_dim, q.dtype),
         KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype)),
