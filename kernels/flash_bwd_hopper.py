@@ -21,7 +21,10 @@ and its hopper/ sources) does the backward in one pass, which this kernel follow
 - dQ = dS K needs every key block's share: each consumer writes dSᵀ to shared memory, multiplies it by
   its K rows (dS as the transposed A operand) and adds the fp32 tile into a zeroed (B·H·Nq_pad, D)
   buffer with one TMA reduce-add (``cp.reduce.async.bulk.tensor``: the adds happen in L2, no
-  per-element atomics). A last kernel scales that buffer by sm_scale into dq's dtype.
+  per-element atomics). A last kernel scales that buffer by sm_scale into dq's dtype. With
+  ``BackwardConfig.dq_frag`` (D64, causal D128) a share is staged, and each query tile of the buffer
+  kept, as (D/8, BLOCK_M, 8): a warp's 8-byte stores of its accumulator fragment are then contiguous,
+  without the swizzled tile's bank conflicts, and the last kernel puts the rows back in order.
 - At head_dim 128, ``BackwardConfig.query_rows`` (docs/perf-notes.md, "Gluon backward", round 5)
   takes FlashAttention-3's layout there instead: S = Q Kᵀ and dP = dO Vᵀ with the queries as
   the wgmma M, so a thread holds 2 query rows (lse, delta) rather than 16 query columns, and P and

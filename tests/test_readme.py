@@ -73,9 +73,9 @@ def test_decode_rows_are_their_captures(regime, folder, gpu, seq_q):
 
 
 @pytest.mark.parametrize("regime, folder, phase", [
-    ("transformers prefill", "perf-h100/hf_round9_final", "prefill"),
-    ("transformers training step", "perf-h100/hf_round9_final", "train"),
-    ("transformers decode step", "perf-h100/hf_round9_final", "decode"),
+    ("transformers prefill", "perf-h100/hf_round11_final", "prefill"),
+    ("transformers training step", "perf-h100/hf_round11_final", "train"),
+    ("transformers decode step", "perf-h100/hf_round11_final", "decode"),
 ])
 def test_transformers_rows_are_their_runs(regime, folder, phase):
     meta = json.loads((REPORTS / folder / "meta.json").read_text())
