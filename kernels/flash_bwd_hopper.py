@@ -175,7 +175,7 @@ class Descriptors(NamedTuple):
     do: object  # dO, as Q
     k: object  # K in key blocks of BLOCK_N rows
     v: object  # V, as K
-    dq: object  # the fp32 dQ buffer (B·H·Nq_pad, D) in dQ shares
+    dq: object  # the fp32 dQ buffer as (B·H·Nq_pad, D) in dQ shares, or with dq_frag as rows of BLOCK_M (dq_box)
     stats: object  # the (2·B·H·Nq_pad / BLOCK_M, BLOCK_M) rows of lse·log2e and delta (tile_stats)
 
 
@@ -709,8 +709,9 @@ def _dq_convert(DQ_ACC, DQ, stride_dqz, stride_dqh, stride_dqm, sm_scale, heads,
     offs_d = tl.arange(0, HEAD_DIM)
     ok = (rows < seq_q)[:, None]
     if FRAG:
-        # 32-byte pieces gathered in (rows, columns) order: 3% slower than the plain buffer's pass and 6% faster
-        # than reading the tile in its own order and permuting it in registers (dq_convert_probe.py, round 11)
+        # 32-byte pieces gathered in (rows, columns) order: 2-3% slower than the plain buffer's pass, and 1.5% (D64)
+        # to 6% (D128) faster than reading the tile in its own order and permuting it in registers
+        # (dq_convert_probe.py, docs/perf-notes.md "Gluon backward", round 11)
         tile = DQ_ACC + (off_hz * q_pad + tl.program_id(0) * BLOCK) * HEAD_DIM
         src = tile + (offs_d // 8 * (BLOCK * 8) + offs_d % 8)[None, :] + local[:, None] * 8
     else:
@@ -780,7 +781,9 @@ def _unswizzled_fp32():
 def descriptors(q, k, v, do, dq_acc, stats, config: BackwardConfig):
     """TMA descriptors: Q and dO in BLOCK_M-row tiles and K and V in key blocks (BLOCK_N rows), each on its
     tensor's own strides (kernels.hopper_common.tensor_descriptor), the dQ buffer as (B·H·Nq_pad, D) fp32 in
-    dQ shares (:meth:`BackwardConfig.dq_tile`), and the stats buffer as rows of BLOCK_M (:func:`tile_stats`)."""
+    dQ shares (:meth:`BackwardConfig.dq_tile`), or with ``dq_frag`` as (B·H·Nq_pad·D / BLOCK_M, BLOCK_M) in
+    fragment-ordered shares (:meth:`BackwardConfig.dq_box`), and the stats buffer as rows of BLOCK_M
+    (:func:`tile_stats`)."""
     head_dim = q.shape[-1]
     dq_block = list(config.dq_box(head_dim))
     dq_layout = _unswizzled_fp32() if config.dq_frag else shared_layout(tuple(dq_block), torch.float32)
@@ -813,6 +816,7 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
     if tma_layout_reason(do) is not None:
         do = do.contiguous()  # e.g. the expanded (stride 0) gradient of a sum
     q_pad = triton.cdiv(seq_q, config.block_m) * config.block_m
+    # With config.dq_frag each query tile of it holds (D/8, BLOCK_M, 8), not (BLOCK_M, D): only _dq_convert reads it.
     dq_acc = torch.zeros((batch, heads, q_pad, head_dim), dtype=torch.float32, device=q.device)
     # Each gradient in its input's memory order: a BSHD view's gradient is a BSHD view, so autograd's
     # transposes back to the model's layout copy nothing.

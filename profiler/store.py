@@ -489,7 +489,7 @@ class ResultStore:
 
 def merge_parts(folder: Path | str) -> int:
     """Fold the part files of a distributed sweep (parts/*.parquet) into results.parquet: a part's
-    row replaces a stored row with the same key. The merged file is written atomically before the
+    row replaces a stored row with the same key (:data:`OBSERVED_KEY`). The merged file is written atomically before the
     parts are removed, so a kill at any point loses no row (merging again gives the same result).
     Returns how many part rows were merged."""
     capture = Capture(folder)
@@ -499,7 +499,9 @@ def merge_parts(folder: Path | str) -> int:
     frames = [read_results(capture.results_path)] if capture.results_path.exists() else []
     from_parts = [read_results(p) for p in parts]
     merged = pd.concat([*frames, *from_parts], ignore_index=True)
-    merged = merged.drop_duplicates(subset=KEY, keep="last")
+    # The observed key: rows of other sources leave its extra columns empty, so for them it is the row key, and
+    # two observed rows of one shape at different sites, masks, layouts or ranks stay two rows.
+    merged = merged.drop_duplicates(subset=list(OBSERVED_KEY), keep="last")
     capture.write_results(to_frame(merged.to_dict("records")))
     for p in parts:
         p.unlink()

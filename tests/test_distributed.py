@@ -73,6 +73,19 @@ def test_merge_parts_replaces_by_key_and_removes_the_parts(tmp_path):
     assert sorted(zip(frame.seq_q, frame.status)) == [(8, "ok"), (16, "ok")]
 
 
+def test_merge_parts_keeps_observed_rows_of_one_shape_at_two_sites(tmp_path):
+    """Observed rows differ from each other by site, mask, layout or rank (store.OBSERVED_KEY), not by the row key
+    alone: a merge keeps both sites' rows of one shape and still replaces a row of the same site."""
+    row = {"impl": "sdpa", "step": "total", "mode": "fwd", "batch": 1, "heads": 1, "seq_q": 8, "seq_kv": 8,
+           "head_dim": 16, "dtype": "fp32", "causal": False, "source": "observed", "status": "ok", "layout": "bhsd"}
+    ResultStore(tmp_path, {"command": "x"}).append([row | {"site": "a.py:1", "calls": 1}])
+    ResultStore(tmp_path, {}, part="rank-0", write_meta=False).append(
+        [row | {"site": "a.py:1", "calls": 3}, row | {"site": "b.py:2", "calls": 5}])
+    assert merge_parts(tmp_path) == 2
+    frame = load_capture(tmp_path)[1]
+    assert sorted(zip(frame.site, frame.calls)) == [("a.py:1", 3), ("b.py:2", 5)]
+
+
 def test_ranks_on_different_gpus_are_refused_unless_allowed(monkeypatch, tmp_path):
     from profiler.measure.folder import FolderError
 

@@ -157,26 +157,35 @@ def test_backward_configs_fit_shared_memory_and_split_dq_exactly(head_dim, causa
     assert bwd_hopper.backward_tile(head_dim, "fp32") is None and bwd_hopper.backward_tile(32) is None
 
 
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", bwd_hopper.HEAD_DIMS)
-def test_dq_convert_undoes_the_fragment_order(head_dim):
-    """BackwardConfig.dq_frag: each query tile of the fp32 buffer is (D/8, BLOCK_M, 8), a consumer's share
-    the TMA box dq_box gives; the last pass (run here by the interpreter) puts dq back in rows, scaled and
-    without the padding rows, into a BSHD view."""
-    batch, heads, seq, block = 2, 3, 100, 64
+def test_dq_shares_in_fragment_order_land_where_the_last_pass_reads_them(head_dim, causal):
+    """BackwardConfig.dq_frag, as the kernel places it: each consumer's dQ share of query tile i, stored as
+    (columns/8, BLOCK_M, 8), is reduce-added as one dq_box box of the buffer seen as rows of BLOCK_M floats, at row
+    ((off_hz·q_pad) // BLOCK_M + i)·D + its first column (_dq_share). _dq_convert (run here by the interpreter)
+    must give back every row, scaled, without the padding rows, into a BSHD view, as the plain buffer does."""
+    config = bwd_hopper.CONFIGS[head_dim, causal]._replace(dq_frag=True)
+    block = config.block_m
+    rows, cols = config.dq_tile(head_dim)
+    box = config.dq_box(head_dim)
+    assert box == (cols, rows) and config._replace(dq_frag=False).dq_box(head_dim) == (rows, cols)
+    batch, heads, seq = 2, 3, 150
     q_pad = triton.cdiv(seq, block) * block
-    acc = torch.randn(batch, heads, q_pad, head_dim)
-    frag = acc.reshape(batch * heads, q_pad // block, block, head_dim // 8, 8).permute(0, 1, 3, 2, 4).contiguous()
-    for buffer, order in ((acc, False), (frag, True)):
+    acc = torch.randn(batch * heads, q_pad, head_dim)  # what the shares sum to, in (rows, columns)
+    buffer = torch.zeros(batch * heads * q_pad * head_dim // block, block)  # dq_acc.view(-1, BLOCK_M)
+    for off_hz in range(batch * heads):
+        for i in range(q_pad // block):
+            for first_col in range(0, head_dim, cols):  # one share per consumer (dq_cols), or the whole width
+                share = acc[off_hz, i * block:(i + 1) * block, first_col:first_col + cols]
+                staged = share.reshape(block, cols // 8, 8).permute(1, 0, 2).reshape(box)  # the staging tile
+                row = ((off_hz * q_pad) // block + i) * head_dim + first_col
+                buffer[row:row + box[0]] += staged
+    for stored, order in ((acc, False), (buffer, True)):
         dq = torch.empty(batch, seq, heads, head_dim, dtype=torch.float16).transpose(1, 2)
         bwd_hopper._dq_convert[(q_pad // block, batch * heads)](
-            buffer, dq, *dq.stride()[:3], 0.5, heads, seq, q_pad, HEAD_DIM=head_dim, BLOCK=block, FRAG=order)
-        torch.testing.assert_close(dq, (0.5 * acc[:, :, :seq]).half(), rtol=0, atol=0)
-    for causal in (False, True):
-        config = bwd_hopper.CONFIGS[head_dim, causal]
-        rows, cols = config.dq_tile(head_dim)
-        # the same bytes either way: (rows, columns) of the buffer, or columns/8 groups of rows × 8 as rows of BLOCK_M
-        assert config._replace(dq_frag=True).dq_box(head_dim) == (cols, rows)
-        assert config._replace(dq_frag=False).dq_box(head_dim) == (rows, cols)
+            stored, dq, *dq.stride()[:3], 0.5, heads, seq, q_pad, HEAD_DIM=head_dim, BLOCK=block, FRAG=order)
+        want = (0.5 * acc.reshape(batch, heads, q_pad, head_dim)[:, :, :seq]).half()
+        torch.testing.assert_close(dq, want, rtol=0, atol=0)
 
 
 def test_backward_off_sm90_takes_the_portable_kernel_and_refuses_gluon_true():

@@ -101,7 +101,7 @@ def test_the_results_page_quotes_the_round_11_run():
     text = page.replace("\n", " ")
     for runs, words in (((ratios("hf_round9_launch_cache"), ratios("hf_round9_train"), ratios("hf_round9_final")),
                          "three round-9 runs on three H100s gave"),
-                        ((ratios("hf_train_round11"), final), "two runs on two H100s gave")):
+                        ((ratios("hf_train_round11"), final), "backward two runs gave")):
         at_4k = [t[4096, "train"] for t in runs]
         longer = [t[n, "train"] for t in runs for n in (16384, 32768)]
         assert (f"{words} {min(at_4k):.3f} to {max(at_4k):.3f} at 4k and {min(longer):.3f} to "

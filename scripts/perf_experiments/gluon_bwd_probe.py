@@ -4,8 +4,9 @@
 
 ``check``: the default config (with ``QUERY_ROWS=1`` or ``MASKED_FIRST=1`` in the environment, the
 default with ``query_rows`` or ``masked_first``; with ``CHANGES="field=value,..."``, with those
-BackwardConfig fields changed) against the fp64 oracle (kernels.reference) on 160
-cases, each within twice naive attention's error plus a floor, as tests/gpu does.
+BackwardConfig fields changed) against the fp64 oracle (kernels.reference) on 80
+cases (per head dim, 2 dtypes x causal or not x 10 shapes), dq, dk and dv of each within twice naive
+attention's error plus a floor, as tests/gpu does.
 
 ``bench``: bf16, 32768 tokens per shape (D64 H32, D128 H16), N 2048-16384, causal both: the whole
 backward of the portable kernels, the Gluon kernel with its defaults and each variant of
@@ -14,7 +15,7 @@ backward of the portable kernels, the Gluon kernel with its defaults and each va
 BackwardConfig fields changed, e.g. ``nodq,64,dq_mode=0``), and cuDNN through SDPA, in TFLOP/s
 (2.5x the forward's 4·B·H·N²·D, halved causal).
 ``ROUNDS=n`` times the Gluon kernels and cuDNN n times per shape, interleaved, and keeps the median
-(each round's figure under ``<name>_rounds``); ``DIMS=128`` limits the head dims (of ``check`` too: 80 cases
+(each round's figure under ``<name>_rounds``); ``DIMS=128`` limits the head dims (of ``check`` too: 40 cases
 per head dim).
 Writes ``$OUT/bwd_probe.json``; reports/perf-h100/gluon_bwd_round*.json are its runs (docs/perf-notes.md).
 """

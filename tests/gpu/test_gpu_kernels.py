@@ -357,6 +357,24 @@ def test_gluon_backward_with_query_rows_matches_oracle(head_dim, batch, heads, k
     _assert_gluon_backward_like_naive(q, k, v, causal, dtype, config)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("batch,heads,kv_heads,seq_q,seq_kv", [(1, 2, 2, 1, 1), (1, 8, 2, 777, 777),
+                                                                (1, 4, 2, 333, 200), (2, 16, 16, 4096, 4096)])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gluon_backward_with_the_other_dq_staging_matches_oracle(head_dim, batch, heads, kv_heads, seq_q, seq_kv,
+                                                                 causal, dtype):
+    """dQ staged the other way from the default (BackwardConfig.dq_frag: fragment order at D64 and causal D128,
+    the swizzled tile at D128 without a mask), so both orders of the fp32 buffer and both of _dq_convert's
+    reads stay checked at both head dims: ragged, grouped, Nq != Nkv, more key blocks than SMs."""
+    from kernels.flash_bwd_hopper import CONFIGS
+
+    _needs_sm90()
+    config = CONFIGS[head_dim, causal]._replace(dq_frag=not CONFIGS[head_dim, causal].dq_frag)
+    q, k, v = _inputs(batch, heads, seq_q, seq_kv, head_dim, dtype, seed=seq_q + head_dim + 13, kv_heads=kv_heads)
+    _assert_gluon_backward_like_naive(q, k, v, causal, dtype, config)
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("dtype,persistent", [(torch.float16, False), (torch.bfloat16, True)],
                          ids=["fp16-per-block", "bf16-persistent"])
