@@ -52,6 +52,17 @@ def test_a_capture_says_where_its_ceilings_came_from(tmp_path, monkeypatch, caps
     assert f"Roofs (measured ceilings) from the cache {tmp_path / 'cache'}" in capsys.readouterr().out
 
 
+def test_a_cache_under_home_is_named_from_home(tmp_path, monkeypatch):
+    """measured_ceilings_source names the cache as ~/... where it is under the home folder (the default), so a
+    shipped capture does not carry the measuring machine's home path; elsewhere the path as it is."""
+    from profiler.measure.folder import _home_relative
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert _home_relative(tmp_path / "home" / ".cache" / "attention-roofline" / "ceilings.json") == \
+        "~/.cache/attention-roofline/ceilings.json"
+    assert _home_relative(tmp_path / "elsewhere" / "ceilings.json") == str(tmp_path / "elsewhere" / "ceilings.json")
+
+
 def test_default_folder_names_the_device_in_one_slug():
     from profiler.measure.folder import default_folder
 

@@ -138,9 +138,17 @@ def measure_roofs(device: str, label: str, dtypes, status=None, graph: bool = Fa
         measured = replace(measured, copy_curve=measure_copy_curve(device, graph=graph))
     # Ceilings come from a per-device cache when one is there (profiler.measure.ceilings): say so, with
     # when they were measured, since a cache filled on a busy machine judges every later capture.
-    source = (f"cache {cache_path()} (measured {measured.measured_at}; `python -m profiler ceilings --no-cache` "
-              "measures again; the copy curve by this run)") if from_cache else "measured by this run"
+    source = (f"cache {_home_relative(cache_path())} (measured {measured.measured_at}; `python -m profiler ceilings "
+              "--no-cache` measures again; the copy curve by this run)") if from_cache else "measured by this run"
     return Roofs(hardware.lookup(label), measured), source
+
+
+def _home_relative(path: Path) -> str:
+    """``path`` as ~/... where it is under the home folder: a shipped capture names no machine's home."""
+    try:
+        return str(Path("~") / path.relative_to(Path.home()))
+    except ValueError:
+        return str(path)
 
 
 def open_capture(device: str, folder: Path, label: str, dtypes, meta: dict, *, impls: list[Impl] = (),
