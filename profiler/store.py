@@ -126,7 +126,8 @@ COLUMNS = list(SCHEMA)
 # Meta keys that describe one run; a resumed capture keeps the earlier runs' values in earlier_runs.
 RUN_KEYS = ("command", "time", "git_revision", "torch", "triton", "cuda", "driver", "measured_ceilings",
             "measured_ceilings_source", "rep_ms")
-# One row per implementation, step and shape (attention_core.shape.ROW_KEY): resumes and merges de-duplicate on it.
+# One row per implementation, step and shape (attention_core.shape.ROW_KEY): resumes de-duplicate on it (merge_parts
+# on OBSERVED_KEY, which is this key for every row but an observed one).
 KEY = list(ROW_KEY)
 # Columns added after captures were shipped, and how an older file's rows read without them.
 ADDED_COLUMNS = {"kv_heads": lambda frame: frame["heads"], "path": lambda frame: "",
