@@ -172,11 +172,18 @@ class Page:
             time.sleep(0.2)
         pytest.fail(f"the page was not drawn in {timeout:.0f} s: {last}")
 
-    def open(self, url: str) -> str:
-        """Load ``url`` once; the DOM once Streamlit has drawn it."""
+    def open(self, url: str, texts: tuple[str, ...] = (), timeout: float = 30) -> str:
+        """Load ``url`` once; the DOM once Streamlit has drawn it and, for up to ``timeout`` s more, holds each of
+        ``texts`` (a chart's title can land after its SVG layers on a loaded machine: seen once)."""
         self.send("Page.navigate", url=url)
         self.wait_drawn()
-        return self.evaluate("document.documentElement.outerHTML")
+        deadline = time.time() + timeout
+        while True:
+            dom = self.evaluate("document.documentElement.outerHTML")
+            if all(text in dom for text in texts) or time.time() > deadline:
+                return dom
+            time.sleep(0.5)
+            self.wait_drawn()
 
     def screenshot(self, path: Path) -> Image.Image:
         """The whole open tab (the viewport grown to its height, at most TALLEST px), as a PNG at ``path``."""
@@ -231,7 +238,7 @@ def test_first_load_renders_without_retries(server, page, tmp_path):
 
 @pytest.mark.parametrize("tab", list(TABS))
 def test_each_tab_in_a_real_browser(server, page, tmp_path, tab):
-    dom = page.open(_tab_url(server, tab))
+    dom = page.open(_tab_url(server, tab), TABS[tab])
     assert 'aria-selected="true"' in dom and f">{tab}<" in dom
     for text in TABS[tab]:
         assert text in dom, f"{tab}: {text!r} is not on the page"
