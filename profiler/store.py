@@ -124,8 +124,8 @@ SCHEMA: dict[str, tuple[str, str]] = {
 }
 COLUMNS = list(SCHEMA)
 # Meta keys that describe one run; a resumed capture keeps the earlier runs' values in earlier_runs.
-RUN_KEYS = ("command", "time", "git_revision", "torch", "triton", "cuda", "driver", "measured_ceilings",
-            "measured_ceilings_source", "rep_ms")
+RUN_KEYS = ("command", "time", "git_revision", "kernels_sha256", "peers", "torch", "triton", "cuda", "cudnn", "driver",
+            "measured_ceilings", "measured_ceilings_source", "rep_ms")
 # One row per implementation, step and shape (attention_core.shape.ROW_KEY): resumes de-duplicate on it (merge_parts
 # on OBSERVED_KEY, which is this key for every row but an observed one).
 KEY = list(ROW_KEY)

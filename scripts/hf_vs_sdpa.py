@@ -28,7 +28,6 @@ one call. Results: ``rows.jsonl`` (one line per case, written as each finishes) 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import statistics
@@ -204,13 +203,11 @@ def meta(args) -> dict:
     except OSError:
         revision, dirty = "", None
     # The sources that ran, by content: a copy of the tree on another machine may carry a stale .git.
-    sources = hashlib.sha256()
-    for path in sorted([*ROOT.glob("kernels/*.py"), *ROOT.glob("attention_core/*.py")]):
-        sources.update(path.name.encode() + path.read_bytes())
+    from profiler.measure.meta import sources_sha256
     device = torch.cuda.get_device_name() if torch.cuda.is_available() and not args.tiny else "cpu"
     return {"command": " ".join(["python", "scripts/hf_vs_sdpa.py", *sys.argv[1:]]), "device": device,
             "torch": torch.__version__, "triton": triton.__version__, "transformers": transformers.__version__,
-            "git_revision": revision, "git_dirty": dirty, "kernels_sha256": sources.hexdigest(),
+            "git_revision": revision, "git_dirty": dirty, "kernels_sha256": sources_sha256(),
             "layers": args.layers, "batch": args.batch, "rounds": args.rounds,
             "geometry": TINY if args.tiny else LLAMA3_8B, "dtype": "fp32" if args.tiny else "bf16",
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

@@ -49,6 +49,11 @@ def test_a_capture_says_where_its_ceilings_came_from(tmp_path, monkeypatch, caps
     assert second["measured_ceilings_source"].startswith(f"cache {tmp_path / 'cache' / 'ceilings.json'} (measured "
                                                          f"{measured_at};")
     assert second["measured_ceilings_source"].endswith("the copy curve by this run)")
+    # What ran, by content, and the peers' versions: the same in both runs of one tree
+    from profiler.measure.meta import peer_versions, sources_sha256
+
+    assert first["kernels_sha256"] == second["kernels_sha256"] == sources_sha256() and len(sources_sha256()) == 64
+    assert first["peers"] == peer_versions()
     assert f"Roofs (measured ceilings) from the cache {tmp_path / 'cache'}" in capsys.readouterr().out
 
 
@@ -61,6 +66,30 @@ def test_a_cache_under_home_is_named_from_home(tmp_path, monkeypatch):
     assert _home_relative(tmp_path / "home" / ".cache" / "attention-roofline" / "ceilings.json") == \
         "~/.cache/attention-roofline/ceilings.json"
     assert _home_relative(tmp_path / "elsewhere" / "ceilings.json") == str(tmp_path / "elsewhere" / "ceilings.json")
+
+
+def test_sources_sha256_is_the_kernels_by_content_and_peers_are_whats_installed(monkeypatch, tmp_path):
+    """kernels_sha256: sha256 over kernels/*.py and attention_core/*.py, each file's name then bytes, in path order
+    (the hash scripts/hf_vs_sdpa.py has recorded since issue 39); peers: the installed peer distributions only."""
+    import hashlib
+    import importlib.metadata
+    from pathlib import Path
+
+    from profiler.measure import meta
+
+    root = Path(meta.__file__).resolve().parents[2]
+    digest = hashlib.sha256()
+    for path in sorted([*root.glob("kernels/*.py"), *root.glob("attention_core/*.py")]):
+        digest.update(path.name.encode() + path.read_bytes())
+    assert meta.sources_sha256() == digest.hexdigest()
+
+    def version(name):
+        if name == "flash-attn-4":
+            return "4.0.0b36"
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    assert meta.peer_versions() == {"flash-attn-4": "4.0.0b36"}
 
 
 def test_default_folder_names_the_device_in_one_slug():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import os
 import platform
 import subprocess
@@ -33,6 +35,37 @@ def _git_revision() -> str | None:
     if out.returncode != 0:
         return None
     return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def sources_sha256() -> str | None:
+    """The kernels that ran, by content: sha256 over this tree's kernels/*.py and attention_core/*.py, each file's
+    name then bytes, in path order (scripts/hf_vs_sdpa.py's ``kernels_sha256`` is the same hash). git_revision
+    cannot say it where the tree was copied with a stale .git, as onto the GPU machine; None where neither folder
+    is beside this package (an installed wheel without them)."""
+    root = Path(__file__).resolve().parents[2]
+    paths = sorted([*root.glob("kernels/*.py"), *root.glob("attention_core/*.py")])
+    if not paths:
+        return None
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+# The peers' distributions (pip names) whose speed a capture can measure: their versions go into meta.json
+# where installed, since a peer's release moves its rows as much as our code moves ours.
+PEER_DISTRIBUTIONS = ("flash-attn-4", "flash-attn", "transformers")
+
+
+def peer_versions() -> dict[str, str]:
+    """{distribution: version} of the :data:`PEER_DISTRIBUTIONS` installed here."""
+    versions = {}
+    for name in PEER_DISTRIBUTIONS:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return versions
 
 
 def _driver_version() -> str | None:
@@ -72,6 +105,8 @@ def run_metadata(device: torch.device | str) -> dict:
         "host": platform.node(),
         "command": " ".join([_program(), *sys.argv[1:]]),
         "git_revision": _git_revision(),
+        "kernels_sha256": sources_sha256(),
+        "peers": peer_versions(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     if os.environ.get("TRITON_INTERPRET") == "1":  # Triton kernels ran in its interpreter: their rows say so too
@@ -90,5 +125,6 @@ def run_metadata(device: torch.device | str) -> dict:
             memory_bytes=props.total_memory,
             l2_bytes=getattr(props, "L2_cache_size", None),
             driver=_driver_version(),
+            cudnn=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         )
     return meta
