@@ -29,6 +29,7 @@ from kernels import flash_bwd_hopper
 from kernels._autotune import LOG2E, LOG2E_C, autotune, configs_from, default_tile, dot_precision, pruner, seq_bucket
 from kernels._checks import check_backward_inputs, check_triton_device, dtype_name
 from kernels._layout import empty_in_layout
+from kernels.flash_bwd_hopper import rows_delta
 
 HEAD_DIMS = (16, 32, 64, 128)
 
@@ -64,16 +65,11 @@ def _attn_bwd_preprocess(
     BLOCK_M: tl.constexpr,
 ):
     off_hz = tl.program_id(1)
-    off_z = (off_hz // H).to(tl.int64)
-    off_h = (off_hz % H).to(tl.int64)
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM)
-    row_ok = offs_m[:, None] < seq_q
-    o = tl.load(O + off_z * stride_oz + off_h * stride_oh + offs_m[:, None] * stride_om
-                + offs_d[None, :] * stride_od, mask=row_ok, other=0.0)
-    do = tl.load(DO + off_z * stride_dz + off_h * stride_dh + offs_m[:, None] * stride_dm
-                 + offs_d[None, :] * stride_dd, mask=row_ok, other=0.0)
-    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)  # (BLOCK_M,)
+    row_ok = offs_m < seq_q
+    delta = rows_delta(O, DO, (off_hz // H).to(tl.int64), (off_hz % H).to(tl.int64), offs_m, row_ok,
+                       stride_oz, stride_oh, stride_om, stride_od, stride_dz, stride_dh, stride_dm, stride_dd,
+                       HEAD_DIM)  # (BLOCK_M,)
     tl.store(Delta + off_hz.to(tl.int64) * seq_q + offs_m, delta, mask=offs_m < seq_q)
 
 

@@ -29,9 +29,10 @@ and its hopper/ sources) does the backward in one pass, which this kernel follow
   takes FlashAttention-3's layout there instead: S = Q Kᵀ and dP = dO Vᵀ with the queries as
   the wgmma M, so a thread holds 2 query rows (lse, delta) rather than 16 query columns, and P and
   dS reach dV's and dK's wgmma through shared memory as transposed operands.
-- delta_i = Σ_d O_id dO_id comes from kernels.flash_bwd's preprocess kernel. Each query tile's lse·log2e
-  and delta reach the consumers with its Q: the loader brings their rows from a zero-padded buffer
-  (:func:`tile_stats`) into the ring by TMA, rather than each consumer loading them per tile.
+- delta_i = Σ_d O_id dO_id is computed by a small kernel before this one (:func:`backward_stats`), which
+  writes it with lse·log2e into a zero-padded buffer of rows (:func:`tile_stats`' layout). Each query
+  tile's two rows reach the consumers with its Q: the loader brings them into the ring by TMA, rather
+  than each consumer loading them per tile.
 - Causal: a key block sees the query tiles from its own position on; the first key blocks go first
   (the longest work first), within sections of heads (kernels.tile_schedule.plan: with a program per
   block, one head at a time unless few long programs need more to fill the SMs; snaked with
@@ -723,22 +724,31 @@ def _dq_convert(DQ_ACC, DQ, stride_dqz, stride_dqh, stride_dqm, sm_scale, heads,
 
 
 @triton.jit
+def rows_delta(O, DO, off_z, off_h, offs_m, row_ok, stride_oz, stride_oh, stride_om, stride_od,
+               stride_doz, stride_doh, stride_dom, stride_dod, HEAD_DIM: tl.constexpr):
+    """delta_i = Σ_d O_id · dO_id in fp32 for the query rows offs_m of one (batch, head), 0 where not row_ok:
+    what both backwards need per row (kernels.flash_bwd's preprocess and :func:`_bwd_stats`)."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    o = tl.load(O + off_z * stride_oz + off_h * stride_oh + offs_m.to(tl.int64)[:, None] * stride_om
+                + offs_d[None, :] * stride_od, mask=row_ok[:, None], other=0.0)  # (BLOCK_M, HEAD_DIM)
+    do = tl.load(DO + off_z * stride_doz + off_h * stride_doh + offs_m.to(tl.int64)[:, None] * stride_dom
+                 + offs_d[None, :] * stride_dod, mask=row_ok[:, None], other=0.0)
+    return tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+
+
+@triton.jit
 def _bwd_stats(O, DO, LSE, STATS, stride_oz, stride_oh, stride_om, stride_doz, stride_doh, stride_dom,
                heads, seq_q, q_pad, plane, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
-    """:func:`tile_stats` of BLOCK_M rows of one (batch, head), delta computed here (Σ_d O·dO, as
-    kernels.flash_bwd's preprocess): plane 0 of STATS lse·log2e, plane 1 (``plane`` elements on) delta,
-    both zero for rows past seq_q. O and dO have a unit-stride head_dim (their TMA checks say so)."""
+    """:func:`tile_stats` of BLOCK_M rows of one (batch, head), delta computed here (:func:`rows_delta`):
+    plane 0 of STATS lse·log2e, plane 1 (``plane`` elements on) delta, both zero for rows past seq_q.
+    O and dO have a unit-stride head_dim (their TMA checks say so)."""
     off_hz = tl.program_id(1)
     off_z = (off_hz // heads).to(tl.int64)
     off_h = (off_hz % heads).to(tl.int64)
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < seq_q
-    o = tl.load(O + off_z * stride_oz + off_h * stride_oh + offs_m.to(tl.int64)[:, None] * stride_om
-                + offs_d[None, :], mask=row_ok[:, None], other=0.0)  # (BLOCK_M, HEAD_DIM)
-    do = tl.load(DO + off_z * stride_doz + off_h * stride_doh + offs_m.to(tl.int64)[:, None] * stride_dom
-                 + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    delta = rows_delta(O, DO, off_z, off_h, offs_m, row_ok, stride_oz, stride_oh, stride_om, 1,
+                       stride_doz, stride_doh, stride_dom, 1, HEAD_DIM)
     lse = tl.load(LSE + off_hz.to(tl.int64) * seq_q + offs_m, mask=row_ok, other=0.0)
     row = STATS + off_hz.to(tl.int64) * q_pad + offs_m
     tl.store(row, tl.where(row_ok, lse * LOG2E_C, 0.0))
@@ -762,7 +772,8 @@ def backward_stats(o: torch.Tensor, do: torch.Tensor, lse: torch.Tensor, q_pad: 
 def tile_stats(lse: torch.Tensor, delta: torch.Tensor, q_pad: int) -> torch.Tensor:
     """(2, B·H, q_pad) fp32: lse·log2e and delta of each query row, zero past the sequence's end, so that
     the loader brings a query tile's two rows with its Q by TMA. (Each consumer loading them itself
-    waited on that load between its S and dP wgmma: docs/perf-notes.md, "Gluon backward", round 7.)"""
+    waited on that load between its S and dP wgmma: docs/perf-notes.md, "Gluon backward", round 7.)
+    The kernel takes :func:`backward_stats`' one launch; this, in torch ops, is the tests' reference for it."""
     batch, heads, seq_q = lse.shape
     stats = torch.empty((2, batch * heads, q_pad), dtype=torch.float32, device=lse.device)
     torch.mul(lse.reshape(batch * heads, seq_q), LOG2E, out=stats[0, :, :seq_q])
@@ -796,13 +807,12 @@ def descriptors(q, k, v, do, dq_acc, stats, config: BackwardConfig):
                                          shared_layout(tuple(stats_block), torch.float32)))
 
 
-def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: torch.Tensor | None = None,
-                    config: BackwardConfig | None = None, schedule: tile_schedule.Schedule | None = None):
+def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, config: BackwardConfig | None = None,
+                    schedule: tile_schedule.Schedule | None = None):
     """The Gluon backward on inputs :func:`unsupported_reason` accepts. Returns (dq, dk, dv) as
-    kernels.flash_bwd does. ``delta`` (B, H, Nq) fp32, kernels.flash_bwd's preprocess, where the caller has
-    it; without it :func:`backward_stats` computes it with the stats the loader brings. ``config``
-    overrides :data:`CONFIGS` and ``schedule`` the tile order of :func:`kernels.tile_schedule.plan`
-    (for sweeps)."""
+    kernels.flash_bwd does; delta (Σ_d O·dO per row) is computed with the stats the loader brings
+    (:func:`backward_stats`). ``config`` overrides :data:`CONFIGS` and ``schedule`` the tile order of
+    :func:`kernels.tile_schedule.plan` (for sweeps)."""
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     explicit = config is not None or schedule is not None
@@ -826,8 +836,7 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, delta: t
     # allocations): the schedule and the compiled kernels are kept by it (_launch.LaunchCache).
     key = None if explicit or not _BWD.enabled else (layout_key(q, k, v, do), bool(causal))
     key = None if key is not None and key[0] is None else key
-    stats = tile_stats(lse, delta, q_pad) if delta is not None else backward_stats(o, do, lse, q_pad, config.block_m,
-                                                                                   key)
+    stats = backward_stats(o, do, lse, q_pad, config.block_m, key)
     descs = descriptors(q, k, v, do, dq_acc, stats, config)
     n_blocks = triton.cdiv(seq_kv, config.block_n)
     bh_kv = batch * kv_heads

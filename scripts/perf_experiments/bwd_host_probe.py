@@ -1,4 +1,4 @@
-"""Host time of the Gluon backward's call, before and after its stats came in one launch, on the GPU machine.
+"""Host time of the Gluon backward's call, on the GPU machine (round 10 of the host time: its stats in one launch).
 
     PYTHONPATH=. python3 scripts/perf_experiments/bwd_host_probe.py [--calls 300] [--rounds 7]
 
@@ -6,9 +6,10 @@ BSHD views of Llama-3-8B attention (32 query heads, 8 K/V heads, head_dim 128, b
 enough that the GPU never holds the host back, so the wall time of many calls over their number is what a call
 costs the host. Interleaved rounds, the median per arm:
 
-- "delta + tile_stats": kernels.flash_bwd_hopper.hopper_backward given delta from kernels.flash_bwd's preprocess
-  (a Triton launch through JITFunction.run) and building the stats with four torch ops, as before;
-- "one launch": hopper_backward computing delta with the stats (backward_stats, through the launch cache);
+- "one launch": kernels.flash_bwd_hopper.hopper_backward, which computes delta with the stats (backward_stats,
+  through the launch cache). Round 10 timed it against the path before it, delta from kernels.flash_bwd's
+  preprocess and the stats from four torch ops (docs/perf-notes.md, "Host time, round 10"); that path has
+  since been removed from hopper_backward;
 - and, for scale, a whole forward and backward through autograd: ours (flash_attention) and sdpa's; then
   cProfile over ours (``--profile`` rows by cumulative time).
 """
@@ -30,7 +31,6 @@ import torch
 import torch.nn.functional as F
 
 from kernels.flash_attention import flash_attention
-from kernels.flash_bwd import backward_delta
 from kernels.flash_bwd_hopper import hopper_backward
 from kernels.flash_fwd import flash_attention_forward
 
@@ -67,7 +67,6 @@ def main() -> None:
         F.scaled_dot_product_attention(qg, kg, vg, is_causal=True, enable_gqa=True).backward(do)
 
     arms = {
-        "delta + tile_stats": lambda: hopper_backward(do, q, k, v, o, lse, True, scale, backward_delta(o, do)),
         "one launch": lambda: hopper_backward(do, q, k, v, o, lse, True, scale),
         "ours fwd+bwd (autograd)": ours_autograd,
         "sdpa fwd+bwd (autograd)": sdpa_autograd,

@@ -17,7 +17,6 @@ sys.path.insert(0, os.getcwd())
 import torch
 
 from kernels import flash_bwd_hopper as HB
-from kernels.flash_bwd import backward_delta
 from kernels.flash_fwd import flash_attention_forward
 
 head_dim, causal, seq = int(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3])
@@ -28,8 +27,7 @@ q = torch.randn(32768 // seq, heads, seq, head_dim, device="cuda", dtype=torch.b
 k, v, do = torch.randn_like(q), torch.randn_like(q), torch.randn_like(q)
 scale = head_dim ** -0.5
 o, lse = flash_attention_forward(q, k, v, causal=causal, sm_scale=scale)
-delta = backward_delta(o, do)
 for _ in range(2):
-    HB.hopper_backward(do, q, k, v, o, lse, causal, scale, delta, config)
+    HB.hopper_backward(do, q, k, v, o, lse, causal, scale, config)
 torch.cuda.synchronize()
 print(torch.cuda.get_device_name(), "D", head_dim, "causal" if causal else "full", "N", seq, config, flush=True)

@@ -50,7 +50,7 @@ def grads(q, k, v, do, causal, gluon, config=None):
     scale = q.shape[-1] ** -0.5
     o, lse = flash_attention_forward(q, k, v, causal=causal, sm_scale=scale)
     if config is not None:
-        return (o, *HB.hopper_backward(do, q, k, v, o, lse, causal, scale, None, config))
+        return (o, *HB.hopper_backward(do, q, k, v, o, lse, causal, scale, config))
     return (o, *flash_attention_backward(do, q, k, v, o, lse, causal, scale, gluon=gluon))
 
 def check(B, H, Hkv, Nq, Nkv, D, causal, dtype, config=None, seed=0):
@@ -101,10 +101,10 @@ if which in ("all", "check"):
     results["check_fails"] = fails
 
 def variant_backward(do, q, k, v, o, lse, causal, scale, config):
-    # delta None, as flash_attention_backward passes it: lse and delta come from backward_stats' one launch, so a
-    # variant pays what the default pays. (Until round 11 variants took backward_delta and tile_stats, the path
-    # before round 10: a preprocess kernel and four small torch ops more than the default, timed against them.)
-    return HB.hopper_backward(do, q, k, v, o, lse, causal, scale, None, config)
+    # lse and delta come from backward_stats' one launch, so a variant pays what the default pays. (Until round 11
+    # variants took backward_delta and tile_stats, the path before round 10: a preprocess kernel and four small
+    # torch ops more than the default, timed against them; round 12 removed that path from hopper_backward.)
+    return HB.hopper_backward(do, q, k, v, o, lse, causal, scale, config)
 
 
 def bench(fn):

@@ -37,7 +37,13 @@ from triton.runtime.jit import JITFunction  # noqa: E402
 
 
 class _NoDevice:
-    """The driver calls a compile makes, for an sm_90 target; nothing launches."""
+    """The driver calls a compile makes, for an sm_90 target; nothing launches. A kernel's launcher (which
+    kernels._launch.LaunchCache calls directly) is a no-op, and loading it reports an H100's limits."""
+
+    launcher_cls = staticmethod(lambda src, metadata: lambda *args, **kwargs: None)
+    # (module, function, registers, spills, max threads) as CUDA's loader returns them; 227 KB of shared memory
+    utils = types.SimpleNamespace(load_binary=lambda name, kernel, shared, device: (None, None, 0, 0, 1024),
+                                  get_device_properties=lambda device: {"max_shared_mem": 232448})
 
     def get_current_target(self):
         return GPUTarget("cuda", 90, 32)
@@ -126,7 +132,7 @@ def main():
             q, k = make(layout, 2, 4, 1000, head_dim), make(layout, 2, 2, 1000, head_dim)
             o, lse = flash_fwd_hopper.hopper_forward(q, k, k, causal, head_dim ** -0.5)
             print(f"fwd D{head_dim} {'causal' if causal else 'full'}: {ptxas_report(COMPILED[-1][1])}")
-            flash_bwd_hopper.hopper_backward(o, q, k, k, o, lse, causal, head_dim ** -0.5, lse)
+            flash_bwd_hopper.hopper_backward(o, q, k, k, o, lse, causal, head_dim ** -0.5)
             backward = next(kernel for name, kernel in reversed(COMPILED) if name == "_attn_bwd_hopper")
             print(f"bwd D{head_dim} {'causal' if causal else 'full'}: {ptxas_report(backward)}")
 

@@ -44,7 +44,7 @@ def main(out: Path) -> None:
             q = torch.randn(2, 4, 1000, head_dim, dtype=torch.bfloat16)
             k = torch.randn(2, 2, 1000, head_dim, dtype=torch.bfloat16)
             o, lse = flash_fwd_hopper.hopper_forward(q, k, k, causal, head_dim ** -0.5)
-            flash_bwd_hopper.hopper_backward(o, q, k, k, o, lse, causal, head_dim ** -0.5, lse)
+            flash_bwd_hopper.hopper_backward(o, q, k, k, o, lse, causal, head_dim ** -0.5)
             for name, kernel_name in (("fwd", "_attn_fwd_hopper"), ("bwd", "_attn_bwd_hopper")):
                 kernel = next(k for n, k in reversed(compile_cpu.COMPILED) if n == kernel_name)
                 lines = write_sass(kernel, out / f"{name}_{head_dim}_{int(causal)}.sass")

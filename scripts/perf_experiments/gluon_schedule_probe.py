@@ -27,7 +27,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from kernels import flash_bwd_hopper as HB
 from kernels import flash_fwd_hopper as HF
-from kernels.flash_bwd import backward_delta, flash_attention_backward
+from kernels.flash_bwd import flash_attention_backward
 from kernels.flash_fwd import flash_attention_forward
 from kernels.reference import attention_oracle, oracle_with_grads, relative_error
 from kernels.tile_schedule import Schedule
@@ -71,7 +71,7 @@ def check():
                                            causal=True, sm_scale=scale)
                     fwd_err = (o.double().cpu() - ref).abs().max().item()
                     ok_f = fwd_err < (2e-2 if dtype == torch.bfloat16 else 4e-3)
-                    dq, dk, dv = HB.hopper_backward(do, q, k, v, o, lse, True, scale, backward_delta(o, do),
+                    dq, dk, dv = HB.hopper_backward(do, q, k, v, o, lse, True, scale,
                                                     bwd_config(head_dim, True), schedule)
                     refs = oracle_with_grads(q, k, v, do, causal=True)
                     errs = [relative_error(a, b) for a, b in zip((dq, dk, dv), refs[1:])]
@@ -87,7 +87,7 @@ def check():
 def gluon_bwd(args, config, schedule=None):
     """The Gluon backward with its preprocess (as flash_attention_backward times it)."""
     do, q, k, v, o, lse, causal, scale = args
-    return HB.hopper_backward(do, q, k, v, o, lse, causal, scale, backward_delta(o, do), config, schedule)
+    return HB.hopper_backward(do, q, k, v, o, lse, causal, scale, config, schedule)
 
 
 def bench(fn):

@@ -31,7 +31,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from kernels import flash_bwd_hopper as HB
 from kernels import flash_fwd_hopper as HF
 from kernels import tile_schedule
-from kernels.flash_bwd import backward_delta
 from kernels.reference import attention_oracle, oracle_with_grads, relative_error
 from kernels.tile_schedule import Schedule
 
@@ -72,7 +71,7 @@ def check():
                 ref = attention_oracle(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1),
                                        causal=True, sm_scale=scale)
                 fwd_err = (o.double().cpu() - ref).abs().max().item()
-                dq, dk, dv = HB.hopper_backward(do, q, k, v, o, lse, True, scale, backward_delta(o, do),
+                dq, dk, dv = HB.hopper_backward(do, q, k, v, o, lse, True, scale,
                                                 per_tile(HB.CONFIGS[head_dim, True]), schedule)
                 refs = oracle_with_grads(q, k, v, do, causal=True)
                 errs = [relative_error(a, b) for a, b in zip((dq, dk, dv), refs[1:])]
@@ -88,7 +87,7 @@ def check():
 def gluon_bwd(args, config, schedule):
     """The Gluon backward with its delta preprocess, as flash_attention_backward times it."""
     do, q, k, v, o, lse, scale = args
-    return HB.hopper_backward(do, q, k, v, o, lse, True, scale, backward_delta(o, do), config, schedule)
+    return HB.hopper_backward(do, q, k, v, o, lse, True, scale, config, schedule)
 
 
 # (pass, batch, heads, kv_heads, N, head_dim): causal, bf16.

@@ -97,7 +97,6 @@ def test_a_replayed_backward_reads_the_new_data(causal):
     dK and dV bit for bit an uncached launch's; dQ, reduce-added in fp32 by TMA (its sum order varies from run
     to run, and a last-bit difference can flip a bf16 rounding), as close to the fp64 oracle as the uncached
     launch's, for new data at the same BSHD layout."""
-    from kernels.flash_bwd import backward_delta
     from kernels.flash_bwd_hopper import _BWD, _DQ_CONVERT, _SCHEDULES, CONFIGS, hopper_backward
     from kernels.reference import oracle_with_grads
 
@@ -106,10 +105,9 @@ def test_a_replayed_backward_reads_the_new_data(causal):
         q, k, v = _inputs("bshd", seed=seed)
         o, lse = flash_attention_forward(q, k, v, causal=causal)
         do = torch.randn_like(o)
-        delta = backward_delta(o, do)
         scale = q.shape[-1] ** -0.5
-        dq, dk, dv = hopper_backward(do, q, k, v, o, lse, causal, scale, delta)
-        ref = hopper_backward(do, q, k, v, o, lse, causal, scale, delta, config=CONFIGS[128, causal])  # uncached
+        dq, dk, dv = hopper_backward(do, q, k, v, o, lse, causal, scale)
+        ref = hopper_backward(do, q, k, v, o, lse, causal, scale, config=CONFIGS[128, causal])  # uncached
         assert torch.equal(dk, ref[1]) and torch.equal(dv, ref[2])
         _, want_dq, _, _ = oracle_with_grads(q, k, v, do, causal=causal)
         replayed, uncached = relative_error(dq, want_dq), relative_error(ref[0], want_dq)
