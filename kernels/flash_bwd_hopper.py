@@ -111,9 +111,6 @@ class BackwardConfig(NamedTuple):
     dq_cols: bool = True  # dQ split by columns over the consumers (else alternate consumers take it whole)
     query_rows: bool = False  # S and dP with the queries as rows (FA3 at D128), P and dS through shared memory
     masked_first: bool = False  # a key block's masked query tiles (diagonal, ragged end) first, then the clean ones
-    # With query_rows, P staged in this consumer's slice of the dS tile (dS overwrites it once dV's wgmma has read
-    # it), not in a buffer of its own: 16 KB less at D128, room for a third ring stage (round 12).
-    p_in_ds: bool = False
     # 2: dQ multiplied and reduce-added (the only value that gives a dQ); 1: multiplied but not added; 0: neither.
     # 1 and 0 measure the dQ path's share of the time (docs/perf-notes.md, "Gluon backward", round 7).
     dq_mode: int = 2
@@ -422,8 +419,6 @@ def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, KEYS_PER_WG, 16])
     dtype: gl.constexpr = q_smem.dtype
-    # BackwardConfig.p_in_ds: the kernel then passes the dS tiles as bufs.p (_attn_bwd_hopper)
-    P_IN_DS: gl.constexpr = p_smem.shape[2] == NUM_WG * KEYS_PER_WG
 
     slot = count % STAGES
     phase = ring_phase(count, STAGES)
@@ -441,17 +436,9 @@ def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs
     delta = stats_smem.index(2 * slot + 1).load(gl.SliceLayout(1, s_layout))
     s = warpgroup_mma_wait(1, deps=(s,))  # S done; dP may still run
     p = _probs_rows(s, lse2, rows, first_key, seq_q, seq_kv, qk_scale, MASKED, CAUSAL)
-    # Every consumer's dS meets in one (BLOCK_M, BLOCK_N) tile, double-buffered as in _bwd_step.
-    ds_all = ds_smem.index(count % 2)
-    ds_mine = ds_all.slice(WG * KEYS_PER_WG, KEYS_PER_WG, dim=1)
     # P to this warpgroup's buffer, then dV += Pᵀ dO. The previous tile's dV wgmma, which read the
-    # buffer, was waited for by every warp; the barrier makes sure all four are past that wait. With
-    # P_IN_DS the buffer is this warpgroup's slice of the dS tile, whose last readers (tile count - 2's dK
-    # and every consumer's dQ) are done: the others' dQ before they arrived at tile count - 1's ds_ready.
-    if P_IN_DS:
-        p_buf = ds_mine
-    else:
-        p_buf = p_smem.index(WG)
+    # buffer, was waited for by every warp; the barrier makes sure all four are past that wait.
+    p_buf = p_smem.index(WG)
     gl.thread_barrier()
     p_buf.store(p.to(dtype))
     fence_async_shared()
@@ -459,9 +446,9 @@ def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs
     dv = warpgroup_mma(p_buf.permute((1, 0)), do, dv, is_async=True)
     dp = warpgroup_mma_wait(1, deps=(dp,))  # dP done; dV may still run
     ds = (p * (dp - delta[:, None])).to(dtype)
-    if P_IN_DS:
-        dv = warpgroup_mma_wait(0, deps=(dv,))  # dV has read P, which dS overwrites
-        gl.thread_barrier()
+    # Every consumer's dS meets in one (BLOCK_M, BLOCK_N) tile, double-buffered as in _bwd_step.
+    ds_all = ds_smem.index(count % 2)
+    ds_mine = ds_all.slice(WG * KEYS_PER_WG, KEYS_PER_WG, dim=1)
     ds_mine.store(ds)
     fence_async_shared()
     gl.thread_barrier()
@@ -651,7 +638,7 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
                      HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                      NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr,
                      DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr,
-                     P_IN_DS: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+                     CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
                      Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr):
     """Program p takes key blocks p, p + programs, ... of the n_blocks · bh_kv (one each when the
     grid has a program per block; persistent when it has one per SM)."""
@@ -664,10 +651,7 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
     v_smem = gl.allocate_shared_memory(dtype, [NUM_WG * KEYS_PER_WG, HEAD_DIM], KV_LAYOUT)
     if QUERY_ROWS:
         ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, NUM_WG * KEYS_PER_WG], ds_layout)
-        if P_IN_DS:
-            p_smem = ds_smem  # each consumer stages P in its slice of the dS tile (_bwd_step_rows)
-        else:
-            p_smem = gl.allocate_shared_memory(dtype, [NUM_WG, BLOCK_M, KEYS_PER_WG], ds_layout)
+        p_smem = gl.allocate_shared_memory(dtype, [NUM_WG, BLOCK_M, KEYS_PER_WG], ds_layout)
     else:
         ds_smem = gl.allocate_shared_memory(dtype, [2, NUM_WG * KEYS_PER_WG, BLOCK_M], ds_layout)
         p_smem = ds_smem  # unused: Pᵀ stays in registers
@@ -879,8 +863,7 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, config: 
         stats.shape[1] * stats.shape[2] // config.block_m), dict(
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, STAGES=config.stages, NUM_WG=config.consumers,
         KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols, DQ_MODE=config.dq_mode,
-        QUERY_ROWS=config.query_rows, MASKED_FIRST=config.masked_first, P_IN_DS=config.p_in_ds,
-        CONSUMER_REGS=consumer_regs,
+        QUERY_ROWS=config.query_rows, MASKED_FIRST=config.masked_first, CONSUMER_REGS=consumer_regs,
         LOADER_REGS=loader_regs,
         Q_LAYOUT=tile_layout(config.block_m, head_dim, q.dtype),
         KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype)),
