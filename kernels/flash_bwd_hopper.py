@@ -22,13 +22,14 @@ and its hopper/ sources) does the backward in one pass, which this kernel follow
   its K rows (dS as the transposed A operand) and adds the fp32 tile into a zeroed (B·H·Nq_pad, D)
   buffer with one TMA reduce-add (``cp.reduce.async.bulk.tensor``: the adds happen in L2, no
   per-element atomics). A last kernel scales that buffer by sm_scale into dq's dtype. With
-  ``BackwardConfig.dq_frag`` (D64, causal D128) a share is staged, and each query tile of the buffer
+  ``BackwardConfig.dq_frag`` (every default) a share is staged, and each query tile of the buffer
   kept, as (D/8, BLOCK_M, 8): a warp's 8-byte stores of its accumulator fragment are then contiguous,
   without the swizzled tile's bank conflicts, and the last kernel puts the rows back in order.
-- At head_dim 128, ``BackwardConfig.query_rows`` (docs/perf-notes.md, "Gluon backward", round 5)
+- Causal at head_dim 128, ``BackwardConfig.query_rows`` (docs/perf-notes.md, "Gluon backward", round 5)
   takes FlashAttention-3's layout there instead: S = Q Kᵀ and dP = dO Vᵀ with the queries as
   the wgmma M, so a thread holds 2 query rows (lse, delta) rather than 16 query columns, and P and
-  dS reach dV's and dK's wgmma through shared memory as transposed operands.
+  dS reach dV's and dK's wgmma through shared memory as transposed operands. (Head_dim 128 without a
+  mask took it too until round 12, when Sᵀ with ``dq_frag`` measured as fast or faster there.)
 - delta_i = Σ_d O_id dO_id is computed by a small kernel before this one (:func:`backward_stats`), which
   writes it with lse·log2e into a zero-padded buffer of rows (:func:`tile_stats`' layout). Each query
   tile's two rows reach the consumers with its Q: the loader brings them into the ring by TMA, rather
@@ -138,7 +139,7 @@ class BackwardConfig(NamedTuple):
 # By (head_dim, causal). Shared memory per program (bytes): Q and dO rings 2·STAGES·BLOCK_M·D·2, K and V
 # 2·BLOCK_N·D·2, dSᵀ staging 2·consumers·64·BLOCK_M·2 (double-buffered), dQ staging consumers·BLOCK_M·D·4,
 # lse·log2e and delta 2·STAGES·BLOCK_M·4, and with query_rows P staging consumers·BLOCK_M·64·2: the compiled
-# kernels take 132,544 B at D64 and 214,480 B at D128 (kernel.metadata.shared for sm_90a,
+# kernels take 132,544 B at D64, 198,080 B at D128 and 214,480 B at causal D128 (kernel.metadata.shared for sm_90a,
 # scripts/perf_experiments/gluon_compile_cpu.py), under sm_90's 227 KB. Causal runs a program per key block, in
 # tile_schedule.plan's order.
 # Against persistent programs in snaked sections on the H100 (gluon_schedule_round3.jsonl) that
@@ -153,19 +154,22 @@ class BackwardConfig(NamedTuple):
 # over its eight shapes; D128 -4% to +5% in a first run of three rounds, +1.5% to +5.0% on all eight in a
 # second of five (round 7). dQ staged in fragment order (dq_frag), over two interleaved runs of three rounds:
 # D64 1.01-1.07x at N 2048-4096 and 0.98-1.01x beyond, D128 causal 0.98-1.11x (1.03-1.04x in the second run),
-# D128 without a mask 0.94-1.00x, which keeps the swizzled tile (round 11).
+# D128 without a mask 0.94-1.00x, which kept the swizzled tile (round 11). D128 without a mask then went back to
+# Sᵀ (query_rows off), now with dq_frag: over two interleaved runs of three and five rounds, 1.02x and 1.04x at
+# N 2048, 0.98x and 1.03x at 4096, 1.02x and 1.01x at 8192, 1.01x and 0.99x at 16384; 0.93-0.97x causal, which
+# keeps query_rows (round 12).
 CONFIGS = {
     (64, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=True, dq_cols=False, dq_frag=True),
     (64, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=False, dq_frag=True),
-    (128, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=True, query_rows=True),
+    (128, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=True, dq_frag=True),
     (128, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=True, query_rows=True,
                                 masked_first=True, dq_frag=True),
 }
 # Registers per thread of the partitions (setmaxnreg), by consumer count: FlashAttention-3's backward split
 # (hopper/flash_bwd_launch_template.h: two MMA warpgroups at 240, the producer at 24). The consumers hold
 # dK and dV (2·64·D fp32 per warpgroup) plus S and dP; the loader warp almost nothing. 2·128·240 + 128·24 =
-# 64,512 of the SM's 65,536 (the loader's warpgroup is allocated whole). At D128 ptxas still spills 288 B
-# (328 B causal) at 240; at D64 nothing (docs/perf-notes.md, "Gluon backward", rounds 5-7).
+# 64,512 of the SM's 65,536 (the loader's warpgroup is allocated whole). At D128 ptxas still spills 356 B
+# (272 B causal) at 240; at D64 nothing (docs/perf-notes.md, "Gluon backward", rounds 5-7, 11 and 12).
 WORKER_REGS = {2: (240, 24)}
 
 
