@@ -339,6 +339,21 @@ def test_report_out_may_name_a_new_folder(tmp_path):
     assert out.exists() and out.read_text(encoding="utf-8").startswith("<!doctype html>")
 
 
+def test_the_header_names_the_kernels_by_content_and_a_dirty_revision_as_a_base():
+    """reports/fa4-peers-h100-bwd ran on a GPU machine whose copied tree had a stale .git: its git_revision is a base
+    plus changes, so the header leads with kernels_sha256 (the kernels that ran) and names the peers' versions."""
+    from profiler.views.report import build_report
+
+    folder = ROOT / "reports" / "fa4-peers-h100-bwd"
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["git_revision"].endswith("-dirty")
+    header = re.search(r"<p class='meta'>(.*?)</p>", build_report(folder)).group(1)
+    assert f"kernels sha256 {meta['kernels_sha256'][:12]}" in header
+    assert f"a modified tree on git {meta['git_revision'][:12]}" in header
+    assert f"flash-attn-4 {meta['peers']['flash-attn-4']}" in header
+    assert f"· git {meta['git_revision'][:12]}" not in header
+
+
 def test_a_capture_of_two_devices_has_a_section_per_device_against_its_roofs():
     """tests/data/mixed-cpu-h100: one family measured on a CPU (rank 0) and an H100 (rank 1) is two sections,
     the H100's drawn against its datasheet roof (fp32 67 TFLOP/s, 3.35 TB/s: meta.json's devices)."""

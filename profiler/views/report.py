@@ -186,6 +186,19 @@ def _observed_section(meta: dict, frame: pd.DataFrame, charts: Charts) -> list[s
                     + html_table(observed_table(per_row), set(per_row.columns) - OBSERVED_TEXT) + "</details>"]
 
 
+def _code_facts(meta: dict) -> list[str]:
+    """What code measured the capture, for the page's header: the kernels by content (``kernels_sha256``, which
+    names them where the tree was copied with a stale .git, as onto a lent GPU machine) and the git revision.
+    A ``-dirty`` revision is only the base of a modified tree, so it says so rather than pass for the code."""
+    facts = [f"kernels sha256 {meta['kernels_sha256'][:12]}"] if meta.get("kernels_sha256") else []
+    revision = str(meta.get("git_revision") or "")
+    if revision.endswith("-dirty"):
+        facts.append(f"a modified tree on git {revision[:12]}")
+    elif revision:
+        facts.append(f"git {revision[:12]}")
+    return facts
+
+
 def build_report(folder: Path | str, family: list[str] | None = None) -> str:
     """The report of the capture in ``folder`` as one HTML page: every family, or those ``family``
     selects (see :func:`select_families`; FamilyNotFound, a CaptureError, when an item matches none)."""
@@ -200,8 +213,9 @@ def build_report(folder: Path | str, family: list[str] | None = None) -> str:
     e = html.escape
     title = f"Attention roofline: {capture.name}"
     facts = [", ".join(meta.get("devices") or []) or meta.get("device"), meta.get("torch") and f"torch {meta['torch']}",
-             meta.get("triton") and f"triton {meta['triton']}", meta.get("time") and f"measured {meta['time']}",
-             meta.get("git_revision") and f"git {str(meta['git_revision'])[:12]}"]
+             meta.get("triton") and f"triton {meta['triton']}",
+             *(f"{name} {version}" for name, version in sorted((meta.get("peers") or {}).items())),
+             meta.get("time") and f"measured {meta['time']}", *_code_facts(meta)]
     commands = meta.get("commands") or ([meta["command"]] if meta.get("command") else [])
     parts = [f"<h1>{e(title)}</h1>", f"<p class='meta'>{e(' · '.join(str(f) for f in facts if f))}</p>",
              f"<p class='shows'>{e(_shows_sentence(shown, families, family))}</p>"]
