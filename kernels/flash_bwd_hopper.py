@@ -29,7 +29,8 @@ and its hopper/ sources) does the backward in one pass, which this kernel follow
   takes FlashAttention-3's layout there instead: S = Q Kᵀ and dP = dO Vᵀ with the queries as
   the wgmma M, so a thread holds 2 query rows (lse, delta) rather than 16 query columns, and P and
   dS reach dV's and dK's wgmma through shared memory as transposed operands. (Head_dim 128 without a
-  mask took it too until round 12, when Sᵀ with ``dq_frag`` measured as fast or faster there.)
+  mask took it too until round 12, when Sᵀ with ``dq_frag`` measured 0.98x to 1.06x it over three runs,
+  1.02x to 1.06x in the last.)
 - delta_i = Σ_d O_id dO_id is computed by a small kernel before this one (:func:`backward_stats`), which
   writes it with lse·log2e into a zero-padded buffer of rows (:func:`tile_stats`' layout). Each query
   tile's two rows reach the consumers with its Q: the loader brings them into the ring by TMA, rather
@@ -137,17 +138,19 @@ class BackwardConfig(NamedTuple):
 
 
 # By (head_dim, causal). Shared memory per program (bytes): Q and dO rings 2·STAGES·BLOCK_M·D·2, K and V
-# 2·BLOCK_N·D·2, dSᵀ staging 2·consumers·64·BLOCK_M·2 (double-buffered), dQ staging consumers·BLOCK_M·D·4,
-# lse·log2e and delta 2·STAGES·BLOCK_M·4, and with query_rows P staging consumers·BLOCK_M·64·2: the compiled
+# 2·BLOCK_N·D·2, dSᵀ staging 2·consumers·64·BLOCK_M·2 (double-buffered), dQ staging consumers·BLOCK_M·D·4
+# (BLOCK_M·D·4 with dq_cols), lse·log2e and delta 2·STAGES·BLOCK_M·4, and with query_rows P staging
+# consumers·BLOCK_M·64·2: the compiled
 # kernels take 132,544 B at D64, 198,080 B at D128 and 214,480 B at causal D128 (kernel.metadata.shared for sm_90a,
 # scripts/perf_experiments/gluon_compile_cpu.py), under sm_90's 227 KB. Causal runs a program per key block, in
 # tile_schedule.plan's order.
 # Against persistent programs in snaked sections on the H100 (gluon_schedule_round3.jsonl) that
 # measured 0-11% faster at D128, and at D64 3-6% slower up to N8192 but 13% faster at N16384; the
 # same kernel's per-block D64 times moved by up to 8% between runs, so one rule serves both
-# (docs/perf-notes.md, "Gluon backward", round 4). D128 takes query_rows, one program per key block
-# causal or not: 1.00-1.13x persistent programs without a mask, 1.02-1.32x causal (round 5). Causal D128
-# walks a key block's masked tiles first (masked_first): 1.08-1.09x the diagonal-first order in three
+# (docs/perf-notes.md, "Gluon backward", round 4). D128 took query_rows, one program per key block
+# causal or not: 1.00-1.13x persistent programs without a mask, 1.02-1.32x causal (round 5; without a mask
+# see round 12 below). Causal D128 walks a key block's masked tiles first (masked_first): 1.08-1.09x the
+# diagonal-first order in three
 # interleaved rounds; causal D64 measured 6-12% slower with it, and without a mask (where the loops are
 # the same) D64 and D128 moved by -6% to +5%, so they keep the diagonal-first order (round 6). The loader
 # brings lse and delta with Q (tile_stats), where each consumer loaded them: D64 -1% to +9%, +5% on average
@@ -156,8 +159,8 @@ class BackwardConfig(NamedTuple):
 # D64 1.01-1.07x at N 2048-4096 and 0.98-1.01x beyond, D128 causal 0.98-1.11x (1.03-1.04x in the second run),
 # D128 without a mask 0.94-1.00x, which kept the swizzled tile (round 11). D128 without a mask then went back to
 # Sᵀ (query_rows off), now with dq_frag: over two interleaved runs of three and five rounds, 1.02x and 1.04x at
-# N 2048, 0.98x and 1.03x at 4096, 1.02x and 1.01x at 8192, 1.01x and 0.99x at 16384; 0.93-0.97x causal, which
-# keeps query_rows (round 12).
+# N 2048, 0.98x and 1.03x at 4096, 1.02x and 1.01x at 8192, 1.01x and 0.99x at 16384 (a third run of five rounds,
+# after the switch: 1.02-1.06x); 0.93-0.98x causal, which keeps query_rows (round 12).
 CONFIGS = {
     (64, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=True, dq_cols=False, dq_frag=True),
     (64, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=False, dq_frag=True),

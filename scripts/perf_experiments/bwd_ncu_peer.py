@@ -8,8 +8,9 @@ Arguments: ``fa4`` or ``ours``, head_dim, causal (0/1), N. bf16, 32768 tokens (H
 gluon_bwd_ncu.py and gluon_bwd_probe.py's grid. The forward and one backward run first (compiling and
 warming); the second backward runs inside the range ``profiled``, a start/end range (autograd launches the
 backward from its own thread, where this thread's push/pop range does not reach), so the report holds that
-backward's kernels only: for FA4 its preprocess, main kernel and dQ conversion, for ours the stats kernel,
-the Gluon kernel and the dQ conversion (docs/perf-notes.md, "Gluon backward", round 12).
+backward's kernels: for FA4 its preprocess, main kernel and dQ conversion, for ours the dQ buffer's zero fill,
+the stats kernel, the Gluon kernel and the dQ conversion; and for both, three adds by autograd of the
+gradients into the .grad the first backward filled (docs/perf-notes.md, "Gluon backward", round 12).
 """
 import os
 import sys

@@ -329,7 +329,7 @@ def test_gluon_backward_variants_match_oracle(head_dim, persistent, dq_cols):
     _needs_sm90()
     if head_dim == 64 and dq_cols:
         pytest.skip("dQ by columns needs head_dim 128")
-    # They were timed with keys as the wgmma rows; at head_dim 128 the default now takes query_rows, whose
+    # They were timed with keys as the wgmma rows; at head_dim 128 the causal default takes query_rows, whose
     # P staging beside whole-width dQ shares would need 246 KB of shared memory (sm_90 has 227 KB).
     config = CONFIGS[head_dim, True]._replace(persistent=persistent, dq_cols=dq_cols,
                                               query_rows=CONFIGS[head_dim, True].query_rows and dq_cols)
@@ -364,8 +364,8 @@ def test_gluon_backward_with_query_rows_matches_oracle(head_dim, batch, heads, k
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_gluon_backward_with_the_other_dq_staging_matches_oracle(head_dim, batch, heads, kv_heads, seq_q, seq_kv,
                                                                  causal, dtype):
-    """dQ staged the other way from the default (BackwardConfig.dq_frag: fragment order at D64 and causal D128,
-    the swizzled tile at D128 without a mask), so both orders of the fp32 buffer and both of _dq_convert's
+    """dQ staged the other way from the default (BackwardConfig.dq_frag: every default stages in fragment order
+    since round 12, so this is the swizzled tile), so both orders of the fp32 buffer and both of _dq_convert's
     reads stay checked at both head dims: ragged, grouped, Nq != Nkv, more key blocks than SMs."""
     from kernels.flash_bwd_hopper import CONFIGS
 

@@ -93,7 +93,8 @@ def test_a_replayed_decode_step_gives_the_uncached_bits(seq_kv):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_a_replayed_backward_reads_the_new_data(causal):
-    """The Gluon backward's two kernels replayed from their first launch at a layout (kernels.flash_bwd_hopper):
+    """The Gluon backward's three kernels (stats, the backward, the dQ conversion) replayed from their first launch
+    at a layout (kernels.flash_bwd_hopper):
     dK and dV bit for bit an uncached launch's; dQ, reduce-added in fp32 by TMA (its sum order varies from run
     to run, and a last-bit difference can flip a bf16 rounding), as close to the fp64 oracle as the uncached
     launch's, for new data at the same BSHD layout."""
