@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -194,16 +193,12 @@ def meta(args) -> dict:
     import transformers
     import triton
 
-    try:
-        revision = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                  timeout=10).stdout.strip()
-        # True when the tree differs from that revision (a copy on another machine with a stale .git).
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                                    capture_output=True, text=True, timeout=10).stdout.strip())
-    except OSError:
-        revision, dirty = "", None
-    # The sources that ran, by content: a copy of the tree on another machine may carry a stale .git.
-    from profiler.measure.meta import sources_sha256
+    from profiler.measure.meta import git_revision, sources_sha256
+
+    # git_dirty: the tree differs from that revision (a copy on another machine with a stale .git), so the
+    # sources that ran are named by content too (kernels_sha256).
+    checkout = git_revision()
+    revision, dirty = ("", None) if checkout is None else (checkout.removesuffix("-dirty"), checkout.endswith("-dirty"))
     device = torch.cuda.get_device_name() if torch.cuda.is_available() and not args.tiny else "cpu"
     return {"command": " ".join(["python", "scripts/hf_vs_sdpa.py", *sys.argv[1:]]), "device": device,
             "torch": torch.__version__, "triton": triton.__version__, "transformers": transformers.__version__,

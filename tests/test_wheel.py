@@ -202,10 +202,10 @@ def test_capture_on_the_cpu_writes_its_rows_under_the_working_folder(installed):
 
 def test_the_git_revision_is_the_checkouts_where_the_code_is_tracked():
     """The other side of meta.json's None above: run from the checkout, the revision is its HEAD."""
-    from profiler.measure.meta import _git_revision
+    from profiler.measure.meta import git_revision
 
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                           env=_clean_env()) if shutil.which("git") else None
     if head is None or head.returncode != 0:
         pytest.skip("the checkout is not a git repository (or git is missing)")
-    assert _git_revision().removesuffix("-dirty") == head.stdout.strip()
+    assert git_revision().removesuffix("-dirty") == head.stdout.strip()

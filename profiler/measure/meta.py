@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 
-def _git_revision() -> str | None:
+def git_revision() -> str | None:
     """HEAD of the checkout this code runs from (``-dirty`` with uncommitted changes to tracked files);
     None when it is not a checkout, e.g. installed from a wheel: a site-packages inside a user's own
     repository (a project's .venv) would otherwise lend that repository's HEAD, which says nothing
@@ -104,7 +104,7 @@ def run_metadata(device: torch.device | str) -> dict:
         "python": platform.python_version(),
         "host": platform.node(),
         "command": " ".join([_program(), *sys.argv[1:]]),
-        "git_revision": _git_revision(),
+        "git_revision": git_revision(),
         "kernels_sha256": sources_sha256(),
         "peers": peer_versions(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
