@@ -5,6 +5,7 @@ Against the captures shipped in reports/."""
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
 import shutil
@@ -347,11 +348,15 @@ def test_the_header_names_the_kernels_by_content_and_a_dirty_revision_as_a_base(
     folder = ROOT / "reports" / "fa4-peers-h100-bwd"
     meta = json.loads((folder / "meta.json").read_text())
     assert meta["git_revision"].endswith("-dirty")
-    header = re.search(r"<p class='meta'>(.*?)</p>", build_report(folder)).group(1)
+    page = build_report(folder)
+    header = re.search(r"<p class='meta'>(.*?)</p>", page).group(1)
     assert f"kernels sha256 {meta['kernels_sha256'][:12]}" in header
     assert f"a modified tree on git {meta['git_revision'][:12]}" in header
     assert f"flash-attn-4 {meta['peers']['flash-attn-4']}" in header
     assert f"· git {meta['git_revision'][:12]}" not in header
+    # what the capture's note says of those two (its runs, the kernels' commit) is on the page, under how it was made
+    made = page[page.index("How this capture was made"):]
+    assert html.escape(meta["note"]) in made[:made.index("</details>")]
 
 
 def test_a_capture_of_two_devices_has_a_section_per_device_against_its_roofs():

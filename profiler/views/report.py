@@ -219,10 +219,11 @@ def build_report(folder: Path | str, family: list[str] | None = None) -> str:
     commands = meta.get("commands") or ([meta["command"]] if meta.get("command") else [])
     parts = [f"<h1>{e(title)}</h1>", f"<p class='meta'>{e(' · '.join(str(f) for f in facts if f))}</p>",
              f"<p class='shows'>{e(_shows_sentence(shown, families, family))}</p>"]
-    if commands or meta.get("corrections"):
+    notes = [*([meta["note"]] if meta.get("note") else []), *(meta.get("corrections") or [])]
+    if commands or notes:
         parts.append("<details><summary>How this capture was made</summary>"
                      + "".join(f"<pre>{e(str(c))}</pre>" for c in commands)
-                     + "".join(f"<p class='caption'>{e(str(c))}</p>" for c in meta.get("corrections") or [])
+                     + "".join(f"<p class='caption'>{e(str(c))}</p>" for c in notes)
                      + "</details>")
     run = observed.has_observed(frame)
     parts.append("<h3>Contents</h3><ol class='toc'>"
