@@ -119,6 +119,9 @@ class BackwardConfig(NamedTuple):
     # dQ staged in the wgmma accumulator's fragment order, with the fp32 buffer in that order too (and the
     # conversion undoing it), so a warp's 8-byte stores are contiguous: no bank conflicts (round 11).
     dq_frag: bool = False
+    # Sᵀ's step reads lse·log2e and delta from shared memory at their use (after Sᵀ's and dPᵀ's waits), not
+    # right after the two issues: fewer values live across the waits (round 13).
+    late_stats: bool = False
 
     def dq_tile(self, head_dim: int) -> tuple[int, int]:
         """(rows, columns) of one dQ share: what one consumer multiplies and reduce-adds per query tile."""
@@ -162,8 +165,10 @@ class BackwardConfig(NamedTuple):
 # N 2048, 0.98x and 1.03x at 4096, 1.02x and 1.01x at 8192, 1.01x and 0.99x at 16384 (a third run of five rounds,
 # after the switch: 1.02-1.06x); 0.93-0.98x causal, which keeps query_rows (round 12).
 CONFIGS = {
-    (64, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=True, dq_cols=False, dq_frag=True),
-    (64, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=False, dq_frag=True),
+    (64, False): BackwardConfig(block_m=128, consumers=2, stages=2, persistent=True, dq_cols=False, dq_frag=True,
+                                late_stats=True),
+    (64, True): BackwardConfig(block_m=128, consumers=2, stages=2, persistent=False, dq_cols=False, dq_frag=True,
+                               late_stats=True),
     (128, False): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=True, dq_frag=True),
     (128, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=True, query_rows=True,
                                 masked_first=True, dq_frag=True),
@@ -473,7 +478,7 @@ def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, 
                 seq_q, seq_kv, q_pad, qk_scale,
                 WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                 NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
-                CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr):
+                CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, LATE_STATS: gl.constexpr):
     """The step with Sᵀ and dPᵀ (keys as rows), Pᵀ and dSᵀ fed to dV's and dK's wgmma from registers."""
     q_smem, do_smem, ds_smem, stats_smem = bufs.q, bufs.do, bufs.ds, bufs.stats
     q_ready, do_ready, empty, ds_ready = bars.q_ready, bars.do_ready, bars.empty, bars.ds_ready
@@ -496,13 +501,18 @@ def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, 
     mbarrier.wait(do_ready.index(slot), phase)
     dp_t = warpgroup_mma(v, do.permute((1, 0)), gl.zeros([KEYS_PER_WG, BLOCK_M], gl.float32, s_layout),
                          use_acc=False, is_async=True)
-    lse2 = stats_smem.index(2 * slot).load(gl.SliceLayout(0, s_layout))  # landed with Q, as in _bwd_step_rows
-    delta = stats_smem.index(2 * slot + 1).load(gl.SliceLayout(0, s_layout))
+    if not LATE_STATS:
+        lse2 = stats_smem.index(2 * slot).load(gl.SliceLayout(0, s_layout))  # landed with Q, as in _bwd_step_rows
+        delta = stats_smem.index(2 * slot + 1).load(gl.SliceLayout(0, s_layout))
     s_t = warpgroup_mma_wait(1, deps=(s_t,))  # Sᵀ done; dPᵀ may still run
+    if LATE_STATS:
+        lse2 = stats_smem.index(2 * slot).load(gl.SliceLayout(0, s_layout))
     p_t = _probs(s_t, lse2, keys, cols, seq_q, seq_kv, qk_scale, MASKED, CAUSAL)
     p_op = gl.convert_layout(p_t.to(dtype), a_layout)
     dv = warpgroup_mma(p_op, do, dv, is_async=True)
     dp_t = warpgroup_mma_wait(1, deps=(dp_t,))  # dPᵀ done; dV may still run
+    if LATE_STATS:
+        delta = stats_smem.index(2 * slot + 1).load(gl.SliceLayout(0, s_layout))
     ds_t = (p_t * (dp_t - delta[None, :])).to(dtype)
     ds_op = gl.convert_layout(ds_t, a_layout)
     dk = warpgroup_mma(ds_op, q, dk, is_async=True)
@@ -526,7 +536,8 @@ def _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq
               seq_q, seq_kv, q_pad, qk_scale,
               WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
               NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
-              CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr):
+              CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr,
+              LATE_STATS: gl.constexpr):
     """Query tile i (the ring's count-th) against this warpgroup's keys: dV and dK accumulate, and
     this warpgroup's share of the tile's dQ goes to the fp32 buffer."""
     if QUERY_ROWS:
@@ -536,7 +547,7 @@ def _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq
     else:
         dk, dv = _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
                              seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                             KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE)
+                             KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE, LATE_STATS)
     return dk, dv
 
 
@@ -546,7 +557,7 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
                             WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                             STAGES: gl.constexpr, NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr,
                             CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr,
-                            QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr):
+                            QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr, LATE_STATS: gl.constexpr):
     """One warpgroup: keys start_n + WG·64 ... + 63 against every query tile they see; dK and dV of
     those keys at the end, and a dQ share per query tile."""
     dq_desc = descs.dq
@@ -619,7 +630,8 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
                         i = _tile_at(j, lo, clean_lo, clean_hi, hi)
                     dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
                                        seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                       KEYS_PER_WG, DQ_N, seg != 1, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS)
+                                       KEYS_PER_WG, DQ_N, seg != 1, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
+                                       LATE_STATS)
                     count += 1
         mbarrier.arrive(kv_empty, count=1)  # the loader may bring the next block's K and V
 
@@ -645,7 +657,7 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
                      HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                      NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr,
                      DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr,
-                     CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+                     LATE_STATS: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
                      Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr):
     """Program p takes key blocks p, p + programs, ... of the n_blocks · bh_kv (one each when the
     grid has a program per block; persistent when it has one per SM)."""
@@ -692,12 +704,12 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
                                        seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 0, HEAD_DIM, BLOCK_M,
                                        STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                       MASKED_FIRST)),
+                                       MASKED_FIRST, LATE_STATS)),
             (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, heads, group, seq_q,
                                        seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 1, HEAD_DIM, BLOCK_M,
                                        STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                       MASKED_FIRST)),
+                                       MASKED_FIRST, LATE_STATS)),
             (_bwd_load_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section,
                                    snake, stats_rows, BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, MASKED_FIRST)),
         ],
@@ -870,7 +882,8 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, config: 
         stats.shape[1] * stats.shape[2] // config.block_m), dict(
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, STAGES=config.stages, NUM_WG=config.consumers,
         KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols, DQ_MODE=config.dq_mode,
-        QUERY_ROWS=config.query_rows, MASKED_FIRST=config.masked_first, CONSUMER_REGS=consumer_regs,
+        QUERY_ROWS=config.query_rows, MASKED_FIRST=config.masked_first, LATE_STATS=config.late_stats,
+        CONSUMER_REGS=consumer_regs,
         LOADER_REGS=loader_regs,
         Q_LAYOUT=tile_layout(config.block_m, head_dim, q.dtype),
         KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype)),

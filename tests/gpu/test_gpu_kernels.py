@@ -353,6 +353,10 @@ def test_gluon_backward_with_query_rows_matches_oracle(head_dim, batch, heads, k
 
     _needs_sm90()
     config = CONFIGS[head_dim, causal]._replace(query_rows=True)
+    if head_dim == 64:
+        # The default's 128-query tile leaves no room for P staging beside whole-width dQ shares (258 KB of
+        # shared memory; sm_90 has 227 KB): the form as rounds 5 and 6 timed it, with 64 queries.
+        config = config._replace(block_m=64)
     q, k, v = _inputs(batch, heads, seq_q, seq_kv, head_dim, dtype, seed=seq_q + head_dim + 7, kv_heads=kv_heads)
     _assert_gluon_backward_like_naive(q, k, v, causal, dtype, config)
 
