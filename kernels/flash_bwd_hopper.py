@@ -18,6 +18,10 @@ and its hopper/ sources) does the backward in one pass, which this kernel follow
   M dimension, so P and dS come out transposed, as dV = Pᵀ dO and dK = dSᵀ Q want them), recomputes
   Pᵀ = exp2(Sᵀ·scale·log2e − lse·log2e) from the forward's logsumexp while dPᵀ is in flight, feeds Pᵀ
   from registers into dV's wgmma, forms dSᵀ = Pᵀ ∘ (dPᵀ − delta) and feeds it from registers into dK's.
+  At head_dim 64 a step takes 128 query columns (``BLOCK_M``, FlashAttention-3's tile there), with
+  ``BackwardConfig.late_stats``: lse and delta are read from shared memory only where they are used, so
+  their 128-column vectors do not live across the wgmma waits (without it that tile spills 1.2 to 2.0 KB
+  and runs at 0.46x to 0.64x the 64-query one; with it 1.04x to 1.12x: docs/perf-notes.md, round 13).
 - dQ = dS K needs every key block's share: each consumer writes dSᵀ to shared memory, multiplies it by
   its K rows (dS as the transposed A operand) and adds the fp32 tile into a zeroed (B·H·Nq_pad, D)
   buffer with one TMA reduce-add (``cp.reduce.async.bulk.tensor``: the adds happen in L2, no
@@ -143,9 +147,9 @@ class BackwardConfig(NamedTuple):
 # By (head_dim, causal). Shared memory per program (bytes): Q and dO rings 2·STAGES·BLOCK_M·D·2, K and V
 # 2·BLOCK_N·D·2, dSᵀ staging 2·consumers·64·BLOCK_M·2 (double-buffered), dQ staging consumers·BLOCK_M·D·4
 # (BLOCK_M·D·4 with dq_cols), lse·log2e and delta 2·STAGES·BLOCK_M·4, and with query_rows P staging
-# consumers·BLOCK_M·64·2: the compiled
-# kernels take 132,544 B at D64, 198,080 B at D128 and 214,480 B at causal D128 (kernel.metadata.shared for sm_90a,
-# scripts/perf_experiments/gluon_compile_cpu.py), under sm_90's 227 KB. Causal runs a program per key block, in
+# consumers·BLOCK_M·64·2: the compiled kernels take 231,872 B at D64 (the 128-query tile), 198,080 B at D128
+# and 214,480 B at causal D128 (kernel.metadata.shared for sm_90a, scripts/perf_experiments/gluon_compile_cpu.py),
+# under sm_90's 227 KB. Causal runs a program per key block, in
 # tile_schedule.plan's order.
 # Against persistent programs in snaked sections on the H100 (gluon_schedule_round3.jsonl) that
 # measured 0-11% faster at D128, and at D64 3-6% slower up to N8192 but 13% faster at N16384; the
@@ -163,7 +167,10 @@ class BackwardConfig(NamedTuple):
 # D128 without a mask 0.94-1.00x, which kept the swizzled tile (round 11). D128 without a mask then went back to
 # Sᵀ (query_rows off), now with dq_frag: over two interleaved runs of three and five rounds, 1.02x and 1.04x at
 # N 2048, 0.98x and 1.03x at 4096, 1.02x and 1.01x at 8192, 1.01x and 0.99x at 16384 (a third run of five rounds,
-# after the switch: 1.02-1.06x); 0.93-0.98x causal, which keeps query_rows (round 12).
+# after the switch: 1.02-1.06x); 0.93-0.98x causal, which keeps query_rows (round 12). D64 took 128-query tiles
+# with late_stats (the 64-query tile with late_stats alone moved by 0.97-1.05x): over two interleaved runs of three
+# rounds on H100s, 1.01-1.10x and 1.05-1.12x without a mask, 1.03-1.12x and 1.04-1.11x causal; at D128 late_stats
+# measured 0.92-1.00x, so D128 keeps the early reads (round 13).
 CONFIGS = {
     (64, False): BackwardConfig(block_m=128, consumers=2, stages=2, persistent=True, dq_cols=False, dq_frag=True,
                                 late_stats=True),
@@ -177,7 +184,8 @@ CONFIGS = {
 # (hopper/flash_bwd_launch_template.h: two MMA warpgroups at 240, the producer at 24). The consumers hold
 # dK and dV (2·64·D fp32 per warpgroup) plus S and dP; the loader warp almost nothing. 2·128·240 + 128·24 =
 # 64,512 of the SM's 65,536 (the loader's warpgroup is allocated whole). At D128 ptxas still spills 356 B
-# (272 B causal) at 240; at D64 nothing (docs/perf-notes.md, "Gluon backward", rounds 5-7, 11 and 12).
+# (272 B causal) at 240; at D64, with 128-query tiles, 292 B (200 B causal) (docs/perf-notes.md, "Gluon
+# backward", rounds 5-7 and 11-13).
 WORKER_REGS = {2: (240, 24)}
 
 

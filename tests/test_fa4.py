@@ -287,9 +287,9 @@ def test_shipped_h100_capture_holds_every_shape_and_the_results_page_quotes_it()
 
 
 def test_shipped_h100_backward_grid_of_round_12_and_the_results_page_quotes_it():
-    """reports/fa4-peers-h100-bwd: the backward half of the grid again, after head_dim 128 without a mask went back
-    to keys as the wgmma rows (docs/perf-notes.md, round 12): every row ok, ours on the Gluon backward, the kernels
-    those of the commit that made that change; docs/results.md's figures are its own."""
+    """reports/fa4-peers-h100-bwd: the backward half of the grid again, after head_dim 64 took 128-query tiles with
+    late_stats (docs/perf-notes.md, round 13): every row ok, ours on the Gluon backward, the kernels those of the
+    commit that made that change; docs/results.md's figures are its own."""
     from pathlib import Path
 
     from profiler.store import load_capture
@@ -307,6 +307,6 @@ def test_shipped_h100_backward_grid_of_round_12_and_the_results_page_quotes_it()
     assert (f"our backward runs at {fa4.min():.2f}x to {fa4.max():.2f}x FA4 and {cudnn.min():.2f}x to "
             f"{cudnn.max():.2f}x cuDNN, at or above cuDNN on {(cudnn >= 1).sum()} of 32 shapes and at or above "
             f"0.85x FA4 on {(fa4 >= 0.85).sum()} (0.90x on {(fa4 >= 0.9).sum()})") in readme
-    # commit 002d178's kernels (profiler.measure.meta.sources_sha256 there): each head dim's run recorded it
-    kernels = "2ea9ea13c98ca0216c514b277d6656acef922d3f1915ff6e564c99bde5c2f36a"
+    # commit 1b9b818's kernels (profiler.measure.meta.sources_sha256 there): each head dim's run recorded it
+    kernels = "6b336e7274cf1f498d04203ec1c05f858e4eb035bf87388f4d2302473fa522ee"
     assert meta["kernels_sha256"] == kernels and [run["kernels_sha256"] for run in meta["earlier_runs"]] == [kernels]
