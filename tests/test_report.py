@@ -206,6 +206,19 @@ def test_summary_cells_are_formatted_from_the_rows(reference_families):
     assert naive["speedup over naive"] == "1.00x" and naive["bound"] == "memory"
 
 
+def test_a_family_without_naive_rows_has_no_speedup_over_naive_column():
+    """A peers grid (ours, cuDNN, FA4) timed no naive attention: its table leaves out the column that would be
+    all dashes, and keeps every other one."""
+    meta, frame = load_capture(ROOT / "reports" / "fa4-peers-h100-bwd")
+    rows = frame[(frame.head_dim == 64) & (frame.dtype == "bf16") & ~frame.causal]
+    points = rooflines.roofline_points(rows, rooflines.roofs_from_meta(meta, "bf16"), "compulsory",
+                                       rooflines.exp_rate(meta))
+    table = summary_table(rows, points)
+    assert len(table) == len(rows[rows.step == "total"]) == 12 and "naive" not in set(rows.impl)
+    assert "speedup over naive" not in table.columns
+    assert {"time (ms)", "TFLOP/s", "of datasheet roof", "status"} <= set(table.columns)
+
+
 def test_report_table_cells_have_no_raw_floats(reference_page):
     cells = _cells(reference_page)
     assert len(cells) > 16 * 30 * 10
