@@ -19,7 +19,7 @@ from profiler.cli import main
 from profiler.store import CaptureError, load_capture
 from profiler.views import report, rooflines
 from profiler.views.families import FamilyNotFound, families_of, family_mask, select_families
-from profiler.views.formatting import mib, percent, scientific, sig3, summary_table, thousands
+from profiler.views.formatting import baseline_table, mib, percent, scientific, sig3, summary_table, thousands
 from profiler.views.report_html import anchor
 from profiler.views.style import FAMILY_COLUMNS
 
@@ -217,6 +217,34 @@ def test_a_family_without_naive_rows_has_no_speedup_over_naive_column():
     assert len(table) == len(rows[rows.step == "total"]) == 12 and "naive" not in set(rows.impl)
     assert "speedup over naive" not in table.columns
     assert {"time (ms)", "TFLOP/s", "of datasheet roof", "status"} <= set(table.columns)
+
+
+def test_a_bench_capture_shows_its_baseline_against_each_peer_per_family():
+    """The backward peers grid (baseline triton_flash): each family's section has a table of each peer's time over
+    the baseline's, shape by shape, as the parquet's times give them; a capture without a baseline has none."""
+    meta, frame = load_capture(ROOT / "reports" / "fa4-peers-h100-bwd")
+    page = report.build_report(ROOT / "reports" / "fa4-peers-h100-bwd")
+    assert meta["baseline"] == "triton_flash"
+    assert page.count("<h3>Against triton_flash</h3>") == len(_sections(page)) == 8
+    family = (frame.head_dim == 64) & (frame.dtype == "bf16") & frame.causal
+    table = baseline_table(frame[family], "triton_flash")
+    # a token sweep: the batch shrinks as N grows, so the table keeps it
+    assert list(table.columns) == ["batch", "N", "triton_flash time (ms)", "vs sdpa_cudnn", "vs fa4"]
+    assert list(table.N) == ["2,048", "4,096", "8,192", "16,384"] and list(table.batch) == ["16", "8", "4", "2"]
+    times = frame[family & (frame.step == "total")].pivot_table(index="seq_q", columns="impl", values="time_ms")
+    for r in table.to_dict("records"):
+        t = times.loc[int(r["N"].replace(",", ""))]
+        assert float(r["triton_flash time (ms)"]) == pytest.approx(t.triton_flash, rel=5e-3)
+        assert float(r["vs sdpa_cudnn"][:-1]) == pytest.approx(t.sdpa_cudnn / t.triton_flash, rel=5e-3)
+        assert float(r["vs fa4"][:-1]) == pytest.approx(t.fa4 / t.triton_flash, rel=5e-3)
+    # a peer that did not run at a shape has no ratio there; the others keep theirs
+    failed = frame[family].copy()
+    failed.loc[(failed.impl == "fa4") & (failed.seq_q == 4096), "status"] = "error"
+    broken = baseline_table(failed, "triton_flash").set_index("N")
+    assert broken.loc["4,096", "vs fa4"] == "-" and broken.loc["4,096", "vs sdpa_cudnn"] != "-"
+    # the cells as the page shows them, and nothing of the kind in a capture without a baseline
+    assert "".join(f"<td class='num'>{c}</td>" for c in table.iloc[0]) in page
+    assert "Against" not in report.build_report(REFERENCE) and load_capture(REFERENCE)[0].get("baseline") is None
 
 
 def test_report_table_cells_have_no_raw_floats(reference_page):

@@ -120,6 +120,39 @@ def summary_table(rows: pd.DataFrame, points: pd.DataFrame, copy_gbps: float | N
     return table
 
 
+def baseline_table(rows: pd.DataFrame, baseline: str) -> pd.DataFrame | None:
+    """``baseline`` (a bench capture's, meta.json ``baseline``) against each other implementation of one
+    family, one row per shape: the baseline's time and each peer's time over it (above 1.00x the baseline is
+    the faster; what ``python -m profiler bench`` prints as baseline/peer). Only rows with status ok count: a
+    peer that did not run, or ran wrong, has no ratio at that shape. None when the family has no ok baseline
+    row or no other implementation."""
+    totals = rows[(rows.step == "total") & (rows.status == "ok")]
+    peers = sorted(set(totals.impl) - {baseline}, key=impl_rank)
+    if baseline not in set(totals.impl) or not peers:
+        return None
+    shape = ["batch", *LENGTHS]
+    times = totals.pivot_table(index=shape, columns="impl", values="time_ms", aggfunc="first")
+    times = times.sort_index(level=[*LENGTHS, "batch"])
+    square = bool((times.index.get_level_values("seq_q") == times.index.get_level_values("seq_kv")).all())
+    out = []
+    for (batch, seq_q, seq_kv), t in times.iterrows():
+        base = t.get(baseline)
+        if is_missing(base):
+            continue
+        row = {"batch": f"{int(batch):,}"}
+        row |= ({"N": f"{int(seq_q):,}"} if square
+                else {"query length": f"{int(seq_q):,}", "key length": f"{int(seq_kv):,}"})
+        row[f"{baseline} time (ms)"] = sig3(base)
+        row |= {f"vs {peer}": "-" if is_missing(t.get(peer)) else sig3(t[peer] / base, "x") for peer in peers}
+        out.append(row)
+    table = pd.DataFrame(out)
+    if table.empty:
+        return None
+    if table["batch"].nunique() == 1:  # a family holds one batch unless a token sweep varies it
+        table = table.drop(columns=["batch"])
+    return table
+
+
 def validation_table(validation: pd.DataFrame) -> pd.DataFrame:
     """:func:`plots.validation_table_view` in human units: MB with separators, ratios with two decimals."""
     view = validation_table_view(validation).reset_index(drop=True)

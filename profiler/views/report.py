@@ -26,7 +26,7 @@ from profiler.observer.summary import rank_sites
 from profiler.store import Capture, write_bytes_atomic
 from profiler.views import observed, plots, rooflines, style
 from profiler.views.families import families_of, family_trace, family_validation, select_families
-from profiler.views.formatting import OBSERVED_TEXT, observed_table, summary_table, validation_table
+from profiler.views.formatting import OBSERVED_TEXT, baseline_table, observed_table, summary_table, validation_table
 from profiler.views.report_html import Charts, anchor, html_table, page, summary_html
 from profiler.views.selection import naive_step_rows
 
@@ -128,6 +128,14 @@ def _family_section(label: str, rows: pd.DataFrame, meta: dict, kernels: pd.Data
                                        rooflines.exp_rate(meta))
     parts = [f"<h2 id='{anchor(label)}'>{e(label)}</h2>", f"<p class='caption'>{e(_rows_note(rows))}</p>",
              "<h3>Summary</h3>", summary_html(summary_table(rows, points, copy_gbps))]
+    baseline = meta.get("baseline")
+    against = baseline_table(rows, baseline) if baseline else None
+    if against is not None:
+        parts += [f"<h3>Against {e(baseline)}</h3>",
+                  f"<p class='caption'>Each peer's time over {e(baseline)}'s at the same shape: above 1.00x "
+                  f"{e(baseline)} is the faster (the capture's baseline, as <code>python -m profiler bench</code> "
+                  "printed it).</p>",
+                  html_table(against, set(against.columns))]
     checked = family_validation(validation, rows)
     section = None
     for name, caption, fig in family_figures(meta, rows, kernels, checked):
