@@ -21,7 +21,7 @@ and its hopper/ sources) does the backward in one pass, which this kernel follow
   At head_dim 64 a step takes 128 query columns (``BLOCK_M``, FlashAttention-3's tile there), with
   ``BackwardConfig.late_stats``: lse and delta are read from shared memory only where they are used, so
   their 128-column vectors do not live across the wgmma waits (without it that tile spills 1.2 to 2.0 KB
-  and runs at 0.46x to 0.64x the 64-query one; with it 1.04x to 1.12x: docs/perf-notes.md, round 13).
+  and runs at 0.46x to 0.64x the 64-query one; with it 1.01x to 1.12x: docs/perf-notes.md, round 13).
 - dQ = dS K needs every key block's share: each consumer writes dSᵀ to shared memory, multiplies it by
   its K rows (dS as the transposed A operand) and adds the fp32 tile into a zeroed (B·H·Nq_pad, D)
   buffer with one TMA reduce-add (``cp.reduce.async.bulk.tensor``: the adds happen in L2, no

@@ -286,7 +286,7 @@ def test_shipped_h100_capture_holds_every_shape_and_the_results_page_quotes_it()
     assert f"causal head_dim 128 to {span(causal128)} cuDNN in `reports/fa4-peers-h100`" in readme
 
 
-def test_shipped_h100_backward_grid_of_round_12_and_the_results_page_quotes_it():
+def test_shipped_h100_backward_grid_and_the_results_page_quotes_it():
     """reports/fa4-peers-h100-bwd: the backward half of the grid again, after head_dim 64 took 128-query tiles with
     late_stats (docs/perf-notes.md, round 13): every row ok, ours on the Gluon backward, the kernels those of the
     commit that made that change; docs/results.md's figures are its own."""
