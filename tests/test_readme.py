@@ -53,6 +53,17 @@ def test_prefill_rows_are_their_captures(regime, folder, mode):
                          f"[{folder}](reports/{folder})"]
 
 
+def test_the_backward_row_says_where_its_rounded_maximum_stands():
+    """The backward row's FA4 range ends at 1.00x by rounding; the line under the table gives the true best and
+    that every shape is below FA4, from the same capture."""
+    _, times = peer_times("fa4-peers-h100-bwd", "bwd")
+    fa4 = times.fa4 / times.triton_flash
+    assert f"{fa4.max():.2f}" == "1.00" and (fa4 < 1).all() and len(fa4) == 32
+    text = " ".join(README.read_text().split())
+    assert (f"the backward's best shape against FA4 measured {fa4.max():.3f}x, shown as 1.00x; it is below FA4 on "
+            f"every one of the {len(fa4)} shapes") in text
+
+
 @pytest.mark.parametrize("regime, folder, gpu, seq_q", [
     ("decode, 1 query token", "decode-b1-h100", "H100", 1),
     ("decode, 4 query tokens", "decode-b1-h100", "H100", 4),

@@ -242,6 +242,13 @@ def test_a_bench_capture_shows_its_baseline_against_each_peer_per_family():
     failed.loc[(failed.impl == "fa4") & (failed.seq_q == 4096), "status"] = "error"
     broken = baseline_table(failed, "triton_flash").set_index("N")
     assert broken.loc["4,096", "vs fa4"] == "-" and broken.loc["4,096", "vs sdpa_cudnn"] != "-"
+    # where the baseline did not run, its shape keeps a row of dashes; a peer that never ran keeps its column
+    failed.loc[(failed.impl == "triton_flash") & (failed.seq_q == 8192), "status"] = "oom"
+    failed.loc[failed.impl == "sdpa_cudnn", "status"] = "unsupported"
+    broken = baseline_table(failed, "triton_flash").set_index("N")
+    assert list(broken.index) == ["2,048", "4,096", "8,192", "16,384"]
+    assert set(broken.loc["8,192"].drop("batch")) == {"-"} and set(broken["vs sdpa_cudnn"]) == {"-"}
+    assert broken.loc["2,048", "vs fa4"] == table.set_index("N").loc["2,048", "vs fa4"]
     # the cells as the page shows them, and nothing of the kind in a capture without a baseline
     assert "".join(f"<td class='num'>{c}</td>" for c in table.iloc[0]) in page
     assert "Against" not in report.build_report(REFERENCE) and load_capture(REFERENCE)[0].get("baseline") is None

@@ -122,32 +122,32 @@ def summary_table(rows: pd.DataFrame, points: pd.DataFrame, copy_gbps: float | N
 
 def baseline_table(rows: pd.DataFrame, baseline: str) -> pd.DataFrame | None:
     """``baseline`` (a bench capture's, meta.json ``baseline``) against each other implementation of one
-    family, one row per shape: the baseline's time and each peer's time over it (above 1.00x the baseline is
-    the faster; what ``python -m profiler bench`` prints as baseline/peer). Only rows with status ok count: a
-    peer that did not run, or ran wrong, has no ratio at that shape. None when the family has no ok baseline
-    row or no other implementation."""
-    totals = rows[(rows.step == "total") & (rows.status == "ok")]
+    family (one device: the report splits a mixed capture's families per device), one row per shape it holds:
+    the baseline's time and each peer's time over it (above 1.00x the baseline is the faster; the ratios
+    ``python -m profiler bench`` prints as baseline/peer). A ratio needs both rows ok: where the baseline or a
+    peer did not run, or ran wrong, the cell is '-', as in bench's table, and a peer that never ran ok keeps
+    its column of them. None when the baseline ran ok nowhere in the family or there is no other implementation."""
+    totals = rows[rows.step == "total"]
+    ok = totals[totals.status == "ok"]
     peers = sorted(set(totals.impl) - {baseline}, key=impl_rank)
-    if baseline not in set(totals.impl) or not peers:
+    if baseline not in set(ok.impl) or not peers:
         return None
     shape = ["batch", *LENGTHS]
-    times = totals.pivot_table(index=shape, columns="impl", values="time_ms", aggfunc="first")
-    times = times.sort_index(level=[*LENGTHS, "batch"])
-    square = bool((times.index.get_level_values("seq_q") == times.index.get_level_values("seq_kv")).all())
+    times = ok.pivot_table(index=shape, columns="impl", values="time_ms", aggfunc="first")
+    shapes = totals[shape].drop_duplicates().sort_values([*LENGTHS, "batch"])
+    square = bool((shapes.seq_q == shapes.seq_kv).all())
     out = []
-    for (batch, seq_q, seq_kv), t in times.iterrows():
+    for batch, seq_q, seq_kv in shapes.itertuples(index=False):
+        t = times.loc[(batch, seq_q, seq_kv)] if (batch, seq_q, seq_kv) in times.index else pd.Series(dtype=float)
         base = t.get(baseline)
-        if is_missing(base):
-            continue
         row = {"batch": f"{int(batch):,}"}
         row |= ({"N": f"{int(seq_q):,}"} if square
                 else {"query length": f"{int(seq_q):,}", "key length": f"{int(seq_kv):,}"})
-        row[f"{baseline} time (ms)"] = sig3(base)
-        row |= {f"vs {peer}": "-" if is_missing(t.get(peer)) else sig3(t[peer] / base, "x") for peer in peers}
+        row[f"{baseline} time (ms)"] = "-" if is_missing(base) else sig3(base)
+        row |= {f"vs {peer}": "-" if is_missing(base) or is_missing(t.get(peer)) else sig3(t[peer] / base, "x")
+                for peer in peers}
         out.append(row)
     table = pd.DataFrame(out)
-    if table.empty:
-        return None
     if table["batch"].nunique() == 1:  # a family holds one batch unless a token sweep varies it
         table = table.drop(columns=["batch"])
     return table

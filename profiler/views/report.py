@@ -133,8 +133,9 @@ def _family_section(label: str, rows: pd.DataFrame, meta: dict, kernels: pd.Data
     if against is not None:
         parts += [f"<h3>Against {e(baseline)}</h3>",
                   f"<p class='caption'>Each peer's time over {e(baseline)}'s at the same shape: above 1.00x "
-                  f"{e(baseline)} is the faster (the capture's baseline, as <code>python -m profiler bench</code> "
-                  "printed it).</p>",
+                  f"{e(baseline)} is the faster. {e(baseline)} is the capture's baseline; these are the ratios "
+                  "<code>python -m profiler bench</code> printed, here to three significant digits; '-' where "
+                  "either did not run.</p>",
                   html_table(against, set(against.columns))]
     checked = family_validation(validation, rows)
     section = None
