@@ -7,6 +7,7 @@ from what each model does, independently of the code under test.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import types
@@ -383,11 +384,18 @@ if sys.argv[2:] == ["sigint"]:  # Ctrl-C, as the terminal sends it
 """
 
 
+def _sigint_as_in_a_terminal():
+    """In the child, before exec: Ctrl-C's default disposition, as a command started in a terminal has it. A
+    test run started as a background job (``nohup make test &``) hands its children SIGINT ignored, and Python
+    then installs no KeyboardInterrupt handler, so the Ctrl-C test would see the script run to its end."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def observe_cli(tmp_path, *args):
     script = tmp_path / "user_script.py"
     script.write_text(SCRIPT)
     return subprocess.run([sys.executable, "-m", "profiler", "observe", *args[:-1], "--", str(script), *args[-1]],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+                          capture_output=True, text=True, cwd=ROOT, timeout=300, preexec_fn=_sigint_as_in_a_terminal)
 
 
 def test_the_command_runs_a_script_as_python_would(tmp_path):
