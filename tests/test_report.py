@@ -249,9 +249,18 @@ def test_a_bench_capture_shows_its_baseline_against_each_peer_per_family():
     assert list(broken.index) == ["2,048", "4,096", "8,192", "16,384"]
     assert set(broken.loc["8,192"].drop("batch")) == {"-"} and set(broken["vs sdpa_cudnn"]) == {"-"}
     assert broken.loc["2,048", "vs fa4"] == table.set_index("N").loc["2,048", "vs fa4"]
+    # over the whole capture, under the header: each peer's range, as the README's backward row has it
+    every = frame[frame.step == "total"].pivot_table(index=["dtype", "head_dim", "causal", "seq_q"], columns="impl",
+                                                      values="time_ms")
+    for peer in ("sdpa_cudnn", "fa4"):
+        ratio = every[peer] / every.triton_flash
+        assert f"{peer} {ratio.min():.3f}x to {ratio.max():.3f}x over 32 shapes" in page
+    assert "triton_flash: Triton FlashAttention-2 (ours)" in html.unescape(page)
     # the cells as the page shows them, and nothing of the kind in a capture without a baseline
     assert "".join(f"<td class='num'>{c}</td>" for c in table.iloc[0]) in page
-    assert "Against" not in report.build_report(REFERENCE) and load_capture(REFERENCE)[0].get("baseline") is None
+    plain = report.build_report(REFERENCE)
+    assert load_capture(REFERENCE)[0].get("baseline") is None
+    assert "Against" not in plain and "lowest to highest" not in plain
 
 
 def test_report_table_cells_have_no_raw_floats(reference_page):

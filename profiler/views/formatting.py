@@ -144,13 +144,35 @@ def baseline_table(rows: pd.DataFrame, baseline: str) -> pd.DataFrame | None:
         row |= ({"N": f"{int(seq_q):,}"} if square
                 else {"query length": f"{int(seq_q):,}", "key length": f"{int(seq_kv):,}"})
         row[f"{baseline} time (ms)"] = "-" if is_missing(base) else sig3(base)
-        row |= {f"vs {peer}": "-" if is_missing(base) or is_missing(t.get(peer)) else sig3(t[peer] / base, "x")
+        row |= {f"vs {peer}": "-" if is_missing(base) or is_missing(t.get(peer)) else f"{t[peer] / base:.3f}x"
                 for peer in peers}
         out.append(row)
     table = pd.DataFrame(out)
     if table["batch"].nunique() == 1:  # a family holds one batch unless a token sweep varies it
         table = table.drop(columns=["batch"])
     return table
+
+
+def baseline_ranges(frame: pd.DataFrame, baseline: str) -> str | None:
+    """One sentence over a whole bench capture: for each peer, the lowest and highest of its time over
+    ``baseline``'s across every shape both ran ok (per device where the capture holds several), as the README's
+    results rows quote them; None without an ok baseline row or a peer beside it."""
+    totals = frame[(frame.step == "total") & (frame.status == "ok")]
+    key = [*(["device"] if "device" in totals and totals.device.nunique() > 1 else []), "dtype", "head_dim",
+           "causal", "mode", "heads", "kv_heads", "batch", *LENGTHS]
+    key = [c for c in key if c in totals]
+    times = totals.pivot_table(index=key, columns="impl", values="time_ms", aggfunc="first")
+    if baseline not in times:
+        return None
+    parts = []
+    for peer in sorted(set(times.columns) - {baseline}, key=impl_rank):
+        ratio = (times[peer] / times[baseline]).dropna()
+        if len(ratio):
+            parts.append(f"{peer} {ratio.min():.3f}x to {ratio.max():.3f}x over {len(ratio)} shapes")
+    if not parts:
+        return None
+    return (f"Each peer's time over {baseline}'s, lowest to highest over the shapes both ran (above 1.00x "
+            f"{baseline} is the faster): " + "; ".join(parts) + ".")
 
 
 def validation_table(validation: pd.DataFrame) -> pd.DataFrame:

@@ -23,10 +23,18 @@ import plotly.graph_objects as go
 
 from profiler.model.roofs import Roofs, meta_for_device
 from profiler.observer.summary import rank_sites
+from profiler.registry import REGISTRY
 from profiler.store import Capture, write_bytes_atomic
 from profiler.views import observed, plots, rooflines, style
 from profiler.views.families import families_of, family_trace, family_validation, select_families
-from profiler.views.formatting import OBSERVED_TEXT, baseline_table, observed_table, summary_table, validation_table
+from profiler.views.formatting import (
+    OBSERVED_TEXT,
+    baseline_ranges,
+    baseline_table,
+    observed_table,
+    summary_table,
+    validation_table,
+)
 from profiler.views.report_html import Charts, anchor, html_table, page, summary_html
 from profiler.views.selection import naive_step_rows
 
@@ -133,10 +141,8 @@ def _family_section(label: str, rows: pd.DataFrame, meta: dict, kernels: pd.Data
     if against is not None:
         parts += [f"<h3>Against {e(baseline)}</h3>",
                   f"<p class='caption'>Each peer's time over {e(baseline)}'s at the same shape: above 1.00x "
-                  f"{e(baseline)} is the faster. {e(baseline)} is the capture's baseline; these are the ratios "
-                  "<code>python -m profiler bench</code> printed, here to three significant digits; '-' where "
-                  "either did not run.</p>",
-                  html_table(against, set(against.columns))]
+                  f"{e(baseline)} is the faster; '-' where either did not run. {e(_names(rows))}</p>",
+                  html_table(against, set(against.columns), compact=True)]
     checked = family_validation(validation, rows)
     section = None
     for name, caption, fig in family_figures(meta, rows, kernels, checked):
@@ -195,6 +201,13 @@ def _observed_section(meta: dict, frame: pd.DataFrame, charts: Charts) -> list[s
                     + html_table(observed_table(per_row), set(per_row.columns) - OBSERVED_TEXT) + "</details>"]
 
 
+def _names(rows: pd.DataFrame) -> str:
+    """What each implementation of ``rows`` is, from its registry entry: 'triton_flash: Triton FlashAttention-2
+    (ours) ...; sdpa_cudnn: PyTorch SDPA, cuDNN backend', for a reader who does not know the names."""
+    return "; ".join(f"{name}: {REGISTRY[name].description}" if name in REGISTRY else name
+                     for name in sorted(set(rows.impl), key=style.impl_rank)) + "."
+
+
 def _code_facts(meta: dict) -> list[str]:
     """What code measured the capture, for the page's header: the kernels by content (``kernels_sha256``, which
     names them where the tree was copied with a stale .git, as onto a lent GPU machine) and the git revision.
@@ -228,6 +241,9 @@ def build_report(folder: Path | str, family: list[str] | None = None) -> str:
     commands = meta.get("commands") or ([meta["command"]] if meta.get("command") else [])
     parts = [f"<h1>{e(title)}</h1>", f"<p class='meta'>{e(' · '.join(str(f) for f in facts if f))}</p>",
              f"<p class='shows'>{e(_shows_sentence(shown, families, family))}</p>"]
+    ranges = baseline_ranges(frame, meta["baseline"]) if meta.get("baseline") else None
+    if ranges:
+        parts.append(f"<p><b>{e(ranges)}</b> <span class='caption'>{e(_names(frame))}</span></p>")
     notes = [*([meta["note"]] if meta.get("note") else []), *(meta.get("corrections") or [])]
     if commands or notes:
         parts.append("<details><summary>How this capture was made</summary>"

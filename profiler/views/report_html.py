@@ -28,10 +28,11 @@ def anchor(label: str) -> str:
     return "family-" + re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
 
 
-def html_table(frame: pd.DataFrame, numeric=(), row_classes: list[str] | None = None, note: str | None = None) -> str:
+def html_table(frame: pd.DataFrame, numeric=(), row_classes: list[str] | None = None, note: str | None = None,
+               compact: bool = False) -> str:
     """A table of strings: headers in words, numbers right-aligned, every cell escaped. The ``note``
     column, where a row has one, is drawn as a full-width line under that row (a status message is
-    too long for a cell)."""
+    too long for a cell). ``compact``: as wide as its cells, not the page (a few columns of numbers)."""
     columns = [c for c in frame.columns if c != note]
     head = "".join(f"<th class='{'num' if c in numeric else 'text'}'>{html.escape(str(c))}</th>" for c in columns)
     body = []
@@ -44,7 +45,8 @@ def html_table(frame: pd.DataFrame, numeric=(), row_classes: list[str] | None = 
             status = " ".join(c for c in classes if c.startswith("status-"))
             text = html.escape(str(row[note]))
             body.append(f"<tr class='note {status}'><td colspan='{len(columns)}'>{text}</td></tr>")
-    return f"<div class='table-wrap'><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+    wrap = "table-wrap compact" if compact else "table-wrap"
+    return f"<div class='{wrap}'><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
 
 
 def summary_html(table: pd.DataFrame) -> str:
@@ -121,6 +123,7 @@ a {{ color: {LINK}; text-decoration: none; }} a:hover {{ text-decoration: underl
 .shows {{ background: {SECONDARY_BG}; border-radius: .5rem; padding: .75rem 1rem; margin: 1rem 0; }}
 .toc {{ columns: 2; column-gap: 2.5rem; padding-left: 1.2rem; }} .toc li {{ margin: .1rem 0; }}
 .table-wrap {{ overflow-x: auto; margin: .5rem 0 1rem; border: 1px solid {BORDER}; border-radius: .5rem; }}
+.table-wrap.compact {{ display: inline-block; max-width: 100%; }} .table-wrap.compact table {{ width: auto; }}
 table {{ border-collapse: collapse; font-size: .82rem; width: 100%; font-variant-numeric: tabular-nums; }}
 th {{ background: {SECONDARY_BG}; color: rgba(49,51,63,.8); font-weight: 600; position: sticky; top: 0; }}
 th, td {{ padding: .3rem .5rem; border-bottom: 1px solid {BORDER}; white-space: nowrap; }}
