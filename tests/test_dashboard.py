@@ -703,6 +703,17 @@ def test_scaling_says_when_no_naive_was_timed_instead_of_an_empty_speedup_chart(
     lines = [t for t in throughput["data"] if t.get("mode") == "lines+markers"]
     assert {t["name"] for t in lines} == {"triton_flash", "sdpa_cudnn", "fa4"}
     assert all(_values(t["x"]) == [2048, 4096, 8192, 16384] for t in lines)
+    # in its place, the capture's peers against its baseline (meta.json "baseline"), from the same times
+    against = _spec(next(c for c, t in zip(at.get("plotly_chart"), titles) if t.startswith("Against triton_flash")))
+    lines = {t["name"]: t for t in against["data"] if t.get("mode") == "lines+markers"}
+    assert set(lines) == {"sdpa_cudnn", "fa4"}
+    frame = pd.read_parquet(ROOT / "reports" / "fa4-peers-h100" / "results.parquet")
+    times = frame[frame.step == "total"].astype({"dtype": str, "mode": str}).pivot_table(
+        index=["dtype", "head_dim", "causal", "mode", "seq_kv"], columns="impl", values="time_ms")
+    ratios = (times.fa4 / times.triton_flash).groupby(level=[0, 1, 2, 3]).apply(list)  # per family, by N
+    assert _values(lines["fa4"]["x"]) == [2048, 4096, 8192, 16384]
+    drawn = _values(lines["fa4"]["y"])
+    assert any(drawn == pytest.approx(family, rel=1e-6) for family in ratios)  # the family the filters opened on
 
 
 def test_scaling_keeps_the_speedup_chart_where_naive_was_timed(reference_app):

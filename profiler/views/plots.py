@@ -214,6 +214,35 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
     return figs
 
 
+def baseline_figure(totals: pd.DataFrame, baseline: str) -> go.Figure:
+    """Each peer's time over ``baseline``'s (a bench capture's, meta.json ``baseline``) against the key length:
+    one line per peer and scaling line (as :func:`scaling_figures` draws them), a point where both ran ok at one
+    shape of one capture, and a dotted line at 1.00x (above it the baseline is the faster). No traces where the
+    baseline ran nowhere beside a peer."""
+    ok = _ok(totals)
+    data = scaling_lines(ok[ok.step == "total"])
+    data["line_capture"] = _line_owner(data)
+    shape_key = [*(["capture"] if "capture" in data else []), *Shape.KEY]
+    base = data[data.impl == baseline].drop_duplicates(shape_key).set_index(shape_key)["time_ms"]
+    data = data[data.impl != baseline].merge(base.rename("base_ms").reset_index(), on=shape_key, how="inner")
+    fig = go.Figure()
+    line_key = ["line_capture", *LINE_KEY]
+    families = list(dict.fromkeys(tuple(r) for r in data[line_key].itertuples(index=False)))
+    for (impl, *line), group in data.groupby(["impl", *line_key], sort=False):
+        k = families.index(tuple(line))
+        capture, lead, queries, family = line[0], line[1], line[-1], tuple(group[FAMILY_COLUMNS].iloc[0])
+        name = impl if len(families) == 1 else f"{impl} · {_line_label(family, queries, lead, capture)}"
+        fig.add_trace(go.Scatter(x=group.seq_kv, y=group.time_ms / group.base_ms, mode="lines+markers", name=name,
+                                 line={"color": impl_color(impl), "dash": DASHES[k % len(DASHES)]}))
+    if fig.data:
+        fig.add_hline(y=1.0, line={"dash": "dot", "color": "grey"})
+        _length_axis(fig, data.seq_kv, "key length N (= query length for square shapes)")
+    fig.update_yaxes(title=f"time over {baseline}'s (x)")
+    fig.update_layout(template=PLOTLY_TEMPLATE, title=f"Against {baseline}: each peer's time over {baseline}'s",
+                      height=420)
+    return fig
+
+
 def step_breakdown_figure(rows: pd.DataFrame, scale: str = "share", device_type: str | None = None) -> go.Figure:
     """Naive attention's time per step: one bar group per shape (its lengths, N or Nq and Nkv, and
     the shape family when several are shown), stacked by step in STEP_COLOR; the capture's timer (CUDA

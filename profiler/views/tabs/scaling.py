@@ -1,5 +1,6 @@
 """The Scaling tab: time, TFLOP/s, peak memory against the model, and speedup over naive, against the key
-length (plots.scaling_figures), two a row."""
+length (plots.scaling_figures), two a row; without naive, a bench capture's peers against its baseline
+(plots.baseline_figure)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ def render(ctx: Context) -> None:
     chart(left, figs["memory"])
     if figs["speedup"].data:
         chart(right, figs["speedup"])
-    else:
-        right.info("No speedup over naive here: no selected capture timed `naive` at these shapes "
-                   "(`--impl naive,...` times it).")
+        return
+    # A bench capture names the implementation its ratios are taken against: those ratios stand in for naive's.
+    baselines = {ctx.captures[name].meta.get("baseline") for name in ctx.chosen} - {None}
+    against = plots.baseline_figure(ctx.drawn, baselines.pop()) if len(baselines) == 1 else None
+    if against is not None and against.data:
+        chart(right, against)
+    right.info("No speedup over naive here: no selected capture timed `naive` at these shapes "
+               "(`--impl naive,...` times it).")
