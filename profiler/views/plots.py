@@ -157,6 +157,22 @@ MEMORY_MODEL_LABELS = {
 }
 
 
+def _line_groups(data: pd.DataFrame) -> tuple[list[tuple[str, dict, pd.DataFrame]], list[tuple]]:
+    """The scaling lines of ``data`` (rows with ``line_capture`` and the LINE_KEY columns) as (legend name,
+    line style, its rows), one per implementation and line key: each implementation in its colour, each line
+    key in a dash of its own; and the line keys (a legend names a line by its family only where there are
+    several)."""
+    line_key = ["line_capture", *LINE_KEY]
+    families = list(dict.fromkeys(tuple(r) for r in data[line_key].itertuples(index=False)))
+    groups = []
+    for (impl, *line), group in data.groupby(["impl", *line_key], sort=False):
+        k = families.index(tuple(line))
+        capture, lead, queries, family = line[0], line[1], line[-1], tuple(group[FAMILY_COLUMNS].iloc[0])
+        name = impl if len(families) == 1 else f"{impl} · {_line_label(family, queries, lead, capture)}"
+        groups.append((name, {"color": impl_color(impl), "dash": DASHES[k % len(DASHES)]}, group))
+    return groups, families
+
+
 def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
     """Time, TFLOP/s, peak memory (measured against the model's O(N²) and O(N) predictions) and
     speedup over naive against the key length N (log axes; N = Nq = Nkv for square shapes, Nkv for
@@ -176,12 +192,8 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
     data = _sweep_lines(data)
     data["line_capture"] = _line_owner(data)
     line_key = ["line_capture", *LINE_KEY]
-    families = list(dict.fromkeys(tuple(r) for r in data[line_key].itertuples(index=False)))
-    for (impl, *line), group in data.groupby(["impl", *line_key], sort=False):
-        k = families.index(tuple(line))
-        capture, lead, queries, family = line[0], line[1], line[-1], tuple(group[FAMILY_COLUMNS].iloc[0])
-        name = impl if len(families) == 1 else f"{impl} · {_line_label(family, queries, lead, capture)}"
-        style = {"color": impl_color(impl), "dash": DASHES[k % len(DASHES)]}
+    groups, families = _line_groups(data)
+    for name, style, group in groups:
         for key, col in (("time", "time_ms"), ("tflops", "tflops"), ("memory", "peak_mem_bytes")):
             y = group[col] / 2**20 if key == "memory" else group[col]
             figs[key].add_trace(go.Scatter(x=group.seq_kv, y=y, mode="lines+markers", name=name, line=style))
@@ -226,14 +238,9 @@ def baseline_figure(totals: pd.DataFrame, baseline: str) -> go.Figure:
     base = data[data.impl == baseline].drop_duplicates(shape_key).set_index(shape_key)["time_ms"]
     data = data[data.impl != baseline].merge(base.rename("base_ms").reset_index(), on=shape_key, how="inner")
     fig = go.Figure()
-    line_key = ["line_capture", *LINE_KEY]
-    families = list(dict.fromkeys(tuple(r) for r in data[line_key].itertuples(index=False)))
-    for (impl, *line), group in data.groupby(["impl", *line_key], sort=False):
-        k = families.index(tuple(line))
-        capture, lead, queries, family = line[0], line[1], line[-1], tuple(group[FAMILY_COLUMNS].iloc[0])
-        name = impl if len(families) == 1 else f"{impl} · {_line_label(family, queries, lead, capture)}"
+    for name, style, group in _line_groups(data)[0]:
         fig.add_trace(go.Scatter(x=group.seq_kv, y=group.time_ms / group.base_ms, mode="lines+markers", name=name,
-                                 line={"color": impl_color(impl), "dash": DASHES[k % len(DASHES)]}))
+                                 line=style))
     if fig.data:
         fig.add_hline(y=1.0, line={"dash": "dot", "color": "grey"})
         _length_axis(fig, data.seq_kv, "key length N (= query length for square shapes)")
