@@ -12,6 +12,7 @@ import pandas as pd
 from profiler.registry import baseline_impl
 from profiler.views.plots import validation_table_view
 from profiler.views.style import LENGTHS, impl_rank
+from profiler.views.tables import bench_table
 
 
 def is_missing(x) -> bool:
@@ -123,28 +124,24 @@ def summary_table(rows: pd.DataFrame, points: pd.DataFrame, copy_gbps: float | N
 def baseline_table(rows: pd.DataFrame, baseline: str) -> pd.DataFrame | None:
     """``baseline`` (a bench capture's, meta.json ``baseline``) against each other implementation of one
     family (one device: the report splits a mixed capture's families per device), one row per shape it holds:
-    the baseline's time and each peer's time over it (above 1.00x the baseline is the faster; the ratios
-    ``python -m profiler bench`` prints as baseline/peer). A ratio needs both rows ok: where the baseline or a
-    peer did not run, or ran wrong, the cell is '-', as in bench's table, and a peer that never ran ok keeps
-    its column of them. None when the baseline ran ok nowhere in the family or there is no other implementation."""
+    the baseline's time and each peer's time over it, the ratios of ``python -m profiler bench``'s table
+    (:func:`profiler.views.tables.bench_table`; above 1.00x the baseline is the faster). A ratio needs both rows
+    ok: elsewhere the cell is '-', and a peer that never ran ok keeps its column of them. None when the baseline
+    ran ok nowhere in the family or there is no other implementation."""
     totals = rows[rows.step == "total"]
-    ok = totals[totals.status == "ok"]
     peers = sorted(set(totals.impl) - {baseline}, key=impl_rank)
-    if baseline not in set(ok.impl) or not peers:
+    if baseline not in set(totals[totals.status == "ok"].impl) or not peers:
         return None
-    shape = ["batch", *LENGTHS]
-    times = ok.pivot_table(index=shape, columns="impl", values="time_ms", aggfunc="first")
-    shapes = totals[shape].drop_duplicates().sort_values([*LENGTHS, "batch"])
-    square = bool((shapes.seq_q == shapes.seq_kv).all())
+    bench = bench_table(totals, [baseline, *peers], baseline).sort_values([*LENGTHS, "batch"])
+    square = bool((bench.seq_q == bench.seq_kv).all())
     out = []
-    for batch, seq_q, seq_kv in shapes.itertuples(index=False):
-        t = times.loc[(batch, seq_q, seq_kv)] if (batch, seq_q, seq_kv) in times.index else pd.Series(dtype=float)
-        base = t.get(baseline)
-        row = {"batch": f"{int(batch):,}"}
-        row |= ({"N": f"{int(seq_q):,}"} if square
-                else {"query length": f"{int(seq_q):,}", "key length": f"{int(seq_kv):,}"})
+    for r in bench.to_dict("records"):
+        row = {"batch": f"{int(r['batch']):,}"}
+        row |= ({"N": f"{int(r['seq_q']):,}"} if square
+                else {"query length": f"{int(r['seq_q']):,}", "key length": f"{int(r['seq_kv']):,}"})
+        base = r[f"{baseline}_time_ms"]
         row[f"{baseline} time (ms)"] = "-" if is_missing(base) else sig3(base)
-        row |= {f"vs {peer}": "-" if is_missing(base) or is_missing(t.get(peer)) else f"{t[peer] / base:.3f}x"
+        row |= {f"vs {peer}": "-" if is_missing(r[f"{baseline}/{peer}"]) else f"{r[f'{baseline}/{peer}']:.3f}x"
                 for peer in peers}
         out.append(row)
     table = pd.DataFrame(out)
@@ -155,18 +152,16 @@ def baseline_table(rows: pd.DataFrame, baseline: str) -> pd.DataFrame | None:
 
 def baseline_ranges(frame: pd.DataFrame, baseline: str) -> str | None:
     """One sentence over a whole bench capture: for each peer, the lowest and highest of its time over
-    ``baseline``'s across every shape both ran ok (per device where the capture holds several), as the README's
-    results rows quote them; None without an ok baseline row or a peer beside it."""
-    totals = frame[(frame.step == "total") & (frame.status == "ok")]
-    key = [*(["device"] if "device" in totals and totals.device.nunique() > 1 else []), "dtype", "head_dim",
-           "causal", "mode", "heads", "kv_heads", "batch", *LENGTHS]
-    key = [c for c in key if c in totals]
-    times = totals.pivot_table(index=key, columns="impl", values="time_ms", aggfunc="first")
-    if baseline not in times:
-        return None
+    ``baseline``'s (:func:`profiler.views.tables.bench_table`'s ratios) across every shape both ran ok, each
+    device's shapes apart where the capture holds several, as the README's results rows quote them; None without
+    an ok baseline row or a peer beside it."""
+    totals = frame[frame.step == "total"]
+    peers = sorted(set(totals.impl) - {baseline}, key=impl_rank)
+    devices = totals.groupby("device") if "device" in totals and totals.device.nunique() > 1 else [(None, totals)]
+    bench = pd.concat([bench_table(rows, [baseline, *peers], baseline) for _, rows in devices])
     parts = []
-    for peer in sorted(set(times.columns) - {baseline}, key=impl_rank):
-        ratio = (times[peer] / times[baseline]).dropna()
+    for peer in peers:
+        ratio = bench[f"{baseline}/{peer}"].dropna() if f"{baseline}/{peer}" in bench else pd.Series(dtype=float)
         if len(ratio):
             parts.append(f"{peer} {ratio.min():.3f}x to {ratio.max():.3f}x over {len(ratio)} shapes")
     if not parts:

@@ -56,6 +56,7 @@ def bench_table(frame: pd.DataFrame, impls: list[str], baseline: str, copy_gbps:
             r = by_impl.get(name)
             ok = r is not None and r.status == "ok"
             row[f"{name}_tflops"] = r.tflops if ok else None
+            row[f"{name}_time_ms"] = getattr(r, "time_ms", None) if ok else None
             row[f"{name}_gbps"] = r.gbps if ok else None
             row[f"{name}_copy_fraction"] = r.gbps / copy_gbps if ok and copy_gbps else None
             row[f"{name}_status"] = r.status if r is not None else "missing"
