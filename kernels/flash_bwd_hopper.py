@@ -126,10 +126,6 @@ class BackwardConfig(NamedTuple):
     # Sᵀ's step reads lse·log2e and delta from shared memory at their use (after Sᵀ's and dPᵀ's waits), not
     # right after the two issues: fewer values live across the waits (round 13).
     late_stats: bool = False
-    # A tile's dQ is multiplied after the next tile's dS is stored, not right after its own: the consumer that
-    # takes it whole (dq_cols off) then no longer waits, every other tile, for the other consumer to finish its
-    # dQ and reach the next dS; dS buffers are freed by a barrier of their own (ds_free) (round 14).
-    dq_defer: bool = False
 
     def dq_tile(self, head_dim: int) -> tuple[int, int]:
         """(rows, columns) of one dQ share: what one consumer multiplies and reduce-adds per query tile."""
@@ -226,7 +222,6 @@ class Barriers(NamedTuple):
     do_ready: object  # per slot: dO landed
     empty: object  # per slot: every consumer is done with it
     ds_ready: object  # per dS buffer: every consumer's dS of the tile is in it
-    ds_free: object  # per dS buffer: dQ has read it (dq_defer only): whoever stores the next dS waits for it
 
 
 if builtin is not None and not hasattr(tma, "async_atomic_add"):
@@ -434,7 +429,7 @@ def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs
                    seq_q, seq_kv, q_pad, qk_scale,
                    WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                    NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
-                   CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, DQ_DEFER: gl.constexpr):
+                   CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr):
     """:func:`_bwd_step` with S = Q Kᵀ and dP = dO Vᵀ the right way up (queries are the wgmma M):
     FlashAttention-3's choice at head_dim 128 (hopper/flash_bwd_launch_template.h, SdP_swapAB off).
     A thread then holds 2 query rows of the tile, so lse and delta cost 2 registers each instead of
@@ -474,8 +469,6 @@ def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs
     # Every consumer's dS meets in one (BLOCK_M, BLOCK_N) tile, double-buffered as in _bwd_step.
     ds_all = ds_smem.index(count % 2)
     ds_mine = ds_all.slice(WG * KEYS_PER_WG, KEYS_PER_WG, dim=1)
-    if DQ_DEFER:
-        mbarrier.wait(bars.ds_free.index(count % 2), ring_phase(count, 2) ^ 1)  # dQ of tile count - 2 read it
     ds_mine.store(ds)
     fence_async_shared()
     gl.thread_barrier()
@@ -483,10 +476,8 @@ def _bwd_step_rows(dk, dv, i, count, off_hz, first_key, k, v, k_dq, dq_buf, bufs
     mbarrier.arrive(ds_ready.index(count % 2), count=1)
     dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
     mbarrier.arrive(empty.index(slot), count=1)  # done with this slot's Q and dO
-    if not DQ_DEFER:
-        mbarrier.wait(ds_ready.index(count % 2), ring_phase(count, 2))
-        _dq_share(i, count, off_hz, k_dq, dq_buf, ds_all, dq_desc, q_pad, WG, BLOCK_M, NUM_WG, DQ_N, DQ_COLS,
-                  DQ_MODE)
+    mbarrier.wait(ds_ready.index(count % 2), ring_phase(count, 2))
+    _dq_share(i, count, off_hz, k_dq, dq_buf, ds_all, dq_desc, q_pad, WG, BLOCK_M, NUM_WG, DQ_N, DQ_COLS, DQ_MODE)
     return dk, dv
 
 
@@ -495,8 +486,7 @@ def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, 
                 seq_q, seq_kv, q_pad, qk_scale,
                 WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                 NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
-                CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, LATE_STATS: gl.constexpr,
-                DQ_DEFER: gl.constexpr):
+                CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, LATE_STATS: gl.constexpr):
     """The step with Sᵀ and dPᵀ (keys as rows), Pᵀ and dSᵀ fed to dV's and dK's wgmma from registers."""
     q_smem, do_smem, ds_smem, stats_smem = bufs.q, bufs.do, bufs.ds, bufs.stats
     q_ready, do_ready, empty, ds_ready = bars.q_ready, bars.do_ready, bars.empty, bars.ds_ready
@@ -536,19 +526,16 @@ def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, 
     dk = warpgroup_mma(ds_op, q, dk, is_async=True)
     # dSᵀ of every consumer meets in one (BLOCK_N, BLOCK_M) tile, double-buffered: a consumer
     # overwrites buffer b only after passing the next tile's ds_ready, which the other consumers
-    # reach only once their dQ of this tile is done (with DQ_DEFER, only after b's ds_free).
+    # reach only once their dQ of this tile is done.
     ds_all = ds_smem.index(count % 2)
-    if DQ_DEFER:
-        mbarrier.wait(bars.ds_free.index(count % 2), ring_phase(count, 2) ^ 1)  # dQ of tile count - 2 read it
     ds_all.slice(WG * KEYS_PER_WG, KEYS_PER_WG).store(ds_t)
     fence_async_shared()
     mbarrier.arrive(ds_ready.index(count % 2), count=1)
     dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv, dk, p_op, ds_op))
     mbarrier.arrive(empty.index(slot), count=1)  # done with this slot's Q and dO
-    if not DQ_DEFER:
-        mbarrier.wait(ds_ready.index(count % 2), ring_phase(count, 2))
-        _dq_share(i, count, off_hz, k_dq, dq_buf, ds_all.permute((1, 0)), dq_desc, q_pad, WG, BLOCK_M, NUM_WG,
-                  DQ_N, DQ_COLS, DQ_MODE)
+    mbarrier.wait(ds_ready.index(count % 2), ring_phase(count, 2))
+    _dq_share(i, count, off_hz, k_dq, dq_buf, ds_all.permute((1, 0)), dq_desc, q_pad, WG, BLOCK_M, NUM_WG, DQ_N,
+              DQ_COLS, DQ_MODE)
     return dk, dv
 
 
@@ -558,38 +545,18 @@ def _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq
               WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
               NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
               CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr,
-              LATE_STATS: gl.constexpr, DQ_DEFER: gl.constexpr):
+              LATE_STATS: gl.constexpr):
     """Query tile i (the ring's count-th) against this warpgroup's keys: dV and dK accumulate, and
-    this warpgroup's share of the tile's dQ goes to the fp32 buffer (with DQ_DEFER, :func:`_dq_deferred`
-    does that after the next tile's step)."""
+    this warpgroup's share of the tile's dQ goes to the fp32 buffer."""
     if QUERY_ROWS:
         dk, dv = _bwd_step_rows(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
                                 seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                                KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE, DQ_DEFER)
+                                KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE)
     else:
         dk, dv = _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
                              seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                             KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE, LATE_STATS, DQ_DEFER)
+                             KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE, LATE_STATS)
     return dk, dv
-
-
-@gluon.jit
-def _dq_deferred(i, count, off_hz, k_dq, dq_buf, bufs, bars, dq_desc, q_pad,
-                 WG: gl.constexpr, BLOCK_M: gl.constexpr, NUM_WG: gl.constexpr, DQ_N: gl.constexpr,
-                 DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr):
-    """With DQ_DEFER, the dQ share of query tile i (the ring's count-th), taken after this warpgroup stored the
-    next tile's dS (or at its key block's end): by then the other consumers' dS of tile i landed long ago. The
-    warpgroup that read the dS buffer frees it for the tile two on."""
-    if DQ_COLS or (count % NUM_WG == WG):
-        ds_all = bufs.ds.index(count % 2)
-        mbarrier.wait(bars.ds_ready.index(count % 2), ring_phase(count, 2))
-        if QUERY_ROWS:
-            _dq_share(i, count, off_hz, k_dq, dq_buf, ds_all, dq_desc, q_pad, WG, BLOCK_M, NUM_WG, DQ_N, DQ_COLS,
-                      DQ_MODE)
-        else:
-            _dq_share(i, count, off_hz, k_dq, dq_buf, ds_all.permute((1, 0)), dq_desc, q_pad, WG, BLOCK_M, NUM_WG,
-                      DQ_N, DQ_COLS, DQ_MODE)
-        mbarrier.arrive(bars.ds_free.index(count % 2), count=1)
 
 
 @gluon.jit
@@ -598,8 +565,7 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
                             WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                             STAGES: gl.constexpr, NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr,
                             CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr,
-                            QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr, LATE_STATS: gl.constexpr,
-                            DQ_DEFER: gl.constexpr):
+                            QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr, LATE_STATS: gl.constexpr):
     """One warpgroup: keys start_n + WG·64 ... + 63 against every query tile they see; dK and dV of
     those keys at the end, and a dQ share per query tile."""
     dq_desc = descs.dq
@@ -649,9 +615,6 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
         dv = gl.zeros([KEYS_PER_WG, HEAD_DIM], gl.float32, kv_layout)
 
         mbarrier.wait(kv_ready, ring_phase(done, 1))
-        block_first = count  # with DQ_DEFER, tiles before this one had their dQ with their own key block
-        prev_i = 0
-        prev_hz = 0
         for g in range(group):
             off_hz = off_z * heads + off_hk * group + g
             # The tiles in the order the loader brings them, as segments of one loop each (one copy of the
@@ -676,18 +639,8 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
                     dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
                                        seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
                                        KEYS_PER_WG, DQ_N, seg != 1, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                       LATE_STATS, DQ_DEFER)
-                    if DQ_DEFER:
-                        if count > block_first:
-                            _dq_deferred(prev_i, count - 1, prev_hz, k_dq, dq_buf, bufs, bars, dq_desc, q_pad, WG,
-                                         BLOCK_M, NUM_WG, DQ_N, DQ_COLS, DQ_MODE, QUERY_ROWS)
-                        prev_i = i
-                        prev_hz = off_hz
+                                       LATE_STATS)
                     count += 1
-        if DQ_DEFER:
-            if count > block_first:  # the block's last tile (K is still this block's)
-                _dq_deferred(prev_i, count - 1, prev_hz, k_dq, dq_buf, bufs, bars, dq_desc, q_pad, WG, BLOCK_M,
-                             NUM_WG, DQ_N, DQ_COLS, DQ_MODE, QUERY_ROWS)
         mbarrier.arrive(kv_empty, count=1)  # the loader may bring the next block's K and V
 
         # dK = scale · Σ dSᵀ Q (dS was taken w.r.t. the scaled scores); rows past seq_kv not stored.
@@ -712,7 +665,7 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
                      HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                      NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr,
                      DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr,
-                     LATE_STATS: gl.constexpr, DQ_DEFER: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+                     LATE_STATS: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
                      Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr):
     """Program p takes key blocks p, p + programs, ... of the n_blocks · bh_kv (one each when the
     grid has a program per block; persistent when it has one per SM)."""
@@ -740,10 +693,8 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
     do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=NUM_WG)  # every consumer's dSᵀ is in the tile
-        mbarrier.init(ds_free.index(i), count=NUM_WG if DQ_COLS else 1)  # every consumer that read it for dQ
     mbarrier.init(kv_ready, count=1)
     mbarrier.init(kv_empty, count=NUM_WG)
     for i in gl.static_range(STAGES):
@@ -754,19 +705,19 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
     descs = Descriptors(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc)
     dkv_strides = (stride_kvz, stride_kvh, stride_kvn)
     bufs = Buffers(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem, stats_smem)
-    bars = Barriers(kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready, ds_free)
+    bars = Barriers(kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready)
     gl.warp_specialize(
         [
             (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, heads, group, seq_q,
                                        seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 0, HEAD_DIM, BLOCK_M,
                                        STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                       MASKED_FIRST, LATE_STATS, DQ_DEFER)),
+                                       MASKED_FIRST, LATE_STATS)),
             (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, heads, group, seq_q,
                                        seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 1, HEAD_DIM, BLOCK_M,
                                        STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                       MASKED_FIRST, LATE_STATS, DQ_DEFER)),
+                                       MASKED_FIRST, LATE_STATS)),
             (_bwd_load_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section,
                                    snake, stats_rows, BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, MASKED_FIRST)),
         ],
@@ -940,7 +891,6 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, config: 
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, STAGES=config.stages, NUM_WG=config.consumers,
         KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols, DQ_MODE=config.dq_mode,
         QUERY_ROWS=config.query_rows, MASKED_FIRST=config.masked_first, LATE_STATS=config.late_stats,
-        DQ_DEFER=config.dq_defer,
         CONSUMER_REGS=consumer_regs,
         LOADER_REGS=loader_regs,
         Q_LAYOUT=tile_layout(config.block_m, head_dim, q.dtype),
