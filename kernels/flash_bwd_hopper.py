@@ -126,9 +126,6 @@ class BackwardConfig(NamedTuple):
     # Sᵀ's step reads lse·log2e and delta from shared memory at their use (after Sᵀ's and dPᵀ's waits), not
     # right after the two issues: fewer values live across the waits (round 13).
     late_stats: bool = False
-    # Pᵀ = exp2(...) of bf16 inputs with ex2.approx.f16x2, two exponentials per instruction, the argument and
-    # the result in fp16: their rounding (2^-11) is below the bf16 Pᵀ fed to the wgmma (2^-8) (round 14).
-    exp_half: bool = False
 
     def dq_tile(self, head_dim: int) -> tuple[int, int]:
         """(rows, columns) of one dQ share: what one consumer multiplies and reduce-adds per query tile."""
@@ -360,22 +357,10 @@ def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n
 
 
 @gluon.jit
-def _exp2_f16x2(x):
-    """exp2 of an fp32 tensor, two elements per MUFU instruction in fp16 (BackwardConfig.exp_half)."""
-    y = gl.inline_asm_elementwise("ex2.approx.f16x2 $0, $1;", "=r,r", [x.to(gl.float16)], dtype=gl.float16,
-                                  is_pure=True, pack=2)
-    return y.to(gl.float32)
-
-
-@gluon.jit
-def _probs(s_t, lse2, keys, cols, seq_q, seq_kv, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
-           EXP_HALF: gl.constexpr = False):
+def _probs(s_t, lse2, keys, cols, seq_q, seq_kv, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
     """Pᵀ = exp2(Sᵀ·scale·log2e − lse·log2e) of a (keys, queries) score tile; 0 where a query does
     not see a key (past either end, or above the causal diagonal) when MASKED."""
-    if EXP_HALF:
-        p_t = _exp2_f16x2(s_t * qk_scale - lse2[None, :])
-    else:
-        p_t = gl.exp2(s_t * qk_scale - lse2[None, :])
+    p_t = gl.exp2(s_t * qk_scale - lse2[None, :])
     if MASKED:
         visible = (keys[:, None] < seq_kv) & (cols[None, :] < seq_q)
         if CAUSAL:
@@ -501,8 +486,7 @@ def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, 
                 seq_q, seq_kv, q_pad, qk_scale,
                 WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                 NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
-                CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, LATE_STATS: gl.constexpr,
-                EXP_HALF: gl.constexpr):
+                CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, LATE_STATS: gl.constexpr):
     """The step with Sᵀ and dPᵀ (keys as rows), Pᵀ and dSᵀ fed to dV's and dK's wgmma from registers."""
     q_smem, do_smem, ds_smem, stats_smem = bufs.q, bufs.do, bufs.ds, bufs.stats
     q_ready, do_ready, empty, ds_ready = bars.q_ready, bars.do_ready, bars.empty, bars.ds_ready
@@ -531,7 +515,7 @@ def _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, 
     s_t = warpgroup_mma_wait(1, deps=(s_t,))  # Sᵀ done; dPᵀ may still run
     if LATE_STATS:
         lse2 = stats_smem.index(2 * slot).load(gl.SliceLayout(0, s_layout))
-    p_t = _probs(s_t, lse2, keys, cols, seq_q, seq_kv, qk_scale, MASKED, CAUSAL, EXP_HALF and dtype == gl.bfloat16)
+    p_t = _probs(s_t, lse2, keys, cols, seq_q, seq_kv, qk_scale, MASKED, CAUSAL)
     p_op = gl.convert_layout(p_t.to(dtype), a_layout)
     dv = warpgroup_mma(p_op, do, dv, is_async=True)
     dp_t = warpgroup_mma_wait(1, deps=(dp_t,))  # dPᵀ done; dV may still run
@@ -561,7 +545,7 @@ def _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq
               WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
               NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, DQ_N: gl.constexpr, MASKED: gl.constexpr,
               CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr,
-              LATE_STATS: gl.constexpr, EXP_HALF: gl.constexpr):
+              LATE_STATS: gl.constexpr):
     """Query tile i (the ring's count-th) against this warpgroup's keys: dV and dK accumulate, and
     this warpgroup's share of the tile's dQ goes to the fp32 buffer."""
     if QUERY_ROWS:
@@ -571,7 +555,7 @@ def _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq
     else:
         dk, dv = _bwd_step_t(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
                              seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
-                             KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE, LATE_STATS, EXP_HALF)
+                             KEYS_PER_WG, DQ_N, MASKED, CAUSAL, DQ_COLS, DQ_MODE, LATE_STATS)
     return dk, dv
 
 
@@ -581,8 +565,7 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
                             WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                             STAGES: gl.constexpr, NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr,
                             CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr,
-                            QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr, LATE_STATS: gl.constexpr,
-                            EXP_HALF: gl.constexpr):
+                            QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr, LATE_STATS: gl.constexpr):
     """One warpgroup: keys start_n + WG·64 ... + 63 against every query tile they see; dK and dV of
     those keys at the end, and a dQ share per query tile."""
     dq_desc = descs.dq
@@ -656,7 +639,7 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
                     dk, dv = _bwd_step(dk, dv, i, count, off_hz, keys, k, v, k_dq, dq_buf, bufs, bars, dq_desc,
                                        seq_q, seq_kv, q_pad, qk_scale, WG, HEAD_DIM, BLOCK_M, STAGES, NUM_WG,
                                        KEYS_PER_WG, DQ_N, seg != 1, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                       LATE_STATS, EXP_HALF)
+                                       LATE_STATS)
                     count += 1
         mbarrier.arrive(kv_empty, count=1)  # the loader may bring the next block's K and V
 
@@ -682,7 +665,7 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
                      HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                      NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr,
                      DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr,
-                     LATE_STATS: gl.constexpr, EXP_HALF: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+                     LATE_STATS: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
                      Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr):
     """Program p takes key blocks p, p + programs, ... of the n_blocks · bh_kv (one each when the
     grid has a program per block; persistent when it has one per SM)."""
@@ -729,12 +712,12 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
                                        seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 0, HEAD_DIM, BLOCK_M,
                                        STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                       MASKED_FIRST, LATE_STATS, EXP_HALF)),
+                                       MASKED_FIRST, LATE_STATS)),
             (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, heads, group, seq_q,
                                        seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 1, HEAD_DIM, BLOCK_M,
                                        STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                       MASKED_FIRST, LATE_STATS, EXP_HALF)),
+                                       MASKED_FIRST, LATE_STATS)),
             (_bwd_load_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section,
                                    snake, stats_rows, BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, MASKED_FIRST)),
         ],
@@ -908,7 +891,6 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, config: 
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, STAGES=config.stages, NUM_WG=config.consumers,
         KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols, DQ_MODE=config.dq_mode,
         QUERY_ROWS=config.query_rows, MASKED_FIRST=config.masked_first, LATE_STATS=config.late_stats,
-        EXP_HALF=config.exp_half,
         CONSUMER_REGS=consumer_regs,
         LOADER_REGS=loader_regs,
         Q_LAYOUT=tile_layout(config.block_m, head_dim, q.dtype),
