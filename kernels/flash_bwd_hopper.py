@@ -62,6 +62,7 @@ the portable kernel and tests/gpu runs this one against the fp64 oracle.
 from __future__ import annotations
 
 import functools
+import math
 import types
 import warnings
 from typing import NamedTuple
@@ -126,6 +127,10 @@ class BackwardConfig(NamedTuple):
     # Sᵀ's step reads lse·log2e and delta from shared memory at their use (after Sᵀ's and dPᵀ's waits), not
     # right after the two issues: fewer values live across the waits (round 13).
     late_stats: bool = False
+    # dK and dV of a key block leave through shared memory (the consumer's dQ staging tile, free once its last
+    # reduce-add read it) by TMA stores, not by 64 scattered 4-byte stores a thread with int64 addresses. Head_dim
+    # 64 only (at 128 the tile is too small). Faster at N <= 4096 (short blocks), slower beyond: off (round 14).
+    dkv_tma: bool = False
 
     def dq_tile(self, head_dim: int) -> tuple[int, int]:
         """(rows, columns) of one dQ share: what one consumer multiplies and reduce-adds per query tile."""
@@ -565,7 +570,8 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
                             WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                             STAGES: gl.constexpr, NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr,
                             CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr,
-                            QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr, LATE_STATS: gl.constexpr):
+                            QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr, LATE_STATS: gl.constexpr,
+                            DKV_TMA: gl.constexpr):
     """One warpgroup: keys start_n + WG·64 ... + 63 against every query tile they see; dK and dV of
     those keys at the end, and a dQ share per query tile."""
     dq_desc = descs.dq
@@ -644,13 +650,26 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
         mbarrier.arrive(kv_empty, count=1)  # the loader may bring the next block's K and V
 
         # dK = scale · Σ dSᵀ Q (dS was taken w.r.t. the scaled scores); rows past seq_kv not stored.
-        rows = first_key + gl.arange(0, KEYS_PER_WG, layout=gl.SliceLayout(1, kv_layout))
-        row_ok = (rows < seq_kv)[:, None]
-        stride_z, stride_h, stride_n = dkv_strides
-        offs = (off_z.to(gl.int64) * stride_z + off_hk.to(gl.int64) * stride_h
-                + rows.to(gl.int64)[:, None] * stride_n + offs_d[None, :])
-        gl.store(DK + offs, (dk * sm_scale).to(dtype), mask=row_ok)
-        gl.store(DV + offs, dv.to(dtype), mask=row_ok)
+        if DKV_TMA:
+            # Into this consumer's dQ staging tile once its last reduce-add has read it (the next block's first
+            # staging waits for these stores the same way), then one TMA store each; TMA drops rows past seq_kv.
+            tma.store_wait(0)
+            gl.thread_barrier()
+            out = dq_buf._reinterpret(dtype, [2, KEYS_PER_WG, HEAD_DIM], k_smem.layout)  # K's swizzle, as DK's
+            out.index(0).store((dk * sm_scale).to(dtype))
+            out.index(1).store(dv.to(dtype))
+            fence_async_shared()
+            gl.thread_barrier()
+            tma.async_copy_shared_to_global(DK, [off_z, off_hk, first_key, 0], as_box(out.index(0), DK))
+            tma.async_copy_shared_to_global(DV, [off_z, off_hk, first_key, 0], as_box(out.index(1), DV))
+        else:
+            rows = first_key + gl.arange(0, KEYS_PER_WG, layout=gl.SliceLayout(1, kv_layout))
+            row_ok = (rows < seq_kv)[:, None]
+            stride_z, stride_h, stride_n = dkv_strides
+            offs = (off_z.to(gl.int64) * stride_z + off_hk.to(gl.int64) * stride_h
+                    + rows.to(gl.int64)[:, None] * stride_n + offs_d[None, :])
+            gl.store(DK + offs, (dk * sm_scale).to(dtype), mask=row_ok)
+            gl.store(DV + offs, dv.to(dtype), mask=row_ok)
         done += 1
     tma.store_wait(0)
 
@@ -665,8 +684,8 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
                      HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                      NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr,
                      DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr,
-                     LATE_STATS: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
-                     Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr):
+                     LATE_STATS: gl.constexpr, DKV_TMA: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                     LOADER_REGS: gl.constexpr, Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr):
     """Program p takes key blocks p, p + programs, ... of the n_blocks · bh_kv (one each when the
     grid has a program per block; persistent when it has one per SM)."""
     dtype: gl.constexpr = q_desc.dtype
@@ -712,12 +731,12 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
                                        seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 0, HEAD_DIM, BLOCK_M,
                                        STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                       MASKED_FIRST, LATE_STATS)),
+                                       MASKED_FIRST, LATE_STATS, DKV_TMA)),
             (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, heads, group, seq_q,
                                        seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 1, HEAD_DIM, BLOCK_M,
                                        STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                       MASKED_FIRST, LATE_STATS)),
+                                       MASKED_FIRST, LATE_STATS, DKV_TMA)),
             (_bwd_load_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section,
                                    snake, stats_rows, BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, MASKED_FIRST)),
         ],
@@ -844,6 +863,9 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, config: 
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     explicit = config is not None or schedule is not None
     config = config or CONFIGS[head_dim, bool(causal)]
+    if config.dkv_tma and 2 * KEYS_PER_WG * head_dim * q.element_size() > 4 * math.prod(config.dq_box(head_dim)):
+        raise ValueError(f"dkv_tma needs dK and dV of {KEYS_PER_WG} keys to fit one dQ staging tile "
+                         f"{config.dq_box(head_dim)} fp32; at head_dim {head_dim} they do not")
     if config.dq_mode != 2:
         if config.dq_mode not in (0, 1):
             raise ValueError(f"dq_mode {config.dq_mode} is not 0, 1 or 2")
@@ -884,13 +906,17 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, config: 
                                       config.persistent, props.multi_processor_count, repeat)
         if key is not None:
             _SCHEDULES.keep(key, schedule)
+    dk_out, dv_out = dk, dv
+    if config.dkv_tma:  # written through a (2, 64, D) view of a consumer's dQ staging tile
+        dk_out, dv_out = (tensor_descriptor(t, KEYS_PER_WG) for t in (dk, dv))
     _BWD(key, (programs,), (
-        *descs, dk, dv, *dk.stride()[:3], sm_scale * LOG2E, sm_scale,
+        *descs, dk_out, dv_out, *dk.stride()[:3], sm_scale * LOG2E, sm_scale,
         heads, heads // kv_heads, seq_q, seq_kv, q_pad, n_blocks, bh_kv, schedule.section, int(schedule.snake),
         stats.shape[1] * stats.shape[2] // config.block_m), dict(
         HEAD_DIM=head_dim, BLOCK_M=config.block_m, STAGES=config.stages, NUM_WG=config.consumers,
         KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols, DQ_MODE=config.dq_mode,
         QUERY_ROWS=config.query_rows, MASKED_FIRST=config.masked_first, LATE_STATS=config.late_stats,
+        DKV_TMA=config.dkv_tma,
         CONSUMER_REGS=consumer_regs,
         LOADER_REGS=loader_regs,
         Q_LAYOUT=tile_layout(config.block_m, head_dim, q.dtype),

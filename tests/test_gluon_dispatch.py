@@ -5,6 +5,7 @@ interpreter cannot run Gluon."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,18 @@ def test_shipped_h100_forward_grid_against_cudnn_and_the_portable_kernel():
 SM90_SHARED_BYTES = 227 * 1024  # largest dynamic shared memory per block on sm_90 (CUDA C++ Programming
 # Guide, "Technical Specifications per Compute Capability": 227 KB for 9.0)
 
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tma_dkv_stores_fit_the_dq_staging_tile_at_head_dim_64_only(causal):
+    """BackwardConfig.dkv_tma writes dK and dV (64 keys each, 16-bit) through one consumer's fp32 dQ staging
+    tile: 16 KB into 32 KB at head_dim 64; at 128 (32 KB into a 16 KB dQ share) it is refused before any launch."""
+    fits = {d: 2 * bwd_hopper.KEYS_PER_WG * d * 2 <= 4 * math.prod(bwd_hopper.CONFIGS[d, causal].dq_box(d))
+            for d in bwd_hopper.HEAD_DIMS}
+    assert fits == {64: True, 128: False}
+    q = torch.zeros(1, 2, 16, 128, dtype=torch.bfloat16)
+    config = bwd_hopper.CONFIGS[128, causal]._replace(dkv_tma=True)
+    with pytest.raises(ValueError, match="dkv_tma needs dK and dV of 64 keys to fit one dQ staging tile"):
+        bwd_hopper.hopper_backward(q, q, q, q, q, q[..., 0].float(), causal, 128 ** -0.5, config)
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", bwd_hopper.HEAD_DIMS)

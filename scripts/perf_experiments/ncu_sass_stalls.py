@@ -6,7 +6,8 @@
 Prints the share of each stall reason over all warp-state samples (``stall_*`` columns), the ``top``
 instructions by samples (default 25) with their main reason, and the samples by opcode. A kernel's
 idle warps (a warp-specialized kernel's spare warps waiting to exit) count among the samples, so read
-the shares of one partition's code against each other, not against 100%.
+the shares of one partition's code against each other, not against 100%. Last, the samples by execution
+count: instructions run equally often (a step's, a key block's prologue and epilogue) group together.
 """
 import collections
 import csv
@@ -48,6 +49,16 @@ def main(path: str, top: int) -> None:
         opcode = next((w for w in words if not w.startswith("@")), "?") if words else "?"
         by_opcode[opcode] += number(row[samples])
     print("by opcode:", ", ".join(f"{k} {v / total:.1%}" for k, v in by_opcode.most_common(15)))
+    # Code run equally often shares an execution count: a warp-specialized kernel's step (once per query tile
+    # per consumer warp), its per-key-block prologue and epilogue, the loader's loop, the idle warps' exit.
+    by_count = collections.defaultdict(lambda: [0.0, 0])
+    for row in rows:
+        group = by_count[int(number(row["Instructions Executed"]))]
+        group[0] += number(row[samples])
+        group[1] += 1
+    print("by execution count (executions: share of samples, instructions):")
+    for count, (value, n) in sorted(by_count.items(), key=lambda kv: -kv[1][0])[:10]:
+        print(f"  {count:>10}: {value / total:6.1%} {n:5}")
 
 
 if __name__ == "__main__":
