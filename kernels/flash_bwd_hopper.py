@@ -131,10 +131,6 @@ class BackwardConfig(NamedTuple):
     # reduce-add read it) by TMA stores, not by 64 scattered 4-byte stores a thread with int64 addresses. Head_dim
     # 64 only (at 128 the tile is too small). Faster at N <= 4096 (short blocks), slower beyond: off (round 14).
     dkv_tma: bool = False
-    # The loader hands each key block's (batch, K/V head, first key) to the consumers through shared memory, which
-    # they read after kv_ready and again for the epilogue: no index division in the consumers and nothing of the
-    # block's kept in (spilled) registers across the step loop (round 14's plan, item 1).
-    block_coords: bool = False
 
     def dq_tile(self, head_dim: int) -> tuple[int, int]:
         """(rows, columns) of one dQ share: what one consumer multiplies and reduce-adds per query tile."""
@@ -220,7 +216,6 @@ class Buffers(NamedTuple):
     dq: object  # each consumer's dQ share in fp32, the TMA reduce's source
     p: object  # each consumer's P (query_rows only), dV's operand
     stats: object  # the ring's lse·log2e and delta rows (two per slot)
-    coords: object  # (2, 4) int32: per key block (alternately), its batch, K/V head and first key (block_coords)
 
 
 class Barriers(NamedTuple):
@@ -274,26 +269,6 @@ def _key_block(t, n_blocks, bh_kv, section, snake, BLOCK_N: gl.constexpr):
 
 
 @gluon.jit
-def _put_coords(coords_smem, done, off_z, off_hk, start_n):
-    """The loader's side of BackwardConfig.block_coords: block ``done``'s coordinates into slot done % 2, before the
-    arrive on kv_ready (its release orders these stores before the consumers' acquire)."""
-    layout: gl.constexpr = gl.BlockedLayout([4], [32], [gl.num_warps()], [0])
-    idx = gl.arange(0, 4, layout=layout)
-    coords_smem.index(done % 2).store(gl.where(idx == 0, off_z, gl.where(idx == 1, off_hk, start_n)))
-
-
-@gluon.jit
-def _get_coords(coords_smem, done):
-    """A consumer's side of BackwardConfig.block_coords: (off_z, off_hk, start_n) of its block ``done``, every
-    thread holding all four values (the sums reduce within a thread)."""
-    layout: gl.constexpr = gl.BlockedLayout([4], [32], [gl.num_warps()], [0])
-    idx = gl.arange(0, 4, layout=layout)
-    vals = coords_smem.index(done % 2).load(layout)
-    return (gl.sum(gl.where(idx == 0, vals, 0), axis=0), gl.sum(gl.where(idx == 1, vals, 0), axis=0),
-            gl.sum(gl.where(idx == 2, vals, 0), axis=0))
-
-
-@gluon.jit
 def _first_query_tile(start_n, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
     """Causal (top-left): queries before the block's first key see none of it."""
     if CAUSAL:
@@ -337,8 +312,7 @@ def _tile_at(j, m_lo, clean_lo, clean_hi, n_m):
 @gluon.jit
 def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section, snake,
                         stats_rows, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, NUM_WG: gl.constexpr,
-                        KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr, MASKED_FIRST: gl.constexpr,
-                        BLOCK_COORDS: gl.constexpr):
+                        KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr, MASKED_FIRST: gl.constexpr):
     """One warp: K and V of this key block once, then Q and dO of every query tile it sees, for each
     query head of its group, into the ring."""
     q_desc, do_desc, k_desc, v_desc, stats_desc = descs.q, descs.do, descs.k, descs.v, descs.stats
@@ -354,8 +328,6 @@ def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n
         off_hk = off_bhk % kv_heads
         # The consumers are done with the previous block's K and V (their dK/dV stores still run).
         mbarrier.wait(kv_empty, ring_phase(done, 1) ^ 1)
-        if BLOCK_COORDS:
-            _put_coords(bufs.coords, done, off_z, off_hk, start_n)
         # The whole key block in one box each: at head_dim 128 a 128-byte swizzle stores a tile as two
         # column halves, so a slice of its rows is not one contiguous box (as_box needs one).
         mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes)
@@ -599,7 +571,7 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
                             STAGES: gl.constexpr, NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr,
                             CAUSAL: gl.constexpr, DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr,
                             QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr, LATE_STATS: gl.constexpr,
-                            DKV_TMA: gl.constexpr, BLOCK_COORDS: gl.constexpr):
+                            DKV_TMA: gl.constexpr):
     """One warpgroup: keys start_n + WG·64 ... + 63 against every query tile they see; dK and dV of
     those keys at the end, and a dQ share per query tile."""
     dq_desc = descs.dq
@@ -628,18 +600,14 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
     count = 0  # query tiles consumed: the position in the ring
     done = 0  # key blocks
     for t in range(gl.program_id(0), n_blocks * bh_kv, gl.num_programs(0)):
-        if BLOCK_COORDS:
-            mbarrier.wait(kv_ready, ring_phase(done, 1))
-            off_z, off_hk, start_n = _get_coords(bufs.coords, done)
-        else:
-            off_bhk, start_n = _key_block(t, n_blocks, bh_kv, section, snake, NUM_WG * KEYS_PER_WG)
-            off_z = off_bhk // kv_heads
-            off_hk = off_bhk % kv_heads
+        off_bhk, start_n = _key_block(t, n_blocks, bh_kv, section, snake, NUM_WG * KEYS_PER_WG)
         first_key = start_n + WG * KEYS_PER_WG
         if QUERY_ROWS:
             keys = first_key  # _probs_rows makes the key indices where it masks
         else:
             keys = first_key + gl.arange(0, KEYS_PER_WG, layout=gl.SliceLayout(1, s_layout))
+        off_z = off_bhk // kv_heads
+        off_hk = off_bhk % kv_heads
         m_lo = _first_query_tile(start_n, BLOCK_M, CAUSAL)
         # Tiles i in [m_clean, m_whole) need no mask: every query row is at or past every key of this
         # warpgroup (causal), and the tile and the keys end inside the sequences.
@@ -652,8 +620,7 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
         dk = gl.zeros([KEYS_PER_WG, HEAD_DIM], gl.float32, kv_layout)
         dv = gl.zeros([KEYS_PER_WG, HEAD_DIM], gl.float32, kv_layout)
 
-        if not BLOCK_COORDS:
-            mbarrier.wait(kv_ready, ring_phase(done, 1))
+        mbarrier.wait(kv_ready, ring_phase(done, 1))
         for g in range(group):
             off_hz = off_z * heads + off_hk * group + g
             # The tiles in the order the loader brings them, as segments of one loop each (one copy of the
@@ -683,9 +650,6 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
         mbarrier.arrive(kv_empty, count=1)  # the loader may bring the next block's K and V
 
         # dK = scale · Σ dSᵀ Q (dS was taken w.r.t. the scaled scores); rows past seq_kv not stored.
-        if BLOCK_COORDS:  # read again rather than kept across the loop
-            off_z, off_hk, start_n = _get_coords(bufs.coords, done)
-            first_key = start_n + WG * KEYS_PER_WG
         if DKV_TMA:
             # Into this consumer's dQ staging tile once its last reduce-add has read it (the next block's first
             # staging waits for these stores the same way), then one TMA store each; TMA drops rows past seq_kv.
@@ -720,8 +684,7 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
                      HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                      NUM_WG: gl.constexpr, KEYS_PER_WG: gl.constexpr, CAUSAL: gl.constexpr,
                      DQ_COLS: gl.constexpr, DQ_MODE: gl.constexpr, QUERY_ROWS: gl.constexpr, MASKED_FIRST: gl.constexpr,
-                     LATE_STATS: gl.constexpr, DKV_TMA: gl.constexpr, BLOCK_COORDS: gl.constexpr,
-                     CONSUMER_REGS: gl.constexpr,
+                     LATE_STATS: gl.constexpr, DKV_TMA: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                      LOADER_REGS: gl.constexpr, Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr):
     """Program p takes key blocks p, p + programs, ... of the n_blocks · bh_kv (one each when the
     grid has a program per block; persistent when it has one per SM)."""
@@ -743,8 +706,6 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
     # (plain rows: the loader's TMA sees each as the descriptor's (1, BLOCK_M) box, the consumers as a vector)
     stats_smem = gl.allocate_shared_memory(gl.float32, [2 * STAGES, BLOCK_M],
                                            gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]))
-    coords_smem = gl.allocate_shared_memory(gl.int32, [2, 4],
-                                            gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]))
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     kv_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -762,7 +723,7 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
 
     descs = Descriptors(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc)
     dkv_strides = (stride_kvz, stride_kvh, stride_kvn)
-    bufs = Buffers(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem, stats_smem, coords_smem)
+    bufs = Buffers(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem, stats_smem)
     bars = Barriers(kv_ready, kv_empty, q_ready, do_ready, empty, ds_ready)
     gl.warp_specialize(
         [
@@ -770,15 +731,14 @@ def _attn_bwd_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, stats_desc, DK, D
                                        seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 0, HEAD_DIM, BLOCK_M,
                                        STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                       MASKED_FIRST, LATE_STATS, DKV_TMA, BLOCK_COORDS)),
+                                       MASKED_FIRST, LATE_STATS, DKV_TMA)),
             (_bwd_consumer_partition, (descs, bufs, bars, DK, DV, dkv_strides, heads, group, seq_q,
                                        seq_kv, q_pad,
                                        n_blocks, bh_kv, section, snake, qk_scale, sm_scale, 1, HEAD_DIM, BLOCK_M,
                                        STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
-                                       MASKED_FIRST, LATE_STATS, DKV_TMA, BLOCK_COORDS)),
+                                       MASKED_FIRST, LATE_STATS, DKV_TMA)),
             (_bwd_load_partition, (descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n_blocks, bh_kv, section,
-                                   snake, stats_rows, BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, MASKED_FIRST,
-                                   BLOCK_COORDS)),
+                                   snake, stats_rows, BLOCK_M, STAGES, NUM_WG, KEYS_PER_WG, CAUSAL, MASKED_FIRST)),
         ],
         [4, 1],
         [CONSUMER_REGS, LOADER_REGS],
@@ -957,7 +917,6 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, config: 
         KEYS_PER_WG=KEYS_PER_WG, CAUSAL=bool(causal), DQ_COLS=config.dq_cols, DQ_MODE=config.dq_mode,
         QUERY_ROWS=config.query_rows, MASKED_FIRST=config.masked_first, LATE_STATS=config.late_stats,
         DKV_TMA=config.dkv_tma,
-        BLOCK_COORDS=config.block_coords,
         CONSUMER_REGS=consumer_regs,
         LOADER_REGS=loader_regs,
         Q_LAYOUT=tile_layout(config.block_m, head_dim, q.dtype),
