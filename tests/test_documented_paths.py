@@ -168,7 +168,8 @@ def test_nsys_script_uses_the_venv_python():
 # ------------------------------------------------------------------------------ a fuzz of the CLI
 
 WORDS = ["capture", "sweep", "bench", "model", "remodel", "report", "nsys", "summarize", "ingest", "validate",
-         "ceilings", "--seq", "--batch", "--heads", "--dim", "--dtype", "--causal", "--mode", "--impl", "--out",
+         "ceilings", "stalls", "--top", "--seq", "--batch", "--heads", "--dim", "--dtype", "--causal", "--mode",
+         "--impl", "--out",
          "--resume", "--rebuild", "--in-place", "--json", "--dry-run", "--device", "--tokens", "--baseline",
          "--device-name", "--list-devices", "--rep-ms", "--trace", "--reason",
          "0", "-1", "1", "8", "x", "1,,2", "fp8", "fp16", "both", "maybe", "naive", "flash9", "all", "cpu", "cuda",

@@ -66,11 +66,12 @@ from profiler.cli import (  # noqa: E402
     observe,
     remodel,
     report,
+    stalls,
     sweep,
     validate,
 )
 
-COMMANDS = (demo, bench, capture, sweep, observe, nsys, report, validate, remodel, model, ceilings, dashboard)
+COMMANDS = (demo, bench, capture, sweep, observe, nsys, report, validate, stalls, remodel, model, ceilings, dashboard)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,127 @@
+"""profiler.nsight.stalls and ``python -m profiler stalls`` on a real Nsight Compute source page
+(tests/data/ncu-source-h100: FA4's backward kernel on an H100), checked against sums taken here with the csv
+module, not with the code under test."""
+
+from __future__ import annotations
+
+import collections
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from profiler.cli import main
+from profiler.nsight.stalls import SourcePageError, hottest, opcode_shares, read_source_page, reason_shares, sections
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "tests/data/ncu-source-h100/fa4_bwd_d64_n2048.csv"
+
+
+def _raw():
+    """The page's rows as the csv module reads them, and its stall columns (issued samples only)."""
+    lines = list(csv.reader(PAGE.open()))
+    header = lines[1]
+    rows = [dict(zip(header, r)) for r in lines[2:] if len(r) == len(header)]
+    stall = [c for c in header if c.startswith("stall_") and "Not Issued" not in c]
+    return lines[0][1], rows, stall
+
+
+def test_the_page_reads_as_one_row_per_instruction_with_its_samples_and_reasons():
+    kernel, rows, stall = _raw()
+    name, page = read_source_page(PAGE)
+    assert name == kernel and "FlashAttentionBackwardSm90" in name
+    assert len(page) == len(rows) == 1296
+    assert page["samples"].sum() == sum(float(r["Warp Stall Sampling (All Samples)"]) for r in rows) == 266444
+    assert page["executions"].tolist() == [int(r["Instructions Executed"]) for r in rows]
+    assert sorted(c for c in page.columns if c not in ("address", "sass", "opcode", "samples", "executions")) == \
+        sorted(c.removeprefix("stall_") for c in stall)
+    assert page.loc[page["sass"].str.startswith("@!P0  BRA"), "opcode"].eq("BRA").all()
+    assert page["opcode"].str.startswith("HGMMA.64x64x16.F32.BF16").sum() > 0
+
+
+def test_reason_shares_are_each_reasons_samples_over_all():
+    _, rows, stall = _raw()
+    totals = {c.removeprefix("stall_"): sum(float(r[c]) for r in rows) for c in stall}
+    shares = reason_shares(read_source_page(PAGE)[1])
+    assert list(shares.index[:3]) == ["barrier", "long_sb", "selected"]
+    for reason, share in shares.items():
+        assert share == pytest.approx(totals[reason] / sum(totals.values()))
+    assert shares.sum() == pytest.approx(1.0)
+    assert round(shares["barrier"], 3) == 0.220 and round(shares["long_sb"], 3) == 0.214
+
+
+def test_sections_group_instructions_executed_equally_often():
+    _, rows, _ = _raw()
+    by_count = collections.defaultdict(lambda: [0.0, 0])
+    for r in rows:
+        by_count[int(r["Instructions Executed"])][0] += float(r["Warp Stall Sampling (All Samples)"])
+        by_count[int(r["Instructions Executed"])][1] += 1
+    total = sum(v[0] for v in by_count.values())
+    table = sections(read_source_page(PAGE)[1])
+    assert len(table) == len(by_count)
+    for row in table.itertuples():
+        assert row.share == pytest.approx(by_count[row.executions][0] / total)
+        assert row.instructions == by_count[row.executions][1]
+    assert table["samples"].is_monotonic_decreasing
+    # The MMA warpgroups' step: 8 warps x 131,072 query tiles (8,192 key blocks of 16), most of the samples.
+    step = table.iloc[0]
+    assert step.executions == 8 * 8192 * 16 and step.instructions == 642 and round(step.share, 3) == 0.786
+    assert step.reasons.startswith("barrier 18%, selected 18%")
+    # The dQ writer warp: one per program, once per query tile; its hottest line is the bulk reduce-add.
+    writer = table[table["executions"] == 8192 * 16].iloc[0]
+    assert writer.hottest.startswith("UBLKRED.G.S.ADD.F32") and round(writer.share, 3) == 0.092
+
+
+def test_hottest_instructions_are_the_largest_rows_with_their_main_reason():
+    _, rows, stall = _raw()
+    top = sorted(rows, key=lambda r: -float(r["Warp Stall Sampling (All Samples)"]))[:5]
+    table = hottest(read_source_page(PAGE)[1], 5)
+    assert table["address"].tolist() == [r["Address"] for r in top]
+    assert table["reason"].tolist() == [max(stall, key=lambda c: float(r[c])).removeprefix("stall_") for r in top]
+    assert table.loc[0, "sass"].startswith("UBLKRED") and round(table.loc[0, "share"], 3) == 0.070
+    assert round(opcode_shares(read_source_page(PAGE)[1])["MUFU.EX2"], 3) == 0.079
+
+
+def test_files_that_are_not_one_kernels_source_page_are_refused(tmp_path):
+    results = tmp_path / "results.csv"
+    results.write_text("impl,seq,ms\nnaive,1024,1.5\n")
+    with pytest.raises(SourcePageError, match="is not an Nsight Compute source page"):
+        read_source_page(results)
+    no_samples = tmp_path / "details.csv"
+    no_samples.write_text('"Kernel Name","k"\n"Address","Source","Instructions Executed"\n"0x0","EXIT","1"\n')
+    with pytest.raises(SourcePageError, match="profile with --set full"):
+        read_source_page(no_samples)
+    two = tmp_path / "two.csv"
+    text = PAGE.read_text().splitlines()
+    two.write_text("\n".join(text[:10] + text[:10]) + "\n")
+    with pytest.raises(SourcePageError, match="more than one kernel"):
+        read_source_page(two)
+    with pytest.raises(SourcePageError, match="cannot read it"):
+        read_source_page(tmp_path / "missing.csv")
+
+
+def test_the_command_prints_the_three_tables_and_json(capsys):
+    assert main(["stalls", str(PAGE), "--top", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "266,444 warp samples over 1,296 instructions" in out
+    assert "barrier" in out and "22.0%" in out and "1,048,576" in out and "UBLKRED.G.S.ADD.F32.RN" in out
+    assert main(["stalls", str(PAGE), "--top", "3", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["samples"] == 266444 and len(data["hottest"]) == 3 and len(data["sections"]) == 3
+    _, rows, stall = _raw()
+    totals = {c.removeprefix("stall_"): sum(float(r[c]) for r in rows) for c in stall}
+    assert data["reasons"] == pytest.approx({k: v / sum(totals.values()) for k, v in totals.items()})
+    assert data["sections"][0]["executions"] == 1048576
+
+
+def test_bad_input_is_one_line_and_exit_status_2(tmp_path):
+    bad = tmp_path / "not-ncu.csv"
+    bad.write_text("a,b\n1,2\n")
+    for args in ([str(bad)], [str(tmp_path / "missing.csv")], [str(PAGE), "--top", "0"]):
+        done = subprocess.run([sys.executable, "-m", "profiler", "stalls", *args], cwd=ROOT, capture_output=True,
+                              text=True)
+        assert done.returncode == 2, args
+        assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
