@@ -128,7 +128,7 @@ class BackwardConfig(NamedTuple):
     # right after the two issues: fewer values live across the waits (round 13).
     late_stats: bool = False
     # dK and dV of a key block leave through shared memory (the consumer's dQ staging tile, free once its last
-    # reduce-add read it) by TMA stores, not by 64 scattered 4-byte stores a thread with int64 addresses. Head_dim
+    # reduce-add read it) by TMA stores, not by 32 scattered 4-byte stores a thread with int64 addresses. Head_dim
     # 64 only (at 128 the tile is too small). Faster at N <= 4096 (short blocks), slower beyond: off (round 14).
     dkv_tma: bool = False
 
@@ -655,7 +655,10 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
             # staging waits for these stores the same way), then one TMA store each; TMA drops rows past seq_kv.
             tma.store_wait(0)
             gl.thread_barrier()
-            out = dq_buf._reinterpret(dtype, [2, KEYS_PER_WG, HEAD_DIM], k_smem.layout)  # K's swizzle, as DK's
+            # K's 128-byte swizzle, as DK's descriptor has it. The swizzle needs the tile on a 1024-byte boundary,
+            # which the unswizzled fp32 buffer is not promised: the compiled kernels place it there (after 1 KB
+            # multiples), and the GPU test of dkv_tma checks the values.
+            out = dq_buf._reinterpret(dtype, [2, KEYS_PER_WG, HEAD_DIM], k_smem.layout)
             out.index(0).store((dk * sm_scale).to(dtype))
             out.index(1).store(dv.to(dtype))
             fence_async_shared()
@@ -863,9 +866,14 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, config: 
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     explicit = config is not None or schedule is not None
     config = config or CONFIGS[head_dim, bool(causal)]
-    if config.dkv_tma and 2 * KEYS_PER_WG * head_dim * q.element_size() > 4 * math.prod(config.dq_box(head_dim)):
-        raise ValueError(f"dkv_tma needs dK and dV of {KEYS_PER_WG} keys to fit one dQ staging tile "
-                         f"{config.dq_box(head_dim)} fp32; at head_dim {head_dim} they do not")
+    if config.dkv_tma:
+        if head_dim != 64:
+            raise ValueError(f"dkv_tma runs at head_dim 64 only, not {head_dim}: at 128 the default dQ staging tile "
+                             f"cannot hold dK and dV")
+        dkv_bytes, staging_bytes = 2 * KEYS_PER_WG * head_dim * q.element_size(), 4 * math.prod(config.dq_box(head_dim))
+        if dkv_bytes > staging_bytes:
+            raise ValueError(f"dkv_tma needs dK and dV of {KEYS_PER_WG} keys ({dkv_bytes} B) in one dQ staging tile, "
+                             f"and block_m={config.block_m}, dq_cols={config.dq_cols} gives {staging_bytes} B")
     if config.dq_mode != 2:
         if config.dq_mode not in (0, 1):
             raise ValueError(f"dq_mode {config.dq_mode} is not 0, 1 or 2")

@@ -5,7 +5,6 @@ interpreter cannot run Gluon."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
@@ -139,18 +138,6 @@ def test_shipped_h100_forward_grid_against_cudnn_and_the_portable_kernel():
 SM90_SHARED_BYTES = 227 * 1024  # largest dynamic shared memory per block on sm_90 (CUDA C++ Programming
 # Guide, "Technical Specifications per Compute Capability": 227 KB for 9.0)
 
-
-@pytest.mark.parametrize("causal", [False, True])
-def test_tma_dkv_stores_fit_the_dq_staging_tile_at_head_dim_64_only(causal):
-    """BackwardConfig.dkv_tma writes dK and dV (64 keys each, 16-bit) through one consumer's fp32 dQ staging
-    tile: 16 KB into 32 KB at head_dim 64; at 128 (32 KB into a 16 KB dQ share) it is refused before any launch."""
-    fits = {d: 2 * bwd_hopper.KEYS_PER_WG * d * 2 <= 4 * math.prod(bwd_hopper.CONFIGS[d, causal].dq_box(d))
-            for d in bwd_hopper.HEAD_DIMS}
-    assert fits == {64: True, 128: False}
-    q = torch.zeros(1, 2, 16, 128, dtype=torch.bfloat16)
-    config = bwd_hopper.CONFIGS[128, causal]._replace(dkv_tma=True)
-    with pytest.raises(ValueError, match="dkv_tma needs dK and dV of 64 keys to fit one dQ staging tile"):
-        bwd_hopper.hopper_backward(q, q, q, q, q, q[..., 0].float(), causal, 128 ** -0.5, config)
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", bwd_hopper.HEAD_DIMS)
@@ -436,3 +423,20 @@ def test_backward_stats_is_tile_stats_of_the_preprocess_delta(layout):
     expected = bwd_hopper.tile_stats(lse, backward_delta(o, do), q_pad=128)
     torch.testing.assert_close(stats, expected, rtol=1e-6, atol=1e-6)
     assert stats[:, :, 70:].abs().max().item() == 0.0
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tma_dkv_stores_run_at_head_dim_64_only(causal):
+    """BackwardConfig.dkv_tma writes dK and dV (64 keys, 16-bit: 2 x 64 x 64 x 2 = 16,384 B at head_dim 64) through
+    one consumer's fp32 dQ staging tile: the default D64 tile is 128 x 64 x 4 = 32,768 B. At head_dim 128 (32,768 B
+    against a 64 x 64 x 4 = 16,384 B share) it is refused, and so is a D64 tile too small, before any launch."""
+    assert bwd_hopper.CONFIGS[64, causal].dq_box(64) == (64, 128)  # (columns, rows) in fragment order
+    assert bwd_hopper.CONFIGS[128, causal].dq_box(128) == (64, 64)
+    q = torch.zeros(1, 2, 16, 128, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="dkv_tma runs at head_dim 64 only, not 128"):
+        bwd_hopper.hopper_backward(q, q, q, q, q, q[..., 0].float(), causal, 128 ** -0.5,
+                                   bwd_hopper.CONFIGS[128, causal]._replace(dkv_tma=True))
+    q = q[..., :64]
+    small = bwd_hopper.CONFIGS[64, causal]._replace(dkv_tma=True, block_m=64, dq_cols=True)
+    with pytest.raises(ValueError, match="16384 B. in one dQ staging tile, and block_m=64, dq_cols=True gives 8192 B"):
+        bwd_hopper.hopper_backward(q, q, q, q, q, q[..., 0].float(), causal, 64 ** -0.5, small)

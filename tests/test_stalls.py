@@ -22,7 +22,8 @@ PAGE = ROOT / "tests/data/ncu-source-h100/fa4_bwd_d64_n2048.csv"
 
 def _raw():
     """The page's rows as the csv module reads them, and its stall columns (issued samples only)."""
-    lines = list(csv.reader(PAGE.open()))
+    with PAGE.open(newline="") as f:
+        lines = list(csv.reader(f))
     header = lines[1]
     rows = [dict(zip(header, r)) for r in lines[2:] if len(r) == len(header)]
     stall = [c for c in header if c.startswith("stall_") and "Not Issued" not in c]
@@ -99,8 +100,25 @@ def test_files_that_are_not_one_kernels_source_page_are_refused(tmp_path):
     two.write_text("\n".join(text[:10] + text[:10]) + "\n")
     with pytest.raises(SourcePageError, match="more than one kernel"):
         read_source_page(two)
-    with pytest.raises(SourcePageError, match="cannot read it"):
+    with pytest.raises(SourcePageError, match="missing.csv: no such file"):
         read_source_page(tmp_path / "missing.csv")
+    head, header, first = text[0], text[1], text[2]
+    as_text = first.replace('"114"', '"lots"', 1)  # the first row's "Warp Stall Sampling (All Samples)" is 114
+    idle = first.replace('"114"', '"0"')  # a page whose one row has no samples
+    cases = {"bare.csv": ('"Kernel Name"\n', "its first line is not"),
+             "named.csv": ('"Kernel Name","k"\n', "has no header nor instruction rows"),
+             "twice.csv": ("\n".join([head, header + ',"Address"', first + ',"0x0"']), "repeats the column"),
+             "text.csv": ("\n".join([head, header, as_text]), "holds 'lots' at"),
+             "idle.csv": ("\n".join([head, header, idle]), "no warp-state samples")}
+    for name, (content, message) in cases.items():
+        (tmp_path / name).write_text(content)
+        with pytest.raises(SourcePageError, match=message):
+            read_source_page(tmp_path / name)
+    with pytest.raises(SourcePageError, match="cannot read it"):
+        read_source_page(tmp_path)  # a directory
+    (tmp_path / "binary.csv").write_bytes(b"\xff\xfe\x00\x81" * 100)
+    with pytest.raises(SourcePageError):
+        read_source_page(tmp_path / "binary.csv")
 
 
 def test_the_command_prints_the_three_tables_and_json(capsys):

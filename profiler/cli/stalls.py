@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                 "(one kernel, profiled with --set full)")
     p.add_argument("--top", type=positive_int, default=15, metavar="N",
                    help="instructions and code sections to list (default 15)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the three tables as one JSON object")
 
 
 def run(args) -> int:
@@ -33,7 +33,7 @@ def run(args) -> int:
         raise UsageError(str(err)) from None
     reasons, parts, top = reason_shares(page), sections(page).head(args.top), hottest(page, args.top)
     if args.json:
-        print(json.dumps({"kernel": kernel, "samples": float(page["samples"].sum()),
+        print(json.dumps({"kernel": kernel, "samples": int(page["samples"].sum()),
                           "reasons": {r: float(v) for r, v in reasons.items()},
                           "sections": parts.to_dict(orient="records"), "hottest": top.to_dict(orient="records")},
                          indent=2))

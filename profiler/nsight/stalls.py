@@ -37,15 +37,23 @@ def read_source_page(path: Path | str) -> tuple[str, pd.DataFrame]:
     """(kernel name, one row per SASS instruction): ``address``, ``sass``, ``opcode`` (the mnemonic without its
     predicate), ``samples``, ``executions`` and one column per stall reason (``barrier``, ``long_sb``, ...)."""
     path = Path(path)
+    if not path.exists():
+        raise SourcePageError(f"{path}: no such file")
     try:
         with path.open(newline="") as f:
             lines = list(csv.reader(f))
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise SourcePageError(f"{path}: cannot read it as a CSV ({err})") from None
-    if len(lines) < 2 or not lines[0] or lines[0][0] != "Kernel Name":
-        raise SourcePageError(f"{path} is not an Nsight Compute source page (no 'Kernel Name' line first); "
-                              f"make one with: {HOW}")
+    if not lines or len(lines[0]) < 2 or lines[0][0] != "Kernel Name":
+        raise SourcePageError(f"{path} is not an Nsight Compute source page (its first line is not \"Kernel Name\", "
+                              f"name); make one with: {HOW}")
+    if len(lines) < 2:
+        raise SourcePageError(f"{path} names a kernel but has no header nor instruction rows; make it with: {HOW}")
     kernel, header = lines[0][1], lines[1]
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise SourcePageError(f"{path} repeats the column(s) {', '.join(repr(c) for c in twice)}: not a source page "
+                              f"as ncu writes it ({HOW})")
     missing = [c for c in ("Address", "Source", SAMPLES, EXECUTED) if c not in header]
     reasons = [c for c in header if c.startswith("stall_") and not c.endswith("(Not Issued)")]
     if missing or not reasons:
@@ -57,13 +65,19 @@ def read_source_page(path: Path | str) -> tuple[str, pd.DataFrame]:
     frame = pd.DataFrame([row for row in rows if len(row) == len(header)], columns=header)
     if frame.empty:
         raise SourcePageError(f"{path} has a header but no instruction rows")
-    numbers = {c: pd.to_numeric(frame[c].str.replace(",", ""), errors="coerce").fillna(0)
-               for c in [SAMPLES, EXECUTED, *reasons]}
+    numbers = {c: pd.to_numeric(frame[c].str.replace(",", ""), errors="coerce") for c in [SAMPLES, EXECUTED, *reasons]}
+    for column, values in numbers.items():
+        if values.isna().any():
+            row = values.isna().idxmax()
+            raise SourcePageError(f"{path}: {column!r} holds {frame.at[row, column]!r} at {frame.at[row, 'Address']}, "
+                                  f"not a number")
+    if numbers[SAMPLES].sum() <= 0:
+        raise SourcePageError(f"{path} has no warp-state samples: profile with --set full (its WarpStateStats)")
     sass = frame["Source"].str.strip()
     page = pd.DataFrame({
         "address": frame["Address"], "sass": sass, "opcode": sass.map(_opcode),
-        "samples": numbers[SAMPLES], "executions": numbers[EXECUTED].astype("int64"),
-        **{c.removeprefix("stall_"): numbers[c] for c in reasons}})
+        "samples": numbers[SAMPLES].astype("int64"), "executions": numbers[EXECUTED].astype("int64"),
+        **{c.removeprefix("stall_"): numbers[c].astype("int64") for c in reasons}})
     return kernel, page
 
 
@@ -90,8 +104,8 @@ def _main_reason(row: pd.Series, reasons: list[str]) -> str:
 
 def sections(page: pd.DataFrame, top_reasons: int = 3) -> pd.DataFrame:
     """Samples by code section (instructions executed equally often), largest first: ``executions``,
-    ``instructions``, ``share`` of all samples, its ``reasons`` ("barrier 62%, long_sb 20%, ...", of the section's
-    own samples) and its ``hottest`` instruction."""
+    ``instructions``, ``samples``, their ``share`` of all samples, the section's main ``reasons`` ("barrier 62%,
+    long_sb 20%, ...", of its own samples) and its ``hottest`` instruction."""
     reasons = reason_columns(page)
     total = max(page["samples"].sum(), 1.0)
     out = []
@@ -100,9 +114,9 @@ def sections(page: pd.DataFrame, top_reasons: int = 3) -> pd.DataFrame:
         own_total = own.sum()
         named = ", ".join(f"{r} {v / own_total:.0%}" for r, v in own.sort_values(ascending=False)[:top_reasons].items()
                           if v > 0) if own_total else ""
-        hottest = group.loc[group["samples"].idxmax()]
-        out.append({"executions": int(executions), "instructions": len(group), "samples": group["samples"].sum(),
-                    "share": group["samples"].sum() / total, "reasons": named, "hottest": hottest["sass"]})
+        top = group.loc[group["samples"].idxmax()]
+        out.append({"executions": int(executions), "instructions": len(group), "samples": int(group["samples"].sum()),
+                    "share": group["samples"].sum() / total, "reasons": named, "hottest": top["sass"]})
     return pd.DataFrame(out).sort_values("samples", ascending=False, ignore_index=True)
 
 

@@ -73,6 +73,9 @@ results = {"device": dev}
 fails = 0
 which = sys.argv[1] if len(sys.argv) > 1 else "all"
 if which in ("all", "check"):
+    # Which kernel this check ran: the printout names the config changes, as a file kept from it must.
+    print("check:", {k: os.environ[k] for k in ("DIMS", "CHANGES", "QUERY_ROWS", "MASKED_FIRST") if k in os.environ}
+          or "the defaults", flush=True)
     shapes = [(1, 2, 2, 1, 1), (1, 2, 2, 100, 100), (1, 2, 2, 300, 300), (2, 3, 3, 1000, 1000), (1, 4, 4, 128, 128),
               (1, 8, 2, 777, 777), (1, 4, 1, 200, 333), (1, 4, 2, 333, 200), (1, 2, 2, 4096, 4096), (1, 4, 4, 64, 1000)]
     for D in [int(d) for d in os.environ.get("DIMS", "64,128").split(",")]:
