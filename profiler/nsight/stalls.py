@@ -10,7 +10,7 @@ warp executed it.
 A *code section* here is every instruction executed the same number of times. In a warp-specialized attention
 kernel that separates the parts by how often they run: the consumers' step (once per query tile per warp), the
 per-key-block prologue and epilogue, the loader's loop, the idle warps' exit. Shares are of all samples, idle
-warps included (a warp waiting to exit is sampled too), so compare the sections of one partition with each
+warps included (a warp waiting to exit is sampled too), so compare the sections of one warp role with each
 other. The reasons are Nsight Compute's warp stall reasons (Kernel Profiling Guide, "Warp Scheduler States"):
 ``barrier`` a CTA or named barrier, ``long_sb`` a long-scoreboard dependency (global or local memory, an
 mbarrier's try-wait), ``short_sb`` a short-scoreboard one (shared memory, MUFU), ``wait`` a fixed-latency one,
