@@ -113,7 +113,7 @@ def sections(page: pd.DataFrame, top_reasons: int = 3) -> pd.DataFrame:
         own = group[reasons].sum()
         own_total = own.sum()
         named = ", ".join(f"{r} {v / own_total:.0%}" for r, v in own.sort_values(ascending=False)[:top_reasons].items()
-                          if v > 0) if own_total else ""
+                          if v >= 0.005 * own_total) if own_total else ""  # what rounds to 0% is left out
         top = group.loc[group["samples"].idxmax()]
         out.append({"executions": int(executions), "instructions": len(group), "samples": int(group["samples"].sum()),
                     "share": group["samples"].sum() / total, "reasons": named, "hottest": top["sass"]})
