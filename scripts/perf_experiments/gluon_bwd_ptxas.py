@@ -12,29 +12,19 @@ docs/perf-notes.md, "Gluon backward, round 14", cites its output.
 """
 import os
 import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gluon_compile_cpu as compile_cpu  # noqa: E402
 
 compile_cpu.stand_in_for_an_h100()
-import triton  # noqa: E402
-
 from kernels import flash_bwd_hopper as HB  # noqa: E402
 from kernels import flash_fwd_hopper as HF  # noqa: E402
 
-NVDISASM = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
 
-
-def sass_counts(cubin: bytes) -> str:
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        text = subprocess.run([str(NVDISASM), "-c", "-gi", f.name], capture_output=True, text=True,
-                              check=True).stdout.splitlines()
+def sass_counts(kernel) -> str:
+    text = compile_cpu.disassemble(kernel).splitlines()
     blocks, current = [], []
     for line in text:
         if re.match(r"^\s*\.L_x_\d+:", line):
@@ -67,7 +57,7 @@ def main() -> None:
             HB.hopper_backward(o, q, k, k, o, lse, causal, head_dim ** -0.5, config)
             kernel = next(kk for n, kk in reversed(compile_cpu.COMPILED) if n == "_attn_bwd_hopper")
             print(f"{name:10} D{head_dim} {'causal' if causal else 'full  '} {compile_cpu.ptxas_report(kernel)}; "
-                  f"{sass_counts(kernel.asm['cubin'])}", flush=True)
+                  f"{sass_counts(kernel)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -89,6 +89,15 @@ def ptxas_report(kernel) -> str:
     return f"smem {kernel.metadata.shared} B, {spills[0] if spills else '?'}, {', '.join(tma)}"
 
 
+def disassemble(kernel) -> str:
+    """The kernel's SASS: nvdisasm (shipped in the triton wheel) of its cubin, with the branch targets' labels."""
+    nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(kernel.asm["cubin"])
+        cubin.flush()
+        return subprocess.run([str(nvdisasm), "-c", cubin.name], capture_output=True, text=True, check=True).stdout
+
+
 def make(layout, batch, heads, seq, head_dim):
     if layout == "bshd":
         return torch.randn(batch, seq, heads, head_dim, dtype=torch.bfloat16).transpose(1, 2)

@@ -10,9 +10,7 @@ Builds the forward and the backward at head_dim 64 and 128, causal and not, with
 wheel and writes its instructions without addresses to DIR/{fwd,bwd}_{D}_{causal}.sass, printing ptxas's
 spills and shared memory beside each.
 """
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -20,18 +18,12 @@ import gluon_compile_cpu as compile_cpu  # noqa: E402
 
 compile_cpu.stand_in_for_an_h100()
 import torch  # noqa: E402
-import triton  # noqa: E402
 
 from kernels import flash_bwd_hopper, flash_fwd_hopper  # noqa: E402
 
-NVDISASM = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
-
 
 def write_sass(kernel, path: Path) -> int:
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
-        cubin.write(kernel.asm["cubin"])
-        cubin.flush()
-        text = subprocess.run([str(NVDISASM), "-c", cubin.name], capture_output=True, text=True, check=True).stdout
+    text = compile_cpu.disassemble(kernel)
     lines = [line.split("*/", 1)[-1].strip() for line in text.splitlines() if "/*" in line and "*/" in line]
     path.write_text("\n".join(lines) + "\n")
     return len(lines)
