@@ -121,6 +121,12 @@ def summary_table(rows: pd.DataFrame, points: pd.DataFrame, copy_gbps: float | N
     return table
 
 
+def _totals_and_peers(rows: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, list[str]]:
+    """The total rows, and every implementation in them but ``baseline``, in the views' order."""
+    totals = rows[rows.step == "total"]
+    return totals, sorted(set(totals.impl) - {baseline}, key=impl_rank)
+
+
 def baseline_table(rows: pd.DataFrame, baseline: str) -> pd.DataFrame | None:
     """``baseline`` (a bench capture's, meta.json ``baseline``) against each other implementation of one
     family (one device: the report splits a mixed capture's families per device), one row per shape it holds:
@@ -128,8 +134,7 @@ def baseline_table(rows: pd.DataFrame, baseline: str) -> pd.DataFrame | None:
     (:func:`profiler.views.tables.bench_table`; above 1.00x the baseline is the faster). A ratio needs both rows
     ok: elsewhere the cell is '-', and a peer that never ran ok keeps its column of them. None when the baseline
     ran ok nowhere in the family or there is no other implementation."""
-    totals = rows[rows.step == "total"]
-    peers = sorted(set(totals.impl) - {baseline}, key=impl_rank)
+    totals, peers = _totals_and_peers(rows, baseline)
     if baseline not in set(totals[totals.status == "ok"].impl) or not peers:
         return None
     bench = bench_table(totals, [baseline, *peers], baseline).sort_values([*LENGTHS, "batch"])
@@ -155,8 +160,7 @@ def baseline_ranges(frame: pd.DataFrame, baseline: str) -> str | None:
     ``baseline``'s (:func:`profiler.views.tables.bench_table`'s ratios) across every shape both ran ok, each
     device's shapes apart where the capture holds several, as the README's results rows quote them; None without
     an ok baseline row or a peer beside it."""
-    totals = frame[frame.step == "total"]
-    peers = sorted(set(totals.impl) - {baseline}, key=impl_rank)
+    totals, peers = _totals_and_peers(frame, baseline)
     devices = totals.groupby("device") if "device" in totals and totals.device.nunique() > 1 else [(None, totals)]
     bench = pd.concat([bench_table(rows, [baseline, *peers], baseline) for _, rows in devices])
     parts = []

@@ -157,6 +157,13 @@ MEMORY_MODEL_LABELS = {
 }
 
 
+def _with_time_of(data: pd.DataFrame, impl: str, key: list[str], column: str, how: str) -> pd.DataFrame:
+    """``data`` with ``column``: ``impl``'s time at each row's ``key`` (its first row there, also in merged
+    captures); ``how`` as pandas' merge ("left" keeps rows where it did not run, "inner" drops them)."""
+    ref = data[data.impl == impl].drop_duplicates(key).set_index(key)["time_ms"]
+    return data.merge(ref.rename(column).reset_index(), on=key, how=how)
+
+
 def _line_groups(data: pd.DataFrame) -> tuple[list[tuple[str, dict, pd.DataFrame]], list[tuple]]:
     """The scaling lines of ``data`` (rows with ``line_capture`` and the LINE_KEY columns) as (legend name,
     line style, its rows), one per implementation and line key: each implementation in its colour, each line
@@ -183,10 +190,8 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
     ok = _ok(totals)
     data = _lines(ok[ok.step == "total"])
     figs = {key: go.Figure() for key in ("time", "tflops", "memory", "speedup")}
-    shape_key = list(Shape.KEY)  # both lengths: a decode point is compared with naive at its own Nkv
-    naive = data[data.impl == baseline_impl()].set_index(shape_key)["time_ms"]
-    naive = naive[~naive.index.duplicated()]  # one baseline per shape, also in merged captures
-    data = data.merge(naive.rename("naive_ms").reset_index(), on=shape_key, how="left")
+    # Both lengths: a decode point is compared with naive at its own Nkv.
+    data = _with_time_of(data, baseline_impl(), list(Shape.KEY), "naive_ms", how="left")
     # A line (LINE_KEY) in one capture: two captures of the same shapes (say one kernel before and after
     # a change) would otherwise zig-zag between their times on one line.
     data = _sweep_lines(data)
@@ -235,8 +240,8 @@ def baseline_figure(totals: pd.DataFrame, baseline: str) -> go.Figure:
     data = scaling_lines(ok[ok.step == "total"])
     data["line_capture"] = _line_owner(data)
     shape_key = [*(["capture"] if "capture" in data else []), *Shape.KEY]
-    base = data[data.impl == baseline].drop_duplicates(shape_key).set_index(shape_key)["time_ms"]
-    data = data[data.impl != baseline].merge(base.rename("base_ms").reset_index(), on=shape_key, how="inner")
+    data = _with_time_of(data, baseline, shape_key, "base_ms", how="inner")
+    data = data[data.impl != baseline]
     fig = go.Figure()
     for name, style, group in _line_groups(data)[0]:
         fig.add_trace(go.Scatter(x=group.seq_kv, y=group.time_ms / group.base_ms, mode="lines+markers", name=name,
