@@ -440,3 +440,50 @@ def test_tma_dkv_stores_run_at_head_dim_64_only(causal):
     small = bwd_hopper.CONFIGS[64, causal]._replace(dkv_tma=True, block_m=64, dq_cols=True)
     with pytest.raises(ValueError, match="16384 B. in one dQ staging tile, and block_m=64, dq_cols=True gives 8192 B"):
         bwd_hopper.hopper_backward(q, q, q, q, q, q[..., 0].float(), causal, 64 ** -0.5, small)
+
+
+def test_ds_skip_and_clock_buffers_are_checked_before_a_launch():
+    """BackwardConfig.ds_skip needs dQ taken whole by two alternate consumers (the D64 defaults), so the D128
+    defaults (dQ split by columns) are refused; a clock buffer of the wrong shape or dtype is refused with the shape
+    these inputs need: cdiv(16, 128) key blocks x 1 batch x 2 K/V heads, 2 consumers + the loader, CLOCK_EVENTS."""
+    q = torch.zeros(1, 2, 16, 128, dtype=torch.bfloat16)
+    lse = q[..., 0].float()
+    with pytest.raises(ValueError, match="ds_skip needs .* not dq_cols=True, query_rows=False, consumers=2"):
+        bwd_hopper.hopper_backward(q, q, q, q, q, lse, False, 128 ** -0.5,
+                                   bwd_hopper.CONFIGS[128, False]._replace(ds_skip=True))
+    q = q[..., :64]
+    assert bwd_hopper.CLOCK_EVENTS == 6
+    for clock in (torch.zeros(2, 3, 5, dtype=torch.int64), torch.zeros(2, 3, 6, dtype=torch.int32)):
+        with pytest.raises(ValueError, match=r"these inputs need a contiguous torch.int64 one of \(2, 3, 6\)"):
+            bwd_hopper.hopper_backward(q, q, q, q, q, lse, False, 64 ** -0.5, clock=clock)
+
+
+def test_clock_summary_splits_each_sm_s_time_into_its_parts():
+    """scripts/perf_experiments/gluon_bwd_clock.py's summary of a clock buffer, on two SMs of two key blocks each
+    (cycles at 2 per ns): every part is the sum of its spans over blocks, and the parts add up to the SMs' time."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "perf_experiments" / "gluon_bwd_clock.py"
+    spec = importlib.util.spec_from_file_location("gluon_bwd_clock", path)
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    clock = torch.zeros(4, 3, bwd_hopper.CLOCK_EVENTS, dtype=torch.int64)
+    # block: (SM, start cycle); both consumers: K/V wait 100, steps 1000 (10 tiles), epilogue 50; the second consumer
+    # starts 10 cycles later. The loader's marks: let to bring the next K/V 90 cycles after the later consumer's last
+    # step, the global timer at half that count (2 cycles a ns), 10 tiles, the SM.
+    for block, (sm, start) in enumerate([(0, 200), (0, 1400), (1, 300), (1, 1600)]):
+        for wg, late in ((0, 0), (1, 10)):
+            t0 = start + late
+            clock[block, wg, :4] = torch.tensor([t0, t0 + 100, t0 + 1100, t0 + 1150])
+        clock[block, 2, :5] = torch.tensor([start + 1200, start + 900, 10, (start + 1200) // 2, sm])
+    summary = probe.summarize(clock, kernel_ns=1500.0, sms=2)
+    assert summary["clock_ghz"] == pytest.approx(2.0, rel=1e-3)
+    total = 2 * 1500.0 * summary["clock_ghz"]
+    assert summary["cycles_per_block"] == pytest.approx({"kv_wait": 100, "steps": 1000, "epilogue": 50,
+                                                         "between": (1400 - 1360 + 1600 - 1460) / 2})
+    assert summary["cycles_per_step"] == pytest.approx(100.0)
+    assert summary["share"]["steps"] == pytest.approx(4 * 1000 / total)
+    assert summary["share"]["skew"] == pytest.approx(4 * 10 / total)
+    assert sum(summary["share"].values()) == pytest.approx(1.0)
+    assert summary["loader_lag"] == pytest.approx(90)

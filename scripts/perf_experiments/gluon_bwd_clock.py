@@ -1,0 +1,140 @@
+"""Where a Gluon backward program's time goes, key block by key block, from the SM's own cycle counter.
+
+    DIMS=64 NS=2048,8192 [CAUSALS=0,1] [VARIANTS="skip,64,ds_skip=1;..."] \\
+        python3 scripts/perf_experiments/gluon_bwd_clock.py
+
+For each shape (bf16, 32768 tokens: D64 H32, D128 H16, as gluon_bwd_probe.py's bench) and each config (the
+default, then each of ``VARIANTS``, ``name,D,field=value,...``), the backward runs once with
+``hopper_backward(..., clock=buffer)``: the kernel compiled with its clock marks writes, per key block, each
+consumer's ``%clock64`` at the block's start, after its K/V wait, after its last step and after its dK/dV stores,
+and the loader's after it is let to bring the next K/V, with ``%globaltimer`` and ``%smid`` beside it
+(kernels/flash_bwd_hopper.py, CLOCK_EVENTS). From those, over all blocks and both consumers:
+
+- the shares of the SMs' time (SMs x the main kernel's time from the torch profiler, in cycles at the clock rate the
+  loader's two timers give) spent waiting for K/V, in the steps, in the dK/dV epilogue, between one block's end and the
+  next one's start on the same SM (another program's launch, or a persistent program's loop), and before the first
+  or after the last block of each SM;
+- cycles per block of each part, and per step (a step is one query tile of one query head).
+
+The clock marks cost a few stores per block; the whole backward's time with and without them is printed beside, so a
+probe that moved the kernel shows. Writes ``$OUT/bwd_clock.json`` (docs/perf-notes.md, "Gluon backward, round 15").
+"""
+import json
+import os
+import statistics
+import sys
+from functools import partial
+
+sys.path.insert(0, os.getcwd())
+import torch
+import triton
+
+from kernels import flash_bwd_hopper as HB
+from kernels.flash_fwd import flash_attention_forward
+
+
+def summarize(clock: torch.Tensor, kernel_ns: float, sms: int) -> dict:
+    """Shares and cycles of each part of the programs' time, from a filled ``clock`` buffer of (blocks,
+    consumers + 1, CLOCK_EVENTS) (layout in kernels/flash_bwd_hopper.py above CLOCK_EVENTS) and the main kernel's
+    time in ns on ``sms`` SMs."""
+    c = clock.to(torch.float64)
+    consumers = c[:, :-1, :]
+    loader = c[:, -1, :]
+    tiles = loader[:, 2]
+    sm = loader[:, 4].long()
+    kv_wait = (consumers[:, :, 1] - consumers[:, :, 0]).mean(1)
+    steps = (consumers[:, :, 2] - consumers[:, :, 1]).mean(1)
+    epilogue = (consumers[:, :, 3] - consumers[:, :, 2]).mean(1)
+    start = consumers[:, :, 0].min(1).values
+    end = consumers[:, :, 3].max(1).values
+    # The clock rate: on each SM with two blocks or more, cycles over ns between its first and last loader marks.
+    rates, between, gaps = [], 0.0, 0
+    for s in sm.unique().tolist():
+        mine = (sm == s).nonzero().flatten()
+        order = mine[start[mine].argsort()]
+        if len(order) > 1:
+            ns = loader[order[-1], 3] - loader[order[0], 3]
+            if ns > 0:
+                rates.append(float((loader[order[-1], 0] - loader[order[0], 0]) / ns))
+            between += float((start[order[1:]] - end[order[:-1]]).sum())
+            gaps += len(order) - 1
+    rate = statistics.median(rates) if rates else float("nan")  # cycles per ns
+    total = sms * kernel_ns * rate  # every SM's cycles for the kernel's time
+    busy = float((end - start).sum())
+    parts = {"kv_wait": float(kv_wait.sum()), "steps": float(steps.sum()), "epilogue": float(epilogue.sum())}
+    # A block's span less its consumers' mean parts: one consumer starting before or ending after the other.
+    parts["skew"] = busy - sum(parts.values())
+    parts["between"] = between  # one block's end to the next one's start on the same SM
+    parts["edges"] = total - busy - between  # before each SM's first block and after its last
+    blocks = len(tiles)
+    return {
+        "blocks": blocks, "sms_used": int(sm.unique().numel()), "tiles_per_block": float(tiles.mean()),
+        "clock_ghz": rate, "kernel_us": kernel_ns / 1e3,
+        "share": {k: v / total for k, v in parts.items()},
+        "cycles_per_block": {"kv_wait": float(kv_wait.mean()), "steps": float(steps.mean()),
+                             "epilogue": float(epilogue.mean()), "between": between / max(gaps, 1)},
+        "cycles_per_step": float((steps / tiles.clamp(min=1)).mean()),
+        "loader_lag": float((loader[:, 0] - consumers[:, :, 2].max(1).values).mean()),
+    }
+
+
+def kernel_ns(fn) -> float:
+    """The main kernel's time (ns) in one call of ``fn``, from the torch profiler."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    times = [e.device_time_total for e in prof.key_averages() if "_attn_bwd_hopper" in e.key]
+    return 1e3 * sum(times)
+
+
+def main() -> None:
+    out = os.environ.get("OUT", "/tmp")
+    print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, flush=True)
+    variants = {"default": (None, {})}
+    for item in filter(None, os.environ.get("VARIANTS", "").split(";")):
+        name, dim, *fields = item.split(",")
+        variants[name] = (int(dim), {k: int(v) for k, v in (f.split("=") for f in fields)})
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    for D in (int(d) for d in os.environ.get("DIMS", "64,128").split(",")):
+        H = 32 if D == 64 else 16
+        for N in (int(n) for n in os.environ.get("NS", "2048,8192").split(",")):
+            B = 32768 // N
+            for causal in (c == "1" for c in os.environ.get("CAUSALS", "0,1").split(",")):
+                q = torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16)
+                k, v, do = torch.randn_like(q), torch.randn_like(q), torch.randn_like(q)
+                scale = D ** -0.5
+                o, lse = flash_attention_forward(q, k, v, causal=causal, sm_scale=scale)
+                for name, (dim, changes) in variants.items():
+                    if dim not in (None, D):
+                        continue
+                    config = HB.CONFIGS[D, causal]._replace(**changes)
+                    blocks = triton.cdiv(N, config.block_n) * B * H
+                    clock = torch.full((blocks, config.consumers + 1, HB.CLOCK_EVENTS), -1, dtype=torch.int64,
+                                       device="cuda")
+                    plain = partial(HB.hopper_backward, do, q, k, v, o, lse, causal, scale, config)
+                    marked = partial(plain, clock=clock)
+                    ms_plain = triton.testing.do_bench(plain, warmup=50, rep=200)
+                    ms_marked = triton.testing.do_bench(marked, warmup=50, rep=200)
+                    ns = kernel_ns(marked)  # its last call fills the buffer
+                    assert (clock[:, :, :5] >= 0).all(), "a clock mark was not written"
+                    row = {"D": D, "N": N, "B": B, "H": H, "causal": causal, "config": name,
+                           "ms_plain": ms_plain, "ms_marked": ms_marked, "kernel_ns_plain": kernel_ns(plain),
+                           **summarize(clock.cpu(), ns, sms)}
+                    rows.append(row)
+                    share = " ".join(f"{k} {100 * v:.1f}%" for k, v in row["share"].items())
+                    per = " ".join(f"{k} {v:.0f}" for k, v in row["cycles_per_block"].items())
+                    print(f"D{D} N{N} {'causal' if causal else 'full  '} {name:8} kernel {row['kernel_us']:.0f} us "
+                          f"(plain {row['kernel_ns_plain'] / 1e3:.0f}; whole backward {ms_plain * 1e3:.0f} us, "
+                          f"marked {ms_marked * 1e3:.0f}) at {row['clock_ghz']:.3f} GHz, {row['blocks']} blocks of "
+                          f"{row['tiles_per_block']:.1f} steps on {row['sms_used']} SMs\n"
+                          f"    SM time: {share}\n    cycles a block: {per}; a step {row['cycles_per_step']:.0f}; "
+                          f"loader's K/V issue {row['loader_lag']:.0f} after the consumers' last step", flush=True)
+    with open(os.path.join(out, "bwd_clock.json"), "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
