@@ -119,7 +119,11 @@ def main() -> None:
                     ms_plain = triton.testing.do_bench(plain, warmup=50, rep=200)
                     ms_marked = triton.testing.do_bench(marked, warmup=50, rep=200)
                     ns = kernel_ns(marked)  # its last call fills the buffer
-                    assert (clock[:, :, :5] >= 0).all(), "a clock mark was not written"
+                    missing = (clock[:, :, :5] < 0).sum(0).tolist()
+                    if any(any(role) for role in missing):
+                        print(f"D{D} N{N} causal={causal} {name}: marks not written, by role and event: {missing}; "
+                              f"first block {clock[0].tolist()}", flush=True)
+                        continue
                     row = {"D": D, "N": N, "B": B, "H": H, "causal": causal, "config": name,
                            "ms_plain": ms_plain, "ms_marked": ms_marked, "kernel_ns_plain": kernel_ns(plain),
                            **summarize(clock.cpu(), ns, sms)}
