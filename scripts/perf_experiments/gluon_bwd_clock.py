@@ -48,7 +48,7 @@ def summarize(clock: torch.Tensor, kernel_ns: float, sms: int) -> dict:
     start = consumers[:, :, 0].min(1).values
     end = consumers[:, :, 3].max(1).values
     # The clock rate: on each SM with two blocks or more, cycles over ns between its first and last loader marks.
-    rates, between, gaps = [], 0.0, 0
+    rates, between, gaps, lag = [], 0.0, 0, 0.0
     for s in sm.unique().tolist():
         mine = (sm == s).nonzero().flatten()
         order = mine[start[mine].argsort()]
@@ -58,6 +58,8 @@ def summarize(clock: torch.Tensor, kernel_ns: float, sms: int) -> dict:
                 rates.append(float((loader[order[-1], 0] - loader[order[0], 0]) / ns))
             between += float((start[order[1:]] - end[order[:-1]]).sum())
             gaps += len(order) - 1
+            # the loader let to bring the next block's K/V, after the later consumer's last step of this one
+            lag += float((loader[order[1:], 0] - consumers[order[:-1], :, 2].max(1).values).sum())
     rate = statistics.median(rates) if rates else float("nan")  # cycles per ns
     total = sms * kernel_ns * rate  # every SM's cycles for the kernel's time
     busy = float((end - start).sum())
@@ -72,9 +74,10 @@ def summarize(clock: torch.Tensor, kernel_ns: float, sms: int) -> dict:
         "clock_ghz": rate, "kernel_us": kernel_ns / 1e3,
         "share": {k: v / total for k, v in parts.items()},
         "cycles_per_block": {"kv_wait": float(kv_wait.mean()), "steps": float(steps.mean()),
-                             "epilogue": float(epilogue.mean()), "between": between / max(gaps, 1)},
+                             "epilogue": float(epilogue.mean()), "between": between / max(gaps, 1),
+                             "span": busy / blocks},
         "cycles_per_step": float((steps / tiles.clamp(min=1)).mean()),
-        "loader_lag": float((loader[:, 0] - consumers[:, :, 2].max(1).values).mean()),
+        "loader_lag": lag / max(gaps, 1),
     }
 
 
