@@ -481,7 +481,8 @@ def test_clock_summary_splits_each_sm_s_time_into_its_parts():
     assert summary["clock_ghz"] == pytest.approx(2.0, rel=1e-3)
     total = 2 * 1500.0 * summary["clock_ghz"]
     assert summary["cycles_per_block"] == pytest.approx({"kv_wait": 100, "steps": 1000, "epilogue": 50,
-                                                         "between": (1400 - 1360 + 1600 - 1460) / 2})
+                                                         "between": (1400 - 1360 + 1600 - 1460) / 2,
+                                                         "span": 1160})
     assert summary["cycles_per_step"] == pytest.approx(100.0)
     assert summary["share"]["steps"] == pytest.approx(4 * 1000 / total)
     assert summary["share"]["skew"] == pytest.approx(4 * 10 / total)

@@ -124,8 +124,8 @@ def main() -> None:
                     ns = kernel_ns(marked)  # its last call fills the buffer
                     missing = [(clock[:, :-1, :4] < 0).sum().item(), (clock[:, -1, :5] < 0).sum().item()]
                     if any(missing):
-                        print(f"D{D} N{N} causal={causal} {name}: marks not written by the consumers and the loader: {missing}; "
-                              f"first block {clock[0].tolist()}", flush=True)
+                        print(f"D{D} N{N} causal={causal} {name}: marks not written by the consumers and the loader: "
+                              f"{missing}; first block {clock[0].tolist()}", flush=True)
                         continue
                     row = {"D": D, "N": N, "B": B, "H": H, "causal": causal, "config": name,
                            "ms_plain": ms_plain, "ms_marked": ms_marked, "kernel_ns_plain": kernel_ns(plain),
