@@ -48,10 +48,11 @@ def summarize(clock: torch.Tensor, kernel_ns: float, sms: int) -> dict:
     start = consumers[:, :, 0].min(1).values
     end = consumers[:, :, 3].max(1).values
     # The clock rate: on each SM with two blocks or more, cycles over ns between its first and last loader marks.
-    rates, between, gaps, lag = [], 0.0, 0, 0.0
+    rates, between, gaps, lag, sm_spans = [], 0.0, 0, 0.0, []
     for s in sm.unique().tolist():
         mine = (sm == s).nonzero().flatten()
         order = mine[start[mine].argsort()]
+        sm_spans.append(float(end[order].max() - start[order[0]]))
         if len(order) > 1:
             ns = loader[order[-1], 3] - loader[order[0], 3]
             if ns > 0:
@@ -78,6 +79,9 @@ def summarize(clock: torch.Tensor, kernel_ns: float, sms: int) -> dict:
                              "span": busy / blocks},
         "cycles_per_step": float((steps / tiles.clamp(min=1)).mean()),
         "loader_lag": lag / max(gaps, 1),
+        # The longest SM's cycles from its first block's start to its last block's end: the kernel's length in
+        # cycles, which, unlike its time, does not move with the clock rate.
+        "sm_span_max": max(sm_spans),
     }
 
 
@@ -138,7 +142,8 @@ def main() -> None:
                           f"marked {ms_marked * 1e3:.0f}) at {row['clock_ghz']:.3f} GHz, {row['blocks']} blocks of "
                           f"{row['tiles_per_block']:.1f} steps on {row['sms_used']} SMs\n"
                           f"    SM time: {share}\n    cycles a block: {per}; a step {row['cycles_per_step']:.0f}; "
-                          f"loader's K/V issue {row['loader_lag']:.0f} after the consumers' last step", flush=True)
+                          f"loader's K/V issue {row['loader_lag']:.0f} after the consumers' last step; longest SM "
+                          f"{row['sm_span_max'] / 1e6:.2f} M cycles", flush=True)
     with open(os.path.join(out, "bwd_clock.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
 
