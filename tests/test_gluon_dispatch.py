@@ -488,5 +488,5 @@ def test_clock_summary_splits_each_sm_s_time_into_its_parts():
     assert summary["share"]["skew"] == pytest.approx(4 * 10 / total)
     assert sum(summary["share"].values()) == pytest.approx(1.0)
     # the loader's mark of a block's successor on its SM, after this block's later consumer's last step
-    assert summary["sm_span_max"] == 1460 + 1160 - 300
+    assert summary["sm_span_max"] == 1600 + 1160 - 300  # SM 1: its second block ends 1160 cycles after 1600
     assert summary["loader_lag"] == pytest.approx((1400 + 1200 - 200 - 1110 + 1600 + 1200 - 300 - 1110) / 2)
