@@ -128,8 +128,8 @@ class BackwardConfig(NamedTuple):
     # right after the two issues: fewer values live across the waits (round 13).
     late_stats: bool = False
     # dK and dV of a key block leave through shared memory (the consumer's dQ staging tile, free once its last
-    # reduce-add read it) by TMA stores, not by 32 scattered 4-byte stores a thread with int64 addresses. Head_dim
-    # 64 only (at 128 the tile is too small). Faster at N <= 4096 (short blocks), slower beyond: off (round 14).
+    # reduce-add read it) by TMA stores, not by 32 (head_dim 64) or 64 scattered 4-byte stores a thread with int64
+    # addresses: both at once at head_dim 64, one after the other at 128 (a 16 KB share holds one tile) (round 15).
     dkv_tma: bool = False
     # With dQ taken whole by alternate consumers (dq_cols off, two consumers, Sᵀ's step), each waits for the other's
     # dSᵀ only on the tiles whose dQ it takes: the wait guarded nothing else (the dSᵀ buffer it overwrites next was
@@ -714,13 +714,29 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
             # K's 128-byte swizzle, as DK's descriptor has it. The swizzle needs the tile on a 1024-byte boundary,
             # which the unswizzled fp32 buffer is not promised: the compiled kernels place it there (after 1 KB
             # multiples), and the GPU test of dkv_tma checks the values.
-            out = dq_buf._reinterpret(dtype, [2, KEYS_PER_WG, HEAD_DIM], k_smem.layout)
-            out.index(0).store((dk * sm_scale).to(dtype))
-            out.index(1).store(dv.to(dtype))
-            fence_async_shared()
-            gl.thread_barrier()
-            tma.async_copy_shared_to_global(DK, [off_z, off_hk, first_key, 0], as_box(out.index(0), DK))
-            tma.async_copy_shared_to_global(DV, [off_z, off_hk, first_key, 0], as_box(out.index(1), DV))
+            if dq_buf.shape[0] * dq_buf.shape[1] * 4 >= 2 * KEYS_PER_WG * HEAD_DIM * dtype.primitive_bitwidth // 8:
+                # both at once (head_dim 64: the 128-query tile's 32 KB hold dK and dV, 8 KB each)
+                out = dq_buf._reinterpret(dtype, [2, KEYS_PER_WG, HEAD_DIM], k_smem.layout)
+                out.index(0).store((dk * sm_scale).to(dtype))
+                out.index(1).store(dv.to(dtype))
+                fence_async_shared()
+                gl.thread_barrier()
+                tma.async_copy_shared_to_global(DK, [off_z, off_hk, first_key, 0], as_box(out.index(0), DK))
+                tma.async_copy_shared_to_global(DV, [off_z, off_hk, first_key, 0], as_box(out.index(1), DV))
+            else:
+                # one after the other (head_dim 128: a 16 KB share holds one 16 KB tile): dV, then, once its TMA store
+                # has read the tile, dK
+                out = dq_buf._reinterpret(dtype, [KEYS_PER_WG, HEAD_DIM], k_smem.layout)
+                out.store(dv.to(dtype))
+                fence_async_shared()
+                gl.thread_barrier()
+                tma.async_copy_shared_to_global(DV, [off_z, off_hk, first_key, 0], as_box(out, DV))
+                tma.store_wait(0)
+                gl.thread_barrier()
+                out.store((dk * sm_scale).to(dtype))
+                fence_async_shared()
+                gl.thread_barrier()
+                tma.async_copy_shared_to_global(DK, [off_z, off_hk, first_key, 0], as_box(out, DK))
         else:
             rows = first_key + gl.arange(0, KEYS_PER_WG, layout=gl.SliceLayout(1, kv_layout))
             row_ok = (rows < seq_kv)[:, None]
@@ -938,13 +954,11 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, config: 
             raise ValueError(f"clock is a {clock.dtype} tensor of {tuple(clock.shape)}; these inputs need a contiguous "
                              f"torch.int64 one of {shape}")
     if config.dkv_tma:
-        if head_dim != 64:
-            raise ValueError(f"dkv_tma runs at head_dim 64 only, not {head_dim}: at 128 the default dQ staging tile "
-                             f"cannot hold dK and dV")
-        dkv_bytes, staging_bytes = 2 * KEYS_PER_WG * head_dim * q.element_size(), 4 * math.prod(config.dq_box(head_dim))
-        if dkv_bytes > staging_bytes:
-            raise ValueError(f"dkv_tma needs dK and dV of {KEYS_PER_WG} keys ({dkv_bytes} B) in one dQ staging tile, "
-                             f"and block_m={config.block_m}, dq_cols={config.dq_cols} gives {staging_bytes} B")
+        tile_bytes, staging_bytes = KEYS_PER_WG * head_dim * q.element_size(), 4 * math.prod(config.dq_box(head_dim))
+        if tile_bytes > staging_bytes:
+            raise ValueError(f"dkv_tma needs dK or dV of {KEYS_PER_WG} keys ({tile_bytes} B) in one dQ staging tile, "
+                             f"and block_m={config.block_m}, dq_cols={config.dq_cols} gives {staging_bytes} B at "
+                             f"head_dim {head_dim}")
     if config.ds_skip and (config.dq_cols or config.query_rows or config.consumers != 2):
         raise ValueError(f"ds_skip needs dQ taken whole by two alternate consumers in Sᵀ's step (dq_cols off, "
                          f"query_rows off, consumers 2), not dq_cols={config.dq_cols}, query_rows={config.query_rows}, "
@@ -990,7 +1004,7 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, config: 
         if key is not None:
             _SCHEDULES.keep(key, schedule)
     dk_out, dv_out = dk, dv
-    if config.dkv_tma:  # written through a (2, 64, D) view of a consumer's dQ staging tile
+    if config.dkv_tma:  # written through a view of a consumer's dQ staging tile
         dk_out, dv_out = (tensor_descriptor(t, KEYS_PER_WG) for t in (dk, dv))
     _BWD(key, (programs,), (
         *descs, dk_out, dv_out, *dk.stride()[:3], sm_scale * LOG2E, sm_scale, clock,  # None: a constexpr

@@ -426,20 +426,18 @@ def test_backward_stats_is_tile_stats_of_the_preprocess_delta(layout):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_tma_dkv_stores_run_at_head_dim_64_only(causal):
-    """BackwardConfig.dkv_tma writes dK and dV (64 keys, 16-bit: 2 x 64 x 64 x 2 = 16,384 B at head_dim 64) through
-    one consumer's fp32 dQ staging tile: the default D64 tile is 128 x 64 x 4 = 32,768 B. At head_dim 128 (32,768 B
-    against a 64 x 64 x 4 = 16,384 B share) it is refused, and so is a D64 tile too small, before any launch."""
+def test_tma_dkv_stores_need_a_staging_tile_that_holds_one_gradient_tile(causal):
+    """BackwardConfig.dkv_tma writes dK and dV (64 keys, 16-bit) through one consumer's fp32 dQ staging tile: at
+    head_dim 64 the default tile (128 x 64 x 4 = 32,768 B) holds both (2 x 64 x 64 x 2 = 16,384 B), at head_dim 128
+    the default share (64 x 64 x 4 = 16,384 B) one of them (64 x 128 x 2 = 16,384 B), stored one after the other.
+    A share smaller than one tile (32 query rows at head_dim 128: 8,192 B) is refused before any launch."""
     assert bwd_hopper.CONFIGS[64, causal].dq_box(64) == (64, 128)  # (columns, rows) in fragment order
     assert bwd_hopper.CONFIGS[128, causal].dq_box(128) == (64, 64)
     q = torch.zeros(1, 2, 16, 128, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="dkv_tma runs at head_dim 64 only, not 128"):
-        bwd_hopper.hopper_backward(q, q, q, q, q, q[..., 0].float(), causal, 128 ** -0.5,
-                                   bwd_hopper.CONFIGS[128, causal]._replace(dkv_tma=True))
-    q = q[..., :64]
-    small = bwd_hopper.CONFIGS[64, causal]._replace(dkv_tma=True, block_m=64, dq_cols=True)
-    with pytest.raises(ValueError, match="16384 B. in one dQ staging tile, and block_m=64, dq_cols=True gives 8192 B"):
-        bwd_hopper.hopper_backward(q, q, q, q, q, q[..., 0].float(), causal, 64 ** -0.5, small)
+    small = bwd_hopper.CONFIGS[128, causal]._replace(dkv_tma=True, block_m=32)
+    with pytest.raises(ValueError, match="16384 B. in one dQ staging tile, and block_m=32, dq_cols=True gives 8192 B "
+                                         "at head_dim 128"):
+        bwd_hopper.hopper_backward(q, q, q, q, q, q[..., 0].float(), causal, 128 ** -0.5, small)
 
 
 def test_ds_skip_and_clock_buffers_are_checked_before_a_launch():

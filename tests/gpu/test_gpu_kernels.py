@@ -385,15 +385,17 @@ def test_gluon_backward_with_the_other_dq_staging_matches_oracle(head_dim, batch
                                                                      (1, 4, 2, 333, 200, True),
                                                                      (2, 16, 16, 4096, 4096, False),
                                                                      (2, 8, 4, 1000, 1777, True)])
-def test_gluon_backward_with_tma_dkv_stores_matches_oracle(batch, heads, kv_heads, seq_q, seq_kv, bshd, causal, dtype):
-    """dK and dV stored by TMA from the dQ staging tile (BackwardConfig.dkv_tma, head_dim 64, round 14): a ragged
-    last key block (TMA drops its rows past Nkv), grouped heads, more key blocks than SMs, and gradients in a BSHD
-    view's layout (their descriptors on its strides)."""
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gluon_backward_with_tma_dkv_stores_matches_oracle(head_dim, batch, heads, kv_heads, seq_q, seq_kv, bshd,
+                                                           causal, dtype):
+    """dK and dV stored by TMA from the dQ staging tile (BackwardConfig.dkv_tma: both at once at head_dim 64, one
+    after the other at 128; rounds 14 and 15): a ragged last key block (TMA drops its rows past Nkv), grouped heads,
+    more key blocks than SMs, and gradients in a BSHD view's layout (their descriptors on its strides)."""
     from kernels.flash_bwd_hopper import CONFIGS
 
     _needs_sm90()
-    config = CONFIGS[64, causal]._replace(dkv_tma=True)
-    q, k, v = _inputs(batch, heads, seq_q, seq_kv, 64, dtype, seed=seq_q + 17, kv_heads=kv_heads)
+    config = CONFIGS[head_dim, causal]._replace(dkv_tma=True)
+    q, k, v = _inputs(batch, heads, seq_q, seq_kv, head_dim, dtype, seed=seq_q + 17, kv_heads=kv_heads)
     if bshd:  # the same values, laid out (batch, seq, heads, head_dim)
         q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
     _assert_gluon_backward_like_naive(q, k, v, causal, dtype, config)
