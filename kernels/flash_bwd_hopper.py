@@ -134,6 +134,7 @@ class BackwardConfig(NamedTuple):
     # With dQ taken whole by alternate consumers (dq_cols off, two consumers, Sᵀ's step), each waits for the other's
     # dSᵀ only on the tiles whose dQ it takes: the wait guarded nothing else (the dSᵀ buffer it overwrites next was
     # read by the other's dQ, which that consumer finished before its arrive on the tile this one waits for).
+    # Round 15: a step took 0.5% to 1.7% more cycles with it (the wait moves to the consumer's own dQ tiles): off.
     ds_skip: bool = False
 
     def dq_tile(self, head_dim: int) -> tuple[int, int]:
@@ -189,6 +190,26 @@ CONFIGS = {
     (128, True): BackwardConfig(block_m=64, consumers=2, stages=2, persistent=False, dq_cols=True, query_rows=True,
                                 masked_first=True, dq_frag=True),
 }
+# dK and dV by TMA stores (BackwardConfig.dkv_tma) where a key block walks at most this many query rows (Nq times
+# the query heads of its K/V head), that is where its epilogue weighs most. Counted in cycles with the SM's own
+# counter (scripts/perf_experiments/gluon_bwd_clock.py, two runs of one kernel within 1% of each other), it took 5%
+# to 8% off a key block at N 2048 at both head dims and 4% to 6% at N 4096 (head_dim 64); beyond, 1% to 5% at
+# head_dim 64, 1% at head_dim 128 N 8192, where causal it added 1% (its step's code runs 4% slower there). Timed
+# (bf16, interleaved rounds on H100s, whose clock the 700 W power cap moves between 1.4 and 1.98 GHz), N <= 4096:
+# 1.015x to 1.053x at head_dim 64 (five rounds), 1.024x to 1.039x at 128 (three); beyond, 0.95x to 1.05x over three
+# runs at 64 and 0.94x to 1.01x at 128 (docs/perf-notes.md, round 15).
+DKV_TMA_ROWS = 4096
+
+
+def default_config(head_dim: int, causal: bool, seq_q: int, group: int) -> BackwardConfig:
+    """The configuration :func:`hopper_backward` runs a shape with by default: :data:`CONFIGS`, with dkv_tma
+    where a key block walks at most :data:`DKV_TMA_ROWS` query rows (``seq_q`` · ``group``)."""
+    config = CONFIGS[head_dim, bool(causal)]
+    if seq_q * group <= DKV_TMA_ROWS:
+        config = config._replace(dkv_tma=True)
+    return config
+
+
 # Registers per thread of the partitions (setmaxnreg), by consumer count: FlashAttention-3's backward split
 # (hopper/flash_bwd_launch_template.h: two MMA warpgroups at 240, the producer at 24). The consumers hold
 # dK and dV (2·64·D fp32 per warpgroup) plus S and dP; the loader warp almost nothing. 2·128·240 + 128·24 =
@@ -940,14 +961,14 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, config: 
                     schedule: tile_schedule.Schedule | None = None, clock: torch.Tensor | None = None):
     """The Gluon backward on inputs :func:`unsupported_reason` accepts. Returns (dq, dk, dv) as
     kernels.flash_bwd does; delta (Σ_d O·dO per row) is computed with the stats the loader brings
-    (:func:`backward_stats`). ``config`` overrides :data:`CONFIGS` and ``schedule`` the tile order of
+    (:func:`backward_stats`). ``config`` overrides :func:`default_config` and ``schedule`` the tile order of
     :func:`kernels.tile_schedule.plan` (for sweeps). ``clock``, an int64 tensor of (key blocks, consumers + 1,
     :data:`CLOCK_EVENTS`) (key blocks: cdiv(Nkv, BLOCK_N) · B · H_kv), compiles a kernel that fills it with each
     block's cycle counts (:func:`_clock_mark`; scripts/perf_experiments/gluon_bwd_clock.py reads them)."""
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     explicit = config is not None or schedule is not None or clock is not None
-    config = config or CONFIGS[head_dim, bool(causal)]
+    config = config or default_config(head_dim, causal, seq_q, heads // kv_heads)
     if clock is not None:
         shape = (triton.cdiv(seq_kv, config.block_n) * batch * kv_heads, config.consumers + 1, CLOCK_EVENTS)
         if clock.dtype != torch.int64 or tuple(clock.shape) != shape or not clock.is_contiguous():

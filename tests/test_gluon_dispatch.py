@@ -488,3 +488,18 @@ def test_clock_summary_splits_each_sm_s_time_into_its_parts():
     # the loader's mark of a block's successor on its SM, after this block's later consumer's last step
     assert summary["sm_span_max"] == 1600 + 1160 - 300  # SM 1: its second block ends 1160 cycles after 1600
     assert summary["loader_lag"] == pytest.approx((1400 + 1200 - 200 - 1110 + 1600 + 1200 - 300 - 1110) / 2)
+
+
+def test_default_backward_config_takes_tma_dkv_stores_where_a_key_block_walks_few_query_rows():
+    """dkv_tma by default where Nq times the query heads of a K/V head is at most DKV_TMA_ROWS (4096): N 4096 with
+    one query head per K/V head, N 1024 with four; not N 8192, nor Llama-3-8B's N 16384 with four."""
+    assert bwd_hopper.DKV_TMA_ROWS == 4096
+    for head_dim in (64, 128):
+        for causal in (False, True):
+            base = bwd_hopper.CONFIGS[head_dim, causal]
+            assert not base.dkv_tma
+            assert bwd_hopper.default_config(head_dim, causal, 4096, 1) == base._replace(dkv_tma=True)
+            assert bwd_hopper.default_config(head_dim, causal, 1024, 4) == base._replace(dkv_tma=True)
+            assert bwd_hopper.default_config(head_dim, causal, 1025, 4) == base
+            assert bwd_hopper.default_config(head_dim, causal, 8192, 1) == base
+            assert bwd_hopper.default_config(head_dim, causal, 16384, 4) == base
