@@ -41,11 +41,11 @@ def peer_times(folder, mode="fwd"):
     return meta, totals.pivot_table(index=key, columns="impl", values="time_ms")
 
 
-@pytest.mark.parametrize("regime, folder, mode", [("forward", "fa4-peers-h100", "fwd"),
-                                                  ("backward", "fa4-peers-h100-bwd", "bwd")])
-def test_prefill_rows_are_their_captures(regime, folder, mode):
+@pytest.mark.parametrize("regime, folder, mode, shapes", [("forward", "fa4-peers-h100", "fwd", 32),
+                                                          ("backward", "fa4-peers-h100-bwd", "bwd", 40)])
+def test_prefill_rows_are_their_captures(regime, folder, mode, shapes):
     meta, times = peer_times(folder, mode)
-    assert meta["device"] == "NVIDIA H100 80GB HBM3" and len(times) == 32
+    assert meta["device"] == "NVIDIA H100 80GB HBM3" and len(times) == shapes
     assert set(times.index.get_level_values("seq_q")) == {2048, 4096, 8192, 16384}
     assert set(times.index.get_level_values("head_dim")) == {64, 128}
     cells = results_row(regime, "H100")
@@ -53,15 +53,15 @@ def test_prefill_rows_are_their_captures(regime, folder, mode):
                          f"[{folder}](reports/{folder})"]
 
 
-def test_the_backward_row_says_where_its_rounded_maximum_stands():
-    """The backward row's FA4 range ends at 1.00x by rounding; the line under the table gives the true best and
-    that every shape is below FA4, from the same capture."""
+def test_the_backward_row_says_where_its_rounded_minimum_stands():
+    """The backward row's FA4 range starts at 0.90x, the issue's target, by rounding; the line under the table gives
+    the true lowest and how many shapes are at or above FA4, from the same capture."""
     _, times = peer_times("fa4-peers-h100-bwd", "bwd")
     fa4 = times.fa4 / times.triton_flash
-    assert f"{fa4.max():.2f}" == "1.00" and (fa4 < 1).all() and len(fa4) == 32
+    assert f"{fa4.min():.2f}" == "0.90" and len(fa4) == 40
     text = " ".join(README.read_text().split())
-    assert (f"the backward's best shape against FA4 measured {fa4.max():.3f}x, shown as 1.00x; it is below FA4 on "
-            f"every one of the {len(fa4)} shapes") in text
+    assert (f"the backward's lowest shape against FA4 measured {fa4.min():.4f}x, shown as 0.90x; it is at or above "
+            f"FA4 on {(fa4 >= 1).sum()} of the {len(fa4)} shapes") in text
 
 
 @pytest.mark.parametrize("regime, folder, gpu, seq_q", [
