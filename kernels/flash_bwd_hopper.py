@@ -29,6 +29,9 @@ and its hopper/ sources) does the backward in one pass, which this kernel follow
   ``BackwardConfig.dq_frag`` (every default) a share is staged, and each query tile of the buffer
   kept, as (D/8, BLOCK_M, 8): a warp's 8-byte stores of its accumulator fragment are then contiguous,
   without the swizzled tile's bank conflicts, and the last kernel puts the rows back in order.
+- A key block's dK and dV leave through the consumer's dQ staging tile by TMA stores where the block walks at most
+  4096 query rows (:func:`default_config`; elsewhere each thread stores its fragments itself): there the epilogue
+  weighs most (docs/perf-notes.md, round 15).
 - Causal at head_dim 128, ``BackwardConfig.query_rows`` (docs/perf-notes.md, "Gluon backward", round 5)
   takes FlashAttention-3's layout there instead: S = Q Kᵀ and dP = dO Vᵀ with the queries as
   the wgmma M, so a thread holds 2 query rows (lse, delta) rather than 16 query columns, and P and
@@ -192,9 +195,9 @@ CONFIGS = {
 }
 # dK and dV by TMA stores (BackwardConfig.dkv_tma) where a key block walks at most this many query rows (Nq times
 # the query heads of its K/V head), that is where its epilogue weighs most. Counted in cycles with the SM's own
-# counter (scripts/perf_experiments/gluon_bwd_clock.py, two runs of one kernel within 1% of each other), it took 5%
-# to 8% off a key block at N 2048 at both head dims and 4% to 6% at N 4096 (head_dim 64); beyond, 1% to 5% at
-# head_dim 64, 1% at head_dim 128 N 8192, where causal it added 1% (its step's code runs 4% slower there). Timed
+# counter (scripts/perf_experiments/gluon_bwd_clock.py, two runs of one kernel within 1% of each other), it took 4.8%
+# to 7.5% off a key block's span at N 2048 at both head dims and 3.9% to 5.5% at N 4096 (head_dim 64); beyond, 0.8%
+# to 4.4% at head_dim 64 and 0.8% at head_dim 128 N 8192, where causal it added 1.8% (its step runs 4% slower). Timed
 # (bf16, interleaved rounds on H100s, whose clock the 700 W power cap moves between 1.4 and 1.98 GHz), N <= 4096:
 # 1.015x to 1.053x at head_dim 64 (five rounds), 1.024x to 1.039x at 128 (three); beyond, 0.95x to 1.05x over three
 # runs at 64 and 0.94x to 1.01x at 128 (docs/perf-notes.md, round 15).
