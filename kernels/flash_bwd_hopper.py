@@ -162,8 +162,8 @@ class BackwardConfig(NamedTuple):
 # (BLOCK_M·D·4 with dq_cols), lse·log2e and delta 2·STAGES·BLOCK_M·4, and with query_rows P staging
 # consumers·BLOCK_M·64·2: the compiled kernels take 231,872 B at D64 (the 128-query tile), 198,080 B at D128
 # and 214,480 B at causal D128 (kernel.metadata.shared for sm_90a, scripts/perf_experiments/gluon_compile_cpu.py),
-# under sm_90's 227 KB. Causal runs a program per key block, in
-# tile_schedule.plan's order.
+# 16 B less each with dkv_tma (default_config at short blocks), under sm_90's 227 KB. Causal runs a program per
+# key block, in tile_schedule.plan's order.
 # Against persistent programs in snaked sections on the H100 (gluon_schedule_round3.jsonl) that
 # measured 0-11% faster at D128, and at D64 3-6% slower up to N8192 but 13% faster at N16384; the
 # same kernel's per-block D64 times moved by up to 8% between runs, so one rule serves both
@@ -195,7 +195,7 @@ CONFIGS = {
 }
 # dK and dV by TMA stores (BackwardConfig.dkv_tma) where a key block walks at most this many query rows (Nq times
 # the query heads of its K/V head), that is where its epilogue weighs most. Counted in cycles with the SM's own
-# counter (scripts/perf_experiments/gluon_bwd_clock.py, two runs of one kernel within 1% of each other), it took 4.8%
+# counter (scripts/perf_experiments/gluon_bwd_clock.py, two runs of one kernel within 1.3% of each other), it took 4.8%
 # to 7.5% off a key block's span at N 2048 at both head dims and 3.9% to 5.5% at N 4096 (head_dim 64); beyond, 0.8%
 # to 4.4% at head_dim 64 and 0.8% at head_dim 128 N 8192, where causal it added 1.8% (its step runs 4% slower). Timed
 # (bf16, interleaved rounds on H100s, whose clock the 700 W power cap moves between 1.4 and 1.98 GHz), N <= 4096:
@@ -217,8 +217,8 @@ def default_config(head_dim: int, causal: bool, seq_q: int, group: int) -> Backw
 # (hopper/flash_bwd_launch_template.h: two MMA warpgroups at 240, the producer at 24). The consumers hold
 # dK and dV (2·64·D fp32 per warpgroup) plus S and dP; the loader warp almost nothing. 2·128·240 + 128·24 =
 # 64,512 of the SM's 65,536 (the loader's warpgroup is allocated whole). At D128 ptxas still spills 356 B
-# (272 B causal) at 240; at D64, with 128-query tiles, 292 B (200 B causal) (docs/perf-notes.md, "Gluon
-# backward", rounds 5-7 and 11-13).
+# (272 B causal) at 240; at D64, with 128-query tiles, 292 B (200 B causal); with dkv_tma 400 (268) and 340 (208)
+# (docs/perf-notes.md, "Gluon backward", rounds 5-7, 11-13 and 15; reports/perf-h100/gluon_bwd_round15_ptxas.txt).
 WORKER_REGS = {2: (240, 24)}
 
 
@@ -974,9 +974,10 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, config: 
     config = config or default_config(head_dim, causal, seq_q, heads // kv_heads)
     if clock is not None:
         shape = (triton.cdiv(seq_kv, config.block_n) * batch * kv_heads, config.consumers + 1, CLOCK_EVENTS)
-        if clock.dtype != torch.int64 or tuple(clock.shape) != shape or not clock.is_contiguous():
-            raise ValueError(f"clock is a {clock.dtype} tensor of {tuple(clock.shape)}; these inputs need a contiguous "
-                             f"torch.int64 one of {shape}")
+        if (clock.dtype != torch.int64 or tuple(clock.shape) != shape or not clock.is_contiguous()
+                or clock.device != q.device):
+            raise ValueError(f"clock is a {clock.dtype} tensor of {tuple(clock.shape)} on {clock.device}; these inputs "
+                             f"need a contiguous torch.int64 one of {shape} on {q.device}")
     if config.dkv_tma:
         tile_bytes, staging_bytes = KEYS_PER_WG * head_dim * q.element_size(), 4 * math.prod(config.dq_box(head_dim))
         if tile_bytes > staging_bytes:

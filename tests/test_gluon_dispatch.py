@@ -452,7 +452,7 @@ def test_ds_skip_and_clock_buffers_are_checked_before_a_launch():
     q = q[..., :64]
     assert bwd_hopper.CLOCK_EVENTS == 6
     for clock in (torch.zeros(2, 3, 5, dtype=torch.int64), torch.zeros(2, 3, 6, dtype=torch.int32)):
-        with pytest.raises(ValueError, match=r"these inputs need a contiguous torch.int64 one of \(2, 3, 6\)"):
+        with pytest.raises(ValueError, match=r"these inputs need a contiguous torch.int64 one of \(2, 3, 6\) on cpu"):
             bwd_hopper.hopper_backward(q, q, q, q, q, lse, False, 64 ** -0.5, clock=clock)
 
 
@@ -482,9 +482,11 @@ def test_clock_summary_splits_each_sm_s_time_into_its_parts():
                                                          "between": (1400 - 1360 + 1600 - 1460) / 2,
                                                          "span": 1160})
     assert summary["cycles_per_step"] == pytest.approx(100.0)
-    assert summary["share"]["steps"] == pytest.approx(4 * 1000 / total)
-    assert summary["share"]["skew"] == pytest.approx(4 * 10 / total)
-    assert sum(summary["share"].values()) == pytest.approx(1.0)
+    assert (summary["blocks"], summary["sms_used"], summary["tiles_per_block"]) == (4, 2, 10)
+    # four blocks' spans of 1160 cycles, the gaps 40 and 140 between each SM's two, and the SMs' time left over
+    assert summary["share"] == pytest.approx({"kv_wait": 4 * 100 / total, "steps": 4 * 1000 / total,
+                                              "epilogue": 4 * 50 / total, "skew": 4 * 10 / total,
+                                              "between": 180 / total, "edges": (total - 4 * 1160 - 180) / total})
     # the loader's mark of a block's successor on its SM, after this block's later consumer's last step
     assert summary["sm_span_max"] == 1600 + 1160 - 300  # SM 1: its second block ends 1160 cycles after 1600
     assert summary["loader_lag"] == pytest.approx((1400 + 1200 - 200 - 1110 + 1600 + 1200 - 300 - 1110) / 2)

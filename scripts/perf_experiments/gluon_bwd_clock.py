@@ -102,6 +102,8 @@ def main() -> None:
     variants = {"default": (None, {})}
     for item in filter(None, os.environ.get("VARIANTS", "").split(";")):
         name, dim, *fields = item.split(",")
+        if name in variants:
+            raise SystemExit(f"VARIANTS names {name!r} twice (or names the default): give each variant its own name")
         variants[name] = (int(dim), {k: int(v) for k, v in (f.split("=") for f in fields)})
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
@@ -117,7 +119,7 @@ def main() -> None:
                 for name, (dim, changes) in variants.items():
                     if dim not in (None, D):
                         continue
-                    config = HB.CONFIGS[D, causal]._replace(**changes)
+                    config = HB.default_config(D, causal, N, 1)._replace(**changes)
                     blocks = triton.cdiv(N, config.block_n) * B * H
                     clock = torch.full((blocks, config.consumers + 1, HB.CLOCK_EVENTS), -1, dtype=torch.int64,
                                        device="cuda")
@@ -142,7 +144,7 @@ def main() -> None:
                           f"marked {ms_marked * 1e3:.0f}) at {row['clock_ghz']:.3f} GHz, {row['blocks']} blocks of "
                           f"{row['tiles_per_block']:.1f} steps on {row['sms_used']} SMs\n"
                           f"    SM time: {share}\n    cycles a block: {per}; a step {row['cycles_per_step']:.0f}; "
-                          f"loader's K/V issue {row['loader_lag']:.0f} after the consumers' last step; longest SM "
+                          f"next block's loader mark {row['loader_lag']:.0f} after this one's last step; longest SM "
                           f"{row['sm_span_max'] / 1e6:.2f} M cycles", flush=True)
     with open(os.path.join(out, "bwd_clock.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)

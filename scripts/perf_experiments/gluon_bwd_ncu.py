@@ -6,7 +6,7 @@
     ncu -i /tmp/bwd_d64.ncu-rep --page source --csv --print-source sass   # stall samples per instruction
 
 Arguments: head_dim, causal (0/1), N, then BackwardConfig fields that change the shape's default config
-(kernels.flash_bwd_hopper.CONFIGS), as gluon_bwd_probe.py's ``VARIANTS`` do. bf16, 32768 tokens (H32 at
+(kernels.flash_bwd_hopper.default_config), as gluon_bwd_probe.py's ``VARIANTS`` do. bf16, 32768 tokens (H32 at
 D64, H16 at D128, as the probe's grid). The backward runs twice, so ``--launch-skip 1`` profiles a launch
 whose kernel is compiled and whose inputs are warm in no cache but their own.
 """
@@ -21,7 +21,7 @@ from kernels.flash_fwd import flash_attention_forward
 
 head_dim, causal, seq = int(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3])
 changes = {key: int(value) for key, value in (arg.split("=") for arg in sys.argv[4:])}
-config = HB.CONFIGS[head_dim, causal]._replace(**changes)
+config = HB.default_config(head_dim, causal, seq, 1)._replace(**changes)
 heads = 32 if head_dim == 64 else 16
 q = torch.randn(32768 // seq, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16)
 k, v, do = torch.randn_like(q), torch.randn_like(q), torch.randn_like(q)

@@ -2,18 +2,18 @@
 
     python3 scripts/perf_experiments/gluon_bwd_probe.py [all|check|bench]
 
-``check``: the default config (with ``QUERY_ROWS=1`` or ``MASKED_FIRST=1`` in the environment, the
-default with ``query_rows`` or ``masked_first``; with ``CHANGES="field=value,..."``, with those
-BackwardConfig fields changed) against the fp64 oracle (kernels.reference) on 80
-cases (per head dim, 2 dtypes x causal or not x 10 shapes), dq, dk and dv of each within twice naive
-attention's error plus a floor, as tests/gpu does.
+``check``: the default config of each shape (kernels.flash_bwd_hopper.default_config; with ``QUERY_ROWS=1`` or
+``MASKED_FIRST=1`` in the environment, that default with ``query_rows`` or ``masked_first``; with
+``CHANGES="field=value,..."``, with those BackwardConfig fields changed) against the fp64 oracle
+(kernels.reference) on 80 cases (per head dim, 2 dtypes x causal or not x 10 shapes), dq, dk and dv of each
+within twice naive attention's error plus a floor, as tests/gpu does.
 
 ``bench``: bf16, 32768 tokens per shape (D64 H32, D128 H16), N 2048-16384, causal both: the whole
 backward of the portable kernels, the Gluon kernel with its defaults and each variant of
 ``VARIANTS="name,D,BLOCK_M,consumers,stages,persistent,dq_cols[,query_rows[,masked_first]];..."``
-(0/1 flags) or ``VARIANTS="name,D,field=value,..."`` (each shape's default config with those
-BackwardConfig fields changed, e.g. ``nodq,64,dq_mode=0``), and cuDNN through SDPA, in TFLOP/s
-(2.5x the forward's 4·B·H·N²·D, halved causal).
+(0/1 flags) or ``VARIANTS="name,D,field=value,..."`` (each shape's default config, default_config, with those
+BackwardConfig fields changed, e.g. ``nodq,64,dq_mode=0``; before round 15 it was CONFIGS, as ``dkv_tma=0``
+gives now), and cuDNN through SDPA, in TFLOP/s (2.5x the forward's 4·B·H·N²·D, halved causal).
 ``ROUNDS=n`` times the Gluon kernels and cuDNN n times per shape, interleaved, and keeps the median
 (each round's figure under ``<name>_rounds``); ``DIMS=128`` limits the head dims (of ``check`` too: 40 cases
 per head dim).
@@ -84,12 +84,13 @@ if which in ("all", "check"):
                 for (B, H, Hkv, Nq, Nkv) in shapes:
                     try:
                         config = None
+                        default = HB.default_config(D, causal, Nq, H // Hkv)  # the shape's own
                         if os.environ.get("QUERY_ROWS") == "1":
-                            config = HB.CONFIGS[D, causal]._replace(query_rows=True)
+                            config = default._replace(query_rows=True)
                         if os.environ.get("MASKED_FIRST") == "1":
-                            config = (config or HB.CONFIGS[D, causal])._replace(masked_first=True)
+                            config = (config or default)._replace(masked_first=True)
                         if os.environ.get("CHANGES"):  # e.g. CHANGES="dq_mode=1"
-                            config = (config or HB.CONFIGS[D, causal])._replace(
+                            config = (config or default)._replace(
                                 **field_changes(os.environ["CHANGES"].split(",")))
                         ok, errs, naive = check(B, H, Hkv, Nq, Nkv, D, causal, dtype, config, seed=Nq + D)
                     except Exception as e:
@@ -151,7 +152,7 @@ if which in ("all", "bench"):
                             continue
                         cfg = cfg[1]
                         if isinstance(cfg, dict):
-                            cfg = HB.CONFIGS[D, causal]._replace(**cfg)
+                            cfg = HB.default_config(D, causal, N, 1)._replace(**cfg)
                     if cfg is None:
                         fns["gluon_" + name] = partial(flash_attention_backward, *args, gluon=True)
                     else:  # the preprocess too, as the default's timing has it

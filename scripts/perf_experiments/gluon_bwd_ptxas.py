@@ -3,12 +3,14 @@
     TRITON_SITE=/tmp/t36site VARIANTS="default,64;tma,64,dkv_tma=1" [CAUSALS=0,1] \\
         python scripts/perf_experiments/gluon_bwd_ptxas.py
 
-For each variant (``name,D[,field=value...]``: the shape's default config with those BackwardConfig fields
-changed, as gluon_bwd_probe.py's VARIANTS) and mask: ptxas's shared memory, stack and spill bytes
+For each variant (``name,D[,field=value...]``: the default config (kernels.flash_bwd_hopper.default_config) of the
+compile shape, N 1000 with 2 query heads per K/V head, so ``dkv_tma`` on, with those BackwardConfig fields changed, as
+gluon_bwd_probe.py's VARIANTS) and mask: ptxas's shared memory, stack and spill bytes
 (gluon_compile_cpu.ptxas_report), then from the SASS (nvdisasm of the cubin) the local-memory loads and
 stores in the basic blocks that issue an HGMMA (the step's code) and elsewhere, and the counts of ``MUFU`` and
 of ``I2F.RP`` (the start of an integer division). Static counts: a reading of the code, not a measurement.
-docs/perf-notes.md, "Gluon backward, round 14", cites its output.
+docs/perf-notes.md, "Gluon backward", rounds 14 and 15, cite its output (before round 15 "default" was CONFIGS,
+without ``dkv_tma``).
 """
 import os
 import re
@@ -53,7 +55,8 @@ def main() -> None:
             q = compile_cpu.make("bhsd", 2, 4, 1000, head_dim)
             k = compile_cpu.make("bhsd", 2, 2, 1000, head_dim)
             o, lse = HF.hopper_forward(q, k, k, causal, head_dim ** -0.5)
-            config = HB.CONFIGS[head_dim, causal]._replace(**changes)
+            # the compile shape's own default (2 query heads per K/V head x N 1000: dkv_tma at both head dims)
+            config = HB.default_config(head_dim, causal, 1000, 2)._replace(**changes)
             HB.hopper_backward(o, q, k, k, o, lse, causal, head_dim ** -0.5, config)
             kernel = next(kk for n, kk in reversed(compile_cpu.COMPILED) if n == "_attn_bwd_hopper")
             print(f"{name:10} D{head_dim} {'causal' if causal else 'full  '} {compile_cpu.ptxas_report(kernel)}; "
