@@ -440,16 +440,11 @@ def test_tma_dkv_stores_need_a_staging_tile_that_holds_one_gradient_tile(causal)
         bwd_hopper.hopper_backward(q, q, q, q, q, q[..., 0].float(), causal, 128 ** -0.5, small)
 
 
-def test_ds_skip_and_clock_buffers_are_checked_before_a_launch():
-    """BackwardConfig.ds_skip needs dQ taken whole by two alternate consumers (the D64 defaults), so the D128
-    defaults (dQ split by columns) are refused; a clock buffer of the wrong shape or dtype is refused with the shape
-    these inputs need: cdiv(16, 128) key blocks x 1 batch x 2 K/V heads, 2 consumers + the loader, CLOCK_EVENTS."""
-    q = torch.zeros(1, 2, 16, 128, dtype=torch.bfloat16)
+def test_clock_buffers_are_checked_before_a_launch():
+    """A clock buffer of the wrong shape or dtype is refused with the shape these inputs need: cdiv(16, 128) key
+    blocks x 1 batch x 2 K/V heads, 2 consumers + the loader, CLOCK_EVENTS."""
+    q = torch.zeros(1, 2, 16, 64, dtype=torch.bfloat16)
     lse = q[..., 0].float()
-    with pytest.raises(ValueError, match="ds_skip needs .* not dq_cols=True, query_rows=False, consumers=2"):
-        bwd_hopper.hopper_backward(q, q, q, q, q, lse, False, 128 ** -0.5,
-                                   bwd_hopper.CONFIGS[128, False]._replace(ds_skip=True))
-    q = q[..., :64]
     assert bwd_hopper.CLOCK_EVENTS == 6
     for clock in (torch.zeros(2, 3, 5, dtype=torch.int64), torch.zeros(2, 3, 6, dtype=torch.int32)):
         with pytest.raises(ValueError, match=r"these inputs need a contiguous torch.int64 one of \(2, 3, 6\) on cpu"):

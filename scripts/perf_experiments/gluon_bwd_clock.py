@@ -1,6 +1,6 @@
 """Where a Gluon backward program's time goes, key block by key block, from the SM's own cycle counter.
 
-    DIMS=64 NS=2048,8192 [CAUSALS=0,1] [VARIANTS="skip,64,ds_skip=1;..."] \\
+    DIMS=64 NS=2048,8192 [CAUSALS=0,1] [VARIANTS="tma,64,dkv_tma=0;..."] \\
         python3 scripts/perf_experiments/gluon_bwd_clock.py
 
 For each shape (bf16, 32768 tokens: D64 H32, D128 H16, as gluon_bwd_probe.py's bench) and each config (the
