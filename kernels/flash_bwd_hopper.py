@@ -80,8 +80,13 @@ from kernels._checks import cuda_properties
 from kernels._launch import LaunchCache, Memo, layout_key
 from kernels._layout import empty_in_layout
 from kernels.hopper_common import (
+    CLOCK_EVENTS,
     GLUON_IMPORT_ERROR,
     as_box,
+    check_clock,
+    clock_mark,
+    clock_note,
+    clock_read,
     ring_phase,
     shared_layout,
     sm90_reason,
@@ -332,42 +337,11 @@ def _tile_at(j, m_lo, clean_lo, clean_hi, n_m):
     return i
 
 
-# The events of a key block in :func:`hopper_backward`'s ``clock`` buffer. Per consumer, the SM's cycle counter
-# (%clock64) at 0 the block's start, 1 after its K/V wait, 2 after its last step, 3 after its dK/dV stores are
-# issued. Per loader (the last row): 0 the cycle counter after its wait for the consumers to free K and V, 1 after its
-# last Q/dO copy is issued, 2 the query tiles it brought for the block, 3 the global timer (%globaltimer, ns) beside
-# event 0, 4 the SM (%smid). 5 is unused.
-CLOCK_EVENTS = 6
-
-
-@gluon.jit
-def _clock_note(CLOCK, t, who, event, value, NUM_WG: gl.constexpr):
-    """``value`` into event ``event`` of warp role ``who`` (a consumer, or NUM_WG for the loader) of key block t,
-    where there is a CLOCK buffer (a probe's compile only: scripts/perf_experiments/gluon_bwd_clock.py; else CLOCK is
-    a constexpr None and nothing is written)."""
-    if CLOCK is not None:
-        gl.store(CLOCK + (t.to(gl.int64) * (NUM_WG + 1) + who) * 6 + event, value)  # 6: CLOCK_EVENTS
-
-
-@gluon.jit
-def _clock_read(register: gl.constexpr, CLOCK):
-    """A special register (``%clock64``, ``%globaltimer`` or ``%smid``) as an int64 where there is a CLOCK buffer
-    (else 0)."""
-    value = 0
-    if CLOCK is not None:
-        if register == "%smid":
-            value = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32, is_pure=False,
-                                              pack=1).to(gl.int64)
-        else:
-            value = gl.inline_asm_elementwise("mov.u64 $0, " + register + ";", "=l", [], dtype=gl.int64,
-                                              is_pure=False, pack=1)
-    return value
-
-
-@gluon.jit
-def _clock_mark(CLOCK, t, who, event, NUM_WG: gl.constexpr):
-    """``%clock64`` into event ``event`` of ``who`` for key block t (:func:`_clock_note`)."""
-    _clock_note(CLOCK, t, who, event, _clock_read("%clock64", CLOCK), NUM_WG)
+# The events of a key block in :func:`hopper_backward`'s ``clock`` buffer (kernels.hopper_common.CLOCK_EVENTS of
+# them, written by clock_mark and clock_note). Per consumer, the SM's cycle counter (%clock64) at 0 the block's start,
+# 1 after its K/V wait, 2 after its last step, 3 after its dK/dV stores are issued. Per loader (the last row): 0 the
+# cycle counter after its wait for the consumers to free K and V, 1 after its last Q/dO copy is issued, 2 the query
+# tiles it brought for the block, 3 the global timer (%globaltimer, ns) beside event 0, 4 the SM (%smid). 5 is unused.
 
 
 @gluon.jit
@@ -389,9 +363,9 @@ def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n
         off_hk = off_bhk % kv_heads
         # The consumers are done with the previous block's K and V (their dK/dV stores still run).
         mbarrier.wait(kv_empty, ring_phase(done, 1) ^ 1)
-        _clock_mark(CLOCK, t, NUM_WG, 0, NUM_WG)
-        _clock_note(CLOCK, t, NUM_WG, 3, _clock_read("%globaltimer", CLOCK), NUM_WG)
-        _clock_note(CLOCK, t, NUM_WG, 4, _clock_read("%smid", CLOCK), NUM_WG)
+        clock_mark(CLOCK, t, NUM_WG, 0, NUM_WG)
+        clock_note(CLOCK, t, NUM_WG, 3, clock_read("%globaltimer", CLOCK), NUM_WG)
+        clock_note(CLOCK, t, NUM_WG, 4, clock_read("%smid", CLOCK), NUM_WG)
         first_count = count
         # The whole key block in one box each: at head_dim 128 a 128-byte swizzle stores a tile as two
         # column halves, so a slice of its rows is not one contiguous box (as_box needs one).
@@ -423,8 +397,8 @@ def _bwd_load_partition(descs, bufs, bars, heads, group, seq_q, seq_kv, q_pad, n
                 tma.async_copy_global_to_shared(do_desc, [off_z, off_h, i * BLOCK_M, 0], do_ready.index(slot),
                                                 as_box(do_smem.index(slot), do_desc))
                 count += 1
-        _clock_mark(CLOCK, t, NUM_WG, 1, NUM_WG)
-        _clock_note(CLOCK, t, NUM_WG, 2, (count - first_count).to(gl.int64), NUM_WG)
+        clock_mark(CLOCK, t, NUM_WG, 1, NUM_WG)
+        clock_note(CLOCK, t, NUM_WG, 2, (count - first_count).to(gl.int64), NUM_WG)
         done += 1
 
 
@@ -667,7 +641,7 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
     count = 0  # query tiles consumed: the position in the ring
     done = 0  # key blocks
     for t in range(gl.program_id(0), n_blocks * bh_kv, gl.num_programs(0)):
-        _clock_mark(CLOCK, t, WG, 0, NUM_WG)
+        clock_mark(CLOCK, t, WG, 0, NUM_WG)
         off_bhk, start_n = _key_block(t, n_blocks, bh_kv, section, snake, NUM_WG * KEYS_PER_WG)
         first_key = start_n + WG * KEYS_PER_WG
         if QUERY_ROWS:
@@ -689,7 +663,7 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
         dv = gl.zeros([KEYS_PER_WG, HEAD_DIM], gl.float32, kv_layout)
 
         mbarrier.wait(kv_ready, ring_phase(done, 1))
-        _clock_mark(CLOCK, t, WG, 1, NUM_WG)
+        clock_mark(CLOCK, t, WG, 1, NUM_WG)
         for g in range(group):
             off_hz = off_z * heads + off_hk * group + g
             # The tiles in the order the loader brings them, as segments of one loop each (one copy of the
@@ -716,7 +690,7 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
                                        KEYS_PER_WG, DQ_N, seg != 1, CAUSAL, DQ_COLS, DQ_MODE, QUERY_ROWS,
                                        LATE_STATS)
                     count += 1
-        _clock_mark(CLOCK, t, WG, 2, NUM_WG)
+        clock_mark(CLOCK, t, WG, 2, NUM_WG)
         mbarrier.arrive(kv_empty, count=1)  # the loader may bring the next block's K and V
 
         # dK = scale · Σ dSᵀ Q (dS was taken w.r.t. the scaled scores); rows past seq_kv not stored.
@@ -759,7 +733,7 @@ def _bwd_consumer_partition(descs, bufs, bars, DK, DV, dkv_strides, heads, group
                     + rows.to(gl.int64)[:, None] * stride_n + offs_d[None, :])
             gl.store(DK + offs, (dk * sm_scale).to(dtype), mask=row_ok)
             gl.store(DV + offs, dv.to(dtype), mask=row_ok)
-        _clock_mark(CLOCK, t, WG, 3, NUM_WG)
+        clock_mark(CLOCK, t, WG, 3, NUM_WG)
         done += 1
     tma.store_wait(0)
 
@@ -951,17 +925,14 @@ def hopper_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, config: 
     (:func:`backward_stats`). ``config`` overrides :func:`default_config` and ``schedule`` the tile order of
     :func:`kernels.tile_schedule.plan` (for sweeps). ``clock``, an int64 tensor of (key blocks, consumers + 1,
     :data:`CLOCK_EVENTS`) (key blocks: cdiv(Nkv, BLOCK_N) · B · H_kv), compiles a kernel that fills it with each
-    block's cycle counts (:func:`_clock_mark`; scripts/perf_experiments/gluon_bwd_clock.py reads them)."""
+    block's cycle counts (kernels.hopper_common.clock_mark; scripts/perf_experiments/gluon_bwd_clock.py reads them)."""
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     explicit = config is not None or schedule is not None or clock is not None
     config = config or default_config(head_dim, causal, seq_q, heads // kv_heads)
     if clock is not None:
         shape = (triton.cdiv(seq_kv, config.block_n) * batch * kv_heads, config.consumers + 1, CLOCK_EVENTS)
-        if (clock.dtype != torch.int64 or tuple(clock.shape) != shape or not clock.is_contiguous()
-                or clock.device != q.device):
-            raise ValueError(f"clock is a {clock.dtype} tensor of {tuple(clock.shape)} on {clock.device}; these inputs "
-                             f"need a contiguous torch.int64 one of {shape} on {q.device}")
+        check_clock(clock, shape, q.device)
     if config.dkv_tma:
         tile_bytes, staging_bytes = KEYS_PER_WG * head_dim * q.element_size(), 4 * math.prod(config.dq_box(head_dim))
         if tile_bytes > staging_bytes:

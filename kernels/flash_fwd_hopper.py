@@ -58,7 +58,12 @@ from kernels._checks import cuda_properties
 from kernels._launch import LaunchCache, Memo, layout_key
 from kernels._layout import empty_in_layout
 from kernels.hopper_common import (
+    CLOCK_EVENTS,
     as_box,
+    check_clock,
+    clock_mark,
+    clock_note,
+    clock_read,
     ring_phase,
     sm90_reason,
     swizzled_tile,
@@ -89,6 +94,10 @@ class HopperConfig(NamedTuple):
     pingpong: bool  # consumers take turns issuing their matmuls (PINGPONG, FA3 inter-warpgroup overlap)
     consumers: int  # consumer warpgroups of SPLIT_M query rows each (NUM_WG)
     persistent: bool  # one program per SM looping over query tiles, instead of one program per tile
+    # With overlap: P is rounded to PV's operand right after its tile's softmax (PV(j-1) done), not once S(j) is
+    # issued, so 16-bit P (not fp32) is what lives across the next S and PV(j-1) goes out without the conversion
+    # between it and the turn (CONVERT_EARLY; FlashAttention-4's sm90 forward converts at the step's end).
+    convert_early: bool = False
 
     @property
     def block_m(self) -> int:
@@ -199,7 +208,7 @@ def _tile(t, m_blocks, heads, seq_kv, bh, section, snake,
 
 
 @gluon.jit
-def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
+def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake, CLOCK,
                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
                     CAUSAL: gl.constexpr, FP8: gl.constexpr):
     """One warp: for each query tile of this program, each consumer's Q rows (once the consumer
@@ -220,6 +229,9 @@ def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq
             mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(q_desc, [off_z, off_h, off_m + wg * SPLIT_M, 0], q_ready.index(wg),
                                             as_box(q_smem.index(wg), q_desc))
+        clock_mark(CLOCK, t, NUM_WG, 0, NUM_WG)
+        clock_note(CLOCK, t, NUM_WG, 3, clock_read("%globaltimer", CLOCK), NUM_WG)
+        clock_note(CLOCK, t, NUM_WG, 4, clock_read("%smid", CLOCK), NUM_WG)
         for j in range(n_tiles):
             c = count + j
             slot = c % STAGES
@@ -236,6 +248,8 @@ def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq
             else:
                 tma.async_copy_global_to_shared(v_desc, [off_z, off_hk, j * BLOCK_N, 0], v_ready.index(slot),
                                                 as_box(v_smem.index(slot), v_desc))
+        clock_mark(CLOCK, t, NUM_WG, 1, NUM_WG)
+        clock_note(CLOCK, t, NUM_WG, 2, n_tiles.to(gl.int64), NUM_WG)
         count += n_tiles
         done += 1
 
@@ -319,9 +333,10 @@ def _pass_turn(turns, WG: gl.constexpr, NUM_WG: gl.constexpr, PINGPONG: gl.const
 
 @gluon.jit
 def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads, group, seq_q, seq_kv,
-                        section, snake, qk_scale, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-                        STAGES: gl.constexpr, SPLIT_M: gl.constexpr, CAUSAL: gl.constexpr,
-                        OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr, FP8: gl.constexpr):
+                        section, snake, qk_scale, CLOCK, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
+                        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr, CAUSAL: gl.constexpr,
+                        OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr, FP8: gl.constexpr,
+                        CONVERT_EARLY: gl.constexpr):
     """One warpgroup: for each query tile of this program, rows off_m + WG·64 ... + 63 against
     every key tile, then O and the logsumexp of those rows. With ``FP8`` (e4m3 Q, K, V and an fp32
     descale per (batch, head) each, ``descales``) Q's and K's descales fold into the exp2 scale and V's
@@ -363,7 +378,9 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
         acc = gl.zeros([SPLIT_M, HEAD_DIM], gl.float32, o_layout)
         m_i = gl.full([SPLIT_M], float("-inf"), gl.float32, row_layout)
         l_i = gl.zeros([SPLIT_M], gl.float32, row_layout)
+        clock_mark(CLOCK, t, WG, 0, NUM_WG)
         mbarrier.wait(q_ready.index(WG), ring_phase(done, 1))
+        clock_mark(CLOCK, t, WG, 1, NUM_WG)
         if OVERLAP:
             # Key tile 0 alone; then each round issues S(j) and PV(j-1) before the softmax of S(j).
             _take_turn(turns, count, WG, PINGPONG)
@@ -373,13 +390,16 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
             mbarrier.arrive(k_empty.index(count % STAGES), count=1)
             p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, 0, n_full, offs_n, rows, seq_kv, scale,
                                                  BLOCK_N, CAUSAL)
+            if CONVERT_EARLY:
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
             for j in range(1, n_tiles):
                 c = count + j
                 prev = (c - 1) % STAGES
                 _take_turn(turns, c, WG, PINGPONG)
                 s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
                 mbarrier.wait(v_ready.index(prev), ring_phase(c - 1, STAGES))
-                p_op = gl.convert_layout(p.to(dtype), p_layout)
+                if not CONVERT_EARLY:
+                    p_op = gl.convert_layout(p.to(dtype), p_layout)
                 acc = warpgroup_mma(p_op, _pv_operand(v_smem, prev, FP8), acc, is_async=True)
                 _pass_turn(turns, WG, NUM_WG, PINGPONG)
                 s = warpgroup_mma_wait(1, deps=(s,))  # S(j) done; PV(j-1) may still run
@@ -389,10 +409,13 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
                 acc = _pv_wait(acc, p_op, FP8)
                 mbarrier.arrive(v_empty.index(prev), count=1)
                 acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+                if CONVERT_EARLY:
+                    p_op = gl.convert_layout(p.to(dtype), p_layout)
             mbarrier.arrive(q_empty.index(WG), count=1)  # every S of this tile is done
             c = count + n_tiles - 1
             mbarrier.wait(v_ready.index(c % STAGES), ring_phase(c, STAGES))
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            if not CONVERT_EARLY:
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
             acc = warpgroup_mma(p_op, _pv_operand(v_smem, c % STAGES, FP8), acc, is_async=True)
             acc = _pv_wait(acc, p_op, FP8)
             mbarrier.arrive(v_empty.index(c % STAGES), count=1)
@@ -416,6 +439,7 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
                 mbarrier.arrive(v_empty.index(slot), count=1)
             mbarrier.arrive(q_empty.index(WG), count=1)
 
+        clock_mark(CLOCK, t, WG, 2, NUM_WG)
         # Epilogue: O = acc / l and the natural-log logsumexp, rows past seq_q not stored. The
         # loader is already bringing the next tile's Q and K/V meanwhile.
         l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
@@ -430,6 +454,7 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
         gl.store(o_ptrs, o, mask=(o_rows < seq_q)[:, None])
         lse = (m_i + gl.log2(l_i)) * LN2_C
         gl.store(LSE + (off_z * heads + off_h).to(gl.int64) * seq_q + rows, lse, mask=rows < seq_q)
+        clock_mark(CLOCK, t, WG, 3, NUM_WG)
         count += n_tiles
         done += 1
 
@@ -438,13 +463,14 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
 # runs the same compiled kernel.
 @gluon.jit(do_not_specialize=["section", "snake"])
 def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om, LSE,
-                     Q_DESCALE, K_DESCALE, V_DESCALE, qk_scale, heads, group,
+                     Q_DESCALE, K_DESCALE, V_DESCALE, qk_scale, CLOCK, heads, group,
                      seq_q, seq_kv, m_blocks, total, section, snake,
                      HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
                      SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
-                     Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr, V_LAYOUT: gl.constexpr, FP8: gl.constexpr):
+                     Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr, V_LAYOUT: gl.constexpr, FP8: gl.constexpr,
+                     CONVERT_EARLY: gl.constexpr):
     """Program p takes query tiles p, p + programs, ... of the ``total`` = m_blocks · batch·heads
     in :func:`_tile`'s order (one each when the grid has a program per tile; persistent when it
     has one per SM). The descales are None unless ``FP8``."""
@@ -488,13 +514,15 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
         gl.warp_specialize(
             [
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
-                                       group, seq_q, seq_kv, section, snake, qk_scale, 0, HEAD_DIM, BLOCK_N, STAGES,
-                                       SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8)),
+                                       group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 0, HEAD_DIM, BLOCK_N,
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8,
+                                       CONVERT_EARLY)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
-                                       group, seq_q, seq_kv, section, snake, qk_scale, 1, HEAD_DIM, BLOCK_N, STAGES,
-                                       SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8)),
+                                       group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 1, HEAD_DIM, BLOCK_N,
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8,
+                                       CONVERT_EARLY)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
-                                   BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
+                                   CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
             ],
             [4, 1],
             [CONSUMER_REGS, LOADER_REGS],
@@ -503,16 +531,19 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
         gl.warp_specialize(
             [
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
-                                       group, seq_q, seq_kv, section, snake, qk_scale, 0, HEAD_DIM, BLOCK_N, STAGES,
-                                       SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8)),
+                                       group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 0, HEAD_DIM, BLOCK_N,
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8,
+                                       CONVERT_EARLY)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
-                                       group, seq_q, seq_kv, section, snake, qk_scale, 1, HEAD_DIM, BLOCK_N, STAGES,
-                                       SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8)),
+                                       group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 1, HEAD_DIM, BLOCK_N,
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8,
+                                       CONVERT_EARLY)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
-                                       group, seq_q, seq_kv, section, snake, qk_scale, 2, HEAD_DIM, BLOCK_N, STAGES,
-                                       SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8)),
+                                       group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 2, HEAD_DIM, BLOCK_N,
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8,
+                                       CONVERT_EARLY)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
-                                   BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
+                                   CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
             ],
             [4, 4, 1],
             [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS],
@@ -530,12 +561,21 @@ def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_n: int)
     return tensor_descriptor(q, SPLIT_M), tensor_descriptor(k, block_n), v_desc
 
 
+# The events of a query tile in :func:`hopper_forward`'s ``clock`` buffer (kernels.hopper_common.CLOCK_EVENTS of them).
+# Per consumer, the SM's cycle counter (%clock64) at 0 the tile's start, 1 after its Q wait, 2 after its last PV, 3
+# after its O and logsumexp stores are issued. Per loader (the last row): 0 the cycle counter after its Q copies are
+# issued (once every consumer was done with its last Q), 1 after its last K/V copy is issued, 2 the key tiles, 3 the
+# global timer (%globaltimer, ns) beside event 0, 4 the SM (%smid). 5 is unused. The same rows as the backward's.
+CLOCK_MARKS = ("start", "after Q", "after the last PV", "after O")
+
+
 def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
                    config: HopperConfig | None = None,
                    schedule: tile_schedule.Schedule | None = None,
                    layout: tuple | None = None,
                    descales: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-                   out_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   out_dtype: torch.dtype | None = None,
+                   clock: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The Gluon forward on inputs :func:`unsupported_reason` (or, in fp8, :func:`fp8_reason`) accepts.
     Returns o (B, H, Nq, D) in q's dtype (for fp8 ``out_dtype``, bf16 by default) and lse (B, H, Nq)
     fp32, natural log, as kernels.flash_fwd.flash_attention_forward. ``config`` overrides :data:`CONFIGS`
@@ -543,10 +583,18 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     sweeps). ``layout``: q, k, v's _launch.layout_key, where the caller has it; with the defaults, a call
     of a layout seen before reuses its launch plan and compiled kernel (:data:`_LAUNCHES`), leaving out
     most of the host time of a launch. ``descales``: fp8's (q_descale (B, H), k_descale (B, H_kv),
-    v_descale (B, H_kv)), fp32 and contiguous, as kernels.flash_fwd_fp8.flash_attention_fp8 takes them."""
+    v_descale (B, H_kv)), fp32 and contiguous, as kernels.flash_fwd_fp8.flash_attention_fp8 takes them.
+    ``clock``, an int64 tensor of (query tiles, consumers + 1, CLOCK_EVENTS) (query tiles: cdiv(Nq, BLOCK_M) · B · H),
+    compiles a kernel that fills it with each tile's cycle counts (:data:`CLOCK_MARKS`;
+    scripts/perf_experiments/gluon_fwd_clock.py reads them)."""
     fp8 = q.dtype == FP8
     if fp8 != (descales is not None):
         raise ValueError("hopper_forward takes descales with e4m3 inputs, and only with them")
+    if clock is not None:
+        batch, heads, seq_q, head_dim = q.shape
+        config = config or (FP8_CONFIGS[head_dim, bool(causal)] if fp8 else default_config(head_dim, causal, seq_q))
+        check_clock(clock, (triton.cdiv(seq_q, config.block_m) * batch * heads, config.consumers + 1, CLOCK_EVENTS),
+                    q.device)
     layout = None if config is not None or schedule is not None or not _LAUNCHES.enabled else (
         layout_key(q, k, v, *descales) if fp8 else layout or layout_key(q, k, v))  # fp8: the descales' too
     out_dtype = (out_dtype or torch.bfloat16) if fp8 else None
@@ -562,7 +610,7 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     q_desc, k_desc, v_desc = descriptors(q, k, v, block_n)
     _LAUNCHES(key, grid, (q_desc, k_desc, v_desc, o, *o.stride()[:3], lse, *(descales or (None, None, None)),
-                          scale * LOG2E, *ints), constexprs, num_warps=4)
+                          scale * LOG2E, clock, *ints), constexprs, num_warps=4)
     return o, lse
 
 
@@ -596,7 +644,7 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
         CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
         Q_LAYOUT=tile_layout(SPLIT_M, head_dim, q.dtype), KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype),
         V_LAYOUT=(tile_layout(head_dim, config.block_n, q.dtype) if fp8
-                  else tile_layout(config.block_n, head_dim, q.dtype)), FP8=fp8)
+                  else tile_layout(config.block_n, head_dim, q.dtype)), FP8=fp8, CONVERT_EARLY=config.convert_early)
     ints = (heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total, schedule.section, int(schedule.snake))
     return _Plan((programs,), ints, constexprs, config.block_n)
 

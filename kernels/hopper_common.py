@@ -1,6 +1,7 @@
 """What the Gluon Hopper kernels share: the checks that pick them, their TMA descriptors and shared layouts,
 and the small Gluon functions both the forward (kernels/flash_fwd_hopper.py) and the backward
-(kernels/flash_bwd_hopper.py) call: the ring's mbarrier phase, the tile order, a tile seen as a TMA box."""
+(kernels/flash_bwd_hopper.py) call: the ring's mbarrier phase, the tile order, a tile seen as a TMA box, and the
+clock marks a probe's compile writes (:func:`clock_mark`)."""
 
 from __future__ import annotations
 
@@ -168,3 +169,48 @@ def as_box(smem, desc):
     be a whole tile, not a slice of a tile's rows: with rows wider than the 128-byte swizzle (head_dim
     128 in 16 bits) a tile lies in memory as column halves, and a row slice is not one contiguous box."""
     return smem._reinterpret(desc.dtype, desc.block_type.shape, desc.layout)
+
+
+# A clock buffer holds, per tile a program takes (a query tile in the forward, a key block in the backward), per warp
+# role (each consumer, then the loader), CLOCK_EVENTS int64 marks: what each event is, each kernel says above its
+# hopper_* function. Probes pass one (scripts/perf_experiments/gluon_bwd_clock.py, gluon_fwd_clock.py); elsewhere
+# CLOCK is a constexpr None, and the kernel compiles to the PTX it has without marks.
+CLOCK_EVENTS = 6
+
+
+@gluon.jit
+def clock_note(CLOCK, t, who, event, value, NUM_WG: gl.constexpr):
+    """``value`` into event ``event`` of warp role ``who`` (a consumer, or NUM_WG for the loader) of tile t, where
+    there is a CLOCK buffer (a probe's compile only; else CLOCK is a constexpr None and nothing is written)."""
+    if CLOCK is not None:
+        gl.store(CLOCK + (t.to(gl.int64) * (NUM_WG + 1) + who) * 6 + event, value)  # 6: CLOCK_EVENTS
+
+
+@gluon.jit
+def clock_read(register: gl.constexpr, CLOCK):
+    """A special register (``%clock64``, ``%globaltimer`` or ``%smid``) as an int64 where there is a CLOCK buffer
+    (else 0)."""
+    value = 0
+    if CLOCK is not None:
+        if register == "%smid":
+            value = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32, is_pure=False,
+                                              pack=1).to(gl.int64)
+        else:
+            value = gl.inline_asm_elementwise("mov.u64 $0, " + register + ";", "=l", [], dtype=gl.int64,
+                                              is_pure=False, pack=1)
+    return value
+
+
+@gluon.jit
+def clock_mark(CLOCK, t, who, event, NUM_WG: gl.constexpr):
+    """``%clock64`` into event ``event`` of ``who`` for tile t (:func:`clock_note`)."""
+    clock_note(CLOCK, t, who, event, clock_read("%clock64", CLOCK), NUM_WG)
+
+
+def check_clock(clock: torch.Tensor, shape: tuple[int, ...], device: torch.device) -> None:
+    """Raise where a probe's ``clock`` buffer is not the contiguous int64 tensor of ``shape`` on ``device`` that
+    the kernel writes."""
+    if (clock.dtype != torch.int64 or tuple(clock.shape) != shape or not clock.is_contiguous()
+            or clock.device != device):
+        raise ValueError(f"clock is a {clock.dtype} tensor of {tuple(clock.shape)} on {clock.device}; these inputs "
+                         f"need a contiguous torch.int64 one of {shape} on {device}")

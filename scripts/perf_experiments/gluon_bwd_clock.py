@@ -33,10 +33,11 @@ from kernels import flash_bwd_hopper as HB
 from kernels.flash_fwd import flash_attention_forward
 
 
-def summarize(clock: torch.Tensor, kernel_ns: float, sms: int) -> dict:
+def summarize(clock: torch.Tensor, kernel_ns: float, sms: int, wait: str = "kv_wait") -> dict:
     """Shares and cycles of each part of the programs' time, from a filled ``clock`` buffer of (blocks,
-    consumers + 1, CLOCK_EVENTS) (layout in kernels/flash_bwd_hopper.py above CLOCK_EVENTS) and the main kernel's
-    time in ns on ``sms`` SMs."""
+    consumers + 1, CLOCK_EVENTS) (layout in kernels/flash_bwd_hopper.py above hopper_backward) and the main kernel's
+    time in ns on ``sms`` SMs. The forward's buffer (kernels/flash_fwd_hopper.py, CLOCK_MARKS) has the same rows, a
+    query tile for a block, its Q wait (``wait``: "q_wait") for the K/V wait and its O stores for the epilogue."""
     c = clock.to(torch.float64)
     consumers = c[:, :-1, :]
     loader = c[:, -1, :]
@@ -64,7 +65,7 @@ def summarize(clock: torch.Tensor, kernel_ns: float, sms: int) -> dict:
     rate = statistics.median(rates) if rates else float("nan")  # cycles per ns
     total = sms * kernel_ns * rate  # every SM's cycles for the kernel's time
     busy = float((end - start).sum())
-    parts = {"kv_wait": float(kv_wait.sum()), "steps": float(steps.sum()), "epilogue": float(epilogue.sum())}
+    parts = {wait: float(kv_wait.sum()), "steps": float(steps.sum()), "epilogue": float(epilogue.sum())}
     # A block's span less its consumers' mean parts: one consumer starting before or ending after the other.
     parts["skew"] = busy - sum(parts.values())
     parts["between"] = between  # one block's end to the next one's start on the same SM
@@ -74,7 +75,7 @@ def summarize(clock: torch.Tensor, kernel_ns: float, sms: int) -> dict:
         "blocks": blocks, "sms_used": int(sm.unique().numel()), "tiles_per_block": float(tiles.mean()),
         "clock_ghz": rate, "kernel_us": kernel_ns / 1e3,
         "share": {k: v / total for k, v in parts.items()},
-        "cycles_per_block": {"kv_wait": float(kv_wait.mean()), "steps": float(steps.mean()),
+        "cycles_per_block": {wait: float(kv_wait.mean()), "steps": float(steps.mean()),
                              "epilogue": float(epilogue.mean()), "between": between / max(gaps, 1),
                              "span": busy / blocks},
         "cycles_per_step": float((steps / tiles.clamp(min=1)).mean()),
@@ -85,26 +86,33 @@ def summarize(clock: torch.Tensor, kernel_ns: float, sms: int) -> dict:
     }
 
 
-def kernel_ns(fn) -> float:
-    """The main kernel's time (ns) in one call of ``fn``, from the torch profiler."""
+def kernel_ns(fn, kernel: str = "_attn_bwd_hopper") -> float:
+    """The time (ns) of ``kernel`` in one call of ``fn``, from the torch profiler."""
     fn()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    times = [e.device_time_total for e in prof.key_averages() if "_attn_bwd_hopper" in e.key]
+    times = [e.device_time_total for e in prof.key_averages() if kernel in e.key]
     return 1e3 * sum(times)
+
+
+def parse_variants(text: str) -> dict:
+    """``VARIANTS``, ``name,D,field=value,...;...``, as {name: (D, {field: int})}, the default first as
+    ("default": (None, {})); a name given twice stops the probe."""
+    variants = {"default": (None, {})}
+    for item in filter(None, text.split(";")):
+        name, dim, *fields = item.split(",")
+        if name in variants:
+            raise SystemExit(f"VARIANTS names {name!r} twice (or names the default): give each variant its own name")
+        variants[name] = (int(dim), {k: int(v) for k, v in (f.split("=") for f in fields)})
+    return variants
 
 
 def main() -> None:
     out = os.environ.get("OUT", "/tmp")
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, flush=True)
-    variants = {"default": (None, {})}
-    for item in filter(None, os.environ.get("VARIANTS", "").split(";")):
-        name, dim, *fields = item.split(",")
-        if name in variants:
-            raise SystemExit(f"VARIANTS names {name!r} twice (or names the default): give each variant its own name")
-        variants[name] = (int(dim), {k: int(v) for k, v in (f.split("=") for f in fields)})
+    variants = parse_variants(os.environ.get("VARIANTS", ""))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
     for D in (int(d) for d in os.environ.get("DIMS", "64,128").split(",")):
