@@ -7,8 +7,9 @@ Each variant is the default config of a shape (kernels.flash_fwd_hopper.default_
 (``name,D,field=value,...``, as gluon_bwd_clock.py's ``VARIANTS``); ``default`` is always there. Shapes: bf16, 32768
 tokens (D64 H32, D128 H16), as the issue-42 grid.
 
-- ``check``: every variant (the default only where there is none) against the fp64 oracle (kernels.reference.attention_oracle) on odd shapes:
-  N 1, N not a multiple of the tile, Nq != Nkv both ways, grouped heads, causal and not, fp16 and bf16.
+- ``check``: every variant (the default only where there is none) against the fp64 oracle
+  (kernels.reference.attention_oracle) on odd shapes: N 1, N not a multiple of the tile, Nq != Nkv both ways,
+  grouped heads, causal and not, fp16 and bf16.
 - ``clock``: each variant once with ``hopper_forward(..., clock=buffer)``: per query tile, each consumer's
   ``%clock64`` at the tile's start, after its Q wait, after its last PV and after its O stores (CLOCK_MARKS), and the
   loader's, with ``%globaltimer`` and ``%smid``; gluon_bwd_clock.summarize turns them into shares of the SMs' time
