@@ -74,7 +74,13 @@ from kernels.hopper_common import (
 try:  # Gluon's Hopper API as triton 3.6 ships it (kernels.hopper_common says why GLUON_IMPORT_ERROR is set)
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
 except ImportError:  # pragma: no cover - depends on the installed triton
     # The kernels below are still defined (their bodies are only read when compiled); unsupported_reason
     # returns GLUON_IMPORT_ERROR, so nothing launches them.
@@ -94,10 +100,9 @@ class HopperConfig(NamedTuple):
     pingpong: bool  # consumers take turns issuing their matmuls (PINGPONG, FA3 inter-warpgroup overlap)
     consumers: int  # consumer warpgroups of SPLIT_M query rows each (NUM_WG)
     persistent: bool  # one program per SM looping over query tiles, instead of one program per tile
-    # With overlap: P is rounded to PV's operand right after its tile's softmax (PV(j-1) done), not once S(j) is
-    # issued, so 16-bit P (not fp32) is what lives across the next S and PV(j-1) goes out without the conversion
-    # between it and the turn (CONVERT_EARLY; FlashAttention-4's sm90 forward converts at the step's end).
-    convert_early: bool = False
+    # O leaves through a shared-memory tile per consumer and one TMA store, rather than each thread's stores of its
+    # fragments (O_TMA; docs/perf-notes.md, "Gluon forward, round 16"). Not measured in fp8, whose configs leave it off.
+    o_tma: bool = False
 
     @property
     def block_m(self) -> int:
@@ -105,12 +110,16 @@ class HopperConfig(NamedTuple):
         return self.consumers * SPLIT_M
 
 
-# By (head_dim, causal); chosen by the H100 variants in docs/perf-notes.md ("Gluon forward").
+# By (head_dim, causal); chosen by the H100 variants in docs/perf-notes.md ("Gluon forward"; o_tma: round 16).
 CONFIGS = {
-    (64, False): HopperConfig(block_n=128, stages=2, overlap=False, pingpong=True, consumers=3, persistent=True),
-    (64, True): HopperConfig(block_n=128, stages=2, overlap=False, pingpong=False, consumers=3, persistent=False),
-    (128, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=False, consumers=2, persistent=True),
-    (128, True): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=False),
+    (64, False): HopperConfig(block_n=128, stages=2, overlap=False, pingpong=True, consumers=3, persistent=True,
+                              o_tma=True),
+    (64, True): HopperConfig(block_n=128, stages=2, overlap=False, pingpong=False, consumers=3, persistent=False,
+                             o_tma=True),
+    (128, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=False, consumers=2, persistent=True,
+                               o_tma=True),
+    (128, True): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=False,
+                              o_tma=True),
 }
 # fp8 (e4m3) by (head_dim, causal): three consumers taking turns, measured on the H100 (docs/perf-notes.md,
 # "FP8 forward", round 3: reports/perf-h100/fp8_probe_round3_gluon.jsonl and _round3b_gluon.jsonl). Without a
@@ -215,7 +224,7 @@ def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq
     is done with the previous ones), then K and V of each key tile into the ring. With ``FP8`` V's
     descriptor is over its (head_dim, keys) transpose, so a tile is the whole head_dim by BLOCK_N keys."""
     q_desc, k_desc, v_desc = descs
-    q_smem, k_smem, v_smem = bufs
+    q_smem, k_smem, v_smem, o_smem = bufs
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
 
     count = 0  # key tiles this program has loaded: the position in the ring
@@ -336,13 +345,13 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
                         section, snake, qk_scale, CLOCK, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr, CAUSAL: gl.constexpr,
                         OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr, FP8: gl.constexpr,
-                        CONVERT_EARLY: gl.constexpr):
+                        O_TMA: gl.constexpr):
     """One warpgroup: for each query tile of this program, rows off_m + WG·64 ... + 63 against
     every key tile, then O and the logsumexp of those rows. With ``FP8`` (e4m3 Q, K, V and an fp32
     descale per (batch, head) each, ``descales``) Q's and K's descales fold into the exp2 scale and V's
     into the epilogue, P is rounded to e4m3 for PV, and V's tiles are (head_dim, keys), keys contiguous,
     the K-major B operand an 8-bit wgmma needs (PTX ISA, wgmma.mma_async: only 16-bit types may be transposed)."""
-    q_smem, k_smem, v_smem = bufs
+    q_smem, k_smem, v_smem, o_smem = bufs
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
 
     dtype: gl.constexpr = q_smem.dtype
@@ -390,16 +399,13 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
             mbarrier.arrive(k_empty.index(count % STAGES), count=1)
             p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, 0, n_full, offs_n, rows, seq_kv, scale,
                                                  BLOCK_N, CAUSAL)
-            if CONVERT_EARLY:
-                p_op = gl.convert_layout(p.to(dtype), p_layout)
             for j in range(1, n_tiles):
                 c = count + j
                 prev = (c - 1) % STAGES
                 _take_turn(turns, c, WG, PINGPONG)
                 s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
                 mbarrier.wait(v_ready.index(prev), ring_phase(c - 1, STAGES))
-                if not CONVERT_EARLY:
-                    p_op = gl.convert_layout(p.to(dtype), p_layout)
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
                 acc = warpgroup_mma(p_op, _pv_operand(v_smem, prev, FP8), acc, is_async=True)
                 _pass_turn(turns, WG, NUM_WG, PINGPONG)
                 s = warpgroup_mma_wait(1, deps=(s,))  # S(j) done; PV(j-1) may still run
@@ -409,13 +415,10 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
                 acc = _pv_wait(acc, p_op, FP8)
                 mbarrier.arrive(v_empty.index(prev), count=1)
                 acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-                if CONVERT_EARLY:
-                    p_op = gl.convert_layout(p.to(dtype), p_layout)
             mbarrier.arrive(q_empty.index(WG), count=1)  # every S of this tile is done
             c = count + n_tiles - 1
             mbarrier.wait(v_ready.index(c % STAGES), ring_phase(c, STAGES))
-            if not CONVERT_EARLY:
-                p_op = gl.convert_layout(p.to(dtype), p_layout)
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
             acc = warpgroup_mma(p_op, _pv_operand(v_smem, c % STAGES, FP8), acc, is_async=True)
             acc = _pv_wait(acc, p_op, FP8)
             mbarrier.arrive(v_empty.index(c % STAGES), count=1)
@@ -444,19 +447,34 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
         # loader is already bringing the next tile's Q and K/V meanwhile.
         l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
         if FP8:
-            o = (acc * (gl.load(v_descale + kv_head) / l_o)[:, None]).to(O.dtype.element_ty)
+            o = acc * (gl.load(v_descale + kv_head) / l_o)[:, None]
         else:
-            o = (acc / l_o[:, None]).to(dtype)
-        o_rows = off_m + WG * SPLIT_M + gl.arange(0, SPLIT_M, layout=gl.SliceLayout(1, o_layout))
-        stride_oz, stride_oh, stride_om = o_strides
-        o_base = O + off_z.to(gl.int64) * stride_oz + off_h.to(gl.int64) * stride_oh
-        o_ptrs = o_base + o_rows.to(gl.int64)[:, None] * stride_om + offs_d[None, :]
-        gl.store(o_ptrs, o, mask=(o_rows < seq_q)[:, None])
+            # one reciprocal a row, not a division an element (64 a thread at head_dim 128, each an SFU op)
+            o = acc * (1.0 / l_o)[:, None]
+        if O_TMA:
+            # Into this consumer's staging tile once its last TMA store has read it, then one TMA store; TMA drops
+            # rows past seq_q.
+            o_buf = o_smem.index(WG)
+            tma.store_wait(0)
+            gl.thread_barrier()
+            o_buf.store(o.to(o_buf.dtype))
+            fence_async_shared()
+            gl.thread_barrier()
+            tma.async_copy_shared_to_global(O, [off_z, off_h, off_m + WG * SPLIT_M, 0], as_box(o_buf, O))
+        else:
+            o = o.to(O.dtype.element_ty)
+            o_rows = off_m + WG * SPLIT_M + gl.arange(0, SPLIT_M, layout=gl.SliceLayout(1, o_layout))
+            stride_oz, stride_oh, stride_om = o_strides
+            o_base = O + off_z.to(gl.int64) * stride_oz + off_h.to(gl.int64) * stride_oh
+            o_ptrs = o_base + o_rows.to(gl.int64)[:, None] * stride_om + offs_d[None, :]
+            gl.store(o_ptrs, o, mask=(o_rows < seq_q)[:, None])
         lse = (m_i + gl.log2(l_i)) * LN2_C
         gl.store(LSE + (off_z * heads + off_h).to(gl.int64) * seq_q + rows, lse, mask=rows < seq_q)
         clock_mark(CLOCK, t, WG, 3, NUM_WG)
         count += n_tiles
         done += 1
+    if O_TMA:
+        tma.store_wait(0)  # the last O store has read its tile before the program's shared memory goes
 
 
 # section and snake are not specialised (Triton would make a 1 a constant), so every schedule
@@ -470,7 +488,7 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
                      SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
                      Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr, V_LAYOUT: gl.constexpr, FP8: gl.constexpr,
-                     CONVERT_EARLY: gl.constexpr):
+                     O_TMA: gl.constexpr, O_LAYOUT: gl.constexpr):
     """Program p takes query tiles p, p + programs, ... of the ``total`` = m_blocks · batch·heads
     in :func:`_tile`'s order (one each when the grid has a program per tile; persistent when it
     has one per SM). The descales are None unless ``FP8``."""
@@ -483,6 +501,10 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, HEAD_DIM, BLOCK_N], V_LAYOUT)
     else:
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], V_LAYOUT)
+    if O_TMA:  # O is a descriptor of (1, 1, SPLIT_M, HEAD_DIM) boxes; O_LAYOUT their swizzle, 2-D
+        o_smem = gl.allocate_shared_memory(O.dtype, [NUM_WG, SPLIT_M, HEAD_DIM], O_LAYOUT)
+    else:  # not used
+        o_smem = q_smem
     q_ready = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
     turns = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
@@ -507,7 +529,7 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
     # tuples (`shared + (wg,) + consts` fails to compile) nor hold a JIT function in a tuple variable.
     descs = (q_desc, k_desc, v_desc)
     o_strides = (stride_oz, stride_oh, stride_om)
-    bufs = (q_smem, k_smem, v_smem)
+    bufs = (q_smem, k_smem, v_smem, o_smem)
     bars = (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty)
     descales = (Q_DESCALE, K_DESCALE, V_DESCALE)
     if NUM_WG == 2:
@@ -515,12 +537,10 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
             [
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 0, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8,
-                                       CONVERT_EARLY)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 1, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8,
-                                       CONVERT_EARLY)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
                                    CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
             ],
@@ -532,16 +552,13 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
             [
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 0, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8,
-                                       CONVERT_EARLY)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 1, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8,
-                                       CONVERT_EARLY)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 2, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8,
-                                       CONVERT_EARLY)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
                                    CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
             ],
@@ -602,14 +619,15 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     key = None if layout is None else (layout, bool(causal), out_dtype)
     plan = _PLANS.get(key) if key is not None else None
     if plan is None:
-        plan = _launch_plan(q, k, v, causal, config, schedule)
+        plan = _launch_plan(q, k, v, causal, config, schedule, out_dtype)
         if key is not None:
             _PLANS.keep(key, plan)
     grid, ints, constexprs, block_n = plan
     o = empty_in_layout(q, out_dtype)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     q_desc, k_desc, v_desc = descriptors(q, k, v, block_n)
-    _LAUNCHES(key, grid, (q_desc, k_desc, v_desc, o, *o.stride()[:3], lse, *(descales or (None, None, None)),
+    o_arg = tensor_descriptor(o, SPLIT_M) if constexprs["O_TMA"] else o  # O_TMA: its (1, 1, SPLIT_M, D) boxes
+    _LAUNCHES(key, grid, (q_desc, k_desc, v_desc, o_arg, *o.stride()[:3], lse, *(descales or (None, None, None)),
                           scale * LOG2E, clock, *ints), constexprs, num_warps=4)
     return o, lse
 
@@ -622,8 +640,9 @@ class _Plan(NamedTuple):
 
 
 def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, config: HopperConfig | None,
-                 schedule: tile_schedule.Schedule | None) -> _Plan:
-    """What a launch at this layout takes besides the data: the grid, the int arguments and the constexprs."""
+                 schedule: tile_schedule.Schedule | None, out_dtype: torch.dtype | None) -> _Plan:
+    """What a launch at this layout takes besides the data (O's dtype ``out_dtype``, or q's where None): the grid,
+    the int arguments and the constexprs."""
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     fp8 = q.dtype == FP8
@@ -644,7 +663,8 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
         CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs,
         Q_LAYOUT=tile_layout(SPLIT_M, head_dim, q.dtype), KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype),
         V_LAYOUT=(tile_layout(head_dim, config.block_n, q.dtype) if fp8
-                  else tile_layout(config.block_n, head_dim, q.dtype)), FP8=fp8, CONVERT_EARLY=config.convert_early)
+                  else tile_layout(config.block_n, head_dim, q.dtype)), FP8=fp8, O_TMA=config.o_tma,
+        O_LAYOUT=tile_layout(SPLIT_M, head_dim, out_dtype or q.dtype) if config.o_tma else None)
     ints = (heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total, schedule.section, int(schedule.snake))
     return _Plan((programs,), ints, constexprs, config.block_n)
 

@@ -5,6 +5,7 @@ interpreter cannot run Gluon."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -449,6 +450,16 @@ def test_clock_buffers_are_checked_before_a_launch():
     for clock in (torch.zeros(2, 3, 5, dtype=torch.int64), torch.zeros(2, 3, 6, dtype=torch.int32)):
         with pytest.raises(ValueError, match=r"these inputs need a contiguous torch.int64 one of \(2, 3, 6\) on cpu"):
             bwd_hopper.hopper_backward(q, q, q, q, q, lse, False, 64 ** -0.5, clock=clock)
+
+
+def test_forward_clock_buffers_are_checked_before_a_launch():
+    """The forward's clock buffer: cdiv(16, 192) query tiles x 1 batch x 2 heads at head_dim 64 (three consumers and
+    the loader), CLOCK_EVENTS; cdiv(16, 128) x 2 at head_dim 128 (two consumers)."""
+    for head_dim, shape in ((64, (2, 4, 6)), (128, (2, 3, 6))):
+        q = torch.zeros(1, 2, 16, head_dim, dtype=torch.bfloat16)
+        wrong = torch.zeros(shape[0], shape[1], 5, dtype=torch.int64)
+        with pytest.raises(ValueError, match=re.escape(f"these inputs need a contiguous torch.int64 one of {shape}")):
+            hopper.hopper_forward(q, q, q, False, head_dim ** -0.5, clock=wrong)
 
 
 def test_clock_summary_splits_each_sm_s_time_into_its_parts():

@@ -218,6 +218,9 @@ GLUON_VARIANTS = [
     HopperConfig(block_n=64, stages=2, overlap=True, pingpong=True, consumers=3, persistent=True),
     HopperConfig(block_n=128, stages=2, overlap=False, pingpong=True, consumers=3, persistent=False),
     HopperConfig(block_n=128, stages=2, overlap=False, pingpong=False, consumers=3, persistent=True),
+    # O through a staging tile and a TMA store (round 16's default), one program per tile and persistent
+    HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=True, o_tma=True),
+    HopperConfig(block_n=128, stages=2, overlap=False, pingpong=False, consumers=3, persistent=False, o_tma=True),
 ]
 
 
@@ -236,6 +239,28 @@ def test_gluon_variants_match_oracle(head_dim, config):
     ref = attention_oracle(q, k_full, v_full, causal=True)
     naive_err = relative_error(naive_attention(q, k_full, v_full, causal=True), ref)
     assert relative_error(o, ref) <= 2 * naive_err + FLOOR[torch.bfloat16]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("seq", [1000, 4099])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gluon_forward_writes_a_bshd_view_by_tma(head_dim, seq, causal):
+    """q, k, v as BSHD views (transformers' layout): the default forward's O, stored by TMA on O's own strides,
+    comes back as a BSHD view too, with the oracle's values: a box past a sequence's end that wrote its rows would
+    land on the next batch's, whose values are checked."""
+    from kernels.flash_fwd_hopper import default_config, hopper_forward
+
+    _needs_sm90()
+    assert default_config(head_dim, causal, seq).o_tma
+    q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in _inputs(2, 4, seq, seq, head_dim,
+                                                                               torch.bfloat16, kv_heads=2))
+    o, lse = hopper_forward(q, k, v, causal, head_dim ** -0.5)
+    assert o.transpose(1, 2).is_contiguous()
+    k_full, v_full = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    ref, ref_lse = attention_oracle(q, k_full, v_full, causal=causal, return_lse=True)
+    naive_err = relative_error(naive_attention(q, k_full, v_full, causal=causal), ref)
+    assert relative_error(o, ref) <= 2 * naive_err + FLOOR[torch.bfloat16]
+    assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-3
 
 
 def test_gluon_path_falls_back_to_the_portable_kernel(monkeypatch):
