@@ -13,6 +13,7 @@ import dataclasses
 import math
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,6 +28,8 @@ from profiler.cli import main
 from profiler.measure.runner import run_case
 from profiler.registry import REGISTRY
 from profiler.store import Capture, load_capture
+
+ROOT = Path(__file__).resolve().parents[1]
 
 FP16_ROUNDING = 2.0**-11  # unit roundoff of fp16: the stand-in's fp64 result rounded once to the input dtype
 MISSING = ("fa4 needs the flash-attn-4 package (pip install 'attention-roofline[fa4]'): "
@@ -286,32 +289,55 @@ def test_shipped_h100_capture_holds_every_shape_and_the_results_page_quotes_it()
     assert f"causal head_dim 128 to {span(causal128)} cuDNN in `reports/fa4-peers-h100`" in readme
 
 
-def test_shipped_h100_backward_grid_and_the_results_page_quotes_it():
-    """reports/fa4-peers-h100-bwd: the backward half of the grid again, after a key block's dK and dV took TMA stores
-    where it walks at most 4096 query rows (docs/perf-notes.md, round 15), plus 8 shapes with Llama-3-8B's grouped
-    heads: every row ok, ours on the Gluon backward, the kernels those of the commit that made that change in each of
-    its three runs; docs/results.md's figures are its own."""
-    from pathlib import Path
-
-    from profiler.store import load_capture
-
-    root = Path(__file__).resolve().parents[1]
-    meta, frame = load_capture(root / "reports" / "fa4-peers-h100-bwd")
+def _grid_of_40(folder: str, mode: str, kernels: str):
+    """A peers capture of issue 42's 40 shapes (the 32 of the grid and 8 with Llama-3-8B's grouped heads), all in one
+    mode: every row ok, ours on the Gluon kernels but where a path says otherwise, each of its three runs on the
+    kernels hashed ``kernels`` (profiler.measure.meta.sources_sha256 at the commit named in its note). Returns its
+    meta, our rows, and the times by shape, one column per implementation."""
+    meta, frame = load_capture(ROOT / "reports" / folder)
     assert meta["device"] == "NVIDIA H100 80GB HBM3"
     totals = frame[frame.step == "total"]
-    assert (totals.status == "ok").all() and len(totals) == 3 * 40 and set(totals["mode"]) == {"bwd"}
-    assert set(totals[totals.impl == "triton_flash"].path) == {"gluon-ws"}
+    assert (totals.status == "ok").all() and len(totals) == 3 * 40 and set(totals["mode"]) == {mode}
     times = totals.pivot_table(index=["dtype", "head_dim", "causal", "batch", "heads", "kv_heads", "seq_q"],
                                columns="impl", values="time_ms")
     assert len(times) == 40
     grouped = times.index.get_level_values("kv_heads") != times.index.get_level_values("heads")
     assert grouped.sum() == 8 and set(times[grouped].index.get_level_values("seq_q")) == {4096, 16384}
+    assert meta["kernels_sha256"] == kernels
+    assert [run["kernels_sha256"] for run in meta["earlier_runs"]] == [kernels, kernels]
+    return meta, totals[totals.impl == "triton_flash"], times
+
+
+def test_shipped_h100_backward_grid_and_the_results_page_quotes_it():
+    """reports/fa4-peers-h100-bwd: the backward half of the grid again, after a key block's dK and dV took TMA stores
+    where it walks at most 4096 query rows (docs/perf-notes.md, round 15), plus 8 shapes with Llama-3-8B's grouped
+    heads, on the kernels of 7301d23; docs/results.md's figures are its own."""
+    _, ours, times = _grid_of_40("fa4-peers-h100-bwd", "bwd",
+                                 "de00362e2bd1e04a29811dc22a0d47a09d9ba8bcfc7892b403b5dd788215ac51")
+    assert set(ours.path) == {"gluon-ws"}
     cudnn, fa4 = times.sdpa_cudnn / times.triton_flash, times.fa4 / times.triton_flash
-    readme = (root / "docs" / "results.md").read_text().replace("\n", " ")
+    readme = (ROOT / "docs" / "results.md").read_text().replace("\n", " ")
     assert (f"our backward runs at {fa4.min():.2f}x to {fa4.max():.2f}x FA4 (at or above it on {(fa4 >= 1).sum()} of "
             f"40 shapes, the lowest {fa4.min():.4f}x) and {cudnn.min():.2f}x to {cudnn.max():.2f}x cuDNN, at or above "
             f"cuDNN on {(cudnn >= 1).sum()} of 40 shapes and at or above 0.90x FA4 on {(fa4 >= 0.9).sum()}") in readme
-    # commit 7301d23's kernels (profiler.measure.meta.sources_sha256 there): each of the three runs recorded it
-    kernels = "de00362e2bd1e04a29811dc22a0d47a09d9ba8bcfc7892b403b5dd788215ac51"
-    assert meta["kernels_sha256"] == kernels
-    assert [run["kernels_sha256"] for run in meta["earlier_runs"]] == [kernels, kernels]
+
+
+def test_shipped_h100_forward_grid_and_the_results_page_quotes_it():
+    """reports/fa4-peers-h100-fwd: the forward over the same 40 shapes after O left by TMA stores (docs/perf-notes.md,
+    "Gluon forward, round 16"), on the kernels of cf0d7bf: ours on the Gluon forward but at causal head_dim 64 with
+    N <= 4096 (the portable kernel, PORTABLE_UP_TO); docs/results.md's figures are its own."""
+    _, ours, times = _grid_of_40("fa4-peers-h100-fwd", "fwd",
+                                 "7029c777f1f60696a6b7b41dfd3e2a5d040f83ec97381ea5d5896a82f154ec38")
+    tiled = ours[ours.path == "tiled"]
+    assert set(ours.path) == {"gluon-ws", "tiled"} and len(tiled) == 4
+    assert tiled.causal.all() and set(tiled.head_dim) == {64} and set(tiled.seq_q) == {2048, 4096}
+    cudnn, fa4 = times.sdpa_cudnn / times.triton_flash, times.fa4 / times.triton_flash
+    below = cudnn[cudnn < 1].index.to_frame()
+    assert set(zip(below.head_dim, below.causal, below.seq_q)) == {(64, True, 2048), (64, True, 4096)}
+    readme = (ROOT / "docs" / "results.md").read_text().replace("\n", " ")
+    assert (f"our forward runs at {fa4.min():.2f}x to {fa4.max():.2f}x FA4 (at or above 0.97x on {(fa4 >= 0.97).sum()} "
+            f"of 40 shapes, at or above it on {(fa4 >= 1).sum()}) and {cudnn.min():.2f}x to {cudnn.max():.2f}x cuDNN "
+            f"(at or above it on {(cudnn >= 1).sum()}; the {(cudnn < 1).sum()} below are causal head_dim 64 at N 2048 "
+            "and 4096, on the portable kernel)") in readme
+    peer = times.sdpa_cudnn / times.fa4
+    assert f"where FA4 runs at {peer.min():.2f}x to {peer.max():.2f}x cuDNN" in readme
