@@ -26,13 +26,17 @@ did not get there on triton 3.6):
   inter-warpgroup overlap).
 - P goes from the S accumulator's registers straight into the PV wgmma as its A operand; it never
   touches shared memory.
+- The epilogue (``o_tma``, the 16-bit default): each consumer scales O by one reciprocal of its row sums, writes it
+  into its own shared-memory tile and sends it with one TMA store, which the next tile's epilogue waits for before
+  it writes the tile again; without it, each thread stores its own fragments.
 
 Inputs: fp16 or bf16, head_dim 64 or 128, BHSD tensors in any memory layout a TMA descriptor can
 read (:func:`tma_layout_reason`: contiguous BHSD, the BSHD storage transformers and flash-attn
 pass as a BHSD view, slices of a packed QKV projection), any Nq, Nkv, grouped-query heads, causal
 top-left aligned as SDPA's ``is_causal``. The descriptors are 4-D, on the tensors' own strides, so
 a tile never reads across a sequence, head or batch: rows of a ragged last block are TMA's zero
-fill, their scores masked and their outputs never stored. O is written in q's memory order. Everything else takes
+fill, their scores masked and their outputs never stored (TMA drops a stored box's rows past the end). O is written
+in q's memory order, through a descriptor on its own strides. Everything else takes
 kernels.flash_fwd's portable kernel (see :func:`unsupported_reason`). The interpreter cannot run
 Gluon, so the CPU tests run the portable kernel; tests/gpu runs this one against the fp64 oracle.
 
