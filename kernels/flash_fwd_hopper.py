@@ -26,9 +26,9 @@ did not get there on triton 3.6):
   inter-warpgroup overlap).
 - P goes from the S accumulator's registers straight into the PV wgmma as its A operand; it never
   touches shared memory.
-- The epilogue (``o_tma``, the 16-bit default): each consumer scales O by one reciprocal of its row sums, writes it
-  into its own shared-memory tile and sends it with one TMA store, which the next tile's epilogue waits for before
-  it writes the tile again; without it, each thread stores its own fragments.
+- The epilogue: each consumer scales O by one reciprocal of its row sums; with ``o_tma`` (the 16-bit default) it
+  writes O into its own shared-memory tile and sends it with one TMA store, which the next tile's epilogue waits for
+  before it writes the tile again; without it (fp8), each thread stores its own fragments.
 
 Inputs: fp16 or bf16, head_dim 64 or 128, BHSD tensors in any memory layout a TMA descriptor can
 read (:func:`tma_layout_reason`: contiguous BHSD, the BSHD storage transformers and flash-attn
@@ -447,7 +447,7 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
             mbarrier.arrive(q_empty.index(WG), count=1)
 
         clock_mark(CLOCK, t, WG, 2, NUM_WG)
-        # Epilogue: O = acc / l and the natural-log logsumexp, rows past seq_q not stored. The
+        # Epilogue: O = acc · (1 / l) and the natural-log logsumexp, rows past seq_q not stored. The
         # loader is already bringing the next tile's Q and K/V meanwhile.
         l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
         if FP8:
@@ -611,6 +611,8 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     fp8 = q.dtype == FP8
     if fp8 != (descales is not None):
         raise ValueError("hopper_forward takes descales with e4m3 inputs, and only with them")
+    if fp8 and config is not None and config.o_tma:
+        raise ValueError("o_tma has not run with e4m3 inputs (FP8_CONFIGS leave it off): give a config without it")
     if clock is not None:
         batch, heads, seq_q, head_dim = q.shape
         config = config or (FP8_CONFIGS[head_dim, bool(causal)] if fp8 else default_config(head_dim, causal, seq_q))

@@ -452,6 +452,19 @@ def test_clock_buffers_are_checked_before_a_launch():
             bwd_hopper.hopper_backward(q, q, q, q, q, lse, False, 64 ** -0.5, clock=clock)
 
 
+def test_o_by_tma_is_the_16_bit_default_and_refused_in_fp8():
+    """Round 16's epilogue (O through a staging tile and a TMA store) in every 16-bit default and none of fp8's, where
+    it never ran: an fp8 call that asks for it is refused before a launch."""
+    assert all(config.o_tma for config in hopper.CONFIGS.values())
+    assert all(hopper.default_config(d, c, n).o_tma for d in (64, 128) for c in (False, True) for n in (1, 2048, 16384))
+    assert not any(config.o_tma for config in hopper.FP8_CONFIGS.values())
+    q = torch.zeros(1, 2, 16, 128).to(hopper.FP8)
+    descales = (torch.ones(1, 2), torch.ones(1, 2), torch.ones(1, 2))
+    with pytest.raises(ValueError, match="o_tma has not run with e4m3 inputs"):
+        hopper.hopper_forward(q, q, q, False, 128 ** -0.5, hopper.FP8_CONFIGS[128, False]._replace(o_tma=True),
+                              descales=descales)
+
+
 def test_forward_clock_buffers_are_checked_before_a_launch():
     """The forward's clock buffer: cdiv(16, 192) query tiles x 1 batch x 2 heads at head_dim 64 (three consumers and
     the loader), CLOCK_EVENTS; cdiv(16, 128) x 2 at head_dim 128 (two consumers)."""

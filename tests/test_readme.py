@@ -65,20 +65,19 @@ def test_the_backward_row_says_where_its_rounded_minimum_stands():
 
 
 def test_the_forward_line_counts_the_shapes_at_its_targets():
-    """Under the table: how many forward shapes reach 0.97x FA4 and 1.00x cuDNN, and that those below cuDNN are the
-    ones the portable kernel runs (their path column says 'tiled'), all from fa4-peers-h100-fwd."""
+    """Under the table: how many forward shapes reach 0.97x FA4 and 1.00x cuDNN (issue 42's targets, not met while a
+    shape misses either), and which four miss cuDNN, from fa4-peers-h100-fwd (tests/test_fa4.py checks that the
+    portable kernel ran those)."""
     _, times = peer_times("fa4-peers-h100-fwd", "fwd")
     fa4, cudnn = times.fa4 / times.triton_flash, times.sdpa_cudnn / times.triton_flash
+    assert (fa4 < 0.97).any() or (cudnn < 1).any()
     text = " ".join(README.read_text().split())
-    assert (f"Our forward is at or above 0.97x FA4 (issue 42's target) on {(fa4 >= 0.97).sum()} of the {len(fa4)} "
-            f"shapes and at or above cuDNN on {(cudnn >= 1).sum()}: the four below cuDNN are causal head_dim 64 at "
-            "N 2k and 4k, where our portable Triton kernel runs") in text
+    assert (f"Our forward is at or above 0.97x FA4 on {(fa4 >= 0.97).sum()} of the {len(fa4)} shapes and at or above "
+            f"cuDNN on {(cudnn >= 1).sum()}, so issue 42's forward target (both, on every shape) is not met: the four "
+            "below cuDNN are causal head_dim 64 at N 2k and 4k") in text
     below = cudnn[cudnn < 1].index.to_frame()
     assert len(below) == 4 and set(below.head_dim) == {64} and set(below.causal) == {True}
     assert set(below.seq_q) == {2048, 4096}
-    _, frame = load_capture(REPORTS / "fa4-peers-h100-fwd")
-    ours = frame[(frame.impl == "triton_flash") & (frame.head_dim == 64) & frame.causal & (frame.seq_q <= 4096)]
-    assert len(ours) == 4 and set(ours.path) == {"tiled"}
 
 
 @pytest.mark.parametrize("regime, folder, gpu, seq_q", [

@@ -8,7 +8,7 @@ default, then each of ``VARIANTS``, ``name,D,field=value,...``), the backward ru
 ``hopper_backward(..., clock=buffer)``: the kernel compiled with its clock marks writes, per key block, each
 consumer's ``%clock64`` at the block's start, after its K/V wait, after its last step and after its dK/dV stores,
 and the loader's after it is let to bring the next K/V, with ``%globaltimer`` and ``%smid`` beside it
-(kernels/flash_bwd_hopper.py, CLOCK_EVENTS). From those, over all blocks and both consumers:
+(kernels/flash_bwd_hopper.py, above its loader partition). From those, over all blocks and both consumers:
 
 - the shares of the SMs' time (SMs x the main kernel's time from the torch profiler, in cycles at the clock rate the
   loader's two timers give) spent waiting for K/V, in the steps, in the dK/dV epilogue, between one block's end and the
@@ -35,9 +35,10 @@ from kernels.flash_fwd import flash_attention_forward
 
 def summarize(clock: torch.Tensor, kernel_ns: float, sms: int, wait: str = "kv_wait") -> dict:
     """Shares and cycles of each part of the programs' time, from a filled ``clock`` buffer of (blocks,
-    consumers + 1, CLOCK_EVENTS) (layout in kernels/flash_bwd_hopper.py above hopper_backward) and the main kernel's
-    time in ns on ``sms`` SMs. The forward's buffer (kernels/flash_fwd_hopper.py, CLOCK_MARKS) has the same rows, a
-    query tile for a block, its Q wait (``wait``: "q_wait") for the K/V wait and its O stores for the epilogue."""
+    consumers + 1, CLOCK_EVENTS) (layout in kernels/flash_bwd_hopper.py above its loader partition) and the main
+    kernel's time in ns on ``sms`` SMs. The forward's buffer (kernels/flash_fwd_hopper.py, CLOCK_MARKS) has the same
+    rows, a query tile for a block, its Q wait (``wait``: "q_wait") for the K/V wait and its O stores for the
+    epilogue."""
     c = clock.to(torch.float64)
     consumers = c[:, :-1, :]
     loader = c[:, -1, :]

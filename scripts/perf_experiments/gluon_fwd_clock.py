@@ -21,6 +21,7 @@ tokens (D64 H32, D128 H16), as the issue-42 grid.
 
 Writes ``$OUT/fwd_clock.json`` (docs/perf-notes.md, "Gluon forward, round 16").
 """
+import contextlib
 import json
 import os
 import statistics
@@ -147,10 +148,7 @@ def bench(variants: dict) -> list[dict]:
         times = {name: [] for name in fns}
         for _ in range(rounds):
             for name, fn in fns.items():
-                if name == "cudnn":
-                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                        times[name].append(triton.testing.do_bench(fn, warmup=25, rep=100))
-                else:
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION) if name == "cudnn" else contextlib.nullcontext():
                     times[name].append(triton.testing.do_bench(fn, warmup=25, rep=100))
         row = {"D": D, "N": N, "B": B, "H": H, "causal": causal,
                "tflops": {name: flops / statistics.median(t) / 1e9 for name, t in times.items()},
