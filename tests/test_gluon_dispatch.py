@@ -475,7 +475,7 @@ def test_forward_clock_buffers_are_checked_before_a_launch():
             hopper.hopper_forward(q, q, q, False, head_dim ** -0.5, clock=wrong)
 
 
-def test_clock_summary_splits_each_sm_s_time_into_its_parts():
+def test_clock_summary_splits_each_sm_s_time_into_its_parts(monkeypatch):
     """scripts/perf_experiments/gluon_bwd_clock.py's summary of a clock buffer, on two SMs of two key blocks each
     (cycles at 2 per ns): every part is the sum of its spans over blocks, and the parts add up to the SMs' time."""
     import importlib.util
@@ -509,6 +509,16 @@ def test_clock_summary_splits_each_sm_s_time_into_its_parts():
     # the loader's mark of a block's successor on its SM, after this block's later consumer's last step
     assert summary["sm_span_max"] == 1600 + 1160 - 300  # SM 1: its second block ends 1160 cycles after 1600
     assert summary["loader_lag"] == pytest.approx((1400 + 1200 - 200 - 1110 + 1600 + 1200 - 300 - 1110) / 2)
+    share, per = probe.parts_text(summary)
+    assert per.startswith("kv_wait 100 steps 1000 epilogue 50 between 90 span 1160")
+    assert share.startswith(f"kv_wait {100 * 400 / total:.1f}% steps {100 * 4000 / total:.1f}%")
+    # run_marked: the two timings and the kernel's time, or the count of marks left unwritten (consumers, loader)
+    monkeypatch.setattr(probe.triton.testing, "do_bench", lambda fn, **kw: 1.5 if fn() == "marked" else 1.0)
+    monkeypatch.setattr(probe, "kernel_ns", lambda fn, kernel: 1500.0)
+    assert probe.run_marked(lambda: "plain", lambda: "marked", clock, "k") == {"ms_plain": 1.0, "ms_marked": 1.5,
+                                                                               "kernel_ns": 1500.0}
+    clock[1, 0, 2] = clock[3, 2, 4] = clock[3, 2, 0] = -1
+    assert probe.run_marked(lambda: "plain", lambda: "marked", clock, "k") == [1, 2]
 
 
 def test_default_backward_config_takes_tma_dkv_stores_where_a_key_block_walks_few_query_rows():

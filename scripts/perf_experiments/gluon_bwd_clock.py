@@ -98,6 +98,26 @@ def kernel_ns(fn, kernel: str = "_attn_bwd_hopper") -> float:
     return 1e3 * sum(times)
 
 
+def run_marked(plain, marked, buffer: torch.Tensor, kernel: str) -> dict | list[int]:
+    """Time ``plain`` and ``marked`` (the same call with the clock buffer ``buffer``), then run ``marked`` once more
+    under the profiler for ``kernel``'s time, which fills ``buffer``. Returns {"ms_plain", "ms_marked", "kernel_ns"},
+    or, where a consumer's or the loader's marks were not all written, how many were missing (consumers, loader)."""
+    ms_plain = triton.testing.do_bench(plain, warmup=50, rep=200)
+    ms_marked = triton.testing.do_bench(marked, warmup=50, rep=200)
+    ns = kernel_ns(marked, kernel)  # its last call fills the buffer
+    missing = [(buffer[:, :-1, :4] < 0).sum().item(), (buffer[:, -1, :5] < 0).sum().item()]
+    if any(missing):
+        return missing
+    return {"ms_plain": ms_plain, "ms_marked": ms_marked, "kernel_ns": ns}
+
+
+def parts_text(row: dict) -> tuple[str, str]:
+    """A summary's shares of SM time and cycles per block, as the probes print them."""
+    share = " ".join(f"{k} {100 * v:.1f}%" for k, v in row["share"].items())
+    per = " ".join(f"{k} {v:.0f}" for k, v in row["cycles_per_block"].items())
+    return share, per
+
+
 def parse_variants(text: str) -> dict:
     """``VARIANTS``, ``name,D,field=value,...;...``, as {name: (D, {field: int})}, the default first as
     ("default": (None, {})); a name given twice stops the probe."""
@@ -133,21 +153,17 @@ def main() -> None:
                     clock = torch.full((blocks, config.consumers + 1, HB.CLOCK_EVENTS), -1, dtype=torch.int64,
                                        device="cuda")
                     plain = partial(HB.hopper_backward, do, q, k, v, o, lse, causal, scale, config)
-                    marked = partial(plain, clock=clock)
-                    ms_plain = triton.testing.do_bench(plain, warmup=50, rep=200)
-                    ms_marked = triton.testing.do_bench(marked, warmup=50, rep=200)
-                    ns = kernel_ns(marked)  # its last call fills the buffer
-                    missing = [(clock[:, :-1, :4] < 0).sum().item(), (clock[:, -1, :5] < 0).sum().item()]
-                    if any(missing):
+                    run = run_marked(plain, partial(plain, clock=clock), clock, "_attn_bwd_hopper")
+                    if isinstance(run, list):
                         print(f"D{D} N{N} causal={causal} {name}: marks not written by the consumers and the loader: "
-                              f"{missing}; first block {clock[0].tolist()}", flush=True)
+                              f"{run}; first block {clock[0].tolist()}", flush=True)
                         continue
+                    ms_plain, ms_marked = run["ms_plain"], run["ms_marked"]
                     row = {"D": D, "N": N, "B": B, "H": H, "causal": causal, "config": name,
                            "ms_plain": ms_plain, "ms_marked": ms_marked, "kernel_ns_plain": kernel_ns(plain),
-                           **summarize(clock.cpu(), ns, sms)}
+                           **summarize(clock.cpu(), run["kernel_ns"], sms)}
                     rows.append(row)
-                    share = " ".join(f"{k} {100 * v:.1f}%" for k, v in row["share"].items())
-                    per = " ".join(f"{k} {v:.0f}" for k, v in row["cycles_per_block"].items())
+                    share, per = parts_text(row)
                     print(f"D{D} N{N} {'causal' if causal else 'full  '} {name:8} kernel {row['kernel_us']:.0f} us "
                           f"(plain {row['kernel_ns_plain'] / 1e3:.0f}; whole backward {ms_plain * 1e3:.0f} us, "
                           f"marked {ms_marked * 1e3:.0f}) at {row['clock_ghz']:.3f} GHz, {row['blocks']} blocks of "

@@ -33,7 +33,7 @@ sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import triton  # noqa: E402
-from gluon_bwd_clock import kernel_ns, parse_variants, summarize  # noqa: E402
+from gluon_bwd_clock import parse_variants, parts_text, run_marked, summarize  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 from kernels import fa4  # noqa: E402
@@ -102,24 +102,20 @@ def clock(variants: dict, sms: int) -> list[dict]:
             tiles = triton.cdiv(N, config.block_m) * B * H
             buffer = torch.full((tiles, config.consumers + 1, HF.CLOCK_EVENTS), -1, dtype=torch.int64, device="cuda")
             plain = partial(HF.hopper_forward, q, k, v, causal, scale, config)
-            marked = partial(plain, clock=buffer)
-            ms_plain = triton.testing.do_bench(plain, warmup=50, rep=200)
-            ms_marked = triton.testing.do_bench(marked, warmup=50, rep=200)
-            ns = kernel_ns(marked, "_attn_fwd_hopper")  # its last call fills the buffer
-            missing = [(buffer[:, :-1, :4] < 0).sum().item(), (buffer[:, -1, :5] < 0).sum().item()]
-            if any(missing):
+            run = run_marked(plain, partial(plain, clock=buffer), buffer, "_attn_fwd_hopper")
+            if isinstance(run, list):
                 print(f"D{D} N{N} causal={causal} {name}: marks not written by the consumers and the loader: "
-                      f"{missing}", flush=True)
+                      f"{run}", flush=True)
                 continue
+            ms_plain, ms_marked = run["ms_plain"], run["ms_marked"]
             row = {"D": D, "N": N, "B": B, "H": H, "causal": causal, "config": name, "fields": config._asdict(),
                    "ms_plain": ms_plain, "ms_marked": ms_marked,
-                   **summarize(buffer.cpu(), ns, sms, wait="q_wait")}
+                   **summarize(buffer.cpu(), run["kernel_ns"], sms, wait="q_wait")}
             # a key tile's matmuls on one SM: every consumer's 64 rows, S = QKᵀ and PV, 2·64·BLOCK_N·D FLOP each
             step_flop = config.consumers * 2 * (2 * 64 * config.block_n * D)
             row["step_tensor_share"] = step_flop / FLOP_PER_CYCLE / row["cycles_per_step"]
             rows.append(row)
-            share = " ".join(f"{k_} {100 * v_:.1f}%" for k_, v_ in row["share"].items())
-            per = " ".join(f"{k_} {v_:.0f}" for k_, v_ in row["cycles_per_block"].items())
+            share, per = parts_text(row)
             print(f"D{D} N{N} {'causal' if causal else 'full  '} {name:8} kernel {row['kernel_us']:.0f} us (do_bench "
                   f"{ms_plain * 1e3:.0f}, marked {ms_marked * 1e3:.0f}) at {row['clock_ghz']:.3f} GHz, "
                   f"{row['blocks']} tiles of {row['tiles_per_block']:.1f} key tiles on {row['sms_used']} SMs\n"
