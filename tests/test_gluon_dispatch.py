@@ -477,7 +477,8 @@ def test_forward_clock_buffers_are_checked_before_a_launch():
 
 def test_clock_summary_splits_each_sm_s_time_into_its_parts(monkeypatch):
     """scripts/perf_experiments/gluon_bwd_clock.py's summary of a clock buffer, on two SMs of two key blocks each
-    (cycles at 2 per ns): every part is the sum of its spans over blocks, and the parts add up to the SMs' time."""
+    (cycles at 2 per ns): every part is the sum of its spans over blocks, and the parts add up to the SMs' time;
+    parts_text prints them, and run_marked says how many marks a kernel left unwritten."""
     import importlib.util
     from pathlib import Path
 
@@ -519,6 +520,26 @@ def test_clock_summary_splits_each_sm_s_time_into_its_parts(monkeypatch):
                                                                                "kernel_ns": 1500.0}
     clock[1, 0, 2] = clock[3, 2, 4] = clock[3, 2, 0] = -1
     assert probe.run_marked(lambda: "plain", lambda: "marked", clock, "k") == [1, 2]
+
+
+def test_forward_probe_builds_its_variants_from_the_default():
+    """scripts/perf_experiments/gluon_fwd_clock.py: each ``name,D,field=value`` variant is the shape's default config
+    with those fields changed (as the config's own types), at its head_dim only; the default is always there."""
+    import importlib.util
+
+    path = ROOT / "scripts" / "perf_experiments" / "gluon_fwd_clock.py"
+    spec = importlib.util.spec_from_file_location("gluon_fwd_clock", path)
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    variants = probe.parse_variants("ov,64,overlap=1,pingpong=1;st3,128,stages=3,o_tma=0")
+    at64 = probe.configs(variants, 64, True, 2048)
+    assert list(at64) == ["default", "ov"] and at64["default"] == hopper.default_config(64, True, 2048)
+    assert at64["ov"] == at64["default"]._replace(overlap=True, pingpong=True) and at64["ov"].overlap is True
+    at128 = probe.configs(variants, 128, False, 8192)
+    assert list(at128) == ["default", "st3"]
+    assert at128["st3"] == hopper.CONFIGS[128, False]._replace(stages=3, o_tma=False)
+    with pytest.raises(SystemExit, match="names 'ov' twice"):
+        probe.parse_variants("ov,64,overlap=1;ov,128,overlap=0")
 
 
 def test_default_backward_config_takes_tma_dkv_stores_where_a_key_block_walks_few_query_rows():
