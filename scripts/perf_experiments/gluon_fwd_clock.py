@@ -1,6 +1,6 @@
 """The Gluon forward's variants: checked against the fp64 oracle, counted in SM cycles, and timed beside cuDNN and FA4.
 
-    DIMS=64,128 NS=2048,8192 [CAUSALS=0,1] [VARIANTS="early,128,convert_early=1;..."] \\
+    DIMS=64,128 NS=2048,8192 [CAUSALS=0,1] [VARIANTS="stores,128,o_tma=0;..."] \\
         python3 scripts/perf_experiments/gluon_fwd_clock.py [check] [clock] [bench]
 
 Each variant is the default config of a shape (kernels.flash_fwd_hopper.default_config) with fields changed
