@@ -587,7 +587,6 @@ def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_n: int)
 # after its O and logsumexp stores are issued. Per loader (the last row): 0 the cycle counter after its Q copies are
 # issued (once every consumer was done with its last Q), 1 after its last K/V copy is issued, 2 the key tiles, 3 the
 # global timer (%globaltimer, ns) beside event 0, 4 the SM (%smid). 5 is unused. The same rows as the backward's.
-CLOCK_MARKS = ("start", "after Q", "after the last PV", "after O")
 
 
 def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
@@ -606,16 +605,16 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     most of the host time of a launch. ``descales``: fp8's (q_descale (B, H), k_descale (B, H_kv),
     v_descale (B, H_kv)), fp32 and contiguous, as kernels.flash_fwd_fp8.flash_attention_fp8 takes them.
     ``clock``, an int64 tensor of (query tiles, consumers + 1, CLOCK_EVENTS) (query tiles: cdiv(Nq, BLOCK_M) · B · H),
-    compiles a kernel that fills it with each tile's cycle counts (:data:`CLOCK_MARKS`;
+    compiles a kernel that fills it with each tile's cycle counts (the events in the comment above;
     scripts/perf_experiments/gluon_fwd_clock.py reads them)."""
     fp8 = q.dtype == FP8
     if fp8 != (descales is not None):
         raise ValueError("hopper_forward takes descales with e4m3 inputs, and only with them")
     if fp8 and config is not None and config.o_tma:
         raise ValueError("o_tma has not run with e4m3 inputs (FP8_CONFIGS leave it off): give a config without it")
-    if clock is not None:
-        batch, heads, seq_q, head_dim = q.shape
-        config = config or (FP8_CONFIGS[head_dim, bool(causal)] if fp8 else default_config(head_dim, causal, seq_q))
+    if clock is not None:  # an explicit config from here on: a marked kernel is neither kept nor reused
+        batch, heads, seq_q, _ = q.shape
+        config = _config_of(q, causal, config)
         check_clock(clock, (triton.cdiv(seq_q, config.block_m) * batch * heads, config.consumers + 1, CLOCK_EVENTS),
                     q.device)
     layout = None if config is not None or schedule is not None or not _LAUNCHES.enabled else (
@@ -638,6 +637,14 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     return o, lse
 
 
+def _config_of(q: torch.Tensor, causal: bool, config: HopperConfig | None) -> HopperConfig:
+    """``config``, or where None the one this shape runs with by default (fp8's from :data:`FP8_CONFIGS`)."""
+    if config is not None:
+        return config
+    head_dim = q.shape[-1]
+    return FP8_CONFIGS[head_dim, bool(causal)] if q.dtype == FP8 else default_config(head_dim, causal, q.shape[2])
+
+
 class _Plan(NamedTuple):
     grid: tuple[int]
     ints: tuple[int, ...]  # heads, group, seq_q, seq_kv, m_blocks, total, section, snake
@@ -652,7 +659,7 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     fp8 = q.dtype == FP8
-    config = config or (FP8_CONFIGS[head_dim, bool(causal)] if fp8 else default_config(head_dim, causal, seq_q))
+    config = _config_of(q, causal, config)
     consumer_regs, loader_regs = WORKER_REGS[config.consumers]
     m_blocks = triton.cdiv(seq_q, config.block_m)
     total = m_blocks * batch * heads

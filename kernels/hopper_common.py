@@ -173,7 +173,7 @@ def as_box(smem, desc):
 
 # A clock buffer holds, per tile a program takes (a query tile in the forward, a key block in the backward), per warp
 # role (each consumer, then the loader), CLOCK_EVENTS int64 marks: what each event is, kernels/flash_fwd_hopper.py says
-# above hopper_forward (CLOCK_MARKS) and kernels/flash_bwd_hopper.py above its loader partition. Probes pass one
+# above hopper_forward and kernels/flash_bwd_hopper.py above its loader partition. Probes pass one
 # (scripts/perf_experiments/gluon_bwd_clock.py, gluon_fwd_clock.py); elsewhere CLOCK is a constexpr None, and the
 # kernel compiles to the PTX it has without marks.
 CLOCK_EVENTS = 6

@@ -36,9 +36,9 @@ from kernels.flash_fwd import flash_attention_forward
 def summarize(clock: torch.Tensor, kernel_ns: float, sms: int, wait: str = "kv_wait") -> dict:
     """Shares and cycles of each part of the programs' time, from a filled ``clock`` buffer of (blocks,
     consumers + 1, CLOCK_EVENTS) (layout in kernels/flash_bwd_hopper.py above its loader partition) and the main
-    kernel's time in ns on ``sms`` SMs. The forward's buffer (kernels/flash_fwd_hopper.py, CLOCK_MARKS) has the same
-    rows, a query tile for a block, its Q wait (``wait``: "q_wait") for the K/V wait and its O stores for the
-    epilogue."""
+    kernel's time in ns on ``sms`` SMs. The forward's buffer (kernels/flash_fwd_hopper.py, above hopper_forward) has
+    the same rows, a query tile for a block, its Q wait (``wait``: "q_wait") for the K/V wait and its O stores for
+    the epilogue."""
     c = clock.to(torch.float64)
     consumers = c[:, :-1, :]
     loader = c[:, -1, :]

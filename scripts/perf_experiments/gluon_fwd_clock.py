@@ -11,10 +11,11 @@ tokens (D64 H32, D128 H16), as the issue-42 grid.
   (kernels.reference.attention_oracle) on odd shapes: N 1, N not a multiple of the tile, Nq != Nkv both ways,
   grouped heads, causal and not, fp16 and bf16.
 - ``clock``: each variant once with ``hopper_forward(..., clock=buffer)``: per query tile, each consumer's
-  ``%clock64`` at the tile's start, after its Q wait, after its last PV and after its O stores (CLOCK_MARKS), and the
-  loader's, with ``%globaltimer`` and ``%smid``; gluon_bwd_clock.summarize turns them into shares of the SMs' time
-  (Q wait, steps, epilogue, one consumer ahead of the others, between tiles, before the first and after the last)
-  and cycles per key tile, against the SM's tensor-core rate (4096 dense 16-bit FLOP a cycle: docs/perf-notes.md).
+  ``%clock64`` at the tile's start, after its Q wait, after its last PV and after its O stores, and the loader's,
+  with ``%globaltimer`` and ``%smid`` (kernels/flash_fwd_hopper.py, above hopper_forward); gluon_bwd_clock.summarize
+  turns them into shares of the SMs' time (Q wait, steps, epilogue, one consumer ahead of the others, between tiles,
+  before the first and after the last) and cycles per key tile, against the SM's tensor-core rate (4096 dense 16-bit
+  FLOP a cycle: docs/perf-notes.md).
 - ``bench``: ``ROUNDS`` interleaved rounds (default 3) of triton.testing.do_bench over the default, every variant,
   a second copy of the default (``twin``: the run's own noise), cuDNN through SDPA and FA4 where it imports; the
   median of each. TFLOP/s at 4·B·H·N²·D, halved when causal (profiler/model/fused.py's forward FLOPs).
