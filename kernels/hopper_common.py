@@ -215,3 +215,58 @@ def check_clock(clock: torch.Tensor, shape: tuple[int, ...], device: torch.devic
             or clock.device != device):
         raise ValueError(f"clock is a {clock.dtype} tensor of {tuple(clock.shape)} on {clock.device}; these inputs "
                          f"need a contiguous torch.int64 one of {shape} on {device}")
+
+
+# 2^f for f in [0, 1] as 1 + f·(c1 + f·(c2 + f·c3)): the cubic through 2^0 = 1 of least maximum relative error,
+# 8.6e-5 (under half an fp16 ulp, 4.9e-4, and a bf16 one's 3.9e-3), fitted by Lawson's iteratively reweighted least
+# squares over 20,001 points of [0, 1] (C. L. Lawson, "Contributions to the theory of linear least maximum
+# approximation", 1961; tests/test_gluon_dispatch.py fits it again and checks these figures).
+EXP2_CUBIC = (0.69511682, 0.22764484, 0.07706718)
+EXP2_FMA_EVERY = (2, 4, 8)  # the packs exp2_fma_asm is built for
+
+
+def _f32_hex(x: float) -> str:
+    """``x`` rounded to fp32 as a PTX float literal (0f + its 8 hex digits)."""
+    bits = torch.tensor(x, dtype=torch.float32).view(torch.int32).item()
+    return "0f" + bits.to_bytes(4, "big", signed=True).hex().upper()
+
+
+def exp2_fma_asm(every: int) -> tuple[str, str]:
+    """(asm, constraints) for ``gl.inline_asm_elementwise(..., pack=every)``: 2^x of ``every`` fp32 inputs x <= 0
+    (-inf gives 0), the first on the FMA pipe and the others by ``ex2.approx.ftz.f32`` (MUFU.EX2, which gl.exp2
+    compiles to). An SM of sm_90 runs 16 MUFU.EX2 a cycle against 128 FFMA (CUDA C++ Programming Guide,
+    "Arithmetic Instructions", throughput table, compute capability 9.0), so one exponential of ``every`` leaves
+    the SFU for nine FMA-pipe and integer instructions: Cody and Waite's split 2^x = 2^⌊x⌋ · 2^(x - ⌊x⌋) (W. J. Cody
+    and W. Waite, "Software Manual for the Elementary Functions", 1980), ⌊x⌋ rounded down by adding 1.5·2^23 toward
+    -inf (its integer lands in the sum's low mantissa bits), 2^(x - ⌊x⌋) by :data:`EXP2_CUBIC`, and 2^⌊x⌋ by adding
+    ⌊x⌋ to that result's exponent field. x is first clamped at -127, where the sum is exactly 0."""
+    if every not in EXP2_FMA_EVERY:
+        raise ValueError(f"exp2_fma_asm packs {EXP2_FMA_EVERY} inputs, not {every}")
+    c1, c2, c3 = (_f32_hex(c) for c in EXP2_CUBIC)
+    one, magic, low = _f32_hex(1.0), _f32_hex(1.5 * 2 ** 23), _f32_hex(-127.0)
+    cubic = (f"max.ftz.f32 x, ${every}, {low}; fma.rm.ftz.f32 r, x, {one}, {magic}; sub.ftz.f32 j, r, {magic}; "
+             f"sub.ftz.f32 f, x, j; fma.rn.ftz.f32 p, f, {c3}, {c2}; fma.rn.ftz.f32 p, p, f, {c1}; "
+             f"fma.rn.ftz.f32 p, p, f, {one}; shl.b32 r, r, 23; add.s32 $0, p, r;")
+    rest = " ".join(f"ex2.approx.ftz.f32 ${i}, ${every + i};" for i in range(1, every))
+    return "{ .reg .b32 x, r, j, f, p; " + cubic + " " + rest + " }", ",".join(["=r"] * every + ["r"] * every)
+
+
+# exp2_fma_asm's packs as the constexprs exp2_fma reads (a Gluon function reads module globals only as constexprs)
+_EXP2_FMA_2, _EXP2_FMA_2_C = (triton.language.constexpr(part) for part in exp2_fma_asm(2))
+_EXP2_FMA_4, _EXP2_FMA_4_C = (triton.language.constexpr(part) for part in exp2_fma_asm(4))
+_EXP2_FMA_8, _EXP2_FMA_8_C = (triton.language.constexpr(part) for part in exp2_fma_asm(8))
+
+
+@gluon.jit
+def exp2_fma(x, EVERY: gl.constexpr):
+    """2^x of an fp32 tensor x <= 0: one in ``EVERY`` (2, 4 or 8) of each thread's elements on the FMA pipe
+    (:func:`exp2_fma_asm`), the rest and every one where ``EVERY`` is 0 by gl.exp2."""
+    if EVERY == 2:
+        p = gl.inline_asm_elementwise(_EXP2_FMA_2, _EXP2_FMA_2_C, [x], dtype=gl.float32, is_pure=True, pack=2)
+    elif EVERY == 4:
+        p = gl.inline_asm_elementwise(_EXP2_FMA_4, _EXP2_FMA_4_C, [x], dtype=gl.float32, is_pure=True, pack=4)
+    elif EVERY == 8:
+        p = gl.inline_asm_elementwise(_EXP2_FMA_8, _EXP2_FMA_8_C, [x], dtype=gl.float32, is_pure=True, pack=8)
+    else:
+        p = gl.exp2(x)
+    return p

@@ -43,13 +43,14 @@ def test_configs_cover_every_head_dim_and_share_the_tile_the_model_charges():
 
 
 def test_short_causal_head_dim_128_runs_persistent_programs():
-    """hopper.PERSISTENT_CAUSAL_UP_TO: causal D128 up to N2048 on persistent programs (measured faster),
-    longer shapes and D64 one program per tile; non-causal as CONFIGS says. The tile stays the same."""
+    """hopper.PERSISTENT_CAUSAL_UP_TO: causal D128 up to N2048 and D64 up to N4096 on persistent programs (measured
+    faster), longer shapes one program per tile; non-causal as CONFIGS says. The tile stays the same."""
     assert hopper.default_config(128, True, 2048) == hopper.CONFIGS[128, True]._replace(persistent=True)
     assert hopper.default_config(128, True, 1).persistent
     assert hopper.default_config(128, True, 2049) == hopper.CONFIGS[128, True]
     assert not hopper.default_config(128, True, 8192).persistent
-    assert not hopper.default_config(64, True, 2048).persistent
+    assert hopper.default_config(64, True, 4096) == hopper.CONFIGS[64, True]._replace(persistent=True)
+    assert not hopper.default_config(64, True, 4097).persistent
     for head_dim in hopper.HEAD_DIMS:
         assert hopper.default_config(head_dim, False, 2048) == hopper.CONFIGS[head_dim, False]
 
@@ -68,8 +69,9 @@ def test_the_portable_kernel_keeps_the_shapes_where_it_measured_faster():
         return torch.empty(1, 1, seq, dim)
 
     assert "faster" in hopper.slower_reason(q(2048, 64), causal=True)
-    assert "faster" in hopper.slower_reason(q(4096, 64), causal=True)
-    assert hopper.slower_reason(q(8192, 64), causal=True) is None
+    assert "faster" in hopper.slower_reason(q(1, 64), causal=True)
+    assert hopper.slower_reason(q(2049, 64), causal=True) is None
+    assert hopper.slower_reason(q(4096, 64), causal=True) is None
     assert hopper.slower_reason(q(2048, 64), causal=False) is None
     assert hopper.slower_reason(q(2048, 128), causal=True) is None
 

@@ -17,8 +17,8 @@ tokens (D64 H32, D128 H16), as the issue-42 grid.
   before the first and after the last) and cycles per key tile, against the SM's tensor-core rate (4096 dense 16-bit
   FLOP a cycle: docs/perf-notes.md).
 - ``bench``: ``ROUNDS`` interleaved rounds (default 3) of triton.testing.do_bench over the default, every variant,
-  a second copy of the default (``twin``: the run's own noise), cuDNN through SDPA and FA4 where it imports; the
-  median of each. TFLOP/s at 4·B·H·N²·D, halved when causal (profiler/model/fused.py's forward FLOPs).
+  a second copy of the default (``twin``: the run's own noise), cuDNN through SDPA, FA4 where it imports and, with
+  ``PORTABLE=1``, the portable Triton kernel (kernels.flash_fwd, ``gluon=False``); the median of each. TFLOP/s at 4·B·H·N²·D, halved when causal (profiler/model/fused.py's forward FLOPs).
 
 Writes ``$OUT/fwd_clock.json`` (docs/perf-notes.md, "Gluon forward, round 16").
 """
@@ -38,6 +38,7 @@ from gluon_bwd_clock import parse_variants, parts_text, run_marked, summarize  #
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 from kernels import fa4  # noqa: E402
+from kernels.flash_fwd import flash_attention_forward  # noqa: E402
 from kernels import flash_fwd_hopper as HF  # noqa: E402
 from kernels.reference import attention_oracle  # noqa: E402
 
@@ -140,6 +141,8 @@ def bench(variants: dict) -> list[dict]:
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             fns["cudnn"] = partial(F.scaled_dot_product_attention, q, k, v, is_causal=causal)
             fns["cudnn"]()
+        if os.environ.get("PORTABLE") == "1":
+            fns["portable"] = partial(flash_attention_forward, q, k, v, causal, scale, gluon=False)
         if have_fa4:
             fns["fa4"] = partial(fa4.fa4_attention, q, k, v, causal=causal, sm_scale=scale)
         times = {name: [] for name in fns}
