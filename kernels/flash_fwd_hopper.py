@@ -68,7 +68,6 @@ from kernels.hopper_common import (
     clock_mark,
     clock_note,
     clock_read,
-    exp2_fma,
     ring_phase,
     sm90_reason,
     swizzled_tile,
@@ -108,12 +107,6 @@ class HopperConfig(NamedTuple):
     # O leaves through a shared-memory tile per consumer and one TMA store, rather than each thread's stores of its
     # fragments (O_TMA; docs/perf-notes.md, "Gluon forward, round 16"). Not measured in fp8, whose configs leave it off.
     o_tma: bool = False
-    # One in every exp2_fma (2, 4 or 8) of P's exponentials on the FMA pipe as a cubic rather than by the SFU (EXP2_FMA;
-    # kernels.hopper_common.exp2_fma; 0: every one by the SFU; docs/perf-notes.md, "Gluon forward, round 17").
-    exp2_fma: int = 0
-    # Each row's sum of P by the tensor cores, P times a (keys, 8) tile of ones beside PV, instead of each thread's
-    # adds and a quad's shuffles (L_MMA; docs/perf-notes.md, "Gluon forward, round 17"). Not with fp8.
-    l_mma: bool = False
 
     @property
     def block_m(self) -> int:
@@ -238,7 +231,7 @@ def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq
     is done with the previous ones), then K and V of each key tile into the ring. With ``FP8`` V's
     descriptor is over its (head_dim, keys) transpose, so a tile is the whole head_dim by BLOCK_N keys."""
     q_desc, k_desc, v_desc = descs
-    q_smem, k_smem, v_smem, o_smem, ones_smem = bufs
+    q_smem, k_smem, v_smem, o_smem = bufs
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
 
     count = 0  # key tiles this program has loaded: the position in the ring
@@ -278,38 +271,30 @@ def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq
 
 
 @gluon.jit
-def _softmax_tile(s, m_i, l_i, cols, rows, seq_kv, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
-                  EXP2_FMA: gl.constexpr, L_MMA: gl.constexpr):
-    """Online-softmax step on one fp32 score tile: returns (p, alpha, m, l), m in log2 units. With ``EXP2_FMA``
-    one in that many of p's exponentials runs on the FMA pipe (kernels.hopper_common.exp2_fma); with ``L_MMA`` the
-    row sums are the tensor cores' (l comes back unchanged)."""
+def _softmax_tile(s, m_i, l_i, cols, rows, seq_kv, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+    """Online-softmax step on one fp32 score tile: returns (p, alpha, m, l), m in log2 units."""
     if MASKED:
         visible = cols[None, :] < seq_kv
         if CAUSAL:
             visible = visible & (cols[None, :] <= rows[:, None])
         s = gl.where(visible, s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
-    p = exp2_fma(s * qk_scale - m_new[:, None], EXP2_FMA)
+    p = gl.exp2(s * qk_scale - m_new[:, None])
     alpha = gl.exp2(m_i - m_new)
-    if L_MMA:
-        l_new = l_i
-    else:
-        l_new = l_i * alpha + gl.sum(p, axis=1)
+    l_new = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_new
 
 
 @gluon.jit
 def _online_softmax(s, m_i, l_i, j, n_full, offs_n, rows, seq_kv, qk_scale,
-                    BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, EXP2_FMA: gl.constexpr, L_MMA: gl.constexpr):
+                    BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
     """The softmax step of key tile j: tiles before n_full are visible to every row of the
     warpgroup and take the step compiled without a mask; the rest (the ragged last tile, the
     causal diagonal) the one with it."""
     if j < n_full:
-        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j * BLOCK_N + offs_n, rows, seq_kv, qk_scale, False, CAUSAL,
-                                            EXP2_FMA, L_MMA)
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j * BLOCK_N + offs_n, rows, seq_kv, qk_scale, False, CAUSAL)
     else:
-        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j * BLOCK_N + offs_n, rows, seq_kv, qk_scale, True, CAUSAL,
-                                            EXP2_FMA, L_MMA)
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j * BLOCK_N + offs_n, rows, seq_kv, qk_scale, True, CAUSAL)
     return p, alpha, m_i, l_i
 
 
@@ -345,21 +330,6 @@ def _pv_wait(acc, p_op, FP8: gl.constexpr):
 
 
 @gluon.jit
-def _row_sums(p, l_acc, ones_smem, l_p_layout: gl.constexpr):
-    """Issue l_acc += P·1 (P in the 16-bit dtype) as an asynchronous wgmma, a (keys, 8) tile of ones its B
-    operand; returns (l_acc, P's operand) for :func:`_pv_wait_rows`."""
-    p_l = gl.convert_layout(p, l_p_layout)
-    return warpgroup_mma(p_l, ones_smem.permute((1, 0)), l_acc, is_async=True), p_l
-
-
-@gluon.jit
-def _pv_wait_rows(acc, l_acc, p_op, p_l):
-    """:func:`_pv_wait` for PV and P·1, keeping both operands' registers alive until then."""
-    acc, l_acc, p_op, p_l = warpgroup_mma_wait(0, deps=(acc, l_acc, p_op, p_l))
-    return acc, l_acc
-
-
-@gluon.jit
 def _take_turn(turns, it, WG: gl.constexpr, PINGPONG: gl.constexpr):
     """Ping-pong: wait until the previous warpgroup (round robin) has issued its matmuls of round
     ``it``. Warpgroup 0 waits for the last one's previous round instead, as a producer waits for a
@@ -382,13 +352,13 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
                         section, snake, qk_scale, CLOCK, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr, CAUSAL: gl.constexpr,
                         OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr, FP8: gl.constexpr,
-                        O_TMA: gl.constexpr, EXP2_FMA: gl.constexpr, L_MMA: gl.constexpr):
+                        O_TMA: gl.constexpr):
     """One warpgroup: for each query tile of this program, rows off_m + WG·64 ... + 63 against
     every key tile, then O and the logsumexp of those rows. With ``FP8`` (e4m3 Q, K, V and an fp32
     descale per (batch, head) each, ``descales``) Q's and K's descales fold into the exp2 scale and V's
     into the epilogue, P is rounded to e4m3 for PV, and V's tiles are (head_dim, keys), keys contiguous,
     the K-major B operand an 8-bit wgmma needs (PTX ISA, wgmma.mma_async: only 16-bit types may be transposed)."""
-    q_smem, k_smem, v_smem, o_smem, ones_smem = bufs
+    q_smem, k_smem, v_smem, o_smem = bufs
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
 
     dtype: gl.constexpr = q_smem.dtype
@@ -401,10 +371,6 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
     # A register operand holds 32 bits of K per thread and step: 2 elements of 16 bits, 4 of 8
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4 if FP8 else 2)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
-    # L_MMA: P·1 into a (64, 8) accumulator, its 8 columns each a row's sum
-    l_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, 8, INSTR_K])
-    l_p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=l_layout, k_width=2)
     offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
     s_zero = gl.zeros([SPLIT_M, BLOCK_N], gl.float32, s_layout)
@@ -428,8 +394,6 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
         acc = gl.zeros([SPLIT_M, HEAD_DIM], gl.float32, o_layout)
         m_i = gl.full([SPLIT_M], float("-inf"), gl.float32, row_layout)
         l_i = gl.zeros([SPLIT_M], gl.float32, row_layout)
-        if L_MMA:
-            l_acc = gl.zeros([SPLIT_M, 8], gl.float32, l_layout)
         clock_mark(CLOCK, t, WG, 0, NUM_WG)
         mbarrier.wait(q_ready.index(WG), ring_phase(done, 1))
         clock_mark(CLOCK, t, WG, 1, NUM_WG)
@@ -441,40 +405,29 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
             s = warpgroup_mma_wait(0, deps=(s,))
             mbarrier.arrive(k_empty.index(count % STAGES), count=1)
             p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, 0, n_full, offs_n, rows, seq_kv, scale,
-                                                 BLOCK_N, CAUSAL, EXP2_FMA, L_MMA)
+                                                 BLOCK_N, CAUSAL)
             for j in range(1, n_tiles):
                 c = count + j
                 prev = (c - 1) % STAGES
                 _take_turn(turns, c, WG, PINGPONG)
                 s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
                 mbarrier.wait(v_ready.index(prev), ring_phase(c - 1, STAGES))
-                if L_MMA:  # before PV, so that the wait below leaves only PV running
-                    l_acc, p_l = _row_sums(p.to(dtype), l_acc, ones_smem, l_p_layout)
                 p_op = gl.convert_layout(p.to(dtype), p_layout)
                 acc = warpgroup_mma(p_op, _pv_operand(v_smem, prev, FP8), acc, is_async=True)
                 _pass_turn(turns, WG, NUM_WG, PINGPONG)
                 s = warpgroup_mma_wait(1, deps=(s,))  # S(j) done; PV(j-1) may still run
                 mbarrier.arrive(k_empty.index(c % STAGES), count=1)
                 p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, n_full, offs_n, rows, seq_kv, scale,
-                                                     BLOCK_N, CAUSAL, EXP2_FMA, L_MMA)
-                if L_MMA:
-                    acc, l_acc = _pv_wait_rows(acc, l_acc, p_op, p_l)
-                    l_acc = l_acc * gl.convert_layout(alpha, gl.SliceLayout(1, l_layout))[:, None]
-                else:
-                    acc = _pv_wait(acc, p_op, FP8)
+                                                     BLOCK_N, CAUSAL)
+                acc = _pv_wait(acc, p_op, FP8)
                 mbarrier.arrive(v_empty.index(prev), count=1)
                 acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
             mbarrier.arrive(q_empty.index(WG), count=1)  # every S of this tile is done
             c = count + n_tiles - 1
             mbarrier.wait(v_ready.index(c % STAGES), ring_phase(c, STAGES))
-            if L_MMA:
-                l_acc, p_l = _row_sums(p.to(dtype), l_acc, ones_smem, l_p_layout)
             p_op = gl.convert_layout(p.to(dtype), p_layout)
             acc = warpgroup_mma(p_op, _pv_operand(v_smem, c % STAGES, FP8), acc, is_async=True)
-            if L_MMA:
-                acc, l_acc = _pv_wait_rows(acc, l_acc, p_op, p_l)
-            else:
-                acc = _pv_wait(acc, p_op, FP8)
+            acc = _pv_wait(acc, p_op, FP8)
             mbarrier.arrive(v_empty.index(c % STAGES), count=1)
         else:
             # No overlap within the warpgroup: S, softmax, PV, one key tile at a time.
@@ -487,23 +440,15 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
                 s = warpgroup_mma_wait(0, deps=(s,))
                 mbarrier.arrive(k_empty.index(slot), count=1)
                 p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, n_full, offs_n, rows, seq_kv, scale,
-                                                     BLOCK_N, CAUSAL, EXP2_FMA, L_MMA)
+                                                     BLOCK_N, CAUSAL)
                 acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
                 mbarrier.wait(v_ready.index(slot), ring_phase(c, STAGES))
-                if L_MMA:
-                    l_acc = l_acc * gl.convert_layout(alpha, gl.SliceLayout(1, l_layout))[:, None]
-                    l_acc, p_l = _row_sums(p.to(dtype), l_acc, ones_smem, l_p_layout)
                 p_op = gl.convert_layout(p.to(dtype), p_layout)
                 acc = warpgroup_mma(p_op, _pv_operand(v_smem, slot, FP8), acc, is_async=True)
-                if L_MMA:
-                    acc, l_acc = _pv_wait_rows(acc, l_acc, p_op, p_l)
-                else:
-                    acc = _pv_wait(acc, p_op, FP8)
+                acc = _pv_wait(acc, p_op, FP8)
                 mbarrier.arrive(v_empty.index(slot), count=1)
             mbarrier.arrive(q_empty.index(WG), count=1)
 
-        if L_MMA:  # every column of P·1 is the row sums
-            l_i = gl.convert_layout(gl.max(l_acc, axis=1), row_layout)
         clock_mark(CLOCK, t, WG, 2, NUM_WG)
         # Epilogue: O = acc · (1 / l) and the natural-log logsumexp, rows past seq_q not stored. The
         # loader is already bringing the next tile's Q and K/V meanwhile.
@@ -550,8 +495,7 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
                      SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
                      Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr, V_LAYOUT: gl.constexpr, FP8: gl.constexpr,
-                     O_TMA: gl.constexpr, O_LAYOUT: gl.constexpr, EXP2_FMA: gl.constexpr,
-                     L_MMA: gl.constexpr, ONES_LAYOUT: gl.constexpr):
+                     O_TMA: gl.constexpr, O_LAYOUT: gl.constexpr):
     """Program p takes query tiles p, p + programs, ... of the ``total`` = m_blocks · batch·heads
     in :func:`_tile`'s order (one each when the grid has a program per tile; persistent when it
     has one per SM). The descales are None unless ``FP8``."""
@@ -568,13 +512,6 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
         o_smem = gl.allocate_shared_memory(O.dtype, [NUM_WG, SPLIT_M, HEAD_DIM], O_LAYOUT)
     else:  # not used
         o_smem = q_smem
-    if L_MMA:  # (8, BLOCK_N) ones, read as the (keys, 8) B operand of P·1: every column of the product is l's step
-        ones_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
-        ones_smem = gl.allocate_shared_memory(dtype, [8, BLOCK_N], ONES_LAYOUT,
-                                              gl.full([8, BLOCK_N], 1.0, dtype, ones_layout))
-        fence_async_shared()  # the stores above before any wgmma reads the tile
-    else:  # not used
-        ones_smem = q_smem
     q_ready = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
     turns = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
@@ -599,7 +536,7 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
     # tuples (`shared + (wg,) + consts` fails to compile) nor hold a JIT function in a tuple variable.
     descs = (q_desc, k_desc, v_desc)
     o_strides = (stride_oz, stride_oh, stride_om)
-    bufs = (q_smem, k_smem, v_smem, o_smem, ones_smem)
+    bufs = (q_smem, k_smem, v_smem, o_smem)
     bars = (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty)
     descales = (Q_DESCALE, K_DESCALE, V_DESCALE)
     if NUM_WG == 2:
@@ -607,12 +544,10 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
             [
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 0, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       EXP2_FMA, L_MMA)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 1, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       EXP2_FMA, L_MMA)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
                                    CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
             ],
@@ -624,16 +559,13 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
             [
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 0, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       EXP2_FMA, L_MMA)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 1, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       EXP2_FMA, L_MMA)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 2, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       EXP2_FMA, L_MMA)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
                                    CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
             ],
@@ -748,9 +680,7 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
         Q_LAYOUT=tile_layout(SPLIT_M, head_dim, q.dtype), KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype),
         V_LAYOUT=(tile_layout(head_dim, config.block_n, q.dtype) if fp8
                   else tile_layout(config.block_n, head_dim, q.dtype)), FP8=fp8, O_TMA=config.o_tma,
-        O_LAYOUT=tile_layout(SPLIT_M, head_dim, out_dtype or q.dtype) if config.o_tma else None,
-        EXP2_FMA=config.exp2_fma, L_MMA=config.l_mma,
-        ONES_LAYOUT=tile_layout(8, config.block_n, q.dtype) if config.l_mma else None)
+        O_LAYOUT=tile_layout(SPLIT_M, head_dim, out_dtype or q.dtype) if config.o_tma else None)
     ints = (heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total, schedule.section, int(schedule.snake))
     return _Plan((programs,), ints, constexprs, config.block_n)
 

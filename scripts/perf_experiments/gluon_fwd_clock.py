@@ -18,7 +18,8 @@ tokens (D64 H32, D128 H16), as the issue-42 grid.
   FLOP a cycle: docs/perf-notes.md).
 - ``bench``: ``ROUNDS`` interleaved rounds (default 3) of triton.testing.do_bench over the default, every variant,
   a second copy of the default (``twin``: the run's own noise), cuDNN through SDPA, FA4 where it imports and, with
-  ``PORTABLE=1``, the portable Triton kernel (kernels.flash_fwd, ``gluon=False``); the median of each. TFLOP/s at 4·B·H·N²·D, halved when causal (profiler/model/fused.py's forward FLOPs).
+  ``PORTABLE=1``, the portable Triton kernel (kernels.flash_fwd, ``gluon=False``); the median of each. TFLOP/s at
+  4·B·H·N²·D, halved when causal (profiler/model/fused.py's forward FLOPs).
 
 Writes ``$OUT/fwd_clock.json`` (docs/perf-notes.md, "Gluon forward, round 16").
 """
@@ -38,8 +39,8 @@ from gluon_bwd_clock import parse_variants, parts_text, run_marked, summarize  #
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 from kernels import fa4  # noqa: E402
-from kernels.flash_fwd import flash_attention_forward  # noqa: E402
 from kernels import flash_fwd_hopper as HF  # noqa: E402
+from kernels.flash_fwd import flash_attention_forward  # noqa: E402
 from kernels.reference import attention_oracle  # noqa: E402
 
 # A wgmma's dense 16-bit rate per SM and cycle (docs/perf-notes.md, "The two numbers first": 989 TFLOP/s over 132 SMs
