@@ -63,9 +63,10 @@ class Costing:
     split_kv: bool = False  # the forward splits the keys when split_kv.plan gives a plan
     repeats_kv: bool = False  # GQA inputs are expanded with repeat_interleave before attention
     # Second kernels some devices run instead (the row's ``path`` names them, e.g. 'gluon-ws'), and
-    # their tiles as functions of (head_dim, dtype name): the forward's, the one-pass backward's.
+    # their tiles: the forward's as a function of (head_dim, dtype name, causal, seq_q), the one-pass
+    # backward's of (head_dim, dtype name).
     fast_path: str = ""
-    fast_fwd_tile: Callable[[int, str], Tile | None] | None = None
+    fast_fwd_tile: Callable[[int, str, bool, int | None], Tile | None] | None = None
     fast_bwd_tile: Callable[[int, str], Tile | None] | None = None
 
     def __post_init__(self):
@@ -76,15 +77,17 @@ class Costing:
     def fused(self) -> bool:
         return self.kind in ("fused", "per_row")
 
-    def tiles_for(self, head_dim: int, dtype: str, path: str = "", mode: str = "fwd") -> Tiles | None:
+    def tiles_for(self, head_dim: int, dtype: str, path: str = "", mode: str = "fwd", causal: bool = False,
+                  seq_q: int | None = None) -> Tiles | None:
         """The tiles of this problem; where a row's ``path`` (of a ``mode`` row) names
-        :attr:`fast_path` for a pass, that pass's tile is the fast kernel's."""
+        :attr:`fast_path` for a pass, that pass's tile is the fast kernel's (the forward's may depend on the
+        mask and on ``seq_q``, the query rows: None for a long row)."""
         tiles = self.tiles(head_dim, dtype) if callable(self.tiles) else self.tiles
         if not self.fast_path:
             return tiles
         forward, backward = pass_paths(path, mode)
         if self.fast_path in forward and self.fast_fwd_tile is not None:
-            tiles = replace(tiles or Tiles(None), fwd=self.fast_fwd_tile(head_dim, dtype))
+            tiles = replace(tiles or Tiles(None), fwd=self.fast_fwd_tile(head_dim, dtype, causal, seq_q))
         if self.fast_path in backward and self.fast_bwd_tile is not None:
             tiles = replace(tiles or Tiles(None), onepass=self.fast_bwd_tile(head_dim, dtype))
         return tiles

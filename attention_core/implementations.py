@@ -274,7 +274,7 @@ def _flash_kernel_tile(kernel: str, grid: str, shape: Shape) -> tuple[int, int] 
     along x, BLOCK_M a power of two (tl.arange's extents are), and its BLOCK_N divides BLOCK_M, so the
     query tile alone decides (N = 2500 on 40 programs: BLOCK_M 64, not 63)."""
     if "_attn_fwd_hopper" in kernel:
-        gluon = _gluon_forward_tile(shape.head_dim, shape.dtype)
+        gluon = _gluon_forward_tile(shape.head_dim, shape.dtype, shape.causal, shape.seq_q)
         if gluon is not None:
             return gluon
     programs = int(str(grid).strip("()").split(",")[0])

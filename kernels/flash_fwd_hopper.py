@@ -147,12 +147,12 @@ FP8_PORTABLE = {(64, True)}
 WORKER_REGS = {2: (240, 24), 3: (160, 24)}
 
 
-# Where the portable kernel measured as fast or faster on the H100: causal at head_dim 64 up to Nq = 2048, where each
-# program has few key tiles to amortise its start over. First measured up to 4096 (reports/bench-h100-gluon against
-# reports/bench-h100-portable, docs/perf-notes.md "Gluon forward"); in round 17 (bf16, the issue-42 grid's shapes,
-# reports/perf-h100/gluon_fwd_round17_a_bench64.txt) the portable kernel ran 351 TFLOP/s at N 2048 against the Gluon
-# forward's 354 on persistent programs, and 382 against 405 at N 4096.
-PORTABLE_UP_TO = {(64, True): 2048}
+# Where the portable kernel measured faster on the H100, by (head_dim, causal): Nq up to this. Nowhere now. It held
+# causal head_dim 64 up to Nq = 4096 (0.89 to 0.97x: reports/bench-h100-gluon against reports/bench-h100-portable,
+# docs/perf-notes.md "Gluon forward") until round 17 timed both in one process (bf16, the issue-42 grid's shapes,
+# reports/perf-h100/gluon_fwd_round17_a_bench64.txt, _c_short_causal.txt and _d_short_causal.txt): the Gluon forward
+# ran 1.06x the portable kernel at N 4096 on persistent programs, 1.06x at N 2048 and 1.07x at 1024 with SHORT_CAUSAL.
+PORTABLE_UP_TO: dict[tuple[int, bool], int] = {}
 
 
 # Where persistent programs (kernels.tile_schedule's snaked sections) measured faster than one program
@@ -162,9 +162,22 @@ PORTABLE_UP_TO = {(64, True): 2048}
 # the same file as above): 6.3% and 3.6% faster at N 2048 and 4096, 4.6% and 3.1% slower at 8192 and 16384.
 PERSISTENT_CAUSAL_UP_TO = {128: 2048, 64: 4096}
 
+# Causal, by head_dim: (Nq up to which, the config run there instead of CONFIGS'). At head_dim 64 and Nq <= 2048, two
+# consumers (128-row tiles) each overlapping its next QKᵀ with its softmax, taking turns, on persistent programs:
+# 365 TFLOP/s at N 2048 and 306 at 1024 against 345 and 237 for CONFIGS' three consumers on persistent programs (bf16,
+# round 17, reports/perf-h100/gluon_fwd_round17_d_short_causal.txt; at N 4096 0.996x of those, and at 8192 and 16384
+# 0.90x to 0.98x: _c_short_causal.txt, _c_long.txt). A short row leaves more of a 192-row tile's work on the diagonal,
+# where about half of it is masked.
+SHORT_CAUSAL = {
+    64: (2048, HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=True,
+                            o_tma=True)),
+}
+
 
 def default_config(head_dim: int, causal: bool, seq_q: int) -> HopperConfig:
     """The configuration :func:`hopper_forward` runs a shape with by default."""
+    if causal and seq_q <= SHORT_CAUSAL.get(head_dim, (0,))[0]:
+        return SHORT_CAUSAL[head_dim][1]
     config = CONFIGS[head_dim, bool(causal)]
     if causal and seq_q <= PERSISTENT_CAUSAL_UP_TO.get(head_dim, 0):
         config = config._replace(persistent=True)
@@ -175,16 +188,24 @@ def slower_reason(q: torch.Tensor, causal: bool) -> str | None:
     """Why the portable kernel is preferred for this shape although the Gluon one could run it."""
     limit = PORTABLE_UP_TO.get((q.shape[-1], bool(causal)))
     if limit is not None and q.shape[2] <= limit:
-        return f"the portable kernel measured as fast or faster at head_dim {q.shape[-1]}, causal, Nq <= {limit}"
+        return (f"the portable kernel measured faster at head_dim {q.shape[-1]}, {'causal' if causal else 'no mask'}, "
+                f"Nq <= {limit}")
     return None
 
 
-def forward_tile(head_dim: int, dtype: str = "fp16") -> tuple[int, int] | None:
-    """(BLOCK_M, BLOCK_N) this kernel runs with at ``head_dim`` in ``dtype`` (None where it does not run):
-    the cost model's tile for rows whose path is 'gluon-ws'. Causal and not share it (a test checks)."""
+def forward_tile(head_dim: int, dtype: str = "fp16", causal: bool = False, seq_q: int | None = None
+                 ) -> tuple[int, int] | None:
+    """(BLOCK_M, BLOCK_N) this kernel runs with at ``head_dim`` in ``dtype`` (None where it does not run), causal or
+    not, for ``seq_q`` query rows (None: a long row, CONFIGS' tile): the cost model's tile for rows whose path is
+    'gluon-ws'. Only :data:`SHORT_CAUSAL` differs from CONFIGS' tile, which causal and not share (a test checks)."""
     if head_dim not in HEAD_DIMS or dtype not in ("fp16", "bf16", "fp8"):
         return None
-    config = (FP8_CONFIGS if dtype == "fp8" else CONFIGS)[head_dim, False]
+    if dtype == "fp8":
+        config = FP8_CONFIGS[head_dim, bool(causal)]
+    elif seq_q is None:
+        config = CONFIGS[head_dim, bool(causal)]
+    else:
+        config = default_config(head_dim, causal, seq_q)
     return config.block_m, config.block_n
 
 

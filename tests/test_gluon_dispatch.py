@@ -55,6 +55,23 @@ def test_short_causal_head_dim_128_runs_persistent_programs():
         assert hopper.default_config(head_dim, False, 2048) == hopper.CONFIGS[head_dim, False]
 
 
+def test_short_causal_head_dim_64_runs_two_overlapping_consumers_and_the_model_charges_their_tile():
+    """hopper.SHORT_CAUSAL: causal D64 up to N2048 on two consumers (128-row tiles), each overlapping its next QKᵀ
+    with its softmax, taking turns, on persistent programs; forward_tile, and so the cost model, follow it."""
+    limit, config = hopper.SHORT_CAUSAL[64]
+    assert limit == 2048 and config.block_m == 128 and config.overlap and config.pingpong and config.persistent
+    assert config.o_tma and config.consumers in hopper.WORKER_REGS
+    assert hopper.default_config(64, True, 1) == hopper.default_config(64, True, 2048) == config
+    assert hopper.default_config(64, True, 2049).block_m == 192
+    assert hopper.forward_tile(64, "bf16", causal=True, seq_q=2048) == (128, 128)
+    assert hopper.forward_tile(64, "bf16", causal=True, seq_q=2049) == (192, 128)
+    assert hopper.forward_tile(64, "bf16", causal=True) == hopper.forward_tile(64) == (192, 128)
+    assert hopper.forward_tile(64, "fp8", causal=True, seq_q=1000) == (192, 128)  # fp8 keeps FP8_CONFIGS
+    shape = Shape.square(16, 32, 2048, 64, dtype="bf16", causal=True)
+    assert cost_of(OURS, shape, path="gluon-ws").tile_bytes == pytest.approx(
+        tile_bytes(shape, Tiles((128, 128))))
+
+
 def test_off_sm90_everything_takes_the_portable_kernel():
     q = torch.randn(1, 2, 300, 64)
     reason = hopper.unsupported_reason(q, q, q)
@@ -64,16 +81,20 @@ def test_off_sm90_everything_takes_the_portable_kernel():
         flash_attention_forward(q, q, q, gluon=True)
 
 
-def test_the_portable_kernel_keeps_the_shapes_where_it_measured_faster():
+def test_the_portable_kernel_keeps_the_shapes_where_it_measured_faster(monkeypatch):
+    """hopper.PORTABLE_UP_TO is empty since round 17 (the Gluon forward measured faster at every shape timed); an entry
+    routes a shape's short rows to the portable kernel, with a reason naming it."""
     def q(seq, dim):
         return torch.empty(1, 1, seq, dim)
 
-    assert "faster" in hopper.slower_reason(q(2048, 64), causal=True)
-    assert "faster" in hopper.slower_reason(q(1, 64), causal=True)
-    assert hopper.slower_reason(q(2049, 64), causal=True) is None
-    assert hopper.slower_reason(q(4096, 64), causal=True) is None
-    assert hopper.slower_reason(q(2048, 64), causal=False) is None
-    assert hopper.slower_reason(q(2048, 128), causal=True) is None
+    assert hopper.PORTABLE_UP_TO == {}
+    assert all(hopper.slower_reason(q(n, d), causal=c) is None for n in (1, 2048, 4096) for d in (64, 128)
+               for c in (False, True))
+    monkeypatch.setitem(hopper.PORTABLE_UP_TO, (64, True), 1024)
+    assert hopper.slower_reason(q(1024, 64), causal=True) == (
+        "the portable kernel measured faster at head_dim 64, causal, Nq <= 1024")
+    assert hopper.slower_reason(q(1025, 64), causal=True) is None
+    assert hopper.slower_reason(q(1024, 64), causal=False) is None
 
 
 def test_kernel_path_names_the_forward_the_run_reported():

@@ -22,17 +22,20 @@ DECODE = ROOT / "reports" / "decode-capture-h100"  # B1 H32/8 Nq=1 decode on an 
 
 
 def test_a_causal_kernel_issues_whole_tiles_on_the_diagonal():
-    """The Gluon forward at D64 fp16 runs a 192 × 128 tile (kernels.flash_fwd_hopper); at N = 400 causal, each
-    query tile visits the key tiles up to its last row's key, whole, 2 matmuls of 2·192·128·64 FLOPs each;
-    the convention counts half the square."""
+    """The Gluon forward at D64 fp16, causal, runs a 128 × 128 tile up to N 2048 (kernels.flash_fwd_hopper.SHORT_CAUSAL)
+    and 192 × 128 beyond; at N = 400 each query tile visits the key tiles up to its last row's key, whole, 2 matmuls of
+    2·128·128·64 FLOPs each; the convention counts half the square."""
     from attention_core.implementations import registered_costing
 
+    costing = registered_costing("triton_flash")
     n, d = 400, 64
     shape = Shape(batch=1, heads=1, seq_q=n, seq_kv=n, head_dim=d, dtype="fp16", causal=True)
-    rows, keys = registered_costing("triton_flash").tiles_for(d, "fp16", "gluon-ws", "fwd").fwd
-    assert (rows, keys) == (192, 128)
+    rows, keys = costing.tiles_for(d, "fp16", "gluon-ws", "fwd", causal=True, seq_q=n).fwd
+    assert (rows, keys) == (128, 128)
+    assert costing.tiles_for(d, "fp16", "gluon-ws", "fwd", causal=True, seq_q=2049).fwd == (192, 128)
+    assert costing.tiles_for(d, "fp16", "gluon-ws", "fwd", causal=False, seq_q=n).fwd == (192, 128)
     visited = sum(math.ceil(min((i + 1) * rows, n) / keys) for i in range(math.ceil(n / rows)))
-    assert visited == 2 + 3 + 4  # query tiles end at rows 191, 383 and 399
+    assert visited == 1 + 2 + 3 + 4  # query tiles end at rows 127, 255, 383 and 399
     assert issued_flops("triton_flash", shape, "total", "gluon-ws") == visited * 2 * (2 * rows * keys * d)
 
 
