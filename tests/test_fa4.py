@@ -323,25 +323,23 @@ def test_shipped_h100_backward_grid_and_the_results_page_quotes_it():
 
 
 def test_shipped_h100_forward_grid_and_the_results_page_quotes_it():
-    """reports/fa4-peers-h100-fwd: the forward over the same 40 shapes after causal head_dim 64 at 2048 < N <= 4096
-    moved to the Gluon forward on persistent programs (docs/perf-notes.md, "Gluon forward, round 17"), on the kernels of
-    d7cca62: ours on the Gluon forward but at causal head_dim 64 with N <= 2048 (the portable kernel, PORTABLE_UP_TO);
-    docs/results.md's figures are its own."""
+    """reports/fa4-peers-h100-fwd: the forward over the same 40 shapes after round 17 moved the short causal head_dim-64
+    shapes from the portable kernel to the Gluon forward (docs/perf-notes.md, "Gluon forward, round 17"), on the kernels
+    of fdf6ca5: every shape on the Gluon forward; docs/results.md's figures are its own."""
     _, ours, times = _grid_of_40("fa4-peers-h100-fwd", "fwd",
-                                 "59183c31e8a353249c2e472f3f51f77470a9eb1537ab9874f74ca9e62b53fe32")
-    tiled = ours[ours.path == "tiled"]
-    assert set(ours.path) == {"gluon-ws", "tiled"} and len(tiled) == 2
-    assert tiled.causal.all() and set(tiled.head_dim) == {64} and set(tiled.seq_q) == {2048}
+                                 "779758624a527f4566cb75e684c6167817f02ed5527b948023f2ef68342e4221")
+    assert set(ours.path) == {"gluon-ws"}
     cudnn, fa4 = times.sdpa_cudnn / times.triton_flash, times.fa4 / times.triton_flash
     below = cudnn[cudnn < 1].index.to_frame()
     assert set(zip(below.dtype, below.head_dim, below.causal, below.seq_q)) == {
-        ("fp16", 64, True, 2048), ("bf16", 64, True, 2048), ("bf16", 64, True, 4096)}
+        ("fp16", 64, True, 2048), ("bf16", 64, True, 2048), ("fp16", 64, True, 4096)}
     readme = (ROOT / "docs" / "results.md").read_text().replace("\n", " ")
     assert (f"our forward runs at {fa4.min():.2f}x to {fa4.max():.2f}x FA4 (at or above 0.97x on {(fa4 >= 0.97).sum()} "
             f"of 40 shapes, at or above it on {(fa4 >= 1).sum()}) and {cudnn.min():.2f}x to {cudnn.max():.2f}x cuDNN "
             f"(at or above it on {(cudnn >= 1).sum()}; the {(cudnn < 1).sum()} below are causal head_dim 64: N 2048 in "
-            f"fp16 and bf16, on the portable kernel, and bf16 N 4096 at "
-            f"{cudnn.loc['bf16', 64, True, 8, 32, 32, 4096]:.3f}x)") in readme
+            f"bf16 at {cudnn.loc['bf16', 64, True, 16, 32, 32, 2048]:.3f}x and fp16 at "
+            f"{cudnn.loc['fp16', 64, True, 16, 32, 32, 2048]:.3f}x, and fp16 N 4096 at "
+            f"{cudnn.loc['fp16', 64, True, 8, 32, 32, 4096]:.4f}x)") in readme
     short = fa4 < 0.97
     assert (f"{short.xs(64, level='head_dim').sum()} of the {short.sum()} shapes below 0.97x FA4 are at head_dim "
             "64") in readme
