@@ -75,6 +75,23 @@ def test_model_json_has_every_step(capsys):
     assert by[("naive", "total")]["exp_roof_tflops"] is None and by[("naive", "softmax")]["exp_roof_tflops"] is None
 
 
+def test_model_says_the_exp_roof_does_not_bind_a_memory_bound_decode(capsys, monkeypatch):
+    """At one query row every fused kernel is memory-bound, far under the exp roof: the note says it does not bind;
+    a long prefill is compute-bound, and the note gives the exp roof as the cap of a kernel without overlap."""
+    monkeypatch.setenv("COLUMNS", "200")
+    h100 = hardware.lookup("H100-SXM")
+    per_exp = 4 * 128
+    exp = per_exp / (per_exp / h100.peak_flops("bf16") + 1 / h100.exp2_per_s) / 1e12
+    shape = ["--seq", "32768", "--dim", "128", "--heads", "64", "--kv-heads", "8", "--dtype", "bf16"]
+    assert main(["model", "--seq-q", "1", *shape]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"exp roof: {exp:,.0f} TFLOP/s on the datasheet" in out and "it does not bind this shape" in out
+    assert "cap a fused kernel" not in out
+    assert main(["model", *shape]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"cap a fused kernel at {exp:,.0f} TFLOP/s here" in out and "does not bind" not in out
+
+
 def test_model_table_names_the_device_and_ridge(capsys):
     assert main(["model", "--seq", "4096", "--device-name", "NVIDIA H100 80GB HBM3"]) == 0
     out = capsys.readouterr().out

@@ -96,7 +96,15 @@ def run(args) -> int:
     console.print(table)
     console.print("MB (tile): bytes when each block re-reads what it shares (profiler.model.fused.tile_bytes); "
                   "'-' where an implementation's tiles are not declared.")
-    if exp is not None:
+    # The roof a fused kernel's whole step has here without the exponentials: where none reaches the exp roof (a
+    # memory-bound decode step), the exp roof does not bind and the note says only that.
+    fused_roofs = [r["attainable_tflops"] * 1e12 for r in rows
+                   if r["step"] == "total" and get_impl(r["impl"]).costing.fused]
+    if exp is not None and fused_roofs and max(fused_roofs) <= exp:
+        console.print(f"exp roof: {exp / 1e12:,.0f} TFLOP/s on the datasheet (softmax's exponentials run after the "
+                      "matmuls: profiler.model.roofs.exp_ceiling), above every fused kernel's roof in the table: it "
+                      "does not bind this shape.")
+    elif exp is not None:
         console.print(f"exp roof: softmax's exponentials at {device.exp2_per_s / 1e12:.2f}·10¹² exp2/s, run after "
                       f"the matmuls, cap a fused kernel at {exp / 1e12:,.0f} TFLOP/s here ({exp / peak:.2f} of the "
                       f"{shape.dtype} peak) on the datasheet, below the compute roof of the table: a fused kernel that "
