@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -133,6 +134,20 @@ def test_the_command_prints_the_three_tables_and_json(capsys):
     totals = {c.removeprefix("stall_"): sum(float(r[c]) for r in rows) for c in stall}
     assert data["reasons"] == pytest.approx({k: v / sum(totals.values()) for k, v in totals.items()})
     assert data["sections"][0]["executions"] == 1048576
+
+
+def test_sampled_instructions_no_pass_counted_are_named_so(capsys):
+    """The checked-in page has 56 instructions with warp samples (the producer's mbarrier try-waits among them) whose
+    executed-instruction counter is 0: the section table says "not counted" and why, rather than "0" executions."""
+    _, page = read_source_page(PAGE)
+    idle = page[page.executions == 0]
+    assert len(idle) == 56 and idle.samples.sum() == 703
+    assert main(["stalls", str(PAGE), "--top", "15"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert re.search(r"│ 0 +│ 56 +│", out) is None  # the section is not shown as 0 executions
+    assert "not counted: instructions with warp samples whose executed-instruction counter reads 0" in out
+    assert main(["stalls", str(PAGE), "--top", "4"]) == 0
+    assert "not counted" not in capsys.readouterr().out  # not among the 4 largest sections: no note
 
 
 def test_bad_input_is_one_line_and_exit_status_2(tmp_path):

@@ -48,9 +48,13 @@ def run(args) -> int:
     by_part = Table("executions", "instructions", "share", "its reasons", "its hottest instruction",
                     title="samples by code section (instructions executed equally often)")
     for row in parts.itertuples():
-        by_part.add_row(f"{row.executions:,}", f"{row.instructions:,}", f"{row.share:.1%}", row.reasons,
-                        row.hottest[:60])
+        by_part.add_row(f"{row.executions:,}" if row.executions else "not counted", f"{row.instructions:,}",
+                        f"{row.share:.1%}", row.reasons, row.hottest[:60])
     console.print(by_part)
+    if (parts["executions"] == 0).any():
+        console.print("not counted: instructions with warp samples whose executed-instruction counter reads 0. "
+                      "Nsight Compute replays the kernel and takes the samples and the counters in different passes, "
+                      "so a path that ran in one pass (a wait that spun) need not have run in the other.")
     by_line = Table("address", "share", "reason", "executions", "SASS", title=f"the {len(top)} hottest instructions")
     for row in top.itertuples():
         by_line.add_row(row.address, f"{row.share:.1%}", row.reason, f"{row.executions:,}", row.sass[:70])
