@@ -520,3 +520,19 @@ def test_the_tile_roofline_names_the_implementations_it_leaves_out():
     assert "not drawn, no tile shape declared for the cost model: fa4, sdpa_cudnn" in page
     forward = report.build_report(ROOT / "reports" / "fa4-peers-h100", ["32768 tokens H32 D64 bf16 causal fwd"])
     assert "no tile shape declared" not in forward
+
+
+def test_the_names_say_which_kernel_paths_an_implementation_ran():
+    """triton_flash's description says 'tiled'; where its rows record the Gluon path, the names line says so, with
+    counts from the capture and what each path names (from a new user's trial of the report)."""
+    for folder in ("fa4-peers-h100-fwd", "bench-h100-gluon"):
+        _, frame = load_capture(ROOT / "reports" / folder)
+        ours = frame[frame.impl == "triton_flash"].path.value_counts()
+        text = report._names(frame)
+        ran = ", ".join(f"{path} on {count} of {ours.sum()} rows" for path, count in ours.items())
+        assert f"recomputing backward (ran {ran});" in text
+        assert "gluon-ws: the warp-specialized Gluon kernels for sm_90" in text
+        assert ("tiled: the portable Triton kernels" in text) == ("tiled" in ours)
+        assert "sdpa_cudnn: PyTorch SDPA, cuDNN backend" in text and "cuDNN backend (ran" not in text  # no path
+    assert set(load_capture(ROOT / "reports" / "bench-h100-gluon")[1].query("impl == 'triton_flash'").path) == {
+        "gluon-ws", "tiled"}

@@ -201,11 +201,27 @@ def _observed_section(meta: dict, frame: pd.DataFrame, charts: Charts) -> list[s
                     + html_table(observed_table(per_row), set(per_row.columns) - OBSERVED_TEXT) + "</details>"]
 
 
+# What a row's ``path`` names (kernels.flash_fwd.forward_path, flash_bwd.backward_path): the kernels a case ran
+PATHS = {"gluon-ws": "the warp-specialized Gluon kernels for sm_90", "tiled": "the portable Triton kernels",
+         "split-kv": "the split-KV decode kernels"}
+
+
 def _names(rows: pd.DataFrame) -> str:
     """What each implementation of ``rows`` is, from its registry entry: 'triton_flash: Triton FlashAttention-2
-    (ours) ...; sdpa_cudnn: PyTorch SDPA, cuDNN backend', for a reader who does not know the names."""
-    return "; ".join(f"{name}: {REGISTRY[name].description}" if name in REGISTRY else name
-                     for name in sorted(set(rows.impl), key=style.impl_rank)) + "."
+    (ours) ...; sdpa_cudnn: PyTorch SDPA, cuDNN backend', for a reader who does not know the names; where its rows
+    record kernel paths, which ones and on how many rows ('ran gluon-ws on 40 of 40 rows'), and what they name."""
+    names, seen = [], set()
+    for name in sorted(set(rows.impl), key=style.impl_rank):
+        text = f"{name}: {REGISTRY[name].description}" if name in REGISTRY else name
+        paths = (rows.loc[rows.impl == name, "path"] if "path" in rows else pd.Series([], dtype=object))
+        paths = paths.fillna("").astype(str)
+        ran = paths[paths != ""].value_counts()
+        if len(ran):
+            text += " (ran " + ", ".join(f"{path} on {count} of {len(paths)} rows" for path, count in ran.items()) + ")"
+            seen |= {word for path in ran.index for word in PATHS if word in path}
+        names.append(text)
+    glossary = "; ".join(f"{word}: {PATHS[word]}" for word in PATHS if word in seen)
+    return "; ".join(names) + "." + (f" Paths: {glossary}." if glossary else "")
 
 
 def _code_facts(meta: dict) -> list[str]:
