@@ -63,8 +63,8 @@ class Costing:
     split_kv: bool = False  # the forward splits the keys when split_kv.plan gives a plan
     repeats_kv: bool = False  # GQA inputs are expanded with repeat_interleave before attention
     # Second kernels some devices run instead (the row's ``path`` names them, e.g. 'gluon-ws'), and
-    # their tiles: the forward's as a function of (head_dim, dtype name, causal, seq_q), the one-pass
-    # backward's of (head_dim, dtype name).
+    # their tiles: the forward's as a function of (head_dim, dtype name, causal, seq_q), called with all four
+    # (a two-argument function raises TypeError), the one-pass backward's of (head_dim, dtype name).
     fast_path: str = ""
     fast_fwd_tile: Callable[[int, str, bool, int | None], Tile | None] | None = None
     fast_bwd_tile: Callable[[int, str], Tile | None] | None = None

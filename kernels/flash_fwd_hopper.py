@@ -147,7 +147,8 @@ FP8_PORTABLE = {(64, True)}
 WORKER_REGS = {2: (240, 24), 3: (160, 24)}
 
 
-# Where the portable kernel measured faster on the H100, by (head_dim, causal): Nq up to this. Nowhere now. It held
+# Where the portable kernel measured faster on the H100, by (head_dim, causal): Nq up to this. Nowhere now (below Nq
+# 1024 the two were not timed against each other). It held
 # causal head_dim 64 up to Nq = 4096 (0.89 to 0.97x: reports/bench-h100-gluon against reports/bench-h100-portable,
 # docs/perf-notes.md "Gluon forward") until round 17 timed both in one process (bf16, the issue-42 grid's shapes,
 # reports/perf-h100/gluon_fwd_round17_a_bench64.txt, _c_short_causal.txt and _d_short_causal.txt): the Gluon forward
@@ -165,9 +166,9 @@ PERSISTENT_CAUSAL_UP_TO = {128: 2048, 64: 4096}
 # Causal, by head_dim: (Nq up to which, the config run there instead of CONFIGS'). At head_dim 64 and Nq <= 2048, two
 # consumers (128-row tiles) each overlapping its next QKᵀ with its softmax, taking turns, on persistent programs:
 # 365 TFLOP/s at N 2048 and 306 at 1024 against 345 and 237 for CONFIGS' three consumers on persistent programs (bf16,
-# round 17, reports/perf-h100/gluon_fwd_round17_d_short_causal.txt; at N 4096 0.996x of those, and at 8192 and 16384
-# 0.90x to 0.98x: _c_short_causal.txt, _c_long.txt). A short row leaves more of a 192-row tile's work on the diagonal,
-# where about half of it is masked.
+# round 17, reports/perf-h100/gluon_fwd_round17_d_short_causal.txt; at N 4096 0.996x of those, _c_short_causal.txt;
+# at 8192 and 16384, one program per tile both, 0.98x and 0.90x: _c_long.txt). A short row leaves more of a 192-row
+# tile's work on the diagonal, where about half of it is masked.
 SHORT_CAUSAL = {
     64: (2048, HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=True,
                             o_tma=True)),
@@ -176,7 +177,7 @@ SHORT_CAUSAL = {
 
 def default_config(head_dim: int, causal: bool, seq_q: int) -> HopperConfig:
     """The configuration :func:`hopper_forward` runs a shape with by default."""
-    if causal and seq_q <= SHORT_CAUSAL.get(head_dim, (0,))[0]:
+    if causal and head_dim in SHORT_CAUSAL and seq_q <= SHORT_CAUSAL[head_dim][0]:
         return SHORT_CAUSAL[head_dim][1]
     config = CONFIGS[head_dim, bool(causal)]
     if causal and seq_q <= PERSISTENT_CAUSAL_UP_TO.get(head_dim, 0):
@@ -197,7 +198,10 @@ def forward_tile(head_dim: int, dtype: str = "fp16", causal: bool = False, seq_q
                  ) -> tuple[int, int] | None:
     """(BLOCK_M, BLOCK_N) this kernel runs with at ``head_dim`` in ``dtype`` (None where it does not run), causal or
     not, for ``seq_q`` query rows (None: a long row, CONFIGS' tile): the cost model's tile for rows whose path is
-    'gluon-ws'. Only :data:`SHORT_CAUSAL` differs from CONFIGS' tile, which causal and not share (a test checks)."""
+    'gluon-ws'. Only :data:`SHORT_CAUSAL` differs from CONFIGS' tile, which causal and not share (a test checks). A row
+    records the path, not the config: rows forced onto this kernel at causal head_dim 64, Nq <= 2048 before round 17
+    (reports/perf-h100/gluon_fwd_short_causal_d64.parquet) ran 192 x 128 tiles, and ``remodel`` would charge them
+    128 x 128."""
     if head_dim not in HEAD_DIMS or dtype not in ("fp16", "bf16", "fp8"):
         return None
     if dtype == "fp8":

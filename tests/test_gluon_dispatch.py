@@ -81,9 +81,10 @@ def test_off_sm90_everything_takes_the_portable_kernel():
         flash_attention_forward(q, q, q, gluon=True)
 
 
-def test_the_portable_kernel_keeps_the_shapes_where_it_measured_faster(monkeypatch):
-    """hopper.PORTABLE_UP_TO is empty since round 17 (the Gluon forward measured faster at every shape timed); an entry
-    routes a shape's short rows to the portable kernel, with a reason naming it."""
+def test_portable_up_to_routes_short_rows_to_the_portable_kernel_with_a_reason(monkeypatch):
+    """hopper.PORTABLE_UP_TO is empty since round 17 (the Gluon forward measured faster at every shape timed, N 1024 to
+    4096 at causal head_dim 64; shorter rows were not timed); an entry routes a shape's short rows to the portable
+    kernel, with a reason naming it."""
     def q(seq, dim):
         return torch.empty(1, 1, seq, dim)
 
@@ -123,7 +124,7 @@ def test_remodel_keeps_a_recorded_gluon_path_and_its_tile():
     meta, frame = load_capture(ROOT / "reports" / "bench-h100-gluon")
     ours = frame[frame.impl == "triton_flash"]
     assert set(ours.path) == {"gluon-ws", "tiled"}
-    # The portable kernel kept the short causal head_dim-64 shapes (hopper.PORTABLE_UP_TO).
+    # The portable kernel kept the short causal head_dim-64 shapes then (PORTABLE_UP_TO, until round 17).
     tiled = ours[ours.path == "tiled"]
     assert set(zip(tiled.head_dim, tiled.causal)) == {(64, True)} and tiled.seq_q.max() <= 4096
     stale = frame.copy()

@@ -18,7 +18,9 @@ tokens (D64 H32, D128 H16), as the issue-42 grid.
   FLOP a cycle: docs/perf-notes.md).
 - ``bench``: ``ROUNDS`` interleaved rounds (default 3) of triton.testing.do_bench over the default, every variant,
   a second copy of the default (``twin``: the run's own noise), cuDNN through SDPA, FA4 where it imports and, with
-  ``PORTABLE=1``, the portable Triton kernel (kernels.flash_fwd, ``gluon=False``); the median of each. TFLOP/s at
+  ``PORTABLE=1``, the portable Triton kernel (kernels.flash_fwd, ``gluon=False``); the median of each, the L2 flushed
+  between repetitions by a read, as the captures flush it (profiler.measure.timing.clean_l2_flush; before round 17's
+  item 6, by do_bench's own zeroing, whose dirty lines are written back inside the next timed call). TFLOP/s at
   4·B·H·N²·D, halved when causal (profiler/model/fused.py's forward FLOPs).
 
 Writes ``$OUT/fwd_clock.json`` (docs/perf-notes.md, "Gluon forward, round 16").
@@ -42,6 +44,7 @@ from kernels import fa4  # noqa: E402
 from kernels import flash_fwd_hopper as HF  # noqa: E402
 from kernels.flash_fwd import flash_attention_forward  # noqa: E402
 from kernels.reference import attention_oracle  # noqa: E402
+from profiler.measure.timing import clean_l2_flush  # noqa: E402
 
 # A wgmma's dense 16-bit rate per SM and cycle (docs/perf-notes.md, "The two numbers first": 989 TFLOP/s over 132 SMs
 # at 1.83 GHz on an H100 SXM)
@@ -147,10 +150,11 @@ def bench(variants: dict) -> list[dict]:
         if have_fa4:
             fns["fa4"] = partial(fa4.fa4_attention, q, k, v, causal=causal, sm_scale=scale)
         times = {name: [] for name in fns}
-        for _ in range(rounds):
-            for name, fn in fns.items():
-                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION) if name == "cudnn" else contextlib.nullcontext():
-                    times[name].append(triton.testing.do_bench(fn, warmup=25, rep=100))
+        with clean_l2_flush():
+            for _ in range(rounds):
+                for name, fn in fns.items():
+                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION) if name == "cudnn" else contextlib.nullcontext():
+                        times[name].append(triton.testing.do_bench(fn, warmup=25, rep=100))
         row = {"D": D, "N": N, "B": B, "H": H, "causal": causal,
                "tflops": {name: flops / statistics.median(t) / 1e9 for name, t in times.items()},
                "ms_rounds": times}
