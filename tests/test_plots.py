@@ -160,6 +160,11 @@ def test_sequence_length_axes_tick_at_the_measured_lengths(reference, decode):
         mantissas = {round(v / 10 ** np.floor(np.log10(v)), 6) for v in fig.layout.yaxis.tickvals}
         assert mantissas <= {1.0, 2.0, 5.0}  # readable log ticks, written out in full
         assert all(t.replace(",", "").replace(".", "").isdigit() for t in fig.layout.yaxis.ticktext)
+        # A 420-pixel figure leaves about 240 pixels of plot for the vertical axis title, about 30 characters at
+        # plotly's 14-pixel font: a longer one ran past the plot (a new user saw "peak memory above inputs (MiB)"
+        # cut off in the dashboard's narrower column)
+        assert fig.layout.height == 420 and len(fig.layout.yaxis.title.text) <= 24, fig.layout.yaxis.title.text
+    assert plots.scaling_figures(rows)["memory"].layout.yaxis.title.text == "peak over inputs (MiB)"
     fig, _ = plots.compare_figure(rows, rows, "A", "B")
     assert list(fig.layout.xaxis.tickvals) == measured
     meta, dframe = decode

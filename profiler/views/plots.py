@@ -222,7 +222,7 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
                                                 name=label + suffix,
                                                 line={"dash": "dot", "color": "grey" if fused else "black"}))
     titles = {"time": ("median time (ms)", "Time"), "tflops": ("TFLOP/s", "Throughput"),
-              "memory": ("peak memory above inputs (MiB)", "Peak memory: measured vs model"),
+              "memory": ("peak over inputs (MiB)", "Peak memory: measured vs model"),
               "speedup": ("speedup over naive (x)", "Speedup over naive PyTorch")}
     for key, fig in figs.items():
         _length_axis(fig, data.seq_kv, "key length N (= query length for square shapes)")
