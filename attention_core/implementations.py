@@ -337,7 +337,8 @@ REGISTRY: dict[str, Impl] = {
         ),
         Impl(
             "triton_flash", "kernels.flash_attention:flash_attention",
-            "Triton FlashAttention-2 (ours): tiled, online softmax, recomputing backward",
+            "FlashAttention-2 (ours): online softmax, recomputing backward; Gluon warp-specialized kernels on sm_90, "
+            "portable Triton elsewhere",
             Costing("fused", _flash_tiles, source="the first autotune candidate of kernels/flash_fwd.py and "
                     "flash_bwd.py; an autotuned run may pick another (ATTN_AUTOTUNE=0 runs this one); decode "
                     "shapes take the split-KV path of kernels/flash_decode.py (attention_core.split_kv.plan); "

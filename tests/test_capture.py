@@ -84,13 +84,14 @@ def test_store_round_trip_keeps_values_and_schema(tmp_path):
 
 
 def test_store_resume_keeps_rows_and_command_history(tmp_path):
-    ResultStore(tmp_path, {"command": "first", "time": "t1", "corrections": ["note"]}).append([_row()])
-    store = ResultStore(tmp_path, {"command": "second", "time": "t2"}, resume=True)
+    ResultStore(tmp_path, {"command": "first", "time": "t1", "shapes": 16, "corrections": ["note"]}).append([_row()])
+    store = ResultStore(tmp_path, {"command": "second", "time": "t2", "shapes": 8}, resume=True)
     assert store.has({"impl": "naive", "seq_q": 64}) and not store.has({"impl": "triton_flash"})
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert meta["commands"] == ["first", "second"] and meta["time"] == "t2"
     assert meta["corrections"] == ["note"]  # kept from the first run
-    assert meta["earlier_runs"] == [{"command": "first", "time": "t1"}]
+    assert meta["earlier_runs"] == [{"command": "first", "time": "t1", "shapes": 16}]  # each run's own count
+    assert meta["shapes"] == 8
 
 
 def test_load_capture_names_what_is_wrong(tmp_path):

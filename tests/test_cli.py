@@ -78,7 +78,9 @@ def test_model_json_has_every_step(capsys):
 def test_model_says_the_exp_roof_does_not_bind_a_memory_bound_decode(capsys, monkeypatch):
     """At one query row every fused kernel is memory-bound, far under the exp roof: the note says it does not bind;
     a long prefill is compute-bound, and the note gives the exp roof as the cap of a kernel without overlap."""
-    monkeypatch.setenv("COLUMNS", "200")
+    from profiler.cli.console import console
+
+    monkeypatch.setattr(console, "width", 200)
     h100 = hardware.lookup("H100-SXM")
     per_exp = 4 * 128
     exp = per_exp / (per_exp / h100.peak_flops("bf16") + 1 / h100.exp2_per_s) / 1e12

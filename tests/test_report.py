@@ -256,7 +256,7 @@ def test_a_bench_capture_shows_its_baseline_against_each_peer_per_family():
     for peer in ("sdpa_cudnn", "fa4"):
         ratio = every[peer] / every.triton_flash
         assert f"{peer} {ratio.min():.3f}x to {ratio.max():.3f}x over 40 shapes" in page
-    assert "triton_flash: Triton FlashAttention-2 (ours)" in html.unescape(page)
+    assert "triton_flash: FlashAttention-2 (ours)" in html.unescape(page)
     # the cells as the page shows them, and nothing of the kind in a capture without a baseline
     assert "".join(f"<td class='num'>{c}</td>" for c in table.iloc[0]) in page
     plain = report.build_report(REFERENCE)
@@ -523,14 +523,14 @@ def test_the_tile_roofline_names_the_implementations_it_leaves_out():
 
 
 def test_the_names_say_which_kernel_paths_an_implementation_ran():
-    """triton_flash's description says 'tiled'; where its rows record the Gluon path, the names line says so, with
-    counts from the capture and what each path names (from a new user's trial of the report)."""
+    """Where triton_flash's rows record the kernel path they took, the names line says which and on how many rows, with
+    what each path names (from a new user's trial of the report, where the description alone said 'tiled')."""
     for folder in ("fa4-peers-h100-fwd", "bench-h100-gluon"):
         _, frame = load_capture(ROOT / "reports" / folder)
         ours = frame[frame.impl == "triton_flash"].path.value_counts()
         text = report._names(frame)
         ran = ", ".join(f"{path} on {count} of {ours.sum()} rows" for path, count in ours.items())
-        assert f"recomputing backward (ran {ran});" in text
+        assert f"portable Triton elsewhere (ran {ran});" in text
         assert "gluon-ws: the warp-specialized Gluon kernels for sm_90" in text
         assert ("tiled: the portable Triton kernels" in text) == ("tiled" in ours)
         assert "sdpa_cudnn: PyTorch SDPA, cuDNN backend" in text and "cuDNN backend (ran" not in text  # no path

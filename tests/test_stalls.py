@@ -15,7 +15,15 @@ from pathlib import Path
 import pytest
 
 from profiler.cli import main
-from profiler.nsight.stalls import SourcePageError, hottest, opcode_shares, read_source_page, reason_shares, sections
+from profiler.nsight.stalls import (
+    REASONS,
+    SourcePageError,
+    hottest,
+    opcode_shares,
+    read_source_page,
+    reason_shares,
+    sections,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "tests/data/ncu-source-h100/fa4_bwd_d64_n2048.csv"
@@ -134,6 +142,20 @@ def test_the_command_prints_the_three_tables_and_json(capsys):
     totals = {c.removeprefix("stall_"): sum(float(r[c]) for r in rows) for c in stall}
     assert data["reasons"] == pytest.approx({k: v / sum(totals.values()) for k, v in totals.items()})
     assert data["sections"][0]["executions"] == 1048576
+
+
+def test_the_reason_table_says_what_each_reason_means_and_a_long_name_is_marked_cut(capsys, monkeypatch):
+    """Every reason the checked-in page samples has a line of meaning (profiler.nsight.stalls.REASONS), 'selected' that
+    it is no stall; the kernel's 180-character name is cut at 100 with an ellipsis."""
+    from profiler.cli.console import console
+
+    monkeypatch.setattr(console, "width", 200)  # whatever terminal runs the tests: no cell wraps
+    kernel, page = read_source_page(PAGE)
+    assert set(reason_shares(page).index) <= set(REASONS) and len(kernel) > 100
+    assert main(["stalls", str(PAGE), "--top", "3"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert kernel[:99] + "…: 266,444 warp samples" in out
+    assert "issuing: the sample caught the warp issuing an instruction, not stalled" in out
 
 
 def test_sampled_instructions_no_pass_counted_are_named_so(capsys):

@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from profiler.nsight.stalls import SourcePageError, hottest, read_source_page, reason_shares, sections
+    from profiler.nsight.stalls import REASONS, SourcePageError, hottest, read_source_page, reason_shares, sections
 
     try:
         kernel, page = read_source_page(args.page)
@@ -38,12 +38,13 @@ def run(args) -> int:
                           "sections": parts.to_dict(orient="records"), "hottest": top.to_dict(orient="records")},
                          indent=2))
         return 0
-    console.print(f"{kernel[:100]}: {page['samples'].sum():,.0f} warp samples over {len(page):,} instructions",
+    name = kernel if len(kernel) <= 100 else kernel[:99] + "…"
+    console.print(f"{name}: {page['samples'].sum():,.0f} warp samples over {len(page):,} instructions",
                   soft_wrap=True)
-    by_reason = Table("stall reason", "share", title="samples by stall reason")
+    by_reason = Table("stall reason", "share", "what it means", title="samples by stall reason")
     for reason, share in reasons.items():
         if share >= 0.001:
-            by_reason.add_row(reason, f"{share:.1%}")
+            by_reason.add_row(reason, f"{share:.1%}", REASONS.get(reason, ""))
     console.print(by_reason)
     by_part = Table("executions", "instructions", "share", "its reasons", "its hottest instruction",
                     title="samples by code section (instructions executed equally often)")

@@ -87,6 +87,30 @@ def _opcode(sass: str) -> str:
     return words[0].rstrip(",;") if words else "?"
 
 
+# What each warp state of the source page's stall_* columns means, in a line each (Nsight Compute's Kernel Profiling
+# Guide, "Warp Stall Reasons" and its metrics reference, smsp__pcsamp_warps_issue_stalled_*)
+REASONS = {
+    "barrier": "waiting at a CTA barrier for the block's other warps",
+    "branch_resolving": "waiting for a branch's target or its predicate",
+    "dispatch": "picked, but the dispatcher held the instruction back",
+    "drain": "at EXIT, waiting for the warp's memory stores to drain",
+    "imc": "waiting on the immediate-constant cache (a miss)",
+    "lg": "the L1TEX queue for local and global memory is full",
+    "long_sb": "waiting on a long-scoreboard result: an L1TEX (global, local, texture) load",
+    "math": "the math pipe the instruction needs is busy",
+    "membar": "waiting on a memory barrier",
+    "mio": "the MIO queue (shared memory, special math, special registers) is full",
+    "misc": "other reasons",
+    "no_inst": "no instruction fetched (an instruction-cache miss, or just after a branch)",
+    "not_selected": "eligible, but the scheduler issued another warp",
+    "selected": "issuing: the sample caught the warp issuing an instruction, not stalled",
+    "short_sb": "waiting on a short-scoreboard result: an MIO operation (shared memory, MUFU)",
+    "sleep": "sleeping (nanosleep) or all threads blocked",
+    "tex": "the texture pipe's queue is full",
+    "wait": "a fixed-latency dependency: a few cycles between dependent instructions",
+}
+
+
 def reason_columns(page: pd.DataFrame) -> list[str]:
     """The stall reasons of a :func:`read_source_page` frame."""
     return [c for c in page.columns if c not in ("address", "sass", "opcode", "samples", "executions")]
