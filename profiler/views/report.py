@@ -207,8 +207,8 @@ PATHS = {"gluon-ws": "the warp-specialized Gluon kernels for sm_90", "tiled": "t
 
 
 def _names(rows: pd.DataFrame) -> str:
-    """What each implementation of ``rows`` is, from its registry entry: 'triton_flash: Triton FlashAttention-2
-    (ours) ...; sdpa_cudnn: PyTorch SDPA, cuDNN backend', for a reader who does not know the names; where its rows
+    """What each implementation of ``rows`` is, from its registry entry: 'triton_flash: FlashAttention-2 (ours)
+    ...; sdpa_cudnn: PyTorch SDPA, cuDNN backend', for a reader who does not know the names; where its rows
     record kernel paths, which ones and on how many rows ('ran gluon-ws on 40 of 40 rows'), and what they name."""
     names, seen = [], set()
     for name in sorted(set(rows.impl), key=style.impl_rank):
