@@ -17,7 +17,10 @@ gives now), and cuDNN through SDPA, in TFLOP/s (2.5x the forward's 4·B·H·N²�
 ``ROUNDS=n`` times the Gluon kernels and cuDNN n times per shape, interleaved, and keeps the median
 (each round's figure under ``<name>_rounds``); ``DIMS=128`` limits the head dims (of ``check`` too: 40 cases
 per head dim).
-Writes ``$OUT/bwd_probe.json``; reports/perf-h100/gluon_bwd_round*.json are its runs (docs/perf-notes.md).
+Each do_bench flushes the L2 between repetitions by a read, as the captures do (profiler.measure.timing.clean_l2_flush;
+runs before 2026-11-27's round 17 of the forward let do_bench zero its buffer, whose dirty lines are written back
+inside the next timed call). Writes ``$OUT/bwd_probe.json``; reports/perf-h100/gluon_bwd_round*.json are its runs
+(docs/perf-notes.md).
 """
 import json
 import os
@@ -36,6 +39,7 @@ from kernels import flash_bwd_hopper as HB
 from kernels.flash_bwd import flash_attention_backward
 from kernels.flash_fwd import flash_attention_forward
 from kernels.reference import naive_attention, oracle_with_grads, relative_error
+from profiler.measure.timing import clean_l2_flush
 
 OUT = os.environ.get("OUT", "/tmp")
 dev = torch.cuda.get_device_name()
@@ -112,7 +116,8 @@ def variant_backward(do, q, k, v, o, lse, causal, scale, config):
 
 
 def bench(fn):
-    return triton.testing.do_bench(fn, warmup=50, rep=200)
+    with clean_l2_flush():
+        return triton.testing.do_bench(fn, warmup=50, rep=200)
 
 if which in ("all", "bench"):
     rows = []
