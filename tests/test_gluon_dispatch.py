@@ -544,8 +544,17 @@ def test_clock_summary_splits_each_sm_s_time_into_its_parts(monkeypatch):
     monkeypatch.setattr(probe, "clean_l2_flush", contextlib.nullcontext)  # no GPU driver here to flush through
     assert probe.run_marked(lambda: "plain", lambda: "marked", clock, "k") == {"ms_plain": 1.0, "ms_marked": 1.5,
                                                                                "kernel_ns": 1500.0}
+    # clock_row, which both probes' clock parts call: the shape, the two timings and the summary, in one row
+
+    def call(clock=None):
+        return "plain" if clock is None else "marked"
+
+    base = {"D": 64, "N": 2048, "causal": False, "config": "default"}
+    row = probe.clock_row(call, clock, "k", base, sms=2)
+    assert row == {**base, "ms_plain": 1.0, "ms_marked": 1.5, **summary}
     clock[1, 0, 2] = clock[3, 2, 4] = clock[3, 2, 0] = -1
     assert probe.run_marked(lambda: "plain", lambda: "marked", clock, "k") == [1, 2]
+    assert probe.clock_row(call, clock, "k", base, sms=2) is None  # and says which marks are missing
 
 
 def test_forward_probe_builds_its_variants_from_the_default():

@@ -113,6 +113,19 @@ def run_marked(plain, marked, buffer: torch.Tensor, kernel: str) -> dict | list[
     return {"ms_plain": ms_plain, "ms_marked": ms_marked, "kernel_ns": ns}
 
 
+def clock_row(plain, buffer: torch.Tensor, kernel: str, base: dict, sms: int, wait: str = "kv_wait") -> dict | None:
+    """:func:`run_marked` on ``plain`` and ``plain(clock=buffer)``, then the probes' row: ``base`` (the shape and
+    config), the two timings and :func:`summarize`'s figures. None, after printing which marks are missing (and the
+    first block's), where the kernel left marks unwritten."""
+    run = run_marked(plain, partial(plain, clock=buffer), buffer, kernel)
+    if isinstance(run, list):
+        print(f"D{base['D']} N{base['N']} causal={base['causal']} {base['config']}: marks not written by the consumers "
+              f"and the loader: {run}; first block {buffer[0].tolist()}", flush=True)
+        return None
+    return {**base, "ms_plain": run["ms_plain"], "ms_marked": run["ms_marked"],
+            **summarize(buffer.cpu(), run["kernel_ns"], sms, wait=wait)}
+
+
 def parts_text(row: dict) -> tuple[str, str]:
     """A summary's shares of SM time and cycles per block, as the probes print them."""
     share = " ".join(f"{k} {100 * v:.1f}%" for k, v in row["share"].items())
@@ -155,15 +168,12 @@ def main() -> None:
                     clock = torch.full((blocks, config.consumers + 1, HB.CLOCK_EVENTS), -1, dtype=torch.int64,
                                        device="cuda")
                     plain = partial(HB.hopper_backward, do, q, k, v, o, lse, causal, scale, config)
-                    run = run_marked(plain, partial(plain, clock=clock), clock, "_attn_bwd_hopper")
-                    if isinstance(run, list):
-                        print(f"D{D} N{N} causal={causal} {name}: marks not written by the consumers and the loader: "
-                              f"{run}; first block {clock[0].tolist()}", flush=True)
+                    base = {"D": D, "N": N, "B": B, "H": H, "causal": causal, "config": name}
+                    row = clock_row(plain, clock, "_attn_bwd_hopper", base, sms)
+                    if row is None:
                         continue
-                    ms_plain, ms_marked = run["ms_plain"], run["ms_marked"]
-                    row = {"D": D, "N": N, "B": B, "H": H, "causal": causal, "config": name,
-                           "ms_plain": ms_plain, "ms_marked": ms_marked, "kernel_ns_plain": kernel_ns(plain),
-                           **summarize(clock.cpu(), run["kernel_ns"], sms)}
+                    ms_plain, ms_marked = row["ms_plain"], row["ms_marked"]
+                    row["kernel_ns_plain"] = kernel_ns(plain)
                     rows.append(row)
                     share, per = parts_text(row)
                     print(f"D{D} N{N} {'causal' if causal else 'full  '} {name:8} kernel {row['kernel_us']:.0f} us "

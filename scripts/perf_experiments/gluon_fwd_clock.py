@@ -37,7 +37,7 @@ sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import triton  # noqa: E402
-from gluon_bwd_clock import parse_variants, parts_text, run_marked, summarize  # noqa: E402
+from gluon_bwd_clock import clock_row, parse_variants, parts_text  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 from kernels import fa4  # noqa: E402
@@ -108,15 +108,11 @@ def clock(variants: dict, sms: int) -> list[dict]:
             tiles = triton.cdiv(N, config.block_m) * B * H
             buffer = torch.full((tiles, config.consumers + 1, HF.CLOCK_EVENTS), -1, dtype=torch.int64, device="cuda")
             plain = partial(HF.hopper_forward, q, k, v, causal, scale, config)
-            run = run_marked(plain, partial(plain, clock=buffer), buffer, "_attn_fwd_hopper")
-            if isinstance(run, list):
-                print(f"D{D} N{N} causal={causal} {name}: marks not written by the consumers and the loader: "
-                      f"{run}", flush=True)
+            base = {"D": D, "N": N, "B": B, "H": H, "causal": causal, "config": name, "fields": config._asdict()}
+            row = clock_row(plain, buffer, "_attn_fwd_hopper", base, sms, wait="q_wait")
+            if row is None:
                 continue
-            ms_plain, ms_marked = run["ms_plain"], run["ms_marked"]
-            row = {"D": D, "N": N, "B": B, "H": H, "causal": causal, "config": name, "fields": config._asdict(),
-                   "ms_plain": ms_plain, "ms_marked": ms_marked,
-                   **summarize(buffer.cpu(), run["kernel_ns"], sms, wait="q_wait")}
+            ms_plain, ms_marked = row["ms_plain"], row["ms_marked"]
             # a key tile's matmuls on one SM: every consumer's 64 rows, S = QKᵀ and PV, 2·64·BLOCK_N·D FLOP each
             step_flop = config.consumers * 2 * (2 * 64 * config.block_n * D)
             row["step_tensor_share"] = step_flop / FLOP_PER_CYCLE / row["cycles_per_step"]
