@@ -76,8 +76,8 @@ def run(args) -> int:
     # The exp roof (profiler.model.roofs.exp_ceiling) of a fused kernel's whole step on the datasheet: None elsewhere
     exp = (exp_ceiling(peak, device.exp2_per_s, shape.head_dim, shape.mode)
            if device.exp2_per_s is not None and shape.dtype in TENSOR_DTYPES else None)
+    fused = {impl.name for impl in impls if impl.costing.fused}
     if args.json:  # JSON has no NaN: a quantity the model does not give is null
-        fused = {impl.name for impl in impls if impl.costing.fused}
         print(json.dumps([{**{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()},
                            "exp_roof_tflops": exp / 1e12 if exp and r["impl"] in fused and r["step"] == "total"
                            else None} for r in rows], indent=2))
@@ -98,8 +98,7 @@ def run(args) -> int:
                   "'-' where an implementation's tiles are not declared.")
     # The roof a fused kernel's whole step has here without the exponentials: where none reaches the exp roof (a
     # memory-bound decode step), the exp roof does not bind and the note says only that.
-    fused_roofs = [r["attainable_tflops"] * 1e12 for r in rows
-                   if r["step"] == "total" and get_impl(r["impl"]).costing.fused]
+    fused_roofs = [r["attainable_tflops"] * 1e12 for r in rows if r["step"] == "total" and r["impl"] in fused]
     if exp is not None and fused_roofs and max(fused_roofs) <= exp:
         console.print(f"exp roof: {exp / 1e12:,.0f} TFLOP/s on the datasheet (softmax's exponentials run after the "
                       "matmuls: profiler.model.roofs.exp_ceiling), above every fused kernel's roof in the table: it "
