@@ -107,9 +107,6 @@ class HopperConfig(NamedTuple):
     # O leaves through a shared-memory tile per consumer and one TMA store, rather than each thread's stores of its
     # fragments (O_TMA; docs/perf-notes.md, "Gluon forward, round 16"). Not measured in fp8, whose configs leave it off.
     o_tma: bool = False
-    # With overlap: the unmasked and the masked key tiles in two loops, each with its softmax compiled once, and P
-    # rounded at the end of its step (docs/perf-notes.md, "Gluon forward, round 18").
-    split_mask: bool = False
 
     @property
     def block_m(self) -> int:
@@ -150,13 +147,15 @@ FP8_PORTABLE = {(64, True)}
 WORKER_REGS = {2: (240, 24), 3: (160, 24)}
 
 
-# Where the portable kernel measured faster on the H100, by (head_dim, causal): Nq up to this. Nowhere now (below Nq
-# 1024 the two were not timed against each other). It held
-# causal head_dim 64 up to Nq = 4096 (0.89 to 0.97x: reports/bench-h100-gluon against reports/bench-h100-portable,
-# docs/perf-notes.md "Gluon forward") until round 17 timed both in one process (bf16, the issue-42 grid's shapes,
-# reports/perf-h100/gluon_fwd_round17_a_bench64.txt, _c_short_causal.txt and _d_short_causal.txt): the Gluon forward
-# ran 1.06x the portable kernel at N 4096 on persistent programs, 1.06x at N 2048 and 1.07x at 1024 with SHORT_CAUSAL.
-PORTABLE_UP_TO: dict[tuple[int, bool], int] = {}
+# Where the portable kernel measured faster on the H100, by (head_dim, causal): Nq up to this. Causal head_dim 64 up
+# to Nq 1024: timed the grid's way (`python -m profiler bench`, 32768 tokens, fp16 and bf16, ATTN_GLUON=1 and 0 in
+# turn, twice, on one machine; round 18, reports/perf-h100/gluon_fwd_round18_route and _short), the Gluon forward ran
+# 0.73x the portable kernel at N 512, 0.96x at 1024, 1.01x (bf16) and 1.04x (fp16) at 2048 and 1.08x to 1.10x at 4096;
+# at every other (head_dim, causal), N 512 to 2048, 1.02x to 1.57x. It held causal head_dim 64 up to Nq 4096 until
+# round 17 (reports/bench-h100-gluon against reports/bench-h100-portable, docs/perf-notes.md "Gluon forward"), and
+# nothing after round 17, whose probe (gluon_fwd_clock.py) had put the Gluon forward at 1.07x at N 1024 and never
+# timed N 512: docs/perf-notes.md, "Gluon forward, round 18".
+PORTABLE_UP_TO: dict[tuple[int, bool], int] = {(64, True): 1024}
 
 
 # Where persistent programs (kernels.tile_schedule's snaked sections) measured faster than one program
@@ -166,7 +165,8 @@ PORTABLE_UP_TO: dict[tuple[int, bool], int] = {}
 # the same file as above): 6.3% and 3.6% faster at N 2048 and 4096, 4.6% and 3.1% slower at 8192 and 16384.
 PERSISTENT_CAUSAL_UP_TO = {128: 2048, 64: 4096}
 
-# Causal, by head_dim: (Nq up to which, the config run there instead of CONFIGS'). At head_dim 64 and Nq <= 2048, two
+# Causal, by head_dim: (Nq up to which, the config run there instead of CONFIGS'; PORTABLE_UP_TO goes first, so at
+# head_dim 64 it runs from Nq 1025). At head_dim 64 and Nq <= 2048, two
 # consumers (128-row tiles) each overlapping its next QKᵀ with its softmax, taking turns, on persistent programs:
 # 365 TFLOP/s at N 2048 and 306 at 1024 against 345 and 237 for CONFIGS' three consumers on persistent programs (bf16,
 # round 17, reports/perf-h100/gluon_fwd_round17_d_short_causal.txt; at N 4096 0.996x of those, _c_short_causal.txt;
@@ -376,39 +376,11 @@ def _pass_turn(turns, WG: gl.constexpr, NUM_WG: gl.constexpr, PINGPONG: gl.const
 
 
 @gluon.jit
-def _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, lo, hi, offs_n, rows, seq_kv, scale, s_zero,
-                   p_layout: gl.constexpr, o_layout: gl.constexpr, WG: gl.constexpr, BLOCK_N: gl.constexpr,
-                   STAGES: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr, FP8: gl.constexpr,
-                   MASKED: gl.constexpr, CAUSAL: gl.constexpr):
-    """Key tiles lo ... hi - 1 of the overlapped loop with ``split_mask``: each round issues S(j) and PV(j - 1),
-    then the softmax of S(j), compiled with the mask or without it (``MASKED``) for the whole loop, and rounds P(j)
-    for the next round's PV. Returns (acc, P(hi - 1) as PV's operand, m, l)."""
-    q_smem, k_smem, v_smem, o_smem = bufs
-    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
-    for j in range(lo, hi):
-        c = count + j
-        prev = (c - 1) % STAGES
-        _take_turn(turns, c, WG, PINGPONG)
-        s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
-        mbarrier.wait(v_ready.index(prev), ring_phase(c - 1, STAGES))
-        acc = warpgroup_mma(p_op, _pv_operand(v_smem, prev, FP8), acc, is_async=True)
-        _pass_turn(turns, WG, NUM_WG, PINGPONG)
-        s = warpgroup_mma_wait(1, deps=(s,))  # S(j) done; PV(j-1) may still run
-        mbarrier.arrive(k_empty.index(c % STAGES), count=1)
-        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j * BLOCK_N + offs_n, rows, seq_kv, scale, MASKED, CAUSAL)
-        acc = _pv_wait(acc, p_op, FP8)
-        mbarrier.arrive(v_empty.index(prev), count=1)
-        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-        p_op = gl.convert_layout(p.to(p_op.dtype), p_layout)
-    return acc, p_op, m_i, l_i
-
-
-@gluon.jit
 def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads, group, seq_q, seq_kv,
                         section, snake, qk_scale, CLOCK, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr, CAUSAL: gl.constexpr,
                         OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr, FP8: gl.constexpr,
-                        O_TMA: gl.constexpr, SPLIT_MASK: gl.constexpr):
+                        O_TMA: gl.constexpr):
     """One warpgroup: for each query tile of this program, rows off_m + WG·64 ... + 63 against
     every key tile, then O and the logsumexp of those rows. With ``FP8`` (e4m3 Q, K, V and an fp32
     descale per (batch, head) each, ``descales``) Q's and K's descales fold into the exp2 scale and V's
@@ -462,40 +434,26 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
             mbarrier.arrive(k_empty.index(count % STAGES), count=1)
             p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, 0, n_full, offs_n, rows, seq_kv, scale,
                                                  BLOCK_N, CAUSAL)
-            if SPLIT_MASK:
-                # The unmasked key tiles, then the masked ones, each loop compiled with its own softmax; P is rounded
-                # at the end of its step rather than at the start of the next.
+            for j in range(1, n_tiles):
+                c = count + j
+                prev = (c - 1) % STAGES
+                _take_turn(turns, c, WG, PINGPONG)
+                s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
+                mbarrier.wait(v_ready.index(prev), ring_phase(c - 1, STAGES))
                 p_op = gl.convert_layout(p.to(dtype), p_layout)
-                split = gl.maximum(n_full, 1)
-                acc, p_op, m_i, l_i = _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, 1, split,
-                                                     offs_n, rows, seq_kv, scale, s_zero, p_layout, o_layout, WG,
-                                                     BLOCK_N, STAGES, PINGPONG, NUM_WG, FP8, False, CAUSAL)
-                acc, p_op, m_i, l_i = _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, split,
-                                                     n_tiles, offs_n, rows, seq_kv, scale, s_zero, p_layout,
-                                                     o_layout, WG, BLOCK_N, STAGES, PINGPONG, NUM_WG, FP8, True,
-                                                     CAUSAL)
-            else:
-                for j in range(1, n_tiles):
-                    c = count + j
-                    prev = (c - 1) % STAGES
-                    _take_turn(turns, c, WG, PINGPONG)
-                    s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
-                    mbarrier.wait(v_ready.index(prev), ring_phase(c - 1, STAGES))
-                    p_op = gl.convert_layout(p.to(dtype), p_layout)
-                    acc = warpgroup_mma(p_op, _pv_operand(v_smem, prev, FP8), acc, is_async=True)
-                    _pass_turn(turns, WG, NUM_WG, PINGPONG)
-                    s = warpgroup_mma_wait(1, deps=(s,))  # S(j) done; PV(j-1) may still run
-                    mbarrier.arrive(k_empty.index(c % STAGES), count=1)
-                    p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, n_full, offs_n, rows, seq_kv, scale,
-                                                         BLOCK_N, CAUSAL)
-                    acc = _pv_wait(acc, p_op, FP8)
-                    mbarrier.arrive(v_empty.index(prev), count=1)
-                    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+                acc = warpgroup_mma(p_op, _pv_operand(v_smem, prev, FP8), acc, is_async=True)
+                _pass_turn(turns, WG, NUM_WG, PINGPONG)
+                s = warpgroup_mma_wait(1, deps=(s,))  # S(j) done; PV(j-1) may still run
+                mbarrier.arrive(k_empty.index(c % STAGES), count=1)
+                p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, n_full, offs_n, rows, seq_kv, scale,
+                                                     BLOCK_N, CAUSAL)
+                acc = _pv_wait(acc, p_op, FP8)
+                mbarrier.arrive(v_empty.index(prev), count=1)
+                acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
             mbarrier.arrive(q_empty.index(WG), count=1)  # every S of this tile is done
             c = count + n_tiles - 1
             mbarrier.wait(v_ready.index(c % STAGES), ring_phase(c, STAGES))
-            if not SPLIT_MASK:
-                p_op = gl.convert_layout(p.to(dtype), p_layout)
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
             acc = warpgroup_mma(p_op, _pv_operand(v_smem, c % STAGES, FP8), acc, is_async=True)
             acc = _pv_wait(acc, p_op, FP8)
             mbarrier.arrive(v_empty.index(c % STAGES), count=1)
@@ -565,7 +523,7 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
                      SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
                      Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr, V_LAYOUT: gl.constexpr, FP8: gl.constexpr,
-                     O_TMA: gl.constexpr, O_LAYOUT: gl.constexpr, SPLIT_MASK: gl.constexpr):
+                     O_TMA: gl.constexpr, O_LAYOUT: gl.constexpr):
     """Program p takes query tiles p, p + programs, ... of the ``total`` = m_blocks · batch·heads
     in :func:`_tile`'s order (one each when the grid has a program per tile; persistent when it
     has one per SM). The descales are None unless ``FP8``."""
@@ -614,12 +572,10 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
             [
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 0, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 1, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
                                    CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
             ],
@@ -631,16 +587,13 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
             [
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 0, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 1, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 2, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
                                    CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
             ],
@@ -755,8 +708,7 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
         Q_LAYOUT=tile_layout(SPLIT_M, head_dim, q.dtype), KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype),
         V_LAYOUT=(tile_layout(head_dim, config.block_n, q.dtype) if fp8
                   else tile_layout(config.block_n, head_dim, q.dtype)), FP8=fp8, O_TMA=config.o_tma,
-        O_LAYOUT=tile_layout(SPLIT_M, head_dim, out_dtype or q.dtype) if config.o_tma else None,
-        SPLIT_MASK=config.split_mask)
+        O_LAYOUT=tile_layout(SPLIT_M, head_dim, out_dtype or q.dtype) if config.o_tma else None)
     ints = (heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total, schedule.section, int(schedule.snake))
     return _Plan((programs,), ints, constexprs, config.block_n)
 

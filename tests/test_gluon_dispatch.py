@@ -82,21 +82,51 @@ def test_off_sm90_everything_takes_the_portable_kernel():
         flash_attention_forward(q, q, q, gluon=True)
 
 
+def _gluon_over_portable(folder: str):
+    """{(head_dim, causal, dtype, seq_q): the Gluon forward's time-weighted speed over the portable kernel's}, from a
+    round-18 capture folder holding the same ``bench`` run twice each way (ATTN_GLUON=1: gluon1, gluon2; 0:
+    portable1, portable2), one after the other on one H100."""
+    import pandas as pd
+
+    frames = []
+    for run in ("gluon1", "gluon2", "portable1", "portable2"):
+        meta, frame = load_capture(ROOT / "reports" / "perf-h100" / folder / run)
+        assert meta["device"].startswith("NVIDIA H100") and meta["finished"]
+        ours = frame[frame.impl == "triton_flash"].assign(way=run[:-1])
+        assert set(ours.path) == ({"gluon-ws"} if run.startswith("gluon") else {"tiled"})
+        frames.append(ours)
+    ms = pd.concat(frames).groupby(["head_dim", "causal", "dtype", "seq_q", "way"]).time_ms.sum().unstack("way")
+    return (ms.portable / ms.gluon).to_dict()
+
+
+def test_portable_up_to_is_where_the_portable_kernel_measured_faster():
+    """hopper.PORTABLE_UP_TO: causal head_dim 64 up to Nq 1024 (round 18). Timed the grid's way on one H100, the Gluon
+    forward lost there (0.73x at N 512, 0.96x at 1024) and won at every longer causal head_dim-64 row and at every
+    other (head_dim, causal), N 512 to 2048."""
+    speed = _gluon_over_portable("gluon_fwd_round18_route") | _gluon_over_portable("gluon_fwd_round18_short")
+    assert len(speed) == 8 + 18
+    assert hopper.PORTABLE_UP_TO == {(64, True): 1024}
+    for (head_dim, causal, dtype, seq_q), ratio in speed.items():
+        limit = hopper.PORTABLE_UP_TO.get((head_dim, bool(causal)), 0)
+        assert (ratio < 1) == (seq_q <= limit), (head_dim, causal, dtype, seq_q, ratio)
+    assert 0.70 < speed[64, True, "bf16", 512] < 0.75 and 0.95 < speed[64, True, "fp16", 1024] < 0.97
+
+
 def test_portable_up_to_routes_short_rows_to_the_portable_kernel_with_a_reason(monkeypatch):
-    """hopper.PORTABLE_UP_TO is empty since round 17 (the Gluon forward measured faster at every shape timed, N 1024 to
-    4096 at causal head_dim 64; shorter rows were not timed); an entry routes a shape's short rows to the portable
-    kernel, with a reason naming it."""
+    """An entry of hopper.PORTABLE_UP_TO routes a shape's short rows to the portable kernel, with a reason naming
+    it; the rest take the Gluon forward."""
     def q(seq, dim):
         return torch.empty(1, 1, seq, dim)
 
-    assert hopper.PORTABLE_UP_TO == {}
-    assert all(hopper.slower_reason(q(n, d), causal=c) is None for n in (1, 2048, 4096) for d in (64, 128)
-               for c in (False, True))
-    monkeypatch.setitem(hopper.PORTABLE_UP_TO, (64, True), 1024)
     assert hopper.slower_reason(q(1024, 64), causal=True) == (
         "the portable kernel measured faster at head_dim 64, causal, Nq <= 1024")
-    assert hopper.slower_reason(q(1025, 64), causal=True) is None
-    assert hopper.slower_reason(q(1024, 64), causal=False) is None
+    assert hopper.slower_reason(q(1, 64), causal=True) is not None
+    assert all(hopper.slower_reason(q(n, d), causal=c) is None for n in (1, 1025, 2048, 4096) for d in (64, 128)
+               for c in (False, True) if (d, c) != (64, True) or n > 1024)
+    monkeypatch.setitem(hopper.PORTABLE_UP_TO, (128, False), 512)
+    assert hopper.slower_reason(q(512, 128), causal=False) == (
+        "the portable kernel measured faster at head_dim 128, no mask, Nq <= 512")
+    assert hopper.slower_reason(q(513, 128), causal=False) is None
 
 
 def test_kernel_path_names_the_forward_the_run_reported():

@@ -1,10 +1,12 @@
-"""One attention backward, ours or FlashAttention-4's, inside an NVTX range for Nsight Compute.
+"""One attention backward (with ``fwd``, forward), ours or FlashAttention-4's, inside an NVTX range for Nsight Compute.
 
     ncu --set full --nvtx --nvtx-include "profiled" -o /tmp/fa4_d128 \\
         python3 scripts/perf_experiments/bwd_ncu_peer.py fa4 128 0 8192
     ncu -i /tmp/fa4_d128.ncu-rep --page details --csv       # every kernel of that backward, one block each
 
-Arguments: ``fa4`` or ``ours``, head_dim, causal (0/1), N. bf16, 32768 tokens (H32 at D64, H16 at D128), as
+Arguments: ``fa4`` or ``ours``, head_dim, causal (0/1), N, and ``fwd`` to profile the second forward instead
+(round 18 of the forward: ``ncu --set full --import-source yes --nvtx --nvtx-include "profiled" ... ours 64 0 8192
+fwd``, the report holding that forward's one kernel). bf16, 32768 tokens (H32 at D64, H16 at D128), as
 gluon_bwd_ncu.py and gluon_bwd_probe.py's grid. The forward and one backward run first (compiling and
 warming); the second backward runs inside the range ``profiled``, a start/end range (autograd launches the
 backward from its own thread, where this thread's push/pop range does not reach), so the report holds that
@@ -22,18 +24,23 @@ from kernels.fa4 import fa4_attention
 from kernels.flash_attention import flash_attention
 
 impl, head_dim, causal, seq = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4])
+mode = sys.argv[5] if len(sys.argv) > 5 else "bwd"
+if mode not in ("fwd", "bwd"):
+    raise SystemExit(f"mode {mode!r}: fwd, or nothing for the backward")
 attention = {"fa4": fa4_attention, "ours": flash_attention}[impl]
 heads = 32 if head_dim == 64 else 16
-q, k, v = (torch.randn(32768 // seq, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-           for _ in range(3))
+q, k, v = (torch.randn(32768 // seq, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16,
+                       requires_grad=mode == "bwd") for _ in range(3))
 do = torch.randn_like(q)
 for profiled in (False, True):
+    marker = torch.cuda.nvtx.range_start("profiled") if profiled and mode == "fwd" else None
     out = attention(q, k, v, causal=causal)
     torch.cuda.synchronize()
-    if profiled:
-        marker = torch.cuda.nvtx.range_start("profiled")
-    out.backward(do)
-    torch.cuda.synchronize()
-    if profiled:
+    if mode == "bwd":
+        if profiled:
+            marker = torch.cuda.nvtx.range_start("profiled")
+        out.backward(do)
+        torch.cuda.synchronize()
+    if marker is not None:
         torch.cuda.nvtx.range_end(marker)
-print(torch.cuda.get_device_name(), impl, "D", head_dim, "causal" if causal else "full", "N", seq, flush=True)
+print(torch.cuda.get_device_name(), impl, mode, "D", head_dim, "causal" if causal else "full", "N", seq, flush=True)

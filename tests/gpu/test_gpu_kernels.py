@@ -279,7 +279,11 @@ def test_gluon_path_falls_back_to_the_portable_kernel(monkeypatch):
         flash_attention_forward(strided, k, v, gluon=True)
     o, _ = flash_attention_forward(strided, k, v)
     assert relative_error(o, attention_oracle(strided, k, v)) < 5e-3
-    assert forward_path(q, k, v, causal=True) == "gluon-ws"  # SHORT_CAUSAL's config (PORTABLE_UP_TO is empty)
+    assert forward_path(q, k, v, causal=True) == "tiled"  # PORTABLE_UP_TO: causal head_dim 64 up to Nq 1024
+    long_q = _inputs(1, 2, 1025, 1025, 64, torch.float16)
+    assert forward_path(*long_q, causal=True) == "gluon-ws"  # SHORT_CAUSAL's config
+    o, _ = flash_attention_forward(*long_q, causal=True)
+    assert relative_error(o, attention_oracle(*long_q, causal=True)) < 5e-3
     assert forward_path(*_inputs(1, 2, 300, 300, 128, torch.float16), causal=True) == "gluon-ws"
     monkeypatch.setenv("ATTN_GLUON", "0")
     assert forward_path(q, k, v) == "tiled"
