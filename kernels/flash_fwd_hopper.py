@@ -107,10 +107,6 @@ class HopperConfig(NamedTuple):
     # O leaves through a shared-memory tile per consumer and one TMA store, rather than each thread's stores of its
     # fragments (O_TMA; docs/perf-notes.md, "Gluon forward, round 16"). Not measured in fp8, whose configs leave it off.
     o_tma: bool = False
-    # With overlap: O is rescaled by the previous step's factor after QKᵀ is issued and before PV, rather than after
-    # PV's wait, so the multiplies run under the QKᵀ wgmma (FlashAttention-3's order; docs/perf-notes.md, "Gluon
-    # forward, round 18").
-    rescale_early: bool = False
 
     @property
     def block_m(self) -> int:
@@ -384,7 +380,7 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
                         section, snake, qk_scale, CLOCK, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr, CAUSAL: gl.constexpr,
                         OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr, FP8: gl.constexpr,
-                        O_TMA: gl.constexpr, RESCALE_EARLY: gl.constexpr):
+                        O_TMA: gl.constexpr):
     """One warpgroup: for each query tile of this program, rows off_m + WG·64 ... + 63 against
     every key tile, then O and the logsumexp of those rows. With ``FP8`` (e4m3 Q, K, V and an fp32
     descale per (batch, head) each, ``descales``) Q's and K's descales fold into the exp2 scale and V's
@@ -445,8 +441,6 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
                 s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
                 mbarrier.wait(v_ready.index(prev), ring_phase(c - 1, STAGES))
                 p_op = gl.convert_layout(p.to(dtype), p_layout)
-                if RESCALE_EARLY:  # by step j-1's factor (step 0's is 0: O is still 0)
-                    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
                 acc = warpgroup_mma(p_op, _pv_operand(v_smem, prev, FP8), acc, is_async=True)
                 _pass_turn(turns, WG, NUM_WG, PINGPONG)
                 s = warpgroup_mma_wait(1, deps=(s,))  # S(j) done; PV(j-1) may still run
@@ -455,14 +449,11 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
                                                      BLOCK_N, CAUSAL)
                 acc = _pv_wait(acc, p_op, FP8)
                 mbarrier.arrive(v_empty.index(prev), count=1)
-                if not RESCALE_EARLY:
-                    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+                acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
             mbarrier.arrive(q_empty.index(WG), count=1)  # every S of this tile is done
             c = count + n_tiles - 1
             mbarrier.wait(v_ready.index(c % STAGES), ring_phase(c, STAGES))
             p_op = gl.convert_layout(p.to(dtype), p_layout)
-            if RESCALE_EARLY and n_tiles > 1:
-                acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
             acc = warpgroup_mma(p_op, _pv_operand(v_smem, c % STAGES, FP8), acc, is_async=True)
             acc = _pv_wait(acc, p_op, FP8)
             mbarrier.arrive(v_empty.index(c % STAGES), count=1)
@@ -532,7 +523,7 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
                      SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
                      Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr, V_LAYOUT: gl.constexpr, FP8: gl.constexpr,
-                     O_TMA: gl.constexpr, O_LAYOUT: gl.constexpr, RESCALE_EARLY: gl.constexpr):
+                     O_TMA: gl.constexpr, O_LAYOUT: gl.constexpr):
     """Program p takes query tiles p, p + programs, ... of the ``total`` = m_blocks · batch·heads
     in :func:`_tile`'s order (one each when the grid has a program per tile; persistent when it
     has one per SM). The descales are None unless ``FP8``."""
@@ -581,12 +572,10 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
             [
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 0, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       RESCALE_EARLY)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 1, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       RESCALE_EARLY)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
                                    CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
             ],
@@ -598,16 +587,13 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
             [
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 0, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       RESCALE_EARLY)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 1, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       RESCALE_EARLY)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 2, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       RESCALE_EARLY)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
                                    CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
             ],
@@ -722,8 +708,7 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
         Q_LAYOUT=tile_layout(SPLIT_M, head_dim, q.dtype), KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype),
         V_LAYOUT=(tile_layout(head_dim, config.block_n, q.dtype) if fp8
                   else tile_layout(config.block_n, head_dim, q.dtype)), FP8=fp8, O_TMA=config.o_tma,
-        O_LAYOUT=tile_layout(SPLIT_M, head_dim, out_dtype or q.dtype) if config.o_tma else None,
-        RESCALE_EARLY=config.rescale_early)
+        O_LAYOUT=tile_layout(SPLIT_M, head_dim, out_dtype or q.dtype) if config.o_tma else None)
     ints = (heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total, schedule.section, int(schedule.snake))
     return _Plan((programs,), ints, constexprs, config.block_n)
 
