@@ -107,6 +107,10 @@ class HopperConfig(NamedTuple):
     # O leaves through a shared-memory tile per consumer and one TMA store, rather than each thread's stores of its
     # fragments (O_TMA; docs/perf-notes.md, "Gluon forward, round 16"). Not measured in fp8, whose configs leave it off.
     o_tma: bool = False
+    # With overlap: the unmasked and the masked key tiles in two loops, each with its softmax compiled once, and P
+    # rounded at the end of its step into packed 16-bit pairs carried to the next step's PV (_pack_p). Without spills
+    # at head_dim 64 on three consumers (docs/perf-notes.md, "Gluon forward, round 18"). 16-bit inputs only.
+    split_mask: bool = False
 
     @property
     def block_m(self) -> int:
@@ -114,14 +118,15 @@ class HopperConfig(NamedTuple):
         return self.consumers * SPLIT_M
 
 
-# By (head_dim, causal); chosen by the H100 variants in docs/perf-notes.md ("Gluon forward"; o_tma: round 16).
+# By (head_dim, causal); chosen by the H100 variants in docs/perf-notes.md ("Gluon forward"; o_tma: round 16; overlap
+# with split_mask at head_dim 64, and split_mask at head_dim 128 without a mask: round 18).
 CONFIGS = {
-    (64, False): HopperConfig(block_n=128, stages=2, overlap=False, pingpong=True, consumers=3, persistent=True,
-                              o_tma=True),
-    (64, True): HopperConfig(block_n=128, stages=2, overlap=False, pingpong=False, consumers=3, persistent=False,
-                             o_tma=True),
+    (64, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=3, persistent=True,
+                              o_tma=True, split_mask=True),
+    (64, True): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=3, persistent=False,
+                             o_tma=True, split_mask=True),
     (128, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=False, consumers=2, persistent=True,
-                               o_tma=True),
+                               o_tma=True, split_mask=True),
     (128, True): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=False,
                               o_tma=True),
 }
@@ -376,11 +381,72 @@ def _pass_turn(turns, WG: gl.constexpr, NUM_WG: gl.constexpr, PINGPONG: gl.const
 
 
 @gluon.jit
+def _pack_p(p, FP16: gl.constexpr):
+    """P (fp32, [M, N]) rounded to 16 bits as [M, N / 2] int32: columns 2i and 2i+1 in the low and high halves, one
+    ``cvt.rn.{b}f16x2.f32`` a pair (PTX ISA, cvt: the first source goes to the high half)."""
+    M: gl.constexpr = p.shape[0]
+    N: gl.constexpr = p.shape[1]
+    even, odd = gl.split(gl.reshape(p, [M, N // 2, 2]))
+    if FP16:
+        packed = gl.inline_asm_elementwise("cvt.rn.f16x2.f32 $0, $2, $1;", "=r,r,r", [even, odd], dtype=gl.int32,
+                                           is_pure=True, pack=1)
+    else:
+        packed = gl.inline_asm_elementwise("cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,r,r", [even, odd], dtype=gl.int32,
+                                           is_pure=True, pack=1)
+    return packed
+
+
+@gluon.jit
+def _unpack_p(packed, FP16: gl.constexpr, p_layout: gl.constexpr):
+    """:func:`_pack_p`'s pairs as PV's register operand. Carried across a loop's back edge in P's own 16-bit layout,
+    the rounded P cost two byte permutes (PRMT) a register each step, 64 a thread at head_dim 64, which the packed
+    int32 pairs avoid (docs/perf-notes.md, "Gluon forward, round 18")."""
+    M: gl.constexpr = packed.shape[0]
+    N: gl.constexpr = packed.shape[1] * 2
+    if FP16:
+        lo, hi = gl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", [packed],
+                                           dtype=(gl.float16, gl.float16), is_pure=True, pack=1)
+    else:
+        lo, hi = gl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", [packed],
+                                           dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=1)
+    return gl.convert_layout(gl.reshape(gl.join(lo, hi), [M, N]), p_layout)
+
+
+@gluon.jit
+def _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, lo, hi, offs_n, rows, seq_kv, scale, s_zero,
+                   p_layout: gl.constexpr, o_layout: gl.constexpr, WG: gl.constexpr, BLOCK_N: gl.constexpr,
+                   STAGES: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr, FP8: gl.constexpr,
+                   MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+    """Key tiles lo ... hi - 1 of the overlapped loop with ``split_mask``: each round issues S(j) and PV(j - 1),
+    then the softmax of S(j), compiled with the mask or without it (``MASKED``) for the whole loop, and rounds P(j)
+    for the next round's PV. Returns (acc, P(hi - 1) as PV's operand, m, l)."""
+    q_smem, k_smem, v_smem, o_smem = bufs
+    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
+    for j in range(lo, hi):
+        c = count + j
+        prev = (c - 1) % STAGES
+        _take_turn(turns, c, WG, PINGPONG)
+        s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
+        mbarrier.wait(v_ready.index(prev), ring_phase(c - 1, STAGES))
+        p16 = _unpack_p(p_op, v_smem.dtype == gl.float16, p_layout)
+        acc = warpgroup_mma(p16, _pv_operand(v_smem, prev, FP8), acc, is_async=True)
+        _pass_turn(turns, WG, NUM_WG, PINGPONG)
+        s = warpgroup_mma_wait(1, deps=(s,))  # S(j) done; PV(j-1) may still run
+        mbarrier.arrive(k_empty.index(c % STAGES), count=1)
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j * BLOCK_N + offs_n, rows, seq_kv, scale, MASKED, CAUSAL)
+        acc = _pv_wait(acc, p16, FP8)
+        mbarrier.arrive(v_empty.index(prev), count=1)
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+        p_op = _pack_p(p, v_smem.dtype == gl.float16)
+    return acc, p_op, m_i, l_i
+
+
+@gluon.jit
 def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads, group, seq_q, seq_kv,
                         section, snake, qk_scale, CLOCK, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr, CAUSAL: gl.constexpr,
                         OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr, FP8: gl.constexpr,
-                        O_TMA: gl.constexpr):
+                        O_TMA: gl.constexpr, SPLIT_MASK: gl.constexpr):
     """One warpgroup: for each query tile of this program, rows off_m + WG·64 ... + 63 against
     every key tile, then O and the logsumexp of those rows. With ``FP8`` (e4m3 Q, K, V and an fp32
     descale per (batch, head) each, ``descales``) Q's and K's descales fold into the exp2 scale and V's
@@ -434,26 +500,42 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
             mbarrier.arrive(k_empty.index(count % STAGES), count=1)
             p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, 0, n_full, offs_n, rows, seq_kv, scale,
                                                  BLOCK_N, CAUSAL)
-            for j in range(1, n_tiles):
-                c = count + j
-                prev = (c - 1) % STAGES
-                _take_turn(turns, c, WG, PINGPONG)
-                s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
-                mbarrier.wait(v_ready.index(prev), ring_phase(c - 1, STAGES))
-                p_op = gl.convert_layout(p.to(dtype), p_layout)
-                acc = warpgroup_mma(p_op, _pv_operand(v_smem, prev, FP8), acc, is_async=True)
-                _pass_turn(turns, WG, NUM_WG, PINGPONG)
-                s = warpgroup_mma_wait(1, deps=(s,))  # S(j) done; PV(j-1) may still run
-                mbarrier.arrive(k_empty.index(c % STAGES), count=1)
-                p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, n_full, offs_n, rows, seq_kv, scale,
-                                                     BLOCK_N, CAUSAL)
-                acc = _pv_wait(acc, p_op, FP8)
-                mbarrier.arrive(v_empty.index(prev), count=1)
-                acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+            if SPLIT_MASK:
+                # The unmasked key tiles, then the masked ones, each loop compiled with its own softmax; P is rounded
+                # at the end of its step rather than at the start of the next.
+                p_op = _pack_p(p, dtype == gl.float16)
+                split = gl.maximum(n_full, 1)
+                acc, p_op, m_i, l_i = _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, 1, split,
+                                                     offs_n, rows, seq_kv, scale, s_zero, p_layout, o_layout, WG,
+                                                     BLOCK_N, STAGES, PINGPONG, NUM_WG, FP8, False, CAUSAL)
+                acc, p_op, m_i, l_i = _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, split,
+                                                     n_tiles, offs_n, rows, seq_kv, scale, s_zero, p_layout,
+                                                     o_layout, WG, BLOCK_N, STAGES, PINGPONG, NUM_WG, FP8, True,
+                                                     CAUSAL)
+            else:
+                for j in range(1, n_tiles):
+                    c = count + j
+                    prev = (c - 1) % STAGES
+                    _take_turn(turns, c, WG, PINGPONG)
+                    s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
+                    mbarrier.wait(v_ready.index(prev), ring_phase(c - 1, STAGES))
+                    p_op = gl.convert_layout(p.to(dtype), p_layout)
+                    acc = warpgroup_mma(p_op, _pv_operand(v_smem, prev, FP8), acc, is_async=True)
+                    _pass_turn(turns, WG, NUM_WG, PINGPONG)
+                    s = warpgroup_mma_wait(1, deps=(s,))  # S(j) done; PV(j-1) may still run
+                    mbarrier.arrive(k_empty.index(c % STAGES), count=1)
+                    p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, n_full, offs_n, rows, seq_kv, scale,
+                                                         BLOCK_N, CAUSAL)
+                    acc = _pv_wait(acc, p_op, FP8)
+                    mbarrier.arrive(v_empty.index(prev), count=1)
+                    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
             mbarrier.arrive(q_empty.index(WG), count=1)  # every S of this tile is done
             c = count + n_tiles - 1
             mbarrier.wait(v_ready.index(c % STAGES), ring_phase(c, STAGES))
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            if not SPLIT_MASK:
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
+            else:
+                p_op = _unpack_p(p_op, dtype == gl.float16, p_layout)
             acc = warpgroup_mma(p_op, _pv_operand(v_smem, c % STAGES, FP8), acc, is_async=True)
             acc = _pv_wait(acc, p_op, FP8)
             mbarrier.arrive(v_empty.index(c % STAGES), count=1)
@@ -523,7 +605,7 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
                      SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
                      Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr, V_LAYOUT: gl.constexpr, FP8: gl.constexpr,
-                     O_TMA: gl.constexpr, O_LAYOUT: gl.constexpr):
+                     O_TMA: gl.constexpr, O_LAYOUT: gl.constexpr, SPLIT_MASK: gl.constexpr):
     """Program p takes query tiles p, p + programs, ... of the ``total`` = m_blocks · batch·heads
     in :func:`_tile`'s order (one each when the grid has a program per tile; persistent when it
     has one per SM). The descales are None unless ``FP8``."""
@@ -572,10 +654,12 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
             [
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 0, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
+                                       SPLIT_MASK)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 1, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
+                                       SPLIT_MASK)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
                                    CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
             ],
@@ -587,13 +671,16 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
             [
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 0, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
+                                       SPLIT_MASK)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 1, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
+                                       SPLIT_MASK)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 2, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA)),
+                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
+                                       SPLIT_MASK)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
                                    CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
             ],
@@ -643,6 +730,8 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
         raise ValueError("hopper_forward takes descales with e4m3 inputs, and only with them")
     if fp8 and config is not None and config.o_tma:
         raise ValueError("o_tma has not run with e4m3 inputs (FP8_CONFIGS leave it off): give a config without it")
+    if fp8 and config is not None and config.split_mask:
+        raise ValueError("split_mask packs P in 16-bit pairs: give e4m3 inputs a config without it")
     if clock is not None:  # an explicit config from here on: a marked kernel is neither kept nor reused
         batch, heads, seq_q, _ = q.shape
         config = _config_of(q, causal, config)
@@ -708,7 +797,8 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
         Q_LAYOUT=tile_layout(SPLIT_M, head_dim, q.dtype), KV_LAYOUT=tile_layout(config.block_n, head_dim, q.dtype),
         V_LAYOUT=(tile_layout(head_dim, config.block_n, q.dtype) if fp8
                   else tile_layout(config.block_n, head_dim, q.dtype)), FP8=fp8, O_TMA=config.o_tma,
-        O_LAYOUT=tile_layout(SPLIT_M, head_dim, out_dtype or q.dtype) if config.o_tma else None)
+        O_LAYOUT=tile_layout(SPLIT_M, head_dim, out_dtype or q.dtype) if config.o_tma else None,
+        SPLIT_MASK=config.split_mask)
     ints = (heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total, schedule.section, int(schedule.snake))
     return _Plan((programs,), ints, constexprs, config.block_n)
 
