@@ -518,6 +518,10 @@ def test_o_by_tma_is_the_16_bit_default_and_refused_in_fp8():
     with pytest.raises(ValueError, match="o_tma has not run with e4m3 inputs"):
         hopper.hopper_forward(q, q, q, False, 128 ** -0.5, hopper.FP8_CONFIGS[128, False]._replace(o_tma=True),
                               descales=descales)
+    with pytest.raises(ValueError, match="split_mask packs P in 16-bit pairs"):
+        hopper.hopper_forward(q, q, q, False, 128 ** -0.5, hopper.FP8_CONFIGS[128, False]._replace(split_mask=True),
+                              descales=descales)
+    assert not any(config.split_mask for config in (*hopper.CONFIGS.values(), *hopper.FP8_CONFIGS.values()))
 
 
 def test_forward_clock_buffers_are_checked_before_a_launch():

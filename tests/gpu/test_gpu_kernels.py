@@ -221,6 +221,12 @@ GLUON_VARIANTS = [
     # O through a staging tile and a TMA store (round 16's default), one program per tile and persistent
     HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=True, o_tma=True),
     HopperConfig(block_n=128, stages=2, overlap=False, pingpong=False, consumers=3, persistent=False, o_tma=True),
+    # Round 18: unmasked and masked key tiles in two loops, P carried as packed 16-bit pairs; three consumers with
+    # overlap and turns (the head_dim-64 candidate), and two (head_dim 128's default shape with it)
+    HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=3, persistent=True, o_tma=True,
+                 split_mask=True),
+    HopperConfig(block_n=128, stages=2, overlap=True, pingpong=False, consumers=2, persistent=False, o_tma=True,
+                 split_mask=True),
 ]
 
 
