@@ -4,8 +4,9 @@
     compute-sanitizer --tool racecheck python scripts/perf_experiments/gluon_sanitize.py
 
 Runs every default configuration (head_dim 64 and 128, causal and not, grouped heads: CONFIGS, and at these lengths
-SHORT_CAUSAL's for causal head_dim 64) at Nq, Nkv in {77, 1000} and a persistent 3-consumer and a persistent ping-pong
-variant, then synchronises.
+SHORT_CAUSAL's for causal head_dim 64) at Nq, Nkv in {77, 1000}, a persistent 3-consumer and a persistent ping-pong
+variant, and split_mask's head_dim-64 candidate (round 18: three consumers with overlap and turns, P carried packed),
+then synchronises.
 """
 
 import torch
@@ -17,6 +18,8 @@ for head_dim, config in [
     (128, None),
     (64, HopperConfig(block_n=64, stages=2, overlap=True, pingpong=True, consumers=3, persistent=True)),
     (128, HopperConfig(block_n=128, stages=3, overlap=True, pingpong=True, consumers=2, persistent=True)),
+    (64, HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=3, persistent=True, o_tma=True,
+                      split_mask=True)),
 ]:
     for causal in (False, True):
         for seq_q, seq_kv in ((77, 77), (1000, 1000), (77, 1000)):
@@ -27,7 +30,7 @@ for head_dim, config in [
             torch.cuda.synchronize()
             assert torch.isfinite(o).all() and torch.isfinite(lse).all()
 defaults = {(d, default_config(d, c, n)) for d in (64, 128) for c in (False, True) for n in (77, 1000)}
-print(f"ran {len(defaults)} default configurations and 2 variants at odd lengths")
+print(f"ran {len(defaults)} default configurations and 3 variants at odd lengths")
 
 
 # A control for racecheck: a Gluon kernel whose partitions touch no shared memory at all. Any hazard
