@@ -108,8 +108,9 @@ class HopperConfig(NamedTuple):
     # fragments (O_TMA; docs/perf-notes.md, "Gluon forward, round 16"). Not measured in fp8, whose configs leave it off.
     o_tma: bool = False
     # With overlap: the unmasked and the masked key tiles in two loops, each with its softmax compiled once, and P
-    # rounded at the end of its step into packed 16-bit pairs carried to the next step's PV (_pack_p). Without spills
-    # at head_dim 64 on three consumers (docs/perf-notes.md, "Gluon forward, round 18"). 16-bit inputs only.
+    # rounded at the end of its step into packed 16-bit pairs carried to the next step's PV (_pack_p). At head_dim 64 on
+    # three consumers 0 B of spills without a mask, 88 B causal (docs/perf-notes.md, "Gluon forward, round 18"). 16-bit
+    # inputs, and with overlap only.
     split_mask: bool = False
 
     @property
@@ -420,7 +421,7 @@ def _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, lo, hi, off
                    MASKED: gl.constexpr, CAUSAL: gl.constexpr):
     """Key tiles lo ... hi - 1 of the overlapped loop with ``split_mask``: each round issues S(j) and PV(j - 1),
     then the softmax of S(j), compiled with the mask or without it (``MASKED``) for the whole loop, and rounds P(j)
-    for the next round's PV. Returns (acc, P(hi - 1) as PV's operand, m, l)."""
+    for the next round's PV. Returns (acc, P(hi - 1) packed by :func:`_pack_p`, m, l)."""
     q_smem, k_smem, v_smem, o_smem = bufs
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
     for j in range(lo, hi):
@@ -733,6 +734,8 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
         raise ValueError("o_tma has not run with e4m3 inputs (FP8_CONFIGS leave it off): give a config without it")
     if fp8 and config is not None and config.split_mask:
         raise ValueError("split_mask packs P in 16-bit pairs: give e4m3 inputs a config without it")
+    if config is not None and config.split_mask and not config.overlap:
+        raise ValueError("split_mask splits the overlapped key loop: give it overlap=True, or leave it off")
     if clock is not None:  # an explicit config from here on: a marked kernel is neither kept nor reused
         batch, heads, seq_q, _ = q.shape
         config = _config_of(q, causal, config)

@@ -521,7 +521,11 @@ def test_o_by_tma_is_the_16_bit_default_and_refused_in_fp8():
     with pytest.raises(ValueError, match="split_mask packs P in 16-bit pairs"):
         hopper.hopper_forward(q, q, q, False, 128 ** -0.5, hopper.FP8_CONFIGS[128, False]._replace(split_mask=True),
                               descales=descales)
-    assert not any(config.split_mask for config in (*hopper.CONFIGS.values(), *hopper.FP8_CONFIGS.values()))
+    assert not any(config.split_mask for config in (*hopper.CONFIGS.values(), *hopper.FP8_CONFIGS.values(),
+                                                    *(config for _, config in hopper.SHORT_CAUSAL.values())))
+    bf16 = torch.zeros(1, 2, 16, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="split_mask splits the overlapped key loop"):
+        hopper.hopper_forward(bf16, bf16, bf16, True, 0.125, hopper.CONFIGS[64, True]._replace(split_mask=True))
 
 
 def test_forward_clock_buffers_are_checked_before_a_launch():
