@@ -92,6 +92,11 @@ class Costing:
             tiles = replace(tiles or Tiles(None), onepass=self.fast_bwd_tile(head_dim, dtype))
         return tiles
 
+    def tiles_of(self, shape, path: str = "") -> Tiles | None:
+        """:meth:`tiles_for` a shape (attention_core.shape.Shape) whose row took ``path``: its head_dim, dtype,
+        mode, mask and query rows."""
+        return self.tiles_for(shape.head_dim, shape.dtype, path, shape.mode, shape.causal, shape.seq_q)
+
     def as_meta(self, extra_head_dims=(), dtypes=("fp16", "bf16", "fp32")) -> dict:
         """A JSON form for a capture's meta.json (user implementations: their costing travels with
         the capture, so ``remodel`` and the dashboard never import the user's code). Tiles that

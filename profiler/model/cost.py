@@ -75,7 +75,7 @@ def call_cost(shape: Shape, density: float = 1.0, mask_bytes: int = 0) -> tuple[
 
 
 def _fused_tile_bytes(costing: Costing, shape: Shape, path: str = "") -> float:
-    tiles = costing.tiles_for(shape.head_dim, shape.dtype, path, shape.mode, shape.causal, shape.seq_q)
+    tiles = costing.tiles_of(shape, path)
     return math.nan if tiles is None else tile_bytes(shape, tiles)
 
 

@@ -177,7 +177,7 @@ def issued_flops(impl: str, shape: Shape, step: str, path: str = "", kernel: str
         if shape.mode == "fwd":
             return split
         shape = replace(shape, mode="bwd")  # fwd+bwd: the backward's tiles below, then the split forward added
-    tiles = costing.tiles_for(shape.head_dim, shape.dtype, path, shape.mode, shape.causal, shape.seq_q)
+    tiles = costing.tiles_of(shape, path)
     onepass = backward_tile(impl, kernel, shape) if shape.mode != "fwd" else None
     if onepass is not None:  # a one-pass backward the registry or the kernel's name declares (FA4, FA2, cuDNN)
         tiles = replace(tiles or Tiles(None), onepass=onepass)

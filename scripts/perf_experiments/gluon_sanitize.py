@@ -13,14 +13,13 @@ import torch
 
 from kernels.flash_fwd_hopper import HopperConfig, default_config, hopper_forward
 
-for head_dim, config in [
-    (64, None),
-    (128, None),
+VARIANTS = [
     (64, HopperConfig(block_n=64, stages=2, overlap=True, pingpong=True, consumers=3, persistent=True)),
     (128, HopperConfig(block_n=128, stages=3, overlap=True, pingpong=True, consumers=2, persistent=True)),
     (64, HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=3, persistent=True, o_tma=True,
                       split_mask=True)),
-]:
+]
+for head_dim, config in [(64, None), (128, None), *VARIANTS]:
     for causal in (False, True):
         for seq_q, seq_kv in ((77, 77), (1000, 1000), (77, 1000)):
             q = torch.randn(1, 4, seq_q, head_dim, device="cuda", dtype=torch.float16)
@@ -30,7 +29,7 @@ for head_dim, config in [
             torch.cuda.synchronize()
             assert torch.isfinite(o).all() and torch.isfinite(lse).all()
 defaults = {(d, default_config(d, c, n)) for d in (64, 128) for c in (False, True) for n in (77, 1000)}
-print(f"ran {len(defaults)} default configurations and 3 variants at odd lengths")
+print(f"ran {len(defaults)} default configurations and {len(VARIANTS)} variants at odd lengths")
 
 
 # A control for racecheck: a Gluon kernel whose partitions touch no shared memory at all. Any hazard
