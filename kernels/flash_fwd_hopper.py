@@ -157,7 +157,7 @@ WORKER_REGS = {2: (240, 24), 3: (160, 24)}
 # Where the portable kernel measured faster on the H100, by (head_dim, causal): Nq up to this. Causal head_dim 64 up
 # to Nq 1024: timed the grid's way (`python -m profiler bench`, 32768 tokens, fp16 and bf16, ATTN_GLUON=1 and 0 in
 # turn, twice, on one machine; round 18, reports/perf-h100/gluon_fwd_round18_route and _short), the Gluon forward ran
-# 0.73x the portable kernel at N 512, 0.96x at 1024, 1.01x (bf16) and 1.04x (fp16) at 2048 and 1.08x to 1.10x at 4096;
+# 0.72x the portable kernel at N 512, 0.96x at 1024, 1.01x (bf16) and 1.04x (fp16) at 2048 and 1.08x to 1.10x at 4096;
 # at every other (head_dim, causal), N 512 to 2048, 1.02x to 1.57x. It held causal head_dim 64 up to Nq 4096 until
 # round 17 (reports/bench-h100-gluon against reports/bench-h100-portable, docs/perf-notes.md "Gluon forward"), and
 # nothing after round 17, whose probe (gluon_fwd_clock.py) had put the Gluon forward at 1.07x at N 1024 and never

@@ -126,7 +126,7 @@ COLUMNS = list(SCHEMA)
 # Meta keys that describe one run; a resumed capture keeps the earlier runs' values in earlier_runs ("shapes": the
 # shapes that run was asked for, so a capture filled by several --resume runs lists each run's count).
 RUN_KEYS = ("command", "time", "git_revision", "kernels_sha256", "peers", "torch", "triton", "cuda", "cudnn", "driver",
-            "measured_ceilings", "measured_ceilings_source", "rep_ms", "shapes")
+            "measured_ceilings", "measured_ceilings_source", "rep_ms", "shapes", "env")
 # One row per implementation, step and shape (attention_core.shape.ROW_KEY): resumes de-duplicate on it (merge_parts
 # on OBSERVED_KEY, which is this key for every row but an observed one).
 KEY = list(ROW_KEY)

@@ -298,3 +298,16 @@ def test_remodel_recomputes_only_rows_the_model_changed(tmp_path):
     pd.testing.assert_frame_equal(pd.read_parquet(path), original)
     assert json.loads((tmp_path / "ref" / "meta.json").read_text())["remodelled"][-1]["rows_changed"] == 1
     assert main(["remodel", str(tmp_path / "nowhere")]) == 2
+
+
+def test_run_metadata_records_our_kernels_switches(monkeypatch):
+    """meta.json keeps the ATTN_* variables a run had (ATTN_GLUON=0 makes a bench of the same command measure the
+    portable kernels: round 18's route captures differed only by it), and nothing where none is set."""
+    from profiler.measure.meta import run_metadata
+
+    for key in [k for k in os.environ if k.startswith("ATTN_")]:
+        monkeypatch.delenv(key)
+    assert "env" not in run_metadata("cpu")
+    monkeypatch.setenv("ATTN_GLUON", "0")
+    monkeypatch.setenv("ATTN_AUTOTUNE", "0")
+    assert run_metadata("cpu")["env"] == {"ATTN_AUTOTUNE": "0", "ATTN_GLUON": "0"}

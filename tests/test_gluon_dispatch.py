@@ -110,6 +110,12 @@ def test_portable_up_to_is_where_the_portable_kernel_measured_faster():
         limit = hopper.PORTABLE_UP_TO.get((head_dim, bool(causal)), 0)
         assert (ratio < 1) == (seq_q <= limit), (head_dim, causal, dtype, seq_q, ratio)
     assert 0.70 < speed[64, True, "bf16", 512] < 0.75 and 0.95 < speed[64, True, "fp16", 1024] < 0.97
+    # The README's sentence, from the same files: one figure a length where both dtypes round to it
+    at = {n: {f"{speed[64, True, dtype, n]:.2f}" for dtype in ("fp16", "bf16")} for n in (512, 1024)}
+    assert len(at[512]) == len(at[1024]) == 1
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert (f"the Gluon forward ran {at[512].pop()}x the portable kernel at N 512 and {at[1024].pop()}x at 1024"
+            in readme)
 
 
 def test_portable_up_to_routes_short_rows_to_the_portable_kernel_with_a_reason(monkeypatch):

@@ -111,6 +111,11 @@ def run_metadata(device: torch.device | str) -> dict:
     }
     if os.environ.get("TRITON_INTERPRET") == "1":  # Triton kernels ran in its interpreter: their rows say so too
         meta["triton_interpreter"] = True
+    # Our kernels' switches (ATTN_GLUON=0 runs the portable kernels on sm_90, ATTN_AUTOTUNE=0 the first candidates): two
+    # runs of one command differ only by them
+    switches = {key: value for key, value in sorted(os.environ.items()) if key.startswith("ATTN_")}
+    if switches:
+        meta["env"] = switches
     try:
         import triton
 
