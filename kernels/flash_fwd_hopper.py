@@ -112,6 +112,10 @@ class HopperConfig(NamedTuple):
     # three consumers 0 B of spills without a mask, 88 B causal (docs/perf-notes.md, "Gluon forward, round 18"). 16-bit
     # inputs, and with overlap only.
     split_mask: bool = False
+    # With split_mask: each thread keeps its own share of P's row sums, and the four threads of a quad add theirs once,
+    # after the last key tile, instead of by two shuffles a row every tile (FlashAttention-4's sm90 softmax defers them
+    # the same way; docs/perf-notes.md, "Gluon forward, round 19").
+    row_partials: bool = False
 
     @property
     def block_m(self) -> int:
@@ -120,15 +124,16 @@ class HopperConfig(NamedTuple):
 
 
 # By (head_dim, causal); chosen by the H100 variants in docs/perf-notes.md ("Gluon forward"; o_tma: round 16). Round 18
-# measured overlap with split_mask at head_dim 64 (three consumers taking turns) 5.9% to 7.3% fewer cycles a key tile,
-# and split_mask at head_dim 128 without a mask 2.3%; they become defaults once the peers grid has measured them.
+# measured overlap with split_mask at head_dim 64 (three consumers taking turns) 5.9% to 7.3% fewer cycles a key tile
+# than the configs before it, and split_mask at head_dim 128 without a mask 2.3% (N 8192, bf16, the SM's clock); round
+# 19 made them the defaults and measured them in the peers grid (docs/perf-notes.md, "Gluon forward, round 19").
 CONFIGS = {
-    (64, False): HopperConfig(block_n=128, stages=2, overlap=False, pingpong=True, consumers=3, persistent=True,
-                              o_tma=True),
-    (64, True): HopperConfig(block_n=128, stages=2, overlap=False, pingpong=False, consumers=3, persistent=False,
-                             o_tma=True),
+    (64, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=3, persistent=True,
+                              o_tma=True, split_mask=True),
+    (64, True): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=3, persistent=False,
+                             o_tma=True, split_mask=True),
     (128, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=False, consumers=2, persistent=True,
-                               o_tma=True),
+                               o_tma=True, split_mask=True),
     (128, True): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=False,
                               o_tma=True),
 }
@@ -306,8 +311,10 @@ def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq
 
 
 @gluon.jit
-def _softmax_tile(s, m_i, l_i, cols, rows, seq_kv, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
-    """Online-softmax step on one fp32 score tile: returns (p, alpha, m, l), m in log2 units."""
+def _softmax_tile(s, m_i, l_i, cols, rows, seq_kv, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
+                  ROW_SUM: gl.constexpr = True):
+    """Online-softmax step on one fp32 score tile: returns (p, alpha, m, l), m in log2 units; without ``ROW_SUM``, l is
+    l_i unchanged and the caller sums P (:func:`_row_partials`)."""
     if MASKED:
         visible = cols[None, :] < seq_kv
         if CAUSAL:
@@ -316,7 +323,9 @@ def _softmax_tile(s, m_i, l_i, cols, rows, seq_kv, qk_scale, MASKED: gl.constexp
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
     p = gl.exp2(s * qk_scale - m_new[:, None])
     alpha = gl.exp2(m_i - m_new)
-    l_new = l_i * alpha + gl.sum(p, axis=1)
+    l_new = l_i
+    if ROW_SUM:
+        l_new = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_new
 
 
@@ -415,13 +424,24 @@ def _unpack_p(packed, FP16: gl.constexpr, p_layout: gl.constexpr):
 
 
 @gluon.jit
+def _row_partials(p):
+    """Each thread's share of P's row sums, [M, N] to [M, 4]: in the wgmma accumulator layout a thread holds columns
+    8k + 2t and 8k + 2t + 1 of its rows (t its lane in the quad; PTX ISA, "wgmma register fragments"), so summing the
+    [M, N / 8, 4, 2] view over its last axis and then over k adds within the thread only, with no shuffle."""
+    M: gl.constexpr = p.shape[0]
+    N: gl.constexpr = p.shape[1]
+    return gl.sum(gl.sum(gl.reshape(p, [M, N // 8, 4, 2]), axis=3), axis=1)
+
+
+@gluon.jit
 def _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, lo, hi, offs_n, rows, seq_kv, scale, s_zero,
                    p_layout: gl.constexpr, o_layout: gl.constexpr, WG: gl.constexpr, BLOCK_N: gl.constexpr,
                    STAGES: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr, FP8: gl.constexpr,
-                   MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+                   MASKED: gl.constexpr, CAUSAL: gl.constexpr, ROW_PARTIALS: gl.constexpr):
     """Key tiles lo ... hi - 1 of the overlapped loop with ``split_mask``: each round issues S(j) and PV(j - 1),
     then the softmax of S(j), compiled with the mask or without it (``MASKED``) for the whole loop, and rounds P(j)
-    for the next round's PV. Returns (acc, P(hi - 1) packed by :func:`_pack_p`, m, l)."""
+    for the next round's PV. Returns (acc, P(hi - 1) packed by :func:`_pack_p`, m, l); with ``ROW_PARTIALS`` l is
+    each thread's [M, 4] share (:func:`_row_partials`)."""
     q_smem, k_smem, v_smem, o_smem = bufs
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
     for j in range(lo, hi):
@@ -435,7 +455,13 @@ def _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, lo, hi, off
         _pass_turn(turns, WG, NUM_WG, PINGPONG)
         s = warpgroup_mma_wait(1, deps=(s,))  # S(j) done; PV(j-1) may still run
         mbarrier.arrive(k_empty.index(c % STAGES), count=1)
-        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j * BLOCK_N + offs_n, rows, seq_kv, scale, MASKED, CAUSAL)
+        if ROW_PARTIALS:
+            p, alpha, m_i, unused = _softmax_tile(s, m_i, m_i, j * BLOCK_N + offs_n, rows, seq_kv, scale, MASKED,
+                                                  CAUSAL, False)
+            l_i = l_i * gl.convert_layout(alpha, gl.SliceLayout(1, l_i.type.layout))[:, None] + _row_partials(p)
+        else:
+            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j * BLOCK_N + offs_n, rows, seq_kv, scale, MASKED,
+                                               CAUSAL)
         acc = _pv_wait(acc, p16, FP8)
         mbarrier.arrive(v_empty.index(prev), count=1)
         acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
@@ -448,7 +474,7 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
                         section, snake, qk_scale, CLOCK, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr, CAUSAL: gl.constexpr,
                         OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr, FP8: gl.constexpr,
-                        O_TMA: gl.constexpr, SPLIT_MASK: gl.constexpr):
+                        O_TMA: gl.constexpr, SPLIT_MASK: gl.constexpr, ROW_PARTIALS: gl.constexpr):
     """One warpgroup: for each query tile of this program, rows off_m + WG·64 ... + 63 against
     every key tile, then O and the logsumexp of those rows. With ``FP8`` (e4m3 Q, K, V and an fp32
     descale per (batch, head) each, ``descales``) Q's and K's descales fold into the exp2 scale and V's
@@ -507,13 +533,18 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
                 # at the end of its step rather than at the start of the next.
                 p_op = _pack_p(p, dtype == gl.float16)
                 split = gl.maximum(n_full, 1)
+                if ROW_PARTIALS:
+                    l_i = _row_partials(p)  # tile 0's; the quad adds its four after the last tile
                 acc, p_op, m_i, l_i = _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, 1, split,
                                                      offs_n, rows, seq_kv, scale, s_zero, p_layout, o_layout, WG,
-                                                     BLOCK_N, STAGES, PINGPONG, NUM_WG, FP8, False, CAUSAL)
+                                                     BLOCK_N, STAGES, PINGPONG, NUM_WG, FP8, False, CAUSAL,
+                                                     ROW_PARTIALS)
                 acc, p_op, m_i, l_i = _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, split,
                                                      n_tiles, offs_n, rows, seq_kv, scale, s_zero, p_layout,
                                                      o_layout, WG, BLOCK_N, STAGES, PINGPONG, NUM_WG, FP8, True,
-                                                     CAUSAL)
+                                                     CAUSAL, ROW_PARTIALS)
+                if ROW_PARTIALS:
+                    l_i = gl.convert_layout(gl.sum(l_i, axis=1), row_layout)
             else:
                 for j in range(1, n_tiles):
                     c = count + j
@@ -607,7 +638,8 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
                      SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
                      Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr, V_LAYOUT: gl.constexpr, FP8: gl.constexpr,
-                     O_TMA: gl.constexpr, O_LAYOUT: gl.constexpr, SPLIT_MASK: gl.constexpr):
+                     O_TMA: gl.constexpr, O_LAYOUT: gl.constexpr, SPLIT_MASK: gl.constexpr,
+                     ROW_PARTIALS: gl.constexpr):
     """Program p takes query tiles p, p + programs, ... of the ``total`` = m_blocks · batch·heads
     in :func:`_tile`'s order (one each when the grid has a program per tile; persistent when it
     has one per SM). The descales are None unless ``FP8``."""
@@ -657,11 +689,11 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 0, HEAD_DIM, BLOCK_N,
                                        STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK)),
+                                       SPLIT_MASK, ROW_PARTIALS)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 1, HEAD_DIM, BLOCK_N,
                                        STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK)),
+                                       SPLIT_MASK, ROW_PARTIALS)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
                                    CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
             ],
@@ -674,15 +706,15 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 0, HEAD_DIM, BLOCK_N,
                                        STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK)),
+                                       SPLIT_MASK, ROW_PARTIALS)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 1, HEAD_DIM, BLOCK_N,
                                        STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK)),
+                                       SPLIT_MASK, ROW_PARTIALS)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 2, HEAD_DIM, BLOCK_N,
                                        STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK)),
+                                       SPLIT_MASK, ROW_PARTIALS)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
                                    CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
             ],
@@ -736,6 +768,9 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
         raise ValueError("split_mask packs P in 16-bit pairs: give e4m3 inputs a config without it")
     if config is not None and config.split_mask and not config.overlap:
         raise ValueError("split_mask splits the overlapped key loop: give it overlap=True, or leave it off")
+    if config is not None and config.row_partials and not config.split_mask:
+        raise ValueError("row_partials defers the row sums of split_mask's loops: give it split_mask=True, or leave "
+                         "it off")
     if clock is not None:  # an explicit config from here on: a marked kernel is neither kept nor reused
         batch, heads, seq_q, _ = q.shape
         config = _config_of(q, causal, config)
@@ -802,7 +837,7 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
         V_LAYOUT=(tile_layout(head_dim, config.block_n, q.dtype) if fp8
                   else tile_layout(config.block_n, head_dim, q.dtype)), FP8=fp8, O_TMA=config.o_tma,
         O_LAYOUT=tile_layout(SPLIT_M, head_dim, out_dtype or q.dtype) if config.o_tma else None,
-        SPLIT_MASK=config.split_mask)
+        SPLIT_MASK=config.split_mask, ROW_PARTIALS=config.row_partials)
     ints = (heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total, schedule.section, int(schedule.snake))
     return _Plan((programs,), ints, constexprs, config.block_n)
 

@@ -241,13 +241,14 @@ def test_gluon_variants_match_oracle(head_dim, config):
     assert relative_error(o, ref) <= 2 * naive_err + FLOOR[torch.bfloat16]
 
 
-# Round 18's split_mask (unmasked and masked key tiles in two loops, P carried as packed 16-bit pairs): the head_dim-64
-# candidate (three consumers with overlap and turns) and head_dim 128's (its default without a mask, with split_mask).
+# Round 19's row_partials (each thread's share of the row sums, added over the quad after the last key tile) on the
+# split_mask defaults without a mask, run here causal too (round 18's loops are the defaults' and run in
+# test_gluon_forward_matches_oracle).
 SPLIT_MASK_CONFIGS = {
     64: HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=3, persistent=True, o_tma=True,
-                     split_mask=True),
+                     split_mask=True, row_partials=True),
     128: HopperConfig(block_n=128, stages=2, overlap=True, pingpong=False, consumers=2, persistent=True, o_tma=True,
-                      split_mask=True),
+                      split_mask=True, row_partials=True),
 }
 
 
@@ -257,8 +258,9 @@ SPLIT_MASK_CONFIGS = {
                                           (4099, 4099)])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_gluon_split_mask_matches_oracle(head_dim, seq_q, seq_kv, causal, dtype):
-    """split_mask's configs against the fp64 oracle on the odd shapes of test_gluon_forward_matches_oracle (one key
-    tile, a ragged last tile, no unmasked tile, Nq != Nkv both ways), grouped heads."""
+    """split_mask's configs with row_partials against the fp64 oracle on the odd shapes of
+    test_gluon_forward_matches_oracle (one key tile, a ragged last tile, no unmasked tile, Nq != Nkv both ways),
+    grouped heads."""
     from kernels.flash_fwd_hopper import hopper_forward
 
     _needs_sm90()
