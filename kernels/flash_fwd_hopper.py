@@ -126,14 +126,16 @@ class HopperConfig(NamedTuple):
 # By (head_dim, causal); chosen by the H100 variants in docs/perf-notes.md ("Gluon forward"; o_tma: round 16). Round 18
 # measured overlap with split_mask at head_dim 64 (three consumers taking turns) 5.9% to 7.3% fewer cycles a key tile
 # than the configs before it, and split_mask at head_dim 128 without a mask 2.3% (N 8192, bf16, the SM's clock); round
-# 19 made them the defaults and measured them in the peers grid (docs/perf-notes.md, "Gluon forward, round 19").
+# 19 made them the defaults with row_partials, which took 3.1% to 3.6% fewer cycles a key tile at head_dim 64 without a
+# mask, 0.5% causal and 1.8% at head_dim 128 (N 2048 and 8192: reports/perf-h100/gluon_fwd_round19), and measured
+# them in the peers grid (docs/perf-notes.md, "Gluon forward, round 19").
 CONFIGS = {
     (64, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=3, persistent=True,
-                              o_tma=True, split_mask=True),
+                              o_tma=True, split_mask=True, row_partials=True),
     (64, True): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=3, persistent=False,
-                             o_tma=True, split_mask=True),
+                             o_tma=True, split_mask=True, row_partials=True),
     (128, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=False, consumers=2, persistent=True,
-                               o_tma=True, split_mask=True),
+                               o_tma=True, split_mask=True, row_partials=True),
     (128, True): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=False,
                               o_tma=True),
 }
