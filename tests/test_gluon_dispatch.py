@@ -101,7 +101,7 @@ def _gluon_over_portable(folder: str):
 
 def test_portable_up_to_is_where_the_portable_kernel_measured_faster():
     """hopper.PORTABLE_UP_TO: causal head_dim 64 up to Nq 1024 (round 18). Timed the grid's way on one H100, the Gluon
-    forward lost there (0.73x at N 512, 0.96x at 1024) and won at every longer causal head_dim-64 row and at every
+    forward lost there (0.72x at N 512, 0.96x at 1024) and won at every longer causal head_dim-64 row and at every
     other (head_dim, causal), N 512 to 2048."""
     speed = _gluon_over_portable("gluon_fwd_round18_route") | _gluon_over_portable("gluon_fwd_round18_short")
     assert len(speed) == 8 + 18
