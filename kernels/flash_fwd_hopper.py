@@ -128,7 +128,8 @@ class HopperConfig(NamedTuple):
 # than the configs before it, and split_mask at head_dim 128 without a mask 2.3% (N 8192, bf16, the SM's clock); round
 # 19 made them the defaults with row_partials, which took 3.1% to 3.6% fewer cycles a key tile at head_dim 64 without a
 # mask, 0.5% causal and 1.8% at head_dim 128 (N 2048 and 8192: reports/perf-h100/gluon_fwd_round19), and measured
-# them in the peers grid (docs/perf-notes.md, "Gluon forward, round 19").
+# them in the peers grid; then causal head_dim 128 took both (0.7% to 1.3% fewer cycles a key tile at N 2048 to 8192,
+# timed within the run's noise) (docs/perf-notes.md, "Gluon forward, round 19").
 CONFIGS = {
     (64, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=3, persistent=True,
                               o_tma=True, split_mask=True, row_partials=True),
@@ -137,7 +138,7 @@ CONFIGS = {
     (128, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=False, consumers=2, persistent=True,
                                o_tma=True, split_mask=True, row_partials=True),
     (128, True): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=False,
-                              o_tma=True),
+                              o_tma=True, split_mask=True, row_partials=True),
 }
 # fp8 (e4m3) by (head_dim, causal): three consumers taking turns, measured on the H100 (docs/perf-notes.md,
 # "FP8 forward", round 3: reports/perf-h100/fp8_probe_round3_gluon.jsonl and _round3b_gluon.jsonl). Without a
@@ -185,10 +186,12 @@ PERSISTENT_CAUSAL_UP_TO = {128: 2048, 64: 4096}
 # 365 TFLOP/s at N 2048 and 306 at 1024 against 345 and 237 for CONFIGS' three consumers on persistent programs (bf16,
 # round 17, reports/perf-h100/gluon_fwd_round17_d_short_causal.txt; at N 4096 0.996x of those, _c_short_causal.txt;
 # at 8192 and 16384, one program per tile both, 0.98x and 0.90x: _c_long.txt). A short row leaves more of a 192-row
-# tile's work on the diagonal, where about half of it is masked.
+# tile's work on the diagonal, where about half of it is masked. With split_mask and row_partials (round 19), timed
+# 1.027x and 1.037x at N 2048 and 1.030x at 1536 (twins 0.997x to 1.007x; reports/perf-h100/gluon_fwd_round19,
+# b_clock_bench_64 and d_clock_bench_64): split_mask alone had timed 0.985x.
 SHORT_CAUSAL = {
     64: (2048, HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=True,
-                            o_tma=True)),
+                            o_tma=True, split_mask=True, row_partials=True)),
 }
 
 
