@@ -323,31 +323,24 @@ def test_shipped_h100_backward_grid_and_the_results_page_quotes_it():
 
 
 def test_shipped_h100_forward_grid_and_the_results_page_quotes_it():
-    """reports/fa4-peers-h100-fwd: the forward over the same 40 shapes after round 19 made split_mask and row_partials
-    the defaults at head_dim 64 and at head_dim 128 without a mask (docs/perf-notes.md, "Gluon forward, round 19"), on
-    the kernels of fa6fb5e: every shape on the Gluon forward; docs/results.md's figures are its own, and the two shapes
-    below cuDNN and the causal head_dim-128 ones below 0.97x FA4 run configs round 19 left as they were."""
-    from kernels import flash_fwd_hopper as hopper
-
+    """reports/fa4-peers-h100-fwd: the forward over the same 40 shapes after round 19 put split_mask and row_partials
+    in every 16-bit default (docs/perf-notes.md, "Gluon forward, round 19"), on the kernels of dfd17d1: every shape on
+    the Gluon forward; docs/results.md's figures are its own."""
     _, ours, times = _grid_of_40("fa4-peers-h100-fwd", "fwd",
-                                 "1443f42d1697a1a2763ce78c97a5ab6d277e74afe4be0d1adb98ae249c8daa33")
+                                 "ba02fc5d676fc86e51748baca971fe06241b62a5df18ed4c677507a2ec063c7a")
     assert set(ours.path) == {"gluon-ws"}
     cudnn, fa4 = times.sdpa_cudnn / times.triton_flash, times.fa4 / times.triton_flash
     below = cudnn[cudnn < 1].index.to_frame()
     assert set(zip(below.dtype, below.head_dim, below.causal, below.seq_q)) == {
         ("fp16", 64, True, 2048), ("bf16", 64, True, 2048)}
-    assert not hopper.default_config(64, True, 2048).split_mask and not hopper.CONFIGS[128, True].split_mask
     readme = (ROOT / "docs" / "results.md").read_text().replace("\n", " ")
     assert (f"our forward runs at {fa4.min():.2f}x to {fa4.max():.2f}x FA4 (at or above 0.97x on {(fa4 >= 0.97).sum()} "
             f"of 40 shapes, at or above it on {(fa4 >= 1).sum()}) and {cudnn.min():.2f}x to {cudnn.max():.2f}x cuDNN "
-            f"(at or above it on {(cudnn >= 1).sum()}; the {(cudnn < 1).sum()} below are causal head_dim 64 at N 2048, "
-            "which runs the short causal configuration round 19 did not change: bf16 at "
-            f"{cudnn.loc['bf16', 64, True, 16, 32, 32, 2048]:.3f}x and fp16 at "
+            f"(at or above it on {(cudnn >= 1).sum()}; the {(cudnn < 1).sum()} below are causal head_dim 64 at N 2048: "
+            f"bf16 at {cudnn.loc['bf16', 64, True, 16, 32, 32, 2048]:.3f}x and fp16 at "
             f"{cudnn.loc['fp16', 64, True, 16, 32, 32, 2048]:.3f}x)") in readme
     short = fa4[fa4 < 0.97].index.to_frame()
-    others = short[short.head_dim != 64]
-    assert (f"{(short.head_dim == 64).sum()} of the {len(short)} shapes below 0.97x FA4 is at head_dim 64, and "
-            f"{(others.causal & (others.head_dim == 128)).sum()} of the other {len(others)} are causal head_dim 128, "
-            "whose kernel round 19 did not change") in readme
+    assert (f"{(short.head_dim == 64).sum()} of the {len(short)} shapes below 0.97x FA4 is at head_dim 64, and the "
+            f"other {(short.head_dim == 128).sum()} are at head_dim 128") in readme
     peer = times.sdpa_cudnn / times.fa4
     assert f"where FA4 runs at {peer.min():.2f}x to {peer.max():.2f}x cuDNN" in readme
