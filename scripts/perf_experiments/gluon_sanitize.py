@@ -6,8 +6,8 @@
 Runs every default configuration (head_dim 64 and 128, causal and not, grouped heads: CONFIGS, and at these lengths
 SHORT_CAUSAL's for causal head_dim 64) at Nq, Nkv in {77, 1000}, a persistent 3-consumer and a persistent ping-pong
 variant, and the head_dim-64 default without row_partials (the row sums summed over the quad every key tile, as
-before round 19), then synchronises. The defaults at head_dim 64, and at 128 without a mask, carry P packed
-(split_mask, round 18) and defer the row sums (row_partials, round 19).
+before round 19), then synchronises. Every 16-bit default carries P packed (split_mask, round 18) and defers the row
+sums (row_partials, round 19).
 """
 
 import torch
