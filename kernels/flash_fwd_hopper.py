@@ -128,8 +128,8 @@ class HopperConfig(NamedTuple):
 # than the configs before it, and split_mask at head_dim 128 without a mask 2.3% (N 8192, bf16, the SM's clock); round
 # 19 made them the defaults with row_partials, which took 3.1% to 3.6% fewer cycles a key tile at head_dim 64 without a
 # mask, 0.5% causal and 1.8% at head_dim 128 (N 2048 and 8192: reports/perf-h100/gluon_fwd_round19), and measured
-# them in the peers grid; then causal head_dim 128 took both (0.7% to 1.3% fewer cycles a key tile at N 2048 to 8192,
-# timed within the run's noise) (docs/perf-notes.md, "Gluon forward, round 19").
+# them in the peers grid; then causal head_dim 128 took both (0.7% to 1.3% fewer cycles a key tile at N 2048 to 8192;
+# timed 0.972x to 1.003x, twin 0.987x to 1.009x: neutral) (docs/perf-notes.md, "Gluon forward, round 19").
 CONFIGS = {
     (64, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=3, persistent=True,
                               o_tma=True, split_mask=True, row_partials=True),

@@ -340,7 +340,8 @@ def test_shipped_h100_forward_grid_and_the_results_page_quotes_it():
             f"bf16 at {cudnn.loc['bf16', 64, True, 16, 32, 32, 2048]:.3f}x and fp16 at "
             f"{cudnn.loc['fp16', 64, True, 16, 32, 32, 2048]:.3f}x)") in readme
     short = fa4[fa4 < 0.97].index.to_frame()
-    assert (f"{(short.head_dim == 64).sum()} of the {len(short)} shapes below 0.97x FA4 is at head_dim 64, and the "
+    d64 = (short.head_dim == 64).sum()
+    assert (f"{d64} of the {len(short)} shapes below 0.97x FA4 {'is' if d64 == 1 else 'are'} at head_dim 64, and the "
             f"other {(short.head_dim == 128).sum()} are at head_dim 128") in readme
     peer = times.sdpa_cudnn / times.fa4
     assert f"where FA4 runs at {peer.min():.2f}x to {peer.max():.2f}x cuDNN" in readme

@@ -85,7 +85,7 @@ def test_the_forward_line_counts_the_shapes_at_its_targets():
     d128 = short[short.head_dim == 128]
     d64 = fa4.xs(64, level="head_dim")
     assert (f"Of the {len(short)} shapes below 0.97x FA4, {len(d128)} are at head_dim 128 ({d128.causal.sum()} of them "
-            f"causal) and {(d64 < 0.97).sum()} of head_dim 64's {len(d64)} is") in text
+            f"causal) and {(d64 < 0.97).sum()} at head_dim 64 (of its {len(d64)})") in text
 
 @pytest.mark.parametrize("regime, folder, gpu, seq_q", [
     ("decode, 1 query token", "decode-b1-h100", "H100", 1),
