@@ -460,7 +460,7 @@ def _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, lo, hi, off
         _pass_turn(turns, WG, NUM_WG, PINGPONG)
         s = warpgroup_mma_wait(1, deps=(s,))  # S(j) done; PV(j-1) may still run
         mbarrier.arrive(k_empty.index(c % STAGES), count=1)
-        if ROW_PARTIALS:
+        if ROW_PARTIALS:  # no row sum here (m_i stands in for the l it would update): the thread's share below
             p, alpha, m_i, unused = _softmax_tile(s, m_i, m_i, j * BLOCK_N + offs_n, rows, seq_kv, scale, MASKED,
                                                   CAUSAL, False)
             l_i = l_i * gl.convert_layout(alpha, gl.SliceLayout(1, l_i.type.layout))[:, None] + _row_partials(p)

@@ -545,6 +545,7 @@ def test_split_mask_and_row_partials_are_in_every_16_bit_default():
     assert hopper.default_config(64, True, 4096) == hopper.CONFIGS[64, True]._replace(persistent=True)
     assert hopper.default_config(64, True, 2048) == hopper.SHORT_CAUSAL[64][1]
 
+
 def test_forward_clock_buffers_are_checked_before_a_launch():
     """The forward's clock buffer: cdiv(16, 192) query tiles x 1 batch x 2 heads at head_dim 64 (three consumers and
     the loader), CLOCK_EVENTS; cdiv(16, 128) x 2 at head_dim 128 (two consumers)."""
