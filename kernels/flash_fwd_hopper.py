@@ -317,9 +317,9 @@ def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq
 
 @gluon.jit
 def _softmax_tile(s, m_i, l_i, cols, rows, seq_kv, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
-                  ROW_SUM: gl.constexpr = True):
-    """Online-softmax step on one fp32 score tile: returns (p, alpha, m, l), m in log2 units; without ``ROW_SUM``, l is
-    l_i unchanged and the caller sums P (:func:`_row_partials`)."""
+                  ROW_PARTIALS: gl.constexpr = False):
+    """Online-softmax step on one fp32 score tile: returns (p, alpha, m, l), m in log2 units; with ``ROW_PARTIALS``, l
+    is each thread's [M, 4] share of the row sums (:func:`_row_partials`)."""
     if MASKED:
         visible = cols[None, :] < seq_kv
         if CAUSAL:
@@ -328,8 +328,9 @@ def _softmax_tile(s, m_i, l_i, cols, rows, seq_kv, qk_scale, MASKED: gl.constexp
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
     p = gl.exp2(s * qk_scale - m_new[:, None])
     alpha = gl.exp2(m_i - m_new)
-    l_new = l_i
-    if ROW_SUM:
+    if ROW_PARTIALS:
+        l_new = l_i * gl.convert_layout(alpha, gl.SliceLayout(1, l_i.type.layout))[:, None] + _row_partials(p)
+    else:
         l_new = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_new
 
@@ -460,13 +461,8 @@ def _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, lo, hi, off
         _pass_turn(turns, WG, NUM_WG, PINGPONG)
         s = warpgroup_mma_wait(1, deps=(s,))  # S(j) done; PV(j-1) may still run
         mbarrier.arrive(k_empty.index(c % STAGES), count=1)
-        if ROW_PARTIALS:  # no row sum here (m_i stands in for the l it would update): the thread's share below
-            p, alpha, m_i, unused = _softmax_tile(s, m_i, m_i, j * BLOCK_N + offs_n, rows, seq_kv, scale, MASKED,
-                                                  CAUSAL, False)
-            l_i = l_i * gl.convert_layout(alpha, gl.SliceLayout(1, l_i.type.layout))[:, None] + _row_partials(p)
-        else:
-            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j * BLOCK_N + offs_n, rows, seq_kv, scale, MASKED,
-                                               CAUSAL)
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j * BLOCK_N + offs_n, rows, seq_kv, scale, MASKED, CAUSAL,
+                                           ROW_PARTIALS)
         acc = _pv_wait(acc, p16, FP8)
         mbarrier.arrive(v_empty.index(prev), count=1)
         acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
