@@ -50,6 +50,7 @@ Other fp8 inputs, and causal head_dim 64 (:data:`FP8_PORTABLE`), take kernels.fl
 
 from __future__ import annotations
 
+import os
 import types
 from typing import NamedTuple
 
@@ -116,6 +117,11 @@ class HopperConfig(NamedTuple):
     # after the last key tile, instead of by two shuffles a row every tile (FlashAttention-4's sm90 softmax defers them
     # the same way; docs/perf-notes.md, "Gluon forward, round 19").
     row_partials: bool = False
+    # With split_mask and a causal mask: each consumer stops at the last key tile its own rows see, and of the program's
+    # later tiles (which only the consumers below it see) takes its turn and releases the ring's slots without computing
+    # them. A program's key tiles run to its last row's, so with 192-row tiles and 128-key tiles the first consumer
+    # would otherwise compute a tile masked for every row of it in half the programs.
+    causal_trim: bool = False
 
     @property
     def block_m(self) -> int:
@@ -129,12 +135,15 @@ class HopperConfig(NamedTuple):
 # 19 made them the defaults with row_partials, which took 3.1% to 3.6% fewer cycles a key tile at head_dim 64 without a
 # mask, 0.5% causal and 1.8% at head_dim 128 (N 2048 and 8192: reports/perf-h100/gluon_fwd_round19), and measured
 # them in the peers grid; then causal head_dim 128 took both (0.7% to 1.3% fewer cycles a key tile at N 2048 to 8192;
-# timed 0.972x to 1.003x, twin 0.987x to 1.009x: neutral) (docs/perf-notes.md, "Gluon forward, round 19").
+# timed 0.972x to 1.003x, twin 0.987x to 1.009x: neutral) (docs/perf-notes.md, "Gluon forward, round 19"). Round 20
+# gave causal head_dim 64 causal_trim: 5.1%, 4.7% and 2.6% fewer cycles a key tile at N 4096, 8192 and 16384, timed
+# 1.035x, 1.020x and 1.004x (twin 1.001x to 1.005x; reports/perf-h100/gluon_fwd_round20, a_clock_bench_long). The
+# other causal configs have two consumers, whose 128-row tiles end where a key tile does: nothing to trim.
 CONFIGS = {
     (64, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=3, persistent=True,
                               o_tma=True, split_mask=True, row_partials=True),
     (64, True): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=3, persistent=False,
-                             o_tma=True, split_mask=True, row_partials=True),
+                             o_tma=True, split_mask=True, row_partials=True, causal_trim=True),
     (128, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=False, consumers=2, persistent=True,
                                o_tma=True, split_mask=True, row_partials=True),
     (128, True): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=False,
@@ -181,16 +190,19 @@ PORTABLE_UP_TO: dict[tuple[int, bool], int] = {(64, True): 1024}
 PERSISTENT_CAUSAL_UP_TO = {128: 2048, 64: 4096}
 
 # Causal, by head_dim: (Nq up to which, the config run there instead of CONFIGS'; PORTABLE_UP_TO goes first, so at
-# head_dim 64 it runs from Nq 1025). At head_dim 64 and Nq <= 2048, two
+# head_dim 64 it runs from Nq 1025). At head_dim 64 and Nq <= 1536 (2048 until round 20), two
 # consumers (128-row tiles) each overlapping its next QKᵀ with its softmax, taking turns, on persistent programs:
 # 365 TFLOP/s at N 2048 and 306 at 1024 against 345 and 237 for CONFIGS' three consumers on persistent programs (bf16,
 # round 17, reports/perf-h100/gluon_fwd_round17_d_short_causal.txt; at N 4096 0.996x of those, _c_short_causal.txt;
 # at 8192 and 16384, one program per tile both, 0.98x and 0.90x: _c_long.txt). A short row leaves more of a 192-row
 # tile's work on the diagonal, where about half of it is masked. With split_mask and row_partials (round 19), timed
 # 1.027x and 1.037x at N 2048 and 1.030x at 1536 (twins 0.997x to 1.007x; reports/perf-h100/gluon_fwd_round19,
-# b_clock_bench_64 and d_clock_bench_64): split_mask alone had timed 0.985x.
+# b_clock_bench_64 and d_clock_bench_64): split_mask alone had timed 0.985x. Round 20 (causal_trim) ended it at Nq
+# 1536: CONFIGS' three consumers with causal_trim, on persistent programs, timed 1.027x this config at N 2048 (the
+# busiest SM 9% fewer cycles) and 0.980x at 1536 (twin 0.994x and 1.012x; reports/perf-h100/gluon_fwd_round20,
+# a_clock_bench_short); untrimmed they timed 0.973x and 0.952x.
 SHORT_CAUSAL = {
-    64: (2048, HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=True,
+    64: (1536, HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=2, persistent=True,
                             o_tma=True, split_mask=True, row_partials=True)),
 }
 
@@ -206,7 +218,10 @@ def default_config(head_dim: int, causal: bool, seq_q: int) -> HopperConfig:
 
 
 def slower_reason(q: torch.Tensor, causal: bool) -> str | None:
-    """Why the portable kernel is preferred for this shape although the Gluon one could run it."""
+    """Why the portable kernel is preferred for this shape although the Gluon one could run it. None with
+    ``ATTN_GLUON=force``, which runs the Gluon forward below :data:`PORTABLE_UP_TO` too, to time the route."""
+    if os.environ.get("ATTN_GLUON") == "force":
+        return None
     limit = PORTABLE_UP_TO.get((q.shape[-1], bool(causal)))
     if limit is not None and q.shape[2] <= limit:
         return (f"the portable kernel measured faster at head_dim {q.shape[-1]}, {'causal' if causal else 'no mask'}, "
@@ -221,7 +236,7 @@ def forward_tile(head_dim: int, dtype: str = "fp16", causal: bool = False, seq_q
     'gluon-ws'. Only :data:`SHORT_CAUSAL` differs from CONFIGS' tile, which causal and not share (a test checks). A row
     records the path, not the config: rows forced onto this kernel at causal head_dim 64, Nq <= 2048 before round 17
     (reports/perf-h100/gluon_fwd_short_causal_d64.parquet) ran 192 x 128 tiles, and ``remodel`` would charge them
-    128 x 128."""
+    128 x 128; rows at Nq 1537 to 2048 from rounds 17 to 19 ran 128 x 128, and it would charge them 192 x 128."""
     if head_dim not in HEAD_DIMS or dtype not in ("fp16", "bf16", "fp8"):
         return None
     if dtype == "fp8":
@@ -475,7 +490,8 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
                         section, snake, qk_scale, CLOCK, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr, CAUSAL: gl.constexpr,
                         OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr, FP8: gl.constexpr,
-                        O_TMA: gl.constexpr, SPLIT_MASK: gl.constexpr, ROW_PARTIALS: gl.constexpr):
+                        O_TMA: gl.constexpr, SPLIT_MASK: gl.constexpr, ROW_PARTIALS: gl.constexpr,
+                        CAUSAL_TRIM: gl.constexpr):
     """One warpgroup: for each query tile of this program, rows off_m + WG·64 ... + 63 against
     every key tile, then O and the logsumexp of those rows. With ``FP8`` (e4m3 Q, K, V and an fp32
     descale per (batch, head) each, ``descales``) Q's and K's descales fold into the exp2 scale and V's
@@ -514,6 +530,9 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
         n_full = seq_kv // BLOCK_N
         if CAUSAL:
             n_full = gl.minimum(off_m + WG * SPLIT_M + 1, seq_kv) // BLOCK_N
+        n_own = n_tiles  # the key tiles this consumer computes; with CAUSAL_TRIM those its last row sees
+        if CAUSAL_TRIM:
+            n_own = gl.cdiv(gl.minimum(seq_kv, off_m + (WG + 1) * SPLIT_M), BLOCK_N)
         acc = gl.zeros([SPLIT_M, HEAD_DIM], gl.float32, o_layout)
         m_i = gl.full([SPLIT_M], float("-inf"), gl.float32, row_layout)
         l_i = gl.zeros([SPLIT_M], gl.float32, row_layout)
@@ -541,7 +560,7 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
                                                      BLOCK_N, STAGES, PINGPONG, NUM_WG, FP8, False, CAUSAL,
                                                      ROW_PARTIALS)
                 acc, p_op, m_i, l_i = _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, split,
-                                                     n_tiles, offs_n, rows, seq_kv, scale, s_zero, p_layout,
+                                                     n_own, offs_n, rows, seq_kv, scale, s_zero, p_layout,
                                                      o_layout, WG, BLOCK_N, STAGES, PINGPONG, NUM_WG, FP8, True,
                                                      CAUSAL, ROW_PARTIALS)
                 if ROW_PARTIALS:
@@ -564,7 +583,7 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
                     mbarrier.arrive(v_empty.index(prev), count=1)
                     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
             mbarrier.arrive(q_empty.index(WG), count=1)  # every S of this tile is done
-            c = count + n_tiles - 1
+            c = count + n_own - 1
             mbarrier.wait(v_ready.index(c % STAGES), ring_phase(c, STAGES))
             if not SPLIT_MASK:
                 p_op = gl.convert_layout(p.to(dtype), p_layout)
@@ -573,6 +592,17 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
             acc = warpgroup_mma(p_op, _pv_operand(v_smem, c % STAGES, FP8), acc, is_async=True)
             acc = _pv_wait(acc, p_op, FP8)
             mbarrier.arrive(v_empty.index(c % STAGES), count=1)
+            if CAUSAL_TRIM:
+                # The tiles past this consumer's rows: its turn in each round, and each slot released once loaded (a
+                # release before the load would count toward the slot's previous use, not yet released by all).
+                for j in range(n_own, n_tiles):
+                    c = count + j
+                    _take_turn(turns, c, WG, PINGPONG)
+                    _pass_turn(turns, WG, NUM_WG, PINGPONG)
+                    mbarrier.wait(k_ready.index(c % STAGES), ring_phase(c, STAGES))
+                    mbarrier.arrive(k_empty.index(c % STAGES), count=1)
+                    mbarrier.wait(v_ready.index(c % STAGES), ring_phase(c, STAGES))
+                    mbarrier.arrive(v_empty.index(c % STAGES), count=1)
         else:
             # No overlap within the warpgroup: S, softmax, PV, one key tile at a time.
             for j in range(n_tiles):
@@ -640,7 +670,7 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
                      Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr, V_LAYOUT: gl.constexpr, FP8: gl.constexpr,
                      O_TMA: gl.constexpr, O_LAYOUT: gl.constexpr, SPLIT_MASK: gl.constexpr,
-                     ROW_PARTIALS: gl.constexpr):
+                     ROW_PARTIALS: gl.constexpr, CAUSAL_TRIM: gl.constexpr):
     """Program p takes query tiles p, p + programs, ... of the ``total`` = m_blocks · batch·heads
     in :func:`_tile`'s order (one each when the grid has a program per tile; persistent when it
     has one per SM). The descales are None unless ``FP8``."""
@@ -690,11 +720,11 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 0, HEAD_DIM, BLOCK_N,
                                        STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK, ROW_PARTIALS)),
+                                       SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 1, HEAD_DIM, BLOCK_N,
                                        STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK, ROW_PARTIALS)),
+                                       SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
                                    CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
             ],
@@ -707,15 +737,15 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 0, HEAD_DIM, BLOCK_N,
                                        STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK, ROW_PARTIALS)),
+                                       SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 1, HEAD_DIM, BLOCK_N,
                                        STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK, ROW_PARTIALS)),
+                                       SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 2, HEAD_DIM, BLOCK_N,
                                        STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK, ROW_PARTIALS)),
+                                       SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
                                    CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
             ],
@@ -772,6 +802,8 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     if config is not None and config.row_partials and not config.split_mask:
         raise ValueError("row_partials defers the row sums of split_mask's loops: give it split_mask=True, or leave "
                          "it off")
+    if config is not None and config.causal_trim and not config.split_mask:
+        raise ValueError("causal_trim shortens split_mask's masked loop: give it split_mask=True, or leave it off")
     if clock is not None:  # an explicit config from here on: a marked kernel is neither kept nor reused
         batch, heads, seq_q, _ = q.shape
         config = _config_of(q, causal, config)
@@ -838,7 +870,8 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
         V_LAYOUT=(tile_layout(head_dim, config.block_n, q.dtype) if fp8
                   else tile_layout(config.block_n, head_dim, q.dtype)), FP8=fp8, O_TMA=config.o_tma,
         O_LAYOUT=tile_layout(SPLIT_M, head_dim, out_dtype or q.dtype) if config.o_tma else None,
-        SPLIT_MASK=config.split_mask, ROW_PARTIALS=config.row_partials)
+        SPLIT_MASK=config.split_mask, ROW_PARTIALS=config.row_partials,
+        CAUSAL_TRIM=config.causal_trim and config.split_mask and bool(causal))
     ints = (heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total, schedule.section, int(schedule.snake))
     return _Plan((programs,), ints, constexprs, config.block_n)
 

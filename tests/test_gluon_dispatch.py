@@ -57,20 +57,22 @@ def test_short_causal_head_dim_128_runs_persistent_programs():
 
 
 def test_short_causal_head_dim_64_runs_two_overlapping_consumers_and_the_model_charges_their_tile():
-    """hopper.SHORT_CAUSAL: causal D64 up to N2048 on two consumers (128-row tiles), each overlapping its next QKᵀ
-    with its softmax, taking turns, on persistent programs; forward_tile, and so the cost model, follow it."""
+    """hopper.SHORT_CAUSAL: causal D64 up to N1536 (2048 until round 20) on two consumers (128-row tiles), each
+    overlapping its next QKᵀ with its softmax, taking turns, on persistent programs; from 1537 CONFIGS' three consumers
+    with causal_trim; forward_tile, and so the cost model, follow it."""
     limit, config = hopper.SHORT_CAUSAL[64]
-    assert limit == 2048 and config.block_m == 128 and config.overlap and config.pingpong and config.persistent
-    assert config.o_tma and config.consumers in hopper.WORKER_REGS
-    assert hopper.default_config(64, True, 1) == hopper.default_config(64, True, 2048) == config
-    assert hopper.default_config(64, True, 2049).block_m == 192
-    assert hopper.forward_tile(64, "bf16", causal=True, seq_q=2048) == (128, 128)
-    assert hopper.forward_tile(64, "bf16", causal=True, seq_q=2049) == (192, 128)
+    assert limit == 1536 and config.block_m == 128 and config.overlap and config.pingpong and config.persistent
+    assert config.o_tma and config.consumers in hopper.WORKER_REGS and not config.causal_trim
+    assert hopper.default_config(64, True, 1) == hopper.default_config(64, True, 1536) == config
+    assert hopper.default_config(64, True, 1537) == hopper.CONFIGS[64, True]._replace(persistent=True)
+    assert hopper.default_config(64, True, 1537).block_m == 192
+    assert hopper.forward_tile(64, "bf16", causal=True, seq_q=1536) == (128, 128)
+    assert hopper.forward_tile(64, "bf16", causal=True, seq_q=1537) == (192, 128)
     assert hopper.forward_tile(64, "bf16", causal=True) == hopper.forward_tile(64) == (192, 128)
     assert hopper.forward_tile(64, "fp8", causal=True, seq_q=1000) == (192, 128)  # fp8 keeps FP8_CONFIGS
-    shape = Shape.square(16, 32, 2048, 64, dtype="bf16", causal=True)
-    assert cost_of(OURS, shape, path="gluon-ws").tile_bytes == pytest.approx(
-        tile_bytes(shape, Tiles((128, 128))))
+    for seq, tile in ((1536, (128, 128)), (2048, (192, 128))):
+        shape = Shape.square(16, 32, seq, 64, dtype="bf16", causal=True)
+        assert cost_of(OURS, shape, path="gluon-ws").tile_bytes == pytest.approx(tile_bytes(shape, Tiles(tile)))
 
 
 def test_off_sm90_everything_takes_the_portable_kernel():
@@ -129,6 +131,10 @@ def test_portable_up_to_routes_short_rows_to_the_portable_kernel_with_a_reason(m
     assert hopper.slower_reason(q(1, 64), causal=True) is not None
     assert all(hopper.slower_reason(q(n, d), causal=c) is None for n in (1, 1025, 2048, 4096) for d in (64, 128)
                for c in (False, True) if (d, c) != (64, True) or n > 1024)
+    monkeypatch.setenv("ATTN_GLUON", "force")  # the Gluon forward below the route too, to time the route
+    assert hopper.slower_reason(q(1024, 64), causal=True) is None and hopper.slower_reason(q(1, 64), True) is None
+    monkeypatch.setenv("ATTN_GLUON", "1")
+    assert hopper.slower_reason(q(1024, 64), causal=True) is not None
     monkeypatch.setitem(hopper.PORTABLE_UP_TO, (128, False), 512)
     assert hopper.slower_reason(q(512, 128), causal=False) == (
         "the portable kernel measured faster at head_dim 128, no mask, Nq <= 512")
@@ -533,6 +539,9 @@ def test_o_by_tma_is_the_16_bit_default_and_refused_in_fp8():
     with pytest.raises(ValueError, match="row_partials defers the row sums of split_mask's loops"):
         hopper.hopper_forward(bf16, bf16, bf16, True, 0.125, hopper.CONFIGS[64, True]._replace(split_mask=False,
                                                                                                row_partials=True))
+    with pytest.raises(ValueError, match="causal_trim shortens split_mask's masked loop"):
+        hopper.hopper_forward(bf16, bf16, bf16, True, 0.125, hopper.CONFIGS[64, True]._replace(split_mask=False,
+                                                                                               row_partials=False))
 
 
 def test_split_mask_and_row_partials_are_in_every_16_bit_default():
@@ -543,7 +552,19 @@ def test_split_mask_and_row_partials_are_in_every_16_bit_default():
     assert all(config.overlap and config.split_mask and config.row_partials for config in sixteen)
     assert not any(config.split_mask or config.row_partials for config in hopper.FP8_CONFIGS.values())
     assert hopper.default_config(64, True, 4096) == hopper.CONFIGS[64, True]._replace(persistent=True)
-    assert hopper.default_config(64, True, 2048) == hopper.SHORT_CAUSAL[64][1]
+    assert hopper.default_config(64, True, 1536) == hopper.SHORT_CAUSAL[64][1]
+
+
+def test_causal_trim_is_on_where_a_consumer_can_pass_its_last_key_tile():
+    """Round 20's causal_trim: on in the one 16-bit causal default with three consumers (192-row tiles over 128-key
+    tiles, where the first consumer's rows end a key tile before the program's last row's in every other program);
+    off in the two-consumer causal configs, whose 128-row tiles end where a key tile ends, and in the configs without a
+    mask, which it would not change."""
+    trimmed = [key for key, config in hopper.CONFIGS.items() if config.causal_trim]
+    assert trimmed == [(64, True)] and hopper.CONFIGS[64, True].consumers == 3
+    assert not hopper.SHORT_CAUSAL[64][1].causal_trim and hopper.SHORT_CAUSAL[64][1].consumers == 2
+    assert hopper.CONFIGS[128, True].consumers == 2 and hopper.CONFIGS[128, True].block_m % 128 == 0
+    assert not any(config.causal_trim for config in hopper.FP8_CONFIGS.values())
 
 
 def test_forward_clock_buffers_are_checked_before_a_launch():

@@ -5,20 +5,23 @@
 
 Runs every default configuration (head_dim 64 and 128, causal and not, grouped heads: CONFIGS, and at these lengths
 SHORT_CAUSAL's for causal head_dim 64) at Nq, Nkv in {77, 1000}, a persistent 3-consumer and a persistent ping-pong
-variant, and the head_dim-64 default without row_partials (the row sums summed over the quad every key tile, as
-before round 19), then synchronises. Every 16-bit default carries P packed (split_mask, round 18) and defers the row
-sums (row_partials, round 19).
+variant, the head_dim-64 default without row_partials (the row sums summed over the quad every key tile, as
+before round 19), and causal head_dim 64's three-consumer config with causal_trim (round 20; the defaults run it from Nq
+1537), one program per tile and persistent, then synchronises. Every 16-bit default carries P packed (split_mask,
+round 18) and defers the row sums (row_partials, round 19).
 """
 
 import torch
 
-from kernels.flash_fwd_hopper import HopperConfig, default_config, hopper_forward
+from kernels.flash_fwd_hopper import CONFIGS, HopperConfig, default_config, hopper_forward
 
 VARIANTS = [
     (64, HopperConfig(block_n=64, stages=2, overlap=True, pingpong=True, consumers=3, persistent=True)),
     (128, HopperConfig(block_n=128, stages=3, overlap=True, pingpong=True, consumers=2, persistent=True)),
     (64, HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=3, persistent=True, o_tma=True,
                       split_mask=True, row_partials=False)),
+    (64, CONFIGS[64, True]),
+    (64, CONFIGS[64, True]._replace(persistent=True)),
 ]
 for head_dim, config in [(64, None), (128, None), *VARIANTS]:
     for causal in (False, True):

@@ -273,6 +273,29 @@ def test_gluon_split_mask_matches_oracle(head_dim, seq_q, seq_kv, causal, dtype)
     assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-3
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("persistent", [False, True], ids=["tile", "persistent"])
+@pytest.mark.parametrize("seq_q,seq_kv", [(1, 1), (77, 77), (128, 128), (300, 1000), (1000, 300), (1000, 1000),
+                                          (2100, 2100)])
+def test_gluon_causal_trim_matches_oracle(seq_q, seq_kv, persistent, dtype):
+    """causal_trim (round 20: each consumer stops at its own rows' last key tile and only releases the program's
+    later ones) in causal head_dim 64's three-consumer config, forced below Nq 1537 where the defaults run two
+    consumers: one key tile, a ragged last tile, Nq != Nkv both ways (rows that see every key, keys past every row),
+    grouped heads, one program per tile and persistent programs carrying the ring's phases across tiles."""
+    from kernels.flash_fwd_hopper import CONFIGS, hopper_forward
+
+    _needs_sm90()
+    config = CONFIGS[64, True]._replace(persistent=persistent)
+    assert config.causal_trim and config.consumers == 3
+    q, k, v = _inputs(2, 8, seq_q, seq_kv, 64, dtype, kv_heads=2)
+    o, lse = hopper_forward(q, k, v, True, 64 ** -0.5, config)
+    k_full, v_full = k.repeat_interleave(4, 1), v.repeat_interleave(4, 1)
+    ref, ref_lse = attention_oracle(q, k_full, v_full, causal=True, return_lse=True)
+    naive_err = relative_error(naive_attention(q, k_full, v_full, causal=True), ref)
+    assert relative_error(o, ref) <= 2 * naive_err + FLOOR[dtype]
+    assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-3
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("seq", [1000, 4099])
 @pytest.mark.parametrize("head_dim", [64, 128])
