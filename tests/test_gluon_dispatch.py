@@ -86,8 +86,8 @@ def test_off_sm90_everything_takes_the_portable_kernel():
 
 def _gluon_over_portable(folder: str):
     """{(head_dim, causal, dtype, seq_q): the Gluon forward's time-weighted speed over the portable kernel's}, from a
-    round-18 capture folder holding the same ``bench`` run twice each way (ATTN_GLUON=1: gluon1, gluon2; 0:
-    portable1, portable2), one after the other on one H100."""
+    capture folder holding the same ``bench`` run twice each way (the Gluon forward: gluon1, gluon2, with ATTN_GLUON
+    unset in round 18 and =force in round 20; ATTN_GLUON=0: portable1, portable2), one after the other on one H100."""
     import pandas as pd
 
     frames = []
@@ -112,12 +112,28 @@ def test_portable_up_to_is_where_the_portable_kernel_measured_faster():
         limit = hopper.PORTABLE_UP_TO.get((head_dim, bool(causal)), 0)
         assert (ratio < 1) == (seq_q <= limit), (head_dim, causal, dtype, seq_q, ratio)
     assert 0.70 < speed[64, True, "bf16", 512] < 0.75 and 0.95 < speed[64, True, "fp16", 1024] < 0.97
-    # The README's sentence, from the same files: one figure a length where both dtypes round to it
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "before rounds 19 and 20, had 0.72x and 0.96x" in readme
+
+
+def test_portable_up_to_held_when_round_20_timed_it_the_grids_way():
+    """After rounds 19 and 20 changed the short causal configs, the route timed again the grid's way (round 20:
+    ATTN_GLUON=force, which runs the Gluon forward below PORTABLE_UP_TO, and ATTN_GLUON=0, twice each on one H100): the
+    Gluon forward still loses at N 512 and 1024 and wins at 1536, as PORTABLE_UP_TO says; the README quotes it."""
+    for run, switch in (("gluon1", "force"), ("gluon2", "force"), ("portable1", "0"), ("portable2", "0")):
+        meta, _ = load_capture(ROOT / "reports" / "perf-h100" / "gluon_fwd_round20_route" / run)
+        assert meta["env"] == {"ATTN_GLUON": switch}
+    speed = _gluon_over_portable("gluon_fwd_round20_route")
+    assert len(speed) == 6 and {seq for *_, seq in speed} == {512, 1024, 1536}
+    for (head_dim, causal, dtype, seq_q), ratio in speed.items():
+        assert (ratio < 1) == (seq_q <= hopper.PORTABLE_UP_TO[head_dim, causal]), (dtype, seq_q, ratio)
+    # The README's sentence: one figure a length where both dtypes round to it, and each dtype's at 1536
     at = {n: {f"{speed[64, True, dtype, n]:.2f}" for dtype in ("fp16", "bf16")} for n in (512, 1024)}
     assert len(at[512]) == len(at[1024]) == 1
     readme = " ".join((ROOT / "README.md").read_text().split())
-    assert (f"the Gluon forward ran {at[512].pop()}x the portable kernel at N 512 and {at[1024].pop()}x at 1024"
-            in readme)
+    assert (f"the Gluon forward ran {at[512].pop()}x the portable kernel at N 512 and {at[1024].pop()}x at 1024, "
+            f"against {speed[64, True, 'bf16', 1536]:.2f}x (bf16) and {speed[64, True, 'fp16', 1536]:.2f}x (fp16) at "
+            "1536") in readme
 
 
 def test_portable_up_to_routes_short_rows_to_the_portable_kernel_with_a_reason(monkeypatch):
