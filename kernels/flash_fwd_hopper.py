@@ -178,7 +178,9 @@ WORKER_REGS = {2: (240, 24), 3: (160, 24)}
 # at every other (head_dim, causal), N 512 to 2048, 1.02x to 1.57x. It held causal head_dim 64 up to Nq 4096 until
 # round 17 (reports/bench-h100-gluon against reports/bench-h100-portable, docs/perf-notes.md "Gluon forward"), and
 # nothing after round 17, whose probe (gluon_fwd_clock.py) had put the Gluon forward at 1.07x at N 1024 and never
-# timed N 512: docs/perf-notes.md, "Gluon forward, round 18".
+# timed N 512: docs/perf-notes.md, "Gluon forward, round 18". Round 20 timed it the grid's way again, after rounds 19
+# and 20 changed the short causal configs (ATTN_GLUON=force and 0 in turn, twice; reports/perf-h100/
+# gluon_fwd_round20_route): 0.68x at N 512, 0.90x at 1024, 1.04x (bf16) and 1.06x (fp16) at 1536.
 PORTABLE_UP_TO: dict[tuple[int, bool], int] = {(64, True): 1024}
 
 
