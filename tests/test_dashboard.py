@@ -760,3 +760,12 @@ def test_compare_names_the_column_that_keeps_two_captures_apart(tmp_path, monkey
     note = next(i.value for i in at.info if "share no implementation and shape" in i.value)
     assert "under the filters no batch in both (A has 4; B has 8)" in note, note
     assert "N in both" not in note and "implementation in both" not in note
+
+
+def test_the_roofline_table_shows_whole_kernel_paths(monkeypatch):
+    """The Roofline tab's table gives its `path` column a width that holds 'gluon-ws': sized from its first rows (the
+    peers', which have no path) it showed 'gluon-w' in a new user's trial of the forward peers capture."""
+    at = _app(ROOT / "reports", monkeypatch, "--select", "fa4-peers-h100-fwd")
+    table = next(frame for frame in at.dataframe if "path" in frame.value.columns)
+    assert set(table.value.path.dropna()) - {""} == {"gluon-ws"}
+    assert json.loads(table.proto.columns)["path"]["width"] == "medium"

@@ -53,6 +53,9 @@ def render(ctx: Context) -> None:
         notes.append(size_note)
     st.caption(" · ".join(notes))
     st.dataframe(roofline_table(points), hide_index=True, width="stretch", column_config={
+        # wide enough for "gluon-ws" and "split-kv x16": sized by its first rows (peers' rows have no path), the column
+        # cut them short
+        "path": st.column_config.TextColumn(width="medium", help="the kernel path the implementation took"),
         "% of roof": st.column_config.NumberColumn(format="%.1f%%"),
         "% of roof at its size": st.column_config.NumberColumn(
             format="%.1f%%", help="against the measured matmul and a device copy of the step's own bytes, "
