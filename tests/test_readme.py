@@ -95,14 +95,20 @@ def test_the_forward_line_counts_the_shapes_at_its_targets():
     text = " ".join(README.read_text().split())
     assert (f"Our forward is at or above 0.97x FA4 on {(first_fa4 >= 0.97).sum()} of the 40 shapes and at or above "
             f"cuDNN on {(first_cudnn >= 1).sum()} in this capture, the first of three grids") in text
+    others = [(fa4[folder] >= 0.97).sum() for folder in FORWARD_GRIDS[1:]]
+    below_cudnn = [folder for folder in FORWARD_GRIDS if (cudnn[folder] < 1).any()]
+    assert len(below_cudnn) == 1 and (cudnn[below_cudnn[0]] < 1).sum() == 1
+    assert (f"the other two had {others[0]} and {others[1]} shapes at or above 0.97x FA4, and in one of them a shape "
+            f"fell to {cudnn[below_cudnn[0]].min():.3f}x cuDNN") in text
     assert f"From grid to grid a shape's ours/FA4 moved by up to {moved.max():.1%} on the same kernels" in text
     below = median_fa4[median_fa4 < 0.97]
-    assert len(below) and below.index.get_level_values("causal").all()
+    assert len(below) and below.index.get_level_values("causal").all() and (median_cudnn >= 1).all()
     named = "; ".join(f"{dtype} head_dim {dim} at N {seq // 1024}k, {ratio:.3f}x"
                       for (dtype, dim, _, _, seq, _), ratio in below.sort_index(level=["head_dim", "dtype"]).items())
     assert (f"Each shape's median over the three has {(median_fa4 >= 0.97).sum()} of 40 at or above 0.97x FA4 and "
-            f"{(median_cudnn >= 1).sum()} at or above cuDNN, so issue 42's forward target (both, on every shape) is "
-            f"not met: the {len(below)} medians below 0.97x FA4 are causal ({named})") in text
+            f"{(median_cudnn >= 1).sum()} at or above cuDNN. Issue 42's forward target (at least 0.97x FA4 and 1.00x "
+            f"cuDNN on every shape) therefore holds against cuDNN and is not met against FA4: the {len(below)} medians "
+            f"below 0.97x FA4 are causal ({named})") in text
 
 
 @pytest.mark.parametrize("regime, folder, gpu, seq_q", [
