@@ -120,7 +120,8 @@ class HopperConfig(NamedTuple):
     # With split_mask and a causal mask: each consumer stops at the last key tile its own rows see, and of the program's
     # later tiles (which only the consumers below it see) takes its turn and releases the ring's slots without computing
     # them. A program's key tiles run to its last row's, so with 192-row tiles and 128-key tiles the first consumer
-    # would otherwise compute a tile masked for every row of it in half the programs.
+    # would otherwise compute a tile masked for every row of it in every program (but a last one cut by the row's end),
+    # and the second in every other one.
     causal_trim: bool = False
 
     @property
@@ -136,9 +137,10 @@ class HopperConfig(NamedTuple):
 # mask, 0.5% causal and 1.8% at head_dim 128 (N 2048 and 8192: reports/perf-h100/gluon_fwd_round19), and measured
 # them in the peers grid; then causal head_dim 128 took both (0.7% to 1.3% fewer cycles a key tile at N 2048 to 8192;
 # timed 0.972x to 1.003x, twin 0.987x to 1.009x: neutral) (docs/perf-notes.md, "Gluon forward, round 19"). Round 20
-# gave causal head_dim 64 causal_trim: 5.1%, 4.7% and 2.6% fewer cycles a key tile at N 4096, 8192 and 16384, timed
-# 1.035x, 1.020x and 1.004x (twin 1.001x to 1.005x; reports/perf-h100/gluon_fwd_round20, a_clock_bench_long). The
-# other causal configs have two consumers, whose 128-row tiles end where a key tile does: nothing to trim.
+# gave causal head_dim 64 causal_trim: 5.1%, 4.7% and 2.6% fewer cycles a key tile at N 4096, 8192 and 16384; timed
+# 1.035x at N 4096 (faster in 5 of 5 rounds), and within the rounds' spread at 8192 and 16384 (medians 1.020x and
+# 1.004x, faster in 3 and 2 of 5), where the cycles decide (reports/perf-h100/gluon_fwd_round20, a_clock_bench_long).
+# The other causal configs have two consumers, whose 128-row tiles end where a key tile does: nothing to trim.
 CONFIGS = {
     (64, False): HopperConfig(block_n=128, stages=2, overlap=True, pingpong=True, consumers=3, persistent=True,
                               o_tma=True, split_mask=True, row_partials=True),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_readme import FORWARD_GRIDS, forward_grids
+from test_readme import FORWARD_GRIDS, forward_grids, grid_medians
 
 import profiler
 from attention_core.shape import Shape
@@ -347,9 +347,7 @@ def test_round_20s_three_forward_grids_and_the_results_page_quotes_their_medians
     for folder in FORWARD_GRIDS[1:]:
         _, ours, _ = _grid_of_40(folder, "fwd", ROUND20_KERNELS)
         assert set(ours.path) == {"gluon-ws"}
-    fa4, cudnn = forward_grids()
-    moved = fa4.max(axis=1) / fa4.min(axis=1) - 1
-    median_fa4, median_cudnn = fa4.median(axis=1), cudnn.median(axis=1)
+    moved, median_fa4, median_cudnn = grid_medians(*forward_grids())
     below = median_fa4[median_fa4 < 0.97].index.to_frame()
     readme = " ".join((ROOT / "docs" / "results.md").read_text().split())
     assert (f"between which ours/FA4 on one shape moved by up to {moved.max():.1%} (the median shape by "

@@ -112,8 +112,11 @@ def test_portable_up_to_is_where_the_portable_kernel_measured_faster():
         limit = hopper.PORTABLE_UP_TO.get((head_dim, bool(causal)), 0)
         assert (ratio < 1) == (seq_q <= limit), (head_dim, causal, dtype, seq_q, ratio)
     assert 0.70 < speed[64, True, "bf16", 512] < 0.75 and 0.95 < speed[64, True, "fp16", 1024] < 0.97
+    # The README's figures, one a length where both dtypes round to it
+    at = {n: {f"{speed[64, True, dtype, n]:.2f}" for dtype in ("fp16", "bf16")} for n in (512, 1024)}
+    assert len(at[512]) == len(at[1024]) == 1
     readme = " ".join((ROOT / "README.md").read_text().split())
-    assert "before rounds 19 and 20, had 0.72x and 0.96x" in readme
+    assert f"before rounds 19 and 20, had {at[512].pop()}x and {at[1024].pop()}x" in readme
 
 
 def test_portable_up_to_held_when_round_20_timed_it_the_grids_way():
@@ -573,14 +576,38 @@ def test_split_mask_and_row_partials_are_in_every_16_bit_default():
 
 def test_causal_trim_is_on_where_a_consumer_can_pass_its_last_key_tile():
     """Round 20's causal_trim: on in the one 16-bit causal default with three consumers (192-row tiles over 128-key
-    tiles, where the first consumer's rows end a key tile before the program's last row's in every other program);
-    off in the two-consumer causal configs, whose 128-row tiles end where a key tile ends, and in the configs without a
-    mask, which it would not change."""
+    tiles, where the first consumer's rows end a key tile before the program's last row's in every program but a last
+    one cut by the row's end, and the second's in every other one); off in the two-consumer causal configs, whose
+    128-row tiles end where a key tile ends, and in the configs without a mask, which it would not change."""
     trimmed = [key for key, config in hopper.CONFIGS.items() if config.causal_trim]
     assert trimmed == [(64, True)] and hopper.CONFIGS[64, True].consumers == 3
-    assert not hopper.SHORT_CAUSAL[64][1].causal_trim and hopper.SHORT_CAUSAL[64][1].consumers == 2
-    assert hopper.CONFIGS[128, True].consumers == 2 and hopper.CONFIGS[128, True].block_m % 128 == 0
+    assert not hopper.SHORT_CAUSAL[64][1].causal_trim
     assert not any(config.causal_trim for config in hopper.FP8_CONFIGS.values())
+
+    def trimmed_steps(config, seq):
+        """Per consumer, the programs in which it skips a key tile, and the share of all consumer-steps (one consumer
+        on one key tile) skipped, at Nq = Nkv = seq: the kernel's n_own against its n_tiles (_consumer_partition,
+        _tile)."""
+        skips, skipped, steps = [0] * config.consumers, 0, 0
+        for off_m in range(0, seq, config.block_m):
+            n_tiles = -(-min(seq, off_m + config.block_m) // config.block_n)
+            for wg in range(config.consumers):
+                n_own = -(-min(seq, off_m + (wg + 1) * hopper.SPLIT_M) // config.block_n)
+                skips[wg] += n_own < n_tiles
+                skipped, steps = skipped + n_tiles - n_own, steps + n_tiles
+        return skips, skipped / steps
+
+    # At N 8192 (43 programs; the last is cut by the row's end, which leaves it nothing to skip): the first consumer
+    # skips a tile in each of the other 42, the second in the even-numbered ones among them (whose tile starts where a
+    # key tile does), the third in none
+    programs = -(-8192 // hopper.CONFIGS[64, True].block_m)
+    assert trimmed_steps(hopper.CONFIGS[64, True], 8192)[0] == [programs - 1, len(range(0, programs - 1, 2)), 0]
+    for two in (hopper.SHORT_CAUSAL[64][1], hopper.CONFIGS[128, True]):  # nothing to trim at any length
+        assert two.consumers == 2 and all(trimmed_steps(two, seq)[1] == 0 for seq in (1000, 2048, 3000, 16384))
+    shares = [f"{trimmed_steps(hopper.CONFIGS[64, True], seq)[1]:.1%}" for seq in (4096, 8192, 16384, 2048)]
+    notes = " ".join((ROOT / "docs" / "perf-notes.md").read_text().split())
+    assert (f"{shares[0]}, {shares[1]} and {shares[2]} of the consumer-steps at N 4096, 8192 and 16384 are such tiles, "
+            f"and {shares[3]} at N 2048") in notes
 
 
 def test_forward_clock_buffers_are_checked_before_a_launch():

@@ -1,7 +1,7 @@
 """Compile the Gluon kernels for sm_90a on a machine without a GPU: spills, shared memory, TMA ops, host time.
 
     python -m pip install --no-deps --target /tmp/t36site triton==3.6.0     # the GPU machine's triton, once
-    TRITON_SITE=/tmp/t36site python scripts/perf_experiments/gluon_compile_cpu.py [bshd|bhsd|fp8]
+    TRITON_SITE=/tmp/t36site python scripts/perf_experiments/gluon_compile_cpu.py [bshd|bhsd|fp8|ptx FOLDER]
 
 Triton compiles to PTX and cubin without a device when it is given a target, so the Gluon forward and
 backward (kernels/flash_fwd_hopper.py, kernels/flash_bwd_hopper.py) can be built here for every
@@ -12,7 +12,8 @@ compiles or finds its cached kernel and returns. It also times the host side of 
 through kernels.hf_attention on BSHD views, everything but the launch itself. ``fp8`` instead compiles the
 fp8 forward in every configuration of scripts/perf_experiments/fp8_probe.py (rounds 3a and 3b, and those left
 out for their spills) and prints
-each one's spills (docs/perf-notes.md, "FP8 forward", round 3).
+each one's spills (docs/perf-notes.md, "FP8 forward", round 3). ``ptx FOLDER`` writes the PTX of the forward's
+default configs into FOLDER, so that two trees' compare with ``diff -r``, and prints ptxas' report of each.
 """
 
 from __future__ import annotations
@@ -126,12 +127,47 @@ def fp8_configurations():
                 print(f"fp8 D{head_dim} {'causal' if causal else 'full'} {name}: {report}", flush=True)
 
 
+def ptx_text(kernel) -> str:
+    """A kernel's PTX without its debug information (``.loc``, ``.file``, comments, ``$L__tmp`` labels, the debug
+    sections), so that two trees' code compares line by line."""
+    lines = []
+    for line in kernel.asm["ptx"].split(".section")[0].splitlines():
+        stripped = line.strip()
+        if stripped.startswith((".loc", ".file", "//")) or re.fullmatch(r"\$L__tmp\d+:", stripped):
+            continue
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def forward_ptx(folder: str):
+    """The Gluon forward's default configs (head_dim 64 and 128, causal and not, Nq 1500, 3000 and 8192: every
+    config default_config picks at those lengths) into ``folder``: each one's PTX (:func:`ptx_text`), and a line of
+    ptxas' report each on stdout. Two trees' folders compare with ``diff -r`` (docs/perf-notes.md, round 20)."""
+    from kernels import flash_fwd_hopper
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"triton {triton.__version__}, bhsd inputs, sm_90a")
+    for head_dim in (64, 128):
+        for causal in (False, True):
+            for seq in (1500, 3000, 8192):
+                q = make("bhsd", 2, 4, seq, head_dim)
+                flash_fwd_hopper.hopper_forward(q, q, q, causal, head_dim ** -0.5,
+                                                config=flash_fwd_hopper.default_config(head_dim, causal, seq))
+                kernel = next(kernel for name, kernel in reversed(COMPILED) if name == "_attn_fwd_hopper")
+                name = f"fwd_D{head_dim}_{'causal' if causal else 'full'}_N{seq}"
+                (out / f"{name}.ptx").write_text(ptx_text(kernel))
+                print(f"{name}: {ptxas_report(kernel)}", flush=True)
+
+
 def main():
     layout = sys.argv[1] if len(sys.argv) > 1 else "bshd"
     stand_in_for_an_h100()
     if layout == "fp8":
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         return fp8_configurations()
+    if layout == "ptx":
+        return forward_ptx(sys.argv[2])
     from kernels import flash_bwd_hopper, flash_fwd_hopper
     from kernels.hf_attention import triton_flash_attention_forward
 
