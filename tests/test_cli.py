@@ -49,7 +49,7 @@ def test_every_command_module_is_one_subcommand():
 
     names = [command.__name__.rsplit(".", 1)[-1] for command in COMMANDS]
     assert names == ["demo", "bench", "capture", "sweep", "observe", "nsys", "report", "validate", "stalls", "remodel",
-                     "model", "ceilings", "dashboard"]
+                     "model", "ceilings", "medians", "dashboard"]
     for command in COMMANDS:
         assert command.__doc__ and command.HELP and callable(command.add_arguments) and callable(command.run)
     parsed = build_parser().parse_args(["remodel", "cap", "--dry-run"])

@@ -114,7 +114,8 @@ def test_the_forward_line_counts_the_shapes_at_its_targets():
     below = below.sort_index(level=["head_dim", "dtype"])
     named = "; ".join(f"{dtype} head_dim {dim} at N {seq // 1024}k with batch {batch}, {ratio:.3f}x"
                       for (dtype, dim, _, batch, seq, _), ratio in below.items())
-    assert (f"Each shape's median over the three has {(median_fa4 >= 0.97).sum()} of 40 at or above 0.97x FA4 and "
+    assert ("Each shape's median over the three (`python -m profiler medians` on the three folders, as in Usage "
+            f"below) has {(median_fa4 >= 0.97).sum()} of 40 at or above 0.97x FA4 and "
             f"{(median_cudnn >= 1).sum()} at or above cuDNN. Issue 42's forward target (at least 0.97x FA4 and 1.00x "
             f"cuDNN on every shape) therefore holds against cuDNN and is not met against FA4: the {len(below)} medians "
             f"below 0.97x FA4 are causal ({named})") in text

@@ -61,6 +61,7 @@ from profiler.cli import (  # noqa: E402
     ceilings,
     dashboard,
     demo,
+    medians,
     model,
     nsys,
     observe,
@@ -71,7 +72,8 @@ from profiler.cli import (  # noqa: E402
     validate,
 )
 
-COMMANDS = (demo, bench, capture, sweep, observe, nsys, report, validate, stalls, remodel, model, ceilings, dashboard)
+COMMANDS = (demo, bench, capture, sweep, observe, nsys, report, validate, stalls, remodel, model, ceilings, medians,
+            dashboard)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,103 @@
+"""``medians``: the same grid measured more than once (several capture folders of one ``bench`` command), read
+together: each shape's median ratio of our implementation over each peer across the captures, how far the captures
+differ on it, and how many shapes reach a target. One grid on an H100 moves a shape by several percent from run to
+run (docs/perf-notes.md, "Gluon forward, round 20"), so a ratio near a target is read from the median of several."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from profiler.cli import UsageError
+from profiler.cli.console import console, fmt
+
+HELP = "each shape's median ratio over several captures of one grid (no GPU)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("captures", nargs="+", help="two or more capture folders of the same shapes")
+    p.add_argument("--baseline", default="triton_flash", help="the implementation the ratios are of "
+                                                               "(default: triton_flash)")
+    p.add_argument("--target", action="append", default=[], metavar="PEER=RATIO",
+                   help="count the shapes whose median baseline/PEER is at or above RATIO (default 1.0 for every "
+                        "peer); repeat for several peers, e.g. --target fa4=0.97")
+
+
+def parse_targets(values: list[str]) -> dict[str, float]:
+    """``--target`` values as {peer: ratio}; a one-line UsageError for a malformed one."""
+    targets = {}
+    for value in values:
+        peer, sep, ratio = value.partition("=")
+        try:
+            targets[peer] = float(ratio)
+        except ValueError:
+            sep = ""
+        if not sep or not peer or not targets.get(peer, 0) > 0:
+            raise UsageError(f"--target {value!r}: give PEER=RATIO with a positive ratio, e.g. fa4=0.97")
+    return targets
+
+
+def ratios_by_capture(folders: list[Path], baseline: str):
+    """{peer: DataFrame of baseline/peer ratios, one row a shape every capture has, one column a capture}, the
+    peers being the implementations every capture measured besides ``baseline`` (profiler.views.tables.bench_table:
+    the baseline's TFLOP/s over the peer's, rows with status ok only)."""
+    import pandas as pd
+
+    from attention_core.shape import Shape
+    from profiler.store import CaptureError, load_capture
+    from profiler.views.tables import bench_table
+
+    frames = {}
+    for folder in folders:
+        try:
+            _, frames[folder] = load_capture(folder)
+        except (CaptureError, OSError) as err:
+            raise UsageError(str(err)) from None
+        if baseline not in set(frames[folder].impl):
+            raise UsageError(f"{folder} has no {baseline!r} rows; its implementations: "
+                             f"{', '.join(sorted(set(frames[folder].impl)))}")
+    peers = sorted(set.intersection(*(set(frame.impl) for frame in frames.values())) - {baseline})
+    if not peers:
+        raise UsageError(f"the captures share no implementation besides {baseline!r} to compare it with")
+    ratios = {peer: {} for peer in peers}
+    for folder, frame in frames.items():
+        table = bench_table(frame, [baseline, *peers], baseline).set_index(list(Shape.KEY))
+        for peer in peers:
+            ratios[peer][str(folder)] = table[f"{baseline}/{peer}"].astype(float)
+    return {peer: pd.DataFrame(columns).dropna() for peer, columns in ratios.items()}
+
+
+def run(args) -> int:
+    folders = [Path(folder) for folder in args.captures]
+    if len(folders) < 2:
+        raise UsageError(f"medians takes two or more capture folders of one grid; got {len(folders)}")
+    if len(set(folders)) < len(folders):
+        raise UsageError("a capture folder is named twice: give each run of the grid once")
+    targets = parse_targets(args.target)
+    ratios = ratios_by_capture(folders, args.baseline)
+    unknown = sorted(set(targets) - set(ratios))
+    if unknown:
+        raise UsageError(f"--target names {', '.join(unknown)}, which the captures do not all have; their peers: "
+                         f"{', '.join(ratios)}")
+    for peer, table in ratios.items():
+        if table.empty:
+            console.print(f"{args.baseline}/{peer}: no shape with an ok row in every capture")
+            continue
+        median = table.median(axis=1)
+        moved = table.max(axis=1) / table.min(axis=1) - 1
+        target = targets.get(peer, 1.0)
+        worst = median.idxmin()
+        shape = dict(zip(median.index.names, worst))
+        console.print(
+            f"{args.baseline}/{peer}, each shape's median of {table.shape[1]} captures: lowest {median.min():.3f} "
+            f"({shape['mode']} {shape['dtype']} D{shape['head_dim']} Nq{shape['seq_q']} Nkv{shape['seq_kv']} "
+            f"B{shape['batch']}{' causal' if shape['causal'] else ''}), highest {median.max():.3f}, "
+            f"{int((median >= target).sum())} of {len(median)} at or above {fmt(target, 'g')}; the captures differ on "
+            f"a shape by up to {moved.max():.1%} (the median shape by {moved.median():.1%})", soft_wrap=True)
+        for key, value in median[median < target].sort_values().items():
+            shape = dict(zip(median.index.names, key))
+            each = ", ".join(f"{v:.3f}" for v in table.loc[key])
+            console.print(f"  below {fmt(target, 'g')}: {shape['mode']} {shape['dtype']} D{shape['head_dim']} "
+                          f"Nq{shape['seq_q']} B{shape['batch']} H{shape['heads']}/{shape['kv_heads']}"
+                          f"{' causal' if shape['causal'] else ''}: {value:.3f} (captures: {each})", soft_wrap=True)
+    return 0

@@ -1,0 +1,48 @@
+"""``python -m profiler medians``: several captures of one grid read together, on round 20's three forward grids
+(tests/test_readme.py reads the same three for the README), and its one-line refusals of bad input."""
+
+from pathlib import Path
+
+import pytest
+from test_cli import run_cli
+from test_readme import FORWARD_GRIDS, forward_grids, grid_medians
+
+ROOT = Path(__file__).resolve().parents[1]
+GRIDS = [str(ROOT / "reports" / folder) for folder in FORWARD_GRIDS]
+
+
+def test_the_three_forward_grids_give_the_readmes_medians():
+    """Each peer's line: the lowest and highest median, the shapes at or above the target, how far the captures differ,
+    and each shape below the target with its three ratios; the figures the README quotes from the same captures."""
+    out = run_cli("medians", *GRIDS, "--target", "fa4=0.97")
+    assert out.returncode == 0, out.stderr
+    fa4, cudnn = forward_grids()
+    moved, median_fa4, median_cudnn = grid_medians(fa4, cudnn)
+    text = " ".join(out.stdout.split())
+    assert (f"triton_flash/fa4, each shape's median of 3 captures: lowest {median_fa4.min():.3f} (fwd fp16 D128 "
+            f"Nq16384 Nkv16384 B2 causal), highest {median_fa4.max():.3f}, {(median_fa4 >= 0.97).sum()} of 40 at or "
+            f"above 0.97; the captures differ on a shape by up to {moved.max():.1%} (the median shape by "
+            f"{moved.median():.1%})") in text
+    below = median_fa4[median_fa4 < 0.97].sort_values()
+    assert text.count("below 0.97:") == len(below) == 3
+    for (dtype, head_dim, causal, batch, seq, _), value in below.items():
+        each = ", ".join(f"{v:.3f}" for v in fa4.loc[dtype, head_dim, causal, batch, seq, seq])
+        assert (f"fwd {dtype} D{head_dim} Nq{seq} B{batch}" in text and f"{value:.3f} (captures: {each})" in text)
+    assert (f"triton_flash/sdpa_cudnn, each shape's median of 3 captures: lowest {median_cudnn.min():.3f}" in text
+            and f"{(median_cudnn >= 1).sum()} of 40 at or above 1;" in text)
+
+
+@pytest.mark.parametrize("args, message", [
+    ([GRIDS[0]], "medians takes two or more capture folders of one grid; got 1"),
+    ([GRIDS[0], GRIDS[0]], "a capture folder is named twice"),
+    ([GRIDS[0], "no-such-folder"], "'no-such-folder' is not a capture folder"),
+    ([*GRIDS[:2], "--target", "fa4=x"], "--target 'fa4=x': give PEER=RATIO with a positive ratio, e.g. fa4=0.97"),
+    ([*GRIDS[:2], "--target", "fa4=0"], "--target 'fa4=0': give PEER=RATIO with a positive ratio"),
+    ([*GRIDS[:2], "--target", "flash=1"], "--target names flash, which the captures do not all have; their peers: "
+                                          "fa4, sdpa_cudnn"),
+    ([*GRIDS[:2], "--baseline", "naive"], "has no 'naive' rows; its implementations: fa4, sdpa_cudnn, triton_flash"),
+])
+def test_bad_input_is_one_line_and_exit_status_2(args, message):
+    out = run_cli("medians", *args)
+    assert out.returncode == 2 and message in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
