@@ -875,7 +875,7 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
                   else tile_layout(config.block_n, head_dim, q.dtype)), FP8=fp8, O_TMA=config.o_tma,
         O_LAYOUT=tile_layout(SPLIT_M, head_dim, out_dtype or q.dtype) if config.o_tma else None,
         SPLIT_MASK=config.split_mask, ROW_PARTIALS=config.row_partials,
-        CAUSAL_TRIM=config.causal_trim and config.split_mask and bool(causal))
+        CAUSAL_TRIM=config.causal_trim and bool(causal))
     ints = (heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total, schedule.section, int(schedule.snake))
     return _Plan((programs,), ints, constexprs, config.block_n)
 

@@ -19,6 +19,7 @@ from profiler.cli.console import (
     measure_with_progress,
     pick_default,
     say_shrunk,
+    shape_words,
     start_capture,
 )
 from profiler.cli.options import (
@@ -220,9 +221,7 @@ def _print_bench(table, impls: list[str], baseline: str, title: str) -> None:
         values = table[f"{baseline}/{n}"].dropna()
         if len(values):
             worst = table.loc[values.idxmin()]
-            console.print(f"{baseline}/{n}: lowest {values.min():.2f} ({worst['mode']} {worst['dtype']} "
-                          f"D{worst['head_dim']} Nq{worst['seq_q']} Nkv{worst['seq_kv']} B{worst['batch']}"
-                          f"{' causal' if worst['causal'] else ''}), "
+            console.print(f"{baseline}/{n}: lowest {values.min():.2f} ({shape_words(worst)}), "
                           f"highest {values.max():.2f}, {int((values >= 1).sum())} of {len(values)} at or above 1.0")
 
 

@@ -35,6 +35,13 @@ def fmt(x, spec=".3g", missing="-"):
     return missing if x is None or x != x else format(x, spec)  # x != x: NaN
 
 
+def shape_words(shape) -> str:
+    """A shape as words for a one-line summary: ``fwd bf16 D64 Nq8192 Nkv8192 B4 causal`` (``shape``: a mapping with
+    the row key's mode, dtype, head_dim, seq_q, seq_kv, batch and causal)."""
+    return (f"{shape['mode']} {shape['dtype']} D{shape['head_dim']} Nq{shape['seq_q']} Nkv{shape['seq_kv']} "
+            f"B{shape['batch']}{' causal' if shape['causal'] else ''}")
+
+
 def pick_default(value, gpu_default: list, cpu_default: list, name: str, on_gpu: bool, notes: list[str]) -> list:
     """An option's value as a list: the value given, else the GPU or the CPU default. A CPU default
     that differs from the GPU's is noted in ``notes`` ("seq=1024 (GPU default 8192)"), which the

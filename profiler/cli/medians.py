@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 from profiler.cli import UsageError
-from profiler.cli.console import console, fmt
+from profiler.cli.console import console, fmt, shape_words
 
 HELP = "each shape's median ratio over several captures of one grid (no GPU)"
 
@@ -90,8 +90,7 @@ def run(args) -> int:
         shape = dict(zip(median.index.names, worst))
         console.print(
             f"{args.baseline}/{peer}, each shape's median of {table.shape[1]} captures: lowest {median.min():.3f} "
-            f"({shape['mode']} {shape['dtype']} D{shape['head_dim']} Nq{shape['seq_q']} Nkv{shape['seq_kv']} "
-            f"B{shape['batch']}{' causal' if shape['causal'] else ''}), highest {median.max():.3f}, "
+            f"({shape_words(shape)}), highest {median.max():.3f}, "
             f"{int((median >= target).sum())} of {len(median)} at or above {fmt(target, 'g')}; the captures differ on "
             f"a shape by up to {moved.max():.1%} (the median shape by {moved.median():.1%})", soft_wrap=True)
         for key, value in median[median < target].sort_values().items():

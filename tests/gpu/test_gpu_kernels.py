@@ -179,6 +179,18 @@ def test_gqa_backward_matches_oracle(heads, kv_heads, seq_q, seq_kv, causal, dty
     _assert_backward_like_naive(q, k, v, causal, dtype)
 
 
+def _assert_forward_like_oracle(q, k, v, o, causal, dtype, lse=None):
+    """A forward's o within twice naive attention's error of the fp64 oracle (plus the dtype's floor) and, given, its
+    logsumexp within 1e-3; k and v of grouped heads are repeated to q's heads for both."""
+    group = q.shape[1] // k.shape[1]
+    k_full, v_full = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    ref, ref_lse = attention_oracle(q, k_full, v_full, causal=causal, return_lse=True)
+    naive_err = relative_error(naive_attention(q, k_full, v_full, causal=causal), ref)
+    assert relative_error(o, ref) <= 2 * naive_err + FLOOR[dtype]
+    if lse is not None:
+        assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-3
+
+
 def _needs_sm90():
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon forward runs on sm_90 (H100/H200) only")
@@ -201,12 +213,7 @@ def test_gluon_forward_matches_oracle(head_dim, heads, kv_heads, seq_q, seq_kv, 
     q, k, v = _inputs(2, heads, seq_q, seq_kv, head_dim, dtype, kv_heads=kv_heads)
     assert seq_q < 1000 or forward_path(q, k, v) == "gluon-ws"
     o, lse = hopper_forward(q, k, v, causal, head_dim ** -0.5)
-    group = heads // kv_heads
-    k_full, v_full = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    ref, ref_lse = attention_oracle(q, k_full, v_full, causal=causal, return_lse=True)
-    naive_err = relative_error(naive_attention(q, k_full, v_full, causal=causal), ref)
-    assert relative_error(o, ref) <= 2 * naive_err + FLOOR[dtype]
-    assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-3
+    _assert_forward_like_oracle(q, k, v, o, causal, dtype, lse)
 
 
 # The variants docs/perf-notes.md ("Gluon forward") measured.
@@ -235,10 +242,7 @@ def test_gluon_variants_match_oracle(head_dim, config):
         pytest.skip("three consumer warpgroups at head_dim 128 spill registers: not a variant we run")
     q, k, v = _inputs(2, 4, 1000, 1000, head_dim, torch.bfloat16, kv_heads=2)
     o, _ = hopper_forward(q, k, v, True, head_dim ** -0.5, config)
-    k_full, v_full = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
-    ref = attention_oracle(q, k_full, v_full, causal=True)
-    naive_err = relative_error(naive_attention(q, k_full, v_full, causal=True), ref)
-    assert relative_error(o, ref) <= 2 * naive_err + FLOOR[torch.bfloat16]
+    _assert_forward_like_oracle(q, k, v, o, True, torch.bfloat16)
 
 
 # Round 18's split_mask without round 19's row_partials (the row sums summed over the quad every key tile, as before
@@ -266,11 +270,7 @@ def test_gluon_split_mask_matches_oracle(head_dim, seq_q, seq_kv, causal, dtype)
     _needs_sm90()
     q, k, v = _inputs(2, 8, seq_q, seq_kv, head_dim, dtype, kv_heads=2)
     o, lse = hopper_forward(q, k, v, causal, head_dim ** -0.5, SPLIT_MASK_CONFIGS[head_dim])
-    k_full, v_full = k.repeat_interleave(4, 1), v.repeat_interleave(4, 1)
-    ref, ref_lse = attention_oracle(q, k_full, v_full, causal=causal, return_lse=True)
-    naive_err = relative_error(naive_attention(q, k_full, v_full, causal=causal), ref)
-    assert relative_error(o, ref) <= 2 * naive_err + FLOOR[dtype]
-    assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-3
+    _assert_forward_like_oracle(q, k, v, o, causal, dtype, lse)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
@@ -289,11 +289,7 @@ def test_gluon_causal_trim_matches_oracle(seq_q, seq_kv, persistent, dtype):
     assert config.causal_trim and config.consumers == 3
     q, k, v = _inputs(2, 8, seq_q, seq_kv, 64, dtype, kv_heads=2)
     o, lse = hopper_forward(q, k, v, True, 64 ** -0.5, config)
-    k_full, v_full = k.repeat_interleave(4, 1), v.repeat_interleave(4, 1)
-    ref, ref_lse = attention_oracle(q, k_full, v_full, causal=True, return_lse=True)
-    naive_err = relative_error(naive_attention(q, k_full, v_full, causal=True), ref)
-    assert relative_error(o, ref) <= 2 * naive_err + FLOOR[dtype]
-    assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-3
+    _assert_forward_like_oracle(q, k, v, o, True, dtype, lse)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -311,11 +307,7 @@ def test_gluon_forward_writes_a_bshd_view_by_tma(head_dim, seq, causal):
                                                                                torch.bfloat16, kv_heads=2))
     o, lse = hopper_forward(q, k, v, causal, head_dim ** -0.5)
     assert o.transpose(1, 2).is_contiguous()
-    k_full, v_full = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
-    ref, ref_lse = attention_oracle(q, k_full, v_full, causal=causal, return_lse=True)
-    naive_err = relative_error(naive_attention(q, k_full, v_full, causal=causal), ref)
-    assert relative_error(o, ref) <= 2 * naive_err + FLOOR[torch.bfloat16]
-    assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-3
+    _assert_forward_like_oracle(q, k, v, o, causal, torch.bfloat16, lse)
 
 
 def test_gluon_path_falls_back_to_the_portable_kernel(monkeypatch):
