@@ -27,13 +27,14 @@ def parse_targets(values: list[str]) -> dict[str, float]:
     """``--target`` values as {peer: ratio}; a one-line UsageError for a malformed one."""
     targets = {}
     for value in values:
-        peer, sep, ratio = value.partition("=")
+        peer, _, ratio = value.partition("=")
         try:
-            targets[peer] = float(ratio)
+            number = float(ratio)
         except ValueError:
-            sep = ""
-        if not sep or not peer or not targets.get(peer, 0) > 0:
+            number = 0.0
+        if not peer or not number > 0:
             raise UsageError(f"--target {value!r}: give PEER=RATIO with a positive ratio, e.g. fa4=0.97")
+        targets[peer] = number
     return targets
 
 
