@@ -64,8 +64,9 @@ def remodel(frame: pd.DataFrame, roofs: Roofs, meta: dict | None = None) -> tupl
         device = _text(record.get("device"))
         row_roofs = Roofs.from_meta(meta, device) if device and meta else roofs
         row = capture_row(record["impl"], costing, Shape.from_row(record), record["step"], row_roofs,
-                           timing=Timing(record["time_ms"], record["time_ms_p10"], record["time_ms_p90"]) if timed
-                           else None, status=measured["status"],
+                           timing=Timing(record["time_ms"], record["time_ms_p10"], record["time_ms_p90"],
+                                         measured["sm_clock_mhz"], measured["power_w"]) if timed else None,
+                           status=measured["status"],
                            message=measured["message"] or "", peak_mem_bytes=measured["peak_mem_bytes"],
                            max_rel_err=measured["max_rel_err"], path=path)
         # what says where the row came from is kept (source, site, device), and columns beyond the schema (nsys_gpu_ms)

@@ -68,6 +68,11 @@ SCHEMA: dict[str, tuple[str, str]] = {
                            "torch.utils.benchmark on a CPU)"),
     "time_ms_p10": ("float64", "10th percentile time"),
     "time_ms_p90": ("float64", "90th percentile time"),
+    "sm_clock_mhz": ("float64", "median SM clock while the row was timed, MHz (NVML, read every 2 ms beside the timing "
+                                "loop); empty without NVML (a CPU, no nvidia-ml-py) and in captures from before this "
+                                "column"),
+    "power_w": ("float64", "mean board power while the row was timed, W (NVML, as sm_clock_mhz); empty where "
+                           "sm_clock_mhz is"),
     "flops": ("float64", "cost-model FLOPs: per naive step; for totals 4·B·H·Nq·Nkv·D (x0.5 causal, x2.5 bwd)"),
     "hbm_bytes": ("float64", "cost-model HBM bytes: per naive step; compulsory bytes for fused kernels"),
     "tile_bytes": ("float64", "bytes when each block re-reads what it shares (L2 traffic), by the implementation's "
@@ -140,7 +145,7 @@ OBSERVED_ONLY = ("calls", "total_ms", "median_ms", "mask", "density", "layout", 
 # OBSERVED_ONLY is what the row measured.
 OBSERVED_KEY = (*ROW_KEY, "site", "mask", "layout", "rank")
 # Columns added later that older files have no values for: they read as empty.
-LATER_EMPTY = ("roof_fraction_size", "issued_flops")
+LATER_EMPTY = ("roof_fraction_size", "issued_flops", "sm_clock_mhz", "power_w")
 
 
 class CaptureError(ValueError):

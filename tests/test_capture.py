@@ -311,3 +311,23 @@ def test_run_metadata_records_our_kernels_switches(monkeypatch):
     monkeypatch.setenv("ATTN_GLUON", "0")
     monkeypatch.setenv("ATTN_AUTOTUNE", "0")
     assert run_metadata("cpu")["env"] == {"ATTN_AUTOTUNE": "0", "ATTN_GLUON": "0"}
+
+
+def test_a_timed_row_keeps_the_clock_and_power_it_ran_at():
+    """profiler.measure.gpu_state.GpuSampler beside a timing (its reads stood in for NVML's): the median SM clock and
+    the mean power of the samples go into the row; without NVML (a CPU) both stay empty."""
+    import time
+
+    from profiler.measure.gpu_state import GpuSampler
+    from profiler.measure.timing import measure
+
+    reads = iter([(1755.0, 640.0), (1500.0, 700.0), (1980.0, 610.0)] + [(1500.0, 700.0)] * 1000)
+    with GpuSampler("cuda", period_s=0.001, read=lambda: next(reads)) as state:
+        time.sleep(0.05)
+    assert state.sm_clock_mhz == 1500.0  # the median of mostly 1500 MHz
+    assert 690 < state.power_w <= 700
+    with GpuSampler("cpu") as cpu:
+        pass
+    assert cpu.sm_clock_mhz is None and cpu.power_w is None
+    timing = measure(lambda: None, "cpu", rep_ms=5)
+    assert timing.sm_clock_mhz is None and timing.power_w is None

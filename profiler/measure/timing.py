@@ -21,6 +21,7 @@ from contextlib import contextmanager
 
 import torch
 
+from profiler.measure.gpu_state import GpuSampler
 from profiler.model.rows import Timing
 
 
@@ -67,17 +68,18 @@ def clean_l2_flush():
 def measure(fn: Callable[[], object], device: torch.device | str, *, warmup_ms: int = 25, rep_ms: int = 100,
             grad_to_none: list[torch.Tensor] | None = None, graph: bool = False) -> Timing:
     """Median, 10th and 90th percentile time of ``fn()`` in milliseconds (``graph``: of replays of
-    a CUDA graph of it; forward calls only, a GPU only)."""
+    a CUDA graph of it; forward calls only, a GPU only), and on a GPU the SM clock and board power NVML read
+    meanwhile (profiler.measure.gpu_state)."""
     if torch.device(device).type == "cuda":
         import triton.testing
 
         if graph:
             fn = graphed(fn)
-        with clean_l2_flush():
+        with clean_l2_flush(), GpuSampler(device) as state:
             median, p10, p90 = triton.testing.do_bench(
                 fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grad_to_none, quantiles=[0.5, 0.1, 0.9]
             )
-        return Timing(median, p10, p90)
+        return Timing(median, p10, p90, state.sm_clock_mhz, state.power_w)
     import torch.utils.benchmark as benchmark
 
     def run():

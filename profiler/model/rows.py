@@ -26,9 +26,14 @@ class Timing:
     median_ms: float
     p10_ms: float
     p90_ms: float
+    # The GPU's median SM clock and mean board power while it was timed (profiler.measure.gpu_state); None where
+    # NVML was not read
+    sm_clock_mhz: float | None = None
+    power_w: float | None = None
 
 
-MEASURED = ("time_ms", "time_ms_p10", "time_ms_p90", "status", "message", "peak_mem_bytes", "max_rel_err")
+MEASURED = ("time_ms", "time_ms_p10", "time_ms_p90", "sm_clock_mhz", "power_w", "status", "message", "peak_mem_bytes",
+            "max_rel_err")
 MODEL = ("flops", "hbm_bytes", "tile_bytes")
 
 
@@ -52,7 +57,8 @@ def capture_row(impl: str, costing: Costing, shape: Shape, step: str, roofs: Roo
         "peak_mem_bytes": peak_mem_bytes, "max_rel_err": max_rel_err,
     }
     if timing is not None:
-        row.update(time_ms=timing.median_ms, time_ms_p10=timing.p10_ms, time_ms_p90=timing.p90_ms)
+        row.update(time_ms=timing.median_ms, time_ms_p10=timing.p10_ms, time_ms_p90=timing.p90_ms,
+                   sm_clock_mhz=timing.sm_clock_mhz, power_w=timing.power_w)
     if timing is None or status != "ok":
         return row
     return row | rates(flops, hbm_bytes, timing.median_ms * 1e-3, shape.dtype, roofs)

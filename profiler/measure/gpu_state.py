@@ -1,0 +1,82 @@
+"""The GPU's SM clock and board power while a case is timed, read through NVML (the ``nvidia-ml-py`` package,
+``import pynvml``) by a thread beside the timing loop.
+
+An H100 under attention's load runs below its boost clock: the board's power limit sets the clock, and kernels and
+moments differ in how far (1.4 to 1.8 GHz against the H100 SXM's 1.98 GHz in docs/perf-notes.md, "Gluon forward,
+round 20", read from the SM's own cycle counter). Two timings taken at different clocks differ by that much without
+either kernel changing, so each timed row keeps the clock and power it ran at. Where NVML is missing (a CPU, a
+machine without the package or the driver's library), nothing is read and the row's columns stay empty.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+
+import torch
+
+
+def nvml():
+    """The ``pynvml`` module, initialised, or None where it or the driver's NVML library is missing."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # ImportError, or pynvml.NVMLError (a subclass of Exception) without the driver's library
+        return None
+    return pynvml
+
+
+def nvml_handle(lib, device: torch.device):
+    """NVML's handle of the CUDA device torch calls ``device``, matched by UUID (NVML numbers the physical GPUs, torch
+    the visible ones), or None where the UUID is not NVML's."""
+    uuid = str(torch.cuda.get_device_properties(device).uuid)
+    try:
+        return lib.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+    except Exception:  # pynvml.NVMLError
+        return None
+
+
+class GpuSampler:
+    """While open, a thread reads the SM clock (``nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM)``, MHz) and the board
+    power (``nvmlDeviceGetPowerUsage``, mW) every ``period_s``; after it closes, ``sm_clock_mhz`` is the median clock
+    and ``power_w`` the mean power of the samples, both None where nothing was read. ``read`` stands in for NVML in
+    tests: a callable returning (MHz, W)."""
+
+    def __init__(self, device: torch.device | str, period_s: float = 0.002, read=None):
+        self.period_s = period_s
+        self.sm_clock_mhz: float | None = None
+        self.power_w: float | None = None
+        self._read = read
+        if read is None and torch.device(device).type == "cuda":
+            lib = nvml()
+            handle = nvml_handle(lib, torch.device(device)) if lib is not None else None
+            if handle is not None:
+                self._read = lambda: (lib.nvmlDeviceGetClockInfo(handle, lib.NVML_CLOCK_SM),
+                                      lib.nvmlDeviceGetPowerUsage(handle) / 1e3)
+        self._samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _loop(self):
+        while True:
+            try:
+                self._samples.append(self._read())
+            except Exception:  # a failed read leaves a gap, not a failed timing
+                pass
+            if self._stop.wait(self.period_s):
+                return
+
+    def __enter__(self) -> GpuSampler:
+        if self._read is not None:
+            self._thread = threading.Thread(target=self._loop, name="gpu-sampler", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+        if self._samples:
+            self.sm_clock_mhz = float(statistics.median(clock for clock, _ in self._samples))
+            self.power_w = float(statistics.fmean(power for _, power in self._samples))
