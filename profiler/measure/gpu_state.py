@@ -6,18 +6,23 @@ moments differ in how far (1.4 to 1.8 GHz against the H100 SXM's 1.98 GHz in doc
 round 20", read from the SM's own cycle counter). Two timings taken at different clocks differ by that much without
 either kernel changing, so each timed row keeps the clock and power it ran at. Where NVML is missing (a CPU, a
 machine without the package or the driver's library), nothing is read and the row's columns stay empty.
+``ATTN_NVML=0`` turns the reading off (to time without the thread beside the timing loop; a capture's meta.json records
+the switch).
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import statistics
 import threading
 
 import torch
 
 
+@functools.cache
 def nvml():
-    """The ``pynvml`` module, initialised, or None where it or the driver's NVML library is missing."""
+    """The ``pynvml`` module, initialised once, or None where it or the driver's NVML library is missing."""
     try:
         import pynvml
 
@@ -48,7 +53,7 @@ class GpuSampler:
         self.sm_clock_mhz: float | None = None
         self.power_w: float | None = None
         self._read = read
-        if read is None and torch.device(device).type == "cuda":
+        if read is None and torch.device(device).type == "cuda" and os.environ.get("ATTN_NVML") != "0":
             lib = nvml()
             handle = nvml_handle(lib, torch.device(device)) if lib is not None else None
             if handle is not None:

@@ -21,7 +21,8 @@ tokens (D64 H32, D128 H16), as the issue-42 grid.
   ``PORTABLE=1``, the portable Triton kernel (kernels.flash_fwd, ``gluon=False``); the median of each, the L2 flushed
   between repetitions by a read, as the captures flush it (profiler.measure.timing.clean_l2_flush; before round 17's
   item 6, by do_bench's own zeroing, whose dirty lines are written back inside the next timed call). TFLOP/s at
-  4·B·H·N²·D, halved when causal (profiler/model/fused.py's forward FLOPs).
+  4·B·H·N²·D, halved when causal (profiler/model/fused.py's forward FLOPs). Where NVML reads
+  (profiler.measure.gpu_state), each do_bench's median SM clock and mean board power too.
 
 Writes ``$OUT/fwd_clock.json`` (docs/perf-notes.md, "Gluon forward, round 16").
 """
@@ -44,6 +45,7 @@ from kernels import fa4  # noqa: E402
 from kernels import flash_fwd_hopper as HF  # noqa: E402
 from kernels.flash_fwd import flash_attention_forward  # noqa: E402
 from kernels.reference import attention_oracle  # noqa: E402
+from profiler.measure.gpu_state import GpuSampler  # noqa: E402
 from profiler.measure.timing import clean_l2_flush  # noqa: E402
 
 # A wgmma's dense 16-bit rate per SM and cycle (docs/perf-notes.md, "The two numbers first": 989 TFLOP/s over 132 SMs
@@ -146,20 +148,28 @@ def bench(variants: dict) -> list[dict]:
         if have_fa4:
             fns["fa4"] = partial(fa4.fa4_attention, q, k, v, causal=causal, sm_scale=scale)
         times = {name: [] for name in fns}
+        clocks = {name: [] for name in fns}
+        watts = {name: [] for name in fns}
         with clean_l2_flush():
             for _ in range(rounds):
                 for name, fn in fns.items():
                     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION) if name == "cudnn" else contextlib.nullcontext():
-                        times[name].append(triton.testing.do_bench(fn, warmup=25, rep=100))
+                        with GpuSampler("cuda") as state:
+                            times[name].append(triton.testing.do_bench(fn, warmup=25, rep=100))
+                    clocks[name].append(state.sm_clock_mhz)
+                    watts[name].append(state.power_w)
         row = {"D": D, "N": N, "B": B, "H": H, "causal": causal,
                "tflops": {name: flops / statistics.median(t) / 1e9 for name, t in times.items()},
-               "ms_rounds": times}
+               "ms_rounds": times, "sm_clock_mhz_rounds": clocks, "power_w_rounds": watts}
         rows.append(row)
         tf = row["tflops"]
         ratios = " ".join(f"{name}/default {tf[name] / tf['default']:.3f}" for name in tf if name != "default")
         peers = " ".join(f"default/{p} {tf['default'] / tf[p]:.3f}" for p in ("cudnn", "fa4") if p in tf)
         print(f"D{D} N{N} {'causal' if causal else 'full  '} " + " ".join(f"{n} {t:.0f}" for n, t in tf.items())
               + f"\n    {ratios}; {peers}", flush=True)
+        if None not in clocks["default"]:  # NVML read (profiler.measure.gpu_state): each one's median clock and power
+            print("    NVML: " + " ".join(f"{n} {statistics.median(clocks[n]):.0f} MHz "
+                                          f"{statistics.median(watts[n]):.0f} W" for n in fns), flush=True)
     return rows
 
 
