@@ -191,7 +191,7 @@ PORTABLE_UP_TO: dict[tuple[int, bool], int] = {(64, True): 1024}
 # 5-12% over two runs; at N4096 one run gained 3% and the other lost 3-5%; longer shapes lost 3-18%
 # (reports/perf-h100/gluon_schedule_*.jsonl, docs/perf-notes.md "Gluon backward", round 4). head_dim 64 (round 17,
 # the same file as above): 6.3% and 3.6% faster at N 2048 and 4096, 4.6% and 3.1% slower at 8192 and 16384.
-PERSISTENT_CAUSAL_UP_TO = {128: 2048, 64: 4096}
+PERSISTENT_CAUSAL_UP_TO = {128: 4096, 64: 16384}
 
 # Causal, by head_dim: (Nq up to which, the config run there instead of CONFIGS'; PORTABLE_UP_TO goes first, so at
 # head_dim 64 it runs from Nq 1025). At head_dim 64 and Nq <= 1536 (2048 until round 20), two

@@ -42,6 +42,24 @@ def nvml_handle(lib, device: torch.device):
         return None
 
 
+def instant_power(lib, handle):
+    """A function reading the board's power now, in W: NVML's instant field (``NVML_FI_DEV_POWER_INSTANT``) where the
+    GPU has it, else ``nvmlDeviceGetPowerUsage``. On an H100 the latter is an average over the last second
+    (``power.draw.average`` in nvidia-smi's terms), which a 100 ms timing after an idle moment reads mostly as the
+    idle moment's power."""
+    def field():
+        value = lib.nvmlDeviceGetFieldValues(handle, [lib.NVML_FI_DEV_POWER_INSTANT])[0]
+        if value.nvmlReturn != lib.NVML_SUCCESS:
+            raise lib.NVMLError(value.nvmlReturn)
+        return value.value.uiVal / 1e3  # mW
+
+    try:
+        field()
+        return field
+    except Exception:  # pynvml.NVMLError, or a pynvml without the field
+        return lambda: lib.nvmlDeviceGetPowerUsage(handle) / 1e3
+
+
 class GpuSampler:
     """While open, a thread reads the SM clock (``nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM)``, MHz) and the board
     power (``nvmlDeviceGetPowerUsage``, mW) every ``period_s``; after it closes, ``sm_clock_mhz`` is the median clock
@@ -57,8 +75,8 @@ class GpuSampler:
             lib = nvml()
             handle = nvml_handle(lib, torch.device(device)) if lib is not None else None
             if handle is not None:
-                self._read = lambda: (lib.nvmlDeviceGetClockInfo(handle, lib.NVML_CLOCK_SM),
-                                      lib.nvmlDeviceGetPowerUsage(handle) / 1e3)
+                power = instant_power(lib, handle)
+                self._read = lambda: (lib.nvmlDeviceGetClockInfo(handle, lib.NVML_CLOCK_SM), power())
         self._samples: list[tuple[float, float]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
