@@ -191,6 +191,11 @@ PORTABLE_UP_TO: dict[tuple[int, bool], int] = {(64, True): 1024}
 # 5-12% over two runs; at N4096 one run gained 3% and the other lost 3-5%; longer shapes lost 3-18%
 # (reports/perf-h100/gluon_schedule_*.jsonl, docs/perf-notes.md "Gluon backward", round 4). head_dim 64 (round 17,
 # the same file as above): 6.3% and 3.6% faster at N 2048 and 4096, 4.6% and 3.1% slower at 8192 and 16384.
+# Round 21 (docs/perf-notes.md, "Gluon forward, round 21"; reports/perf-h100/gluon_fwd_round21, a_probe*), with the
+# loops of rounds 18 to 20, nine interleaved rounds: head_dim 128 at N 4096 1.029x (faster in 9 of 9 rounds; rounds 19
+# and 20 had 0.994x and 1.049x), at 8192 0.912x (0 of 9); head_dim 64 at N 8192 1.021x (7 of 9; round 19 1.036x), at
+# 16384 1.018x (6 of 9, the twin 5 of 9; round 19 1.011x), so 16384 is about even and keeps the one rule for head_dim
+# 64's causal rows. Longer rows were not timed and keep one program a tile.
 PERSISTENT_CAUSAL_UP_TO = {128: 4096, 64: 16384}
 
 # Causal, by head_dim: (Nq up to which, the config run there instead of CONFIGS'; PORTABLE_UP_TO goes first, so at

@@ -43,15 +43,18 @@ def test_configs_cover_every_head_dim_and_share_the_tile_the_model_charges():
     assert hopper.forward_tile(32) is None and hopper.forward_tile(64, "fp32") is None
 
 
-def test_short_causal_head_dim_128_runs_persistent_programs():
-    """hopper.PERSISTENT_CAUSAL_UP_TO: causal D128 up to N2048 and D64 up to N4096 on persistent programs (measured
-    faster), longer shapes one program per tile; non-causal as CONFIGS says. The tile stays the same."""
-    assert hopper.default_config(128, True, 2048) == hopper.CONFIGS[128, True]._replace(persistent=True)
+def test_causal_rows_up_to_the_measured_length_run_persistent_programs():
+    """hopper.PERSISTENT_CAUSAL_UP_TO: causal D128 up to N4096 and D64 up to N16384 on persistent programs (round 21
+    measured them faster or even there; D64 up to N4096 and D128 up to N2048 before), longer shapes one program per
+    tile; non-causal as CONFIGS says. The tile stays the same."""
+    assert hopper.PERSISTENT_CAUSAL_UP_TO == {128: 4096, 64: 16384}
+    assert hopper.default_config(128, True, 4096) == hopper.CONFIGS[128, True]._replace(persistent=True)
     assert hopper.default_config(128, True, 1).persistent
-    assert hopper.default_config(128, True, 2049) == hopper.CONFIGS[128, True]
+    assert hopper.default_config(128, True, 4097) == hopper.CONFIGS[128, True]
     assert not hopper.default_config(128, True, 8192).persistent
-    assert hopper.default_config(64, True, 4096) == hopper.CONFIGS[64, True]._replace(persistent=True)
-    assert not hopper.default_config(64, True, 4097).persistent
+    assert hopper.default_config(64, True, 8192) == hopper.CONFIGS[64, True]._replace(persistent=True)
+    assert hopper.default_config(64, True, 16384).persistent
+    assert hopper.default_config(64, True, 16385) == hopper.CONFIGS[64, True]
     for head_dim in hopper.HEAD_DIMS:
         assert hopper.default_config(head_dim, False, 2048) == hopper.CONFIGS[head_dim, False]
 
