@@ -331,3 +331,35 @@ def test_a_timed_row_keeps_the_clock_and_power_it_ran_at():
     assert cpu.sm_clock_mhz is None and cpu.power_w is None
     timing = measure(lambda: None, "cpu", rep_ms=5)
     assert timing.sm_clock_mhz is None and timing.power_w is None
+
+
+def test_power_comes_from_nvmls_instant_field_where_the_gpu_has_it():
+    """profiler.measure.gpu_state.instant_power on a stand-in NVML: the instant field (mW) where it answers, else
+    nvmlDeviceGetPowerUsage, which on an H100 is a one-second average."""
+    import types
+
+    from profiler.measure.gpu_state import instant_power
+
+    class NVMLError(Exception):
+        pass
+
+    def lib(field_answers):
+        value = types.SimpleNamespace(nvmlReturn=0 if field_answers else 3, value=types.SimpleNamespace(uiVal=701500))
+        return types.SimpleNamespace(NVML_FI_DEV_POWER_INSTANT=186, NVML_SUCCESS=0, NVMLError=NVMLError,
+                                     nvmlDeviceGetFieldValues=lambda handle, ids: [value],
+                                     nvmlDeviceGetPowerUsage=lambda handle: 350000)
+    assert instant_power(lib(True), "handle")() == 701.5
+    assert instant_power(lib(False), "handle")() == 350.0
+
+
+def test_the_user_guide_quotes_the_samplers_measured_cost():
+    """scripts/perf_experiments/nvml_overhead.py on an H100, twice (round 21's calls A and H): each host-bound case's
+    median with the sampler over without it; the user guide quotes their range."""
+    import re
+
+    folder = Path(__file__).resolve().parents[1] / "reports" / "perf-h100" / "gluon_fwd_round21"
+    ratios = [float(r) for name in ("a_nvml_overhead.txt", "h_nvml_overhead.txt")
+              for r in re.findall(r"with/without (\d\.\d+)", (folder / name).read_text())]
+    assert len(ratios) == 6
+    guide = " ".join((Path(__file__).resolve().parents[1] / "docs" / "user-guide.md").read_text().split())
+    assert f"with/without {min(ratios):.3f} to {max(ratios):.3f} at a 17 µs decode step" in guide

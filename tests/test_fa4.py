@@ -10,14 +10,16 @@ it was given, so the tests see the strides, pointers and arguments our wrapper p
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import statistics
 import sys
 import types
 from pathlib import Path
 
 import pytest
 import torch
-from test_readme import FORWARD_GRIDS, forward_grids, grid_medians
+from test_readme import FORWARD_GRIDS, FOURTH_GRID, forward_grids, grid_medians
 
 import profiler
 from attention_core.shape import Shape
@@ -31,8 +33,11 @@ from profiler.registry import REGISTRY
 from profiler.store import Capture, load_capture
 
 ROOT = Path(__file__).resolve().parents[1]
-# profiler.measure.meta.sources_sha256 of f6b3f38's kernels, which round 20's three forward grids ran
+# profiler.measure.meta.sources_sha256 of f6b3f38's kernels, which round 20's three forward grids ran, and of 2ab99a0's
+# (less the comment above PERSISTENT_CAUSAL_UP_TO, written after the runs), which round 21's four ran
 ROUND20_KERNELS = "bf7970a3cdf3549875aeeb346bbbc44ed2c8a01272e0c7e759c49c03fd9f71b7"
+ROUND21_KERNELS = "82949889d96a6d0e37215fdf96be9d07bc41c1d3a2746cd8abec5d11f777f1d8"
+ROUND20_GRIDS = tuple(f"perf-h100/gluon_fwd_round20/peers_grid{i}" for i in (1, 2, 3))
 
 FP16_ROUNDING = 2.0**-11  # unit roundoff of fp16: the stand-in's fp64 result rounded once to the input dtype
 MISSING = ("fa4 needs the flash-attn-4 package (pip install 'attention-roofline[fa4]'): "
@@ -326,10 +331,10 @@ def test_shipped_h100_backward_grid_and_the_results_page_quotes_it():
 
 
 def test_shipped_h100_forward_grid_and_the_results_page_quotes_it():
-    """reports/fa4-peers-h100-fwd: the forward over the same 40 shapes after round 20 gave causal head_dim 64's three
-    consumers causal_trim and ran them from Nq 1537 (docs/perf-notes.md, "Gluon forward, round 20"), on the kernels of
-    f6b3f38: every shape on the Gluon forward; docs/results.md's figures are its own."""
-    _, ours, times = _grid_of_40("fa4-peers-h100-fwd", "fwd", ROUND20_KERNELS)
+    """reports/fa4-peers-h100-fwd: the forward over the same 40 shapes after round 21 ran causal rows on persistent
+    programs up to Nq 4096 at head_dim 128 and 16384 at head_dim 64 (docs/perf-notes.md, "Gluon forward, round 21"),
+    on the kernels of 2ab99a0: every shape on the Gluon forward; docs/results.md's figures are its own."""
+    _, ours, times = _grid_of_40("fa4-peers-h100-fwd", "fwd", ROUND21_KERNELS)
     assert set(ours.path) == {"gluon-ws"}
     cudnn, fa4 = times.sdpa_cudnn / times.triton_flash, times.fa4 / times.triton_flash
     readme = (ROOT / "docs" / "results.md").read_text().replace("\n", " ")
@@ -340,12 +345,14 @@ def test_shipped_h100_forward_grid_and_the_results_page_quotes_it():
     assert f"where FA4 runs at {peer.min():.2f}x to {peer.max():.2f}x cuDNN" in readme
 
 
-def test_round_20s_three_forward_grids_and_the_results_page_quotes_their_medians():
-    """Round 20 ran the forward grid three times, one after another on one H100, on the same kernels (the first is the
-    peers capture; the others in reports/perf-h100/gluon_fwd_round20): every shape on the Gluon forward in each. The
-    results page gives how far a shape's ours/FA4 moved between them and the counts over each shape's median."""
-    for folder in FORWARD_GRIDS[1:]:
-        _, ours, _ = _grid_of_40(folder, "fwd", ROUND20_KERNELS)
+def test_round_21s_forward_grids_and_the_results_page_quotes_their_medians():
+    """Round 21 ran the forward grid three times, one after another on one H100, on the same kernels (the first is the
+    peers capture; the others in reports/perf-h100/gluon_fwd_round21), and a fourth after them: every shape on the
+    Gluon forward in each. The results page gives how far a shape's ours/FA4 moved between the three, the counts over
+    each shape's median, the count over four, and the shapes round 21 moved to persistent programs against round 20's
+    three grids' medians."""
+    for folder in (*FORWARD_GRIDS[1:], FOURTH_GRID):
+        _, ours, _ = _grid_of_40(folder, "fwd", ROUND21_KERNELS)
         assert set(ours.path) == {"gluon-ws"}
     moved, median_fa4, median_cudnn = grid_medians(*forward_grids())
     below = median_fa4[median_fa4 < 0.97].index.to_frame()
@@ -354,7 +361,39 @@ def test_round_20s_three_forward_grids_and_the_results_page_quotes_their_medians
             f"{moved.median():.1%}); by each shape's median over the three, {(median_fa4 >= 0.97).sum()} of 40 are at "
             f"or above 0.97x FA4 and {(median_cudnn >= 1).sum()} at or above cuDNN, the lowest at "
             f"{median_fa4.min():.3f}x FA4 and {median_cudnn.min():.3f}x cuDNN") in readme
-    d64 = (below.head_dim == 64).sum()
-    assert below.causal.all() and (f"{d64} of the {len(below)} medians below 0.97x FA4 {'is' if d64 == 1 else 'are'} "
-                                   f"at head_dim 64, and the other {len(below) - d64} are at head_dim 128, all causal"
-                                   ) in readme
+    assert len(below) == 2 and (below.head_dim == 128).all()
+    assert (f"of the {len(below)} medians below 0.97x FA4, {below.causal.sum()} is causal, both at head_dim 128"
+            ) in readme
+    _, median4, _ = grid_medians(*forward_grids((*FORWARD_GRIDS, FOURTH_GRID)))
+    assert f"gives medians over four with {(median4 >= 0.97).sum()} of 40 at or above 0.97x FA4" in readme
+    for folder in ROUND20_GRIDS:
+        _grid_of_40(folder, "fwd", ROUND20_KERNELS)
+    _, before, _ = grid_medians(*forward_grids(ROUND20_GRIDS))
+    assert (f"whose medians had {(before >= 0.97).sum()} of 40 at or above 0.97x FA4 and the lowest at "
+            f"{before.min():.3f}x") in readme
+    pairs = {(dtype, dim, seq, batch): (before[dtype, dim, True, batch, seq, seq], median_fa4[dtype, dim, True, batch,
+                                                                                                   seq, seq])
+             for dtype in ("bf16", "fp16") for dim, seq, batch in ((128, 4096, 8), (64, 8192, 4))}
+    text = ("causal head_dim 128 at N 4096 with batch 8 went from {:.3f}x to {:.3f}x FA4 (bf16) and from {:.3f}x to "
+            "{:.3f}x (fp16), causal head_dim 64 at N 8192 from {:.3f}x to {:.3f}x and from {:.3f}x to {:.3f}x").format(
+        *pairs["bf16", 128, 4096, 8], *pairs["fp16", 128, 4096, 8], *pairs["bf16", 64, 8192, 4],
+        *pairs["fp16", 64, 8192, 4])
+    assert text in readme
+    assert all(after > earlier for earlier, after in pairs.values())
+
+
+def test_the_results_page_quotes_the_power_capped_probe():
+    """docs/results.md's figures for the same kernels held at the power limit: gluon_fwd_clock.py bench's ours/FA4 by
+    shape (call K of round 21, bf16, five interleaved rounds), and the SM clocks and board power NVML read then."""
+    folder = ROOT / "reports" / "perf-h100" / "gluon_fwd_round21"
+    rows = [row for name in ("k_probe_fa4_128.json", "k_probe_fa4_64.json")
+            for row in json.loads((folder / name).read_text())["bench"]]
+    ratio = {(row["D"], row["N"]): row["tflops"]["default"] / row["tflops"]["fa4"] for row in rows}
+    clocks = [statistics.median(c) for row in rows for c in row["sm_clock_mhz_rounds"].values()]
+    watts = [statistics.median(w) for row in rows for w in row["power_w_rounds"].values()]
+    readme = " ".join((ROOT / "docs" / "results.md").read_text().split())
+    assert (f"run at {min(clocks) / 1e3:.1f} to {max(clocks) / 1e3:.2f} GHz, and ours/FA4 was "
+            f"{ratio[128, 4096]:.3f}x, {ratio[128, 8192]:.3f}x and {ratio[128, 16384]:.3f}x for causal head_dim 128 at "
+            f"N 4096, 8192 and 16384 and {ratio[64, 8192]:.3f}x for causal head_dim 64 at N 8192") in readme
+    assert all(row["causal"] for row in rows) and 650 < statistics.median(watts) < 750
+    assert "hold the board at about its 700 W limit" in readme
