@@ -60,7 +60,8 @@ def remodel(frame: pd.DataFrame, roofs: Roofs, meta: dict | None = None) -> tupl
             changed.append(False)
             continue
         timed = not pd.isna(record["time_ms"])  # ok rows, and 'wrong' rows, which keep their times
-        measured = {k: (None if pd.isna(record[k]) else record[k]) for k in MEASURED}
+        # a frame built without a column added later (sm_clock_mhz, power_w) reads it as empty
+        measured = {k: (None if pd.isna(record.get(k)) else record[k]) for k in MEASURED}
         device = _text(record.get("device"))
         row_roofs = Roofs.from_meta(meta, device) if device and meta else roofs
         row = capture_row(record["impl"], costing, Shape.from_row(record), record["step"], row_roofs,
