@@ -72,15 +72,18 @@ FORWARD_GRIDS = ("fa4-peers-h100-fwd", "perf-h100/gluon_fwd_round21/peers_grid2"
                  "perf-h100/gluon_fwd_round21/peers_grid3")
 FOURTH_GRID = "perf-h100/gluon_fwd_round21/peers_grid4"
 SHAPE = ["dtype", "head_dim", "causal", "batch", "seq_q", "seq_kv"]
+# Round 21's three backward grids, on the backward kernels of reports/fa4-peers-h100-bwd (their notes say why)
+BACKWARD_GRIDS = tuple(f"perf-h100/gluon_fwd_round21/bwd_grid{i}" for i in (1, 2, 3))
 
 
-def forward_grids(folders=FORWARD_GRIDS):
-    """Ours against FA4 and against cuDNN (the peer's time over ours) by shape in each of ``folders``, one column a
-    grid; every grid on one device and one set of kernels, and the runs (three a grid) one after another within a
-    quarter of an hour for every three grids (every machine's host is 'vm', so the times say it was one)."""
+def forward_grids(folders=FORWARD_GRIDS, mode="fwd"):
+    """Ours against FA4 and against cuDNN (the peer's time over ours) by shape in each of ``folders`` (``mode``'s
+    rows), one column a grid; every grid on one device and one set of kernels, and the runs (three a grid) one after
+    another within a quarter of an hour for every three grids (every machine's host is 'vm', so the times say it was
+    one)."""
     fa4, cudnn, runs, times_run = {}, {}, set(), []
     for folder in folders:
-        meta, times = peer_times(folder, "fwd")
+        meta, times = peer_times(folder, mode)
         runs.add((meta["device"], meta["kernels_sha256"]))
         times_run += [pd.Timestamp(run["time"]) for run in (*meta["earlier_runs"], meta)]
         fa4[folder], cudnn[folder] = times.fa4 / times.triton_flash, times.sdpa_cudnn / times.triton_flash
@@ -103,6 +106,30 @@ def shape_phrase(shape) -> str:
     grouped = " and grouped heads" if batch * seq == 16384 else ""  # the grid's grouped-query rows: 16,384 tokens
     return (f"{dtype} head_dim {head_dim} at N {seq // 1024}k with batch {batch}{grouped}, "
             f"{'causal' if causal else 'not causal'}")
+
+
+def test_the_backward_line_quotes_its_three_later_grids_medians():
+    """Under the table: each shape's median over round 21's three backward grids, against 0.90x FA4 and 1.00x cuDNN
+    (issue 42's backward targets), and the shape below cuDNN."""
+    fa4, cudnn = forward_grids(BACKWARD_GRIDS, "bwd")
+    assert len(fa4) == 40
+    _, median_fa4, median_cudnn = grid_medians(fa4, cudnn)
+    below = median_cudnn[median_cudnn < 1]
+    assert len(below) == 1
+    text = " ".join(README.read_text().split())
+    assert (f"put every shape's median at or above 0.90x FA4, the lowest {median_fa4.min():.3f}x, and "
+            f"{(median_cudnn >= 1).sum()} of 40 at or above cuDNN, the one below {shape_phrase(below.index[0])}, "
+            f"{below.iloc[0]:.3f}x") in text
+    assert (median_fa4 >= 0.9).all()
+    moved, _, _ = grid_medians(fa4, cudnn)
+    page = " ".join((ROOT / "docs" / "results.md").read_text().split())
+    assert (f"they had {', '.join(str((fa4[g] >= 0.9).sum()) for g in BACKWARD_GRIDS[:2])} and "
+            f"{(fa4[BACKWARD_GRIDS[2]] >= 0.9).sum()} shapes at or above 0.90x FA4 and "
+            f"{', '.join(str((cudnn[g] >= 1).sum()) for g in BACKWARD_GRIDS[:2])} and "
+            f"{(cudnn[BACKWARD_GRIDS[2]] >= 1).sum()} at or above cuDNN, a shape's ours/FA4 moved by up to "
+            f"{moved.max():.1%} between them, and by each shape's median over the three, "
+            f"{(median_fa4 >= 0.9).sum()} of 40 are at or above 0.90x FA4 (the lowest {median_fa4.min():.3f}x) and "
+            f"{(median_cudnn >= 1).sum()} at or above cuDNN (the lowest {median_cudnn.min():.3f}x)") in page
 
 
 def test_the_forward_line_counts_the_shapes_at_its_targets():
