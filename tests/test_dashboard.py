@@ -769,3 +769,16 @@ def test_the_roofline_table_shows_whole_kernel_paths(monkeypatch):
     table = next(frame for frame in at.dataframe if "path" in frame.value.columns)
     assert set(table.value.path.dropna()) - {""} == {"gluon-ws"}
     assert json.loads(table.proto.columns)["path"]["width"] == "medium"
+
+
+def test_the_roofline_table_shows_the_sm_clock_each_row_ran_at(monkeypatch):
+    """The forward peers capture records NVML's SM clock per row (sm_clock_mhz): the Roofline tab's table shows it
+    beside TFLOP/s, the capture's own values; a capture from before the column shows no such column."""
+    at = _app(ROOT / "reports", monkeypatch, "--select", "fa4-peers-h100-fwd")
+    table = next(frame for frame in at.dataframe if "SM clock (MHz)" in frame.value.columns).value
+    _, rows = load_capture(ROOT / "reports" / "fa4-peers-h100-fwd")
+    assert set(table["SM clock (MHz)"].dropna()) <= set(rows.sm_clock_mhz) and table["SM clock (MHz)"].notna().all()
+    columns = list(table.columns)
+    assert columns.index("SM clock (MHz)") == columns.index("TFLOP/s") + 1
+    older = _app(ROOT / "reports", monkeypatch, "--select", "fa4-peers-h100-bwd")
+    assert not any("SM clock (MHz)" in frame.value.columns for frame in older.dataframe)

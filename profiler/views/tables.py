@@ -92,7 +92,8 @@ def model_table(shape: Shape, device: hardware.Device, impls) -> list[dict]:
 
 
 # The roofline table's headers, as the dashboard names its columns (rooflines.roofline_points' own names).
-ROOFLINE_HEADERS = {"time_ms": "time (ms)", "tflops": "TFLOP/s", "issued_ratio": "issued ÷ useful FLOPs",
+ROOFLINE_HEADERS = {"time_ms": "time (ms)", "tflops": "TFLOP/s", "sm_clock_mhz": "SM clock (MHz)",
+                    "issued_ratio": "issued ÷ useful FLOPs",
                     "x": "FLOP/B", "view_bound": "bound",
                     "of_roof": "% of roof", "of_size_roof": "% of roof at its size", "binds": "binding ceiling",
                     "of_ceiling": "% of binding ceiling"}
@@ -103,7 +104,8 @@ def roofline_table(points: pd.DataFrame) -> pd.DataFrame:
     by implementation, step and what tells the points apart first (their lengths); a compact shape label
     (selection.shape_labels) and the columns that vary (one-valued columns are the filters'); the kernel
     path where an implementation has several and the call site of observed rows, where any row has one;
-    fractions as percentages (the roof at the step's size where the captures measured a copy curve)."""
+    fractions as percentages (the roof at the step's size where the captures measured a copy curve); the SM clock
+    NVML read while a row was timed, where any row has one (profiler.measure.gpu_state)."""
     shape, varying = shape_labels(points)
     extra_columns = [c for c in varying if c != "capture"]
     order = [c for c in ("seq_kv", "seq_q") if c in extra_columns] + [c for c in extra_columns if c[:3] != "seq"]
@@ -113,7 +115,9 @@ def roofline_table(points: pd.DataFrame) -> pd.DataFrame:
     has_site = bool("site" in table and table.site.fillna("").astype(str).ne("").any())  # model.layers.3.self_attn
     has_size = bool("of_size_roof" in table and table.of_size_roof.notna().any())  # captures with a copy curve
     issued = ["issued_ratio"] * ("issued_ratio" in table)  # the issued-work roofline (rooflines.issued_work)
-    columns = ["impl", *["site"] * has_site, *["path"] * has_path, "step", "shape", "time_ms", "tflops", *issued, "x",
+    clock = ["sm_clock_mhz"] * bool("sm_clock_mhz" in table and table.sm_clock_mhz.notna().any())  # NVML, on a GPU
+    columns = ["impl", *["site"] * has_site, *["path"] * has_path, "step", "shape", "time_ms", "tflops", *clock,
+               *issued, "x",
                "view_bound", "of_roof", *["of_size_roof"] * has_size, "binds", "of_ceiling", *extra_columns]
     table = table[["capture"] * ("capture" in varying) + columns].rename(columns=ROOFLINE_HEADERS)
     for column in ("% of roof", "% of roof at its size", "% of binding ceiling"):
