@@ -68,11 +68,11 @@ SCHEMA: dict[str, tuple[str, str]] = {
                            "torch.utils.benchmark on a CPU)"),
     "time_ms_p10": ("float64", "10th percentile time"),
     "time_ms_p90": ("float64", "90th percentile time"),
-    "sm_clock_mhz": ("float64", "median SM clock while the row was timed, MHz (NVML, read every 2 ms beside the timing "
-                                "loop); empty without NVML (a CPU, no nvidia-ml-py) and in captures from before this "
-                                "column"),
-    "power_w": ("float64", "mean board power while the row was timed, W (NVML, as sm_clock_mhz); empty where "
-                           "sm_clock_mhz is"),
+    "sm_clock_mhz": ("float64", "median SM clock while the row was timed, MHz (NVML, read every 2 ms beside the "
+                                "timing loop, do_bench's warm-up included); empty without NVML (a CPU, no "
+                                "nvidia-ml-py) and in captures from before this column"),
+    "power_w": ("float64", "mean board power while the row was timed, W (NVML, as sm_clock_mhz; meta.json's nvml_power "
+                           "says which reading); empty where sm_clock_mhz is"),
     "flops": ("float64", "cost-model FLOPs: per naive step; for totals 4·B·H·Nq·Nkv·D (x0.5 causal, x2.5 bwd)"),
     "hbm_bytes": ("float64", "cost-model HBM bytes: per naive step; compulsory bytes for fused kernels"),
     "tile_bytes": ("float64", "bytes when each block re-reads what it shares (L2 traffic), by the implementation's "
@@ -131,7 +131,7 @@ COLUMNS = list(SCHEMA)
 # Meta keys that describe one run; a resumed capture keeps the earlier runs' values in earlier_runs ("shapes": the
 # shapes that run was asked for, so a capture filled by several --resume runs lists each run's count).
 RUN_KEYS = ("command", "time", "git_revision", "kernels_sha256", "peers", "torch", "triton", "cuda", "cudnn", "driver",
-            "measured_ceilings", "measured_ceilings_source", "rep_ms", "shapes", "env")
+            "nvml_power", "measured_ceilings", "measured_ceilings_source", "rep_ms", "shapes", "env")
 # One row per implementation, step and shape (attention_core.shape.ROW_KEY): resumes de-duplicate on it (merge_parts
 # on OBSERVED_KEY, which is this key for every row but an observed one).
 KEY = list(ROW_KEY)

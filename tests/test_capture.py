@@ -316,19 +316,28 @@ def test_run_metadata_records_our_kernels_switches(monkeypatch):
 def test_a_timed_row_keeps_the_clock_and_power_it_ran_at():
     """profiler.measure.gpu_state.GpuSampler beside a timing (its reads stood in for NVML's): the median SM clock and
     the mean power of the samples go into the row; without NVML (a CPU) both stay empty."""
-    import time
+    import threading
 
     from profiler.measure.gpu_state import GpuSampler
     from profiler.measure.timing import measure
 
-    reads = iter([(1755.0, 640.0), (1500.0, 700.0), (1980.0, 610.0)] + [(1500.0, 700.0)] * 1000)
-    with GpuSampler("cuda", period_s=0.001, read=lambda: next(reads)) as state:
-        time.sleep(0.05)
+    reads = iter([(1755.0, 640.0), (1500.0, 700.0), (1980.0, 610.0)] + [(1500.0, 700.0)] * 30)
+    done = threading.Event()
+
+    def read():
+        try:
+            return next(reads)
+        except StopIteration:  # every stand-in read taken: later reads fail, which leaves gaps, not samples
+            done.set()
+            raise
+
+    with GpuSampler("cuda", period_s=0.001, read=read) as state:
+        assert done.wait(10)
     assert state.sm_clock_mhz == 1500.0  # the median of mostly 1500 MHz
-    assert 690 < state.power_w <= 700
+    assert state.power_w == (640 + 700 + 610 + 30 * 700) / 33
     with GpuSampler("cpu") as cpu:
         pass
-    assert cpu.sm_clock_mhz is None and cpu.power_w is None
+    assert cpu.sm_clock_mhz is None and cpu.power_w is None and cpu.power_source is None
     timing = measure(lambda: None, "cpu", rep_ms=5)
     assert timing.sm_clock_mhz is None and timing.power_w is None
 
@@ -348,8 +357,10 @@ def test_power_comes_from_nvmls_instant_field_where_the_gpu_has_it():
         return types.SimpleNamespace(NVML_FI_DEV_POWER_INSTANT=186, NVML_SUCCESS=0, NVMLError=NVMLError,
                                      nvmlDeviceGetFieldValues=lambda handle, ids: [value],
                                      nvmlDeviceGetPowerUsage=lambda handle: 350000)
-    assert instant_power(lib(True), "handle")() == 701.5
-    assert instant_power(lib(False), "handle")() == 350.0
+    read, source = instant_power(lib(True), "handle")
+    assert read() == 701.5 and source == "instant"
+    read, source = instant_power(lib(False), "handle")
+    assert read() == 350.0 and source == "average"
 
 
 def test_the_user_guide_quotes_the_samplers_measured_cost():

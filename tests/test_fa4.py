@@ -392,8 +392,8 @@ def test_the_results_page_quotes_the_power_capped_probe():
     clocks = [statistics.median(c) for row in rows for c in row["sm_clock_mhz_rounds"].values()]
     watts = [statistics.median(w) for row in rows for w in row["power_w_rounds"].values()]
     readme = " ".join((ROOT / "docs" / "results.md").read_text().split())
-    assert (f"run at {min(clocks) / 1e3:.1f} to {max(clocks) / 1e3:.2f} GHz, and ours/FA4 was "
+    assert (f"run at {min(clocks) / 1e3:.2f} to {max(clocks) / 1e3:.2f} GHz, and ours/FA4 was "
             f"{ratio[128, 4096]:.3f}x, {ratio[128, 8192]:.3f}x and {ratio[128, 16384]:.3f}x for causal head_dim 128 at "
             f"N 4096, 8192 and 16384 and {ratio[64, 8192]:.3f}x for causal head_dim 64 at N 8192") in readme
-    assert all(row["causal"] for row in rows) and 650 < statistics.median(watts) < 750
+    assert all(row["causal"] for row in rows) and min(watts) > 650 and max(clocks) < 1900  # each one power-capped
     assert "hold the board at about its 700 W limit" in readme

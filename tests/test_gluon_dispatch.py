@@ -47,7 +47,6 @@ def test_causal_rows_up_to_the_measured_length_run_persistent_programs():
     """hopper.PERSISTENT_CAUSAL_UP_TO: causal D128 up to N4096 and D64 up to N16384 on persistent programs (round 21
     measured them faster or even there; D64 up to N4096 and D128 up to N2048 before), longer shapes one program per
     tile; non-causal as CONFIGS says. The tile stays the same."""
-    assert hopper.PERSISTENT_CAUSAL_UP_TO == {128: 4096, 64: 16384}
     assert hopper.default_config(128, True, 4096) == hopper.CONFIGS[128, True]._replace(persistent=True)
     assert hopper.default_config(128, True, 1).persistent
     assert hopper.default_config(128, True, 4097) == hopper.CONFIGS[128, True]

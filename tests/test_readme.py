@@ -78,9 +78,10 @@ BACKWARD_GRIDS = tuple(f"perf-h100/gluon_fwd_round21/bwd_grid{i}" for i in (1, 2
 
 def forward_grids(folders=FORWARD_GRIDS, mode="fwd"):
     """Ours against FA4 and against cuDNN (the peer's time over ours) by shape in each of ``folders`` (``mode``'s
-    rows), one column a grid; every grid on one device and one set of kernels, and the runs (three a grid) one after
-    another within a quarter of an hour for every three grids (every machine's host is 'vm', so the times say it was
-    one)."""
+    rows), one column a grid; every grid on one kind of device and one set of kernels, and the runs (three a grid) one
+    after another. Where ``folders`` are three grids, within a quarter of an hour: one machine, as its notes say (the
+    host name is 'vm' on every machine, so the names cannot say it). Round 21's fourth forward grid ran on a second
+    machine after the three."""
     fa4, cudnn, runs, times_run = {}, {}, set(), []
     for folder in folders:
         meta, times = peer_times(folder, mode)
@@ -89,7 +90,8 @@ def forward_grids(folders=FORWARD_GRIDS, mode="fwd"):
         fa4[folder], cudnn[folder] = times.fa4 / times.triton_flash, times.sdpa_cudnn / times.triton_flash
     assert len(runs) == 1 and len(times_run) == 3 * len(folders)
     assert times_run == sorted(times_run)
-    assert times_run[-1] - times_run[0] < pd.Timedelta(minutes=15) * len(folders) / 3
+    if len(folders) == 3:
+        assert times_run[-1] - times_run[0] < pd.Timedelta(minutes=15)
     return pd.DataFrame(fa4), pd.DataFrame(cudnn)
 
 
@@ -151,8 +153,8 @@ def test_the_forward_line_counts_the_shapes_at_its_targets():
     assert f"From grid to grid a shape's ours/FA4 moved by up to {moved.max():.1%} on the same kernels" in text
     below = median_fa4[median_fa4 < 0.97].sort_values()
     named = ", and ".join(f"{shape_phrase(shape)}, {ratio:.3f}x" for shape, ratio in below.items())
-    assert ("Each shape's median over the three (`python -m profiler medians` on the three folders, as in Usage "
-            f"below) has {(median_fa4 >= 0.97).sum()} of 40 at or above 0.97x FA4 and "
+    assert ("Each shape's median over the three (`python -m profiler medians`, in Usage below) has "
+            f"{(median_fa4 >= 0.97).sum()} of 40 at or above 0.97x FA4 and "
             f"{(median_cudnn >= 1).sum()} at or above cuDNN. Issue 42's forward target (at least 0.97x FA4 and 1.00x "
             f"cuDNN on every shape) therefore holds against cuDNN and is not met against FA4: the {len(below)} medians "
             f"below 0.97x FA4 are {named}.") in text
@@ -164,29 +166,40 @@ def test_the_forward_line_counts_the_shapes_at_its_targets():
             f"{shape_phrase(below4.index[0])}, {below4.iloc[0]:.3f}x") in text
 
 
-def test_the_forward_grids_ran_at_the_boost_clock_and_their_ratios_do_not_follow_it():
-    """The README's clock paragraph: each implementation's median SM clock over the four grids' rows (NVML, per row),
-    and that a shape's ours/FA4 in one grid, against its median over the four, does not follow the ratio of the two
-    kernels' clocks (a correlation under 0.2 in size)."""
-    clocks, moves, clock_ratios = [], [], []
+def test_the_forward_grids_ran_at_the_boost_clock_which_explains_little_of_their_spread():
+    """The README's clock sentence: each implementation's median row over the four grids (NVML's SM clock, per row)
+    within 1% of the boost clock nvidia-smi reported on the machine (round 21's a_gpu.txt), the lowest single row, and
+    that a shape's ours/FA4 in one grid, against its median over the four, does not follow the ratio of the two
+    kernels' clocks: a correlation under 0.2 in size over all shape-grid pairs; perf-notes quotes it and the one over
+    the pairs whose clocks are more than 2% apart."""
+    boost = float(re.search(r"(\d+) MHz", (REPORTS / "perf-h100/gluon_fwd_round21/a_gpu.txt").read_text()).group(1))
+    rows, moves, clock_ratios = [], [], []
     for folder in (*FORWARD_GRIDS, FOURTH_GRID):
         _, frame = load_capture(REPORTS / folder)
         frame = frame[frame["step"] == "total"]
-        clocks.append(frame.groupby("impl").sm_clock_mhz.median())
+        rows.append(frame)
         times = frame.pivot_table(index=SHAPE, columns="impl", values="time_ms")
         clock = frame.pivot_table(index=SHAPE, columns="impl", values="sm_clock_mhz")
         moves.append(times.fa4 / times.triton_flash)
         clock_ratios.append(clock.fa4 / clock.triton_flash)
-    medians = pd.concat(clocks, axis=1).median(axis=1)
-    assert set(medians.index) == {"fa4", "sdpa_cudnn", "triton_flash"}
+    rows = pd.concat(rows)
+    medians = rows.groupby("impl").sm_clock_mhz.median()
+    assert set(medians.index) == {"fa4", "sdpa_cudnn", "triton_flash"} and (medians >= 0.99 * boost).all()
     text = " ".join(README.read_text().split())
-    assert (f"every implementation ran at a median {medians.min():.0f} to {medians.max():.0f} MHz, the H100's boost "
-            "clock") in text
+    assert (f"each implementation's median row ran at {medians.min():.0f} to {medians.max():.0f} MHz, about the "
+            f"H100's {boost:.0f} MHz boost clock (single rows down to {rows.sm_clock_mhz.min():.0f} MHz)") in text
     ratios = pd.concat(moves, axis=1)
     deviation = np.log(ratios).sub(np.log(ratios.median(axis=1)), axis=0).stack()
-    clock_log = np.log(pd.concat(clock_ratios, axis=1)).stack()
-    assert abs(np.corrcoef(deviation, clock_log.loc[deviation.index])[0, 1]) < 0.2
-    assert "a shape's move from grid to grid does not follow the clock" in text
+    clock_log = np.log(pd.concat(clock_ratios, axis=1)).stack().loc[deviation.index]
+    apart = clock_log.abs() > np.log(1.02)
+    every, far = np.corrcoef(deviation, clock_log)[0, 1], np.corrcoef(deviation[apart], clock_log[apart])[0, 1]
+    assert abs(every) < 0.2
+    assert "the clock explains little of a shape's move from grid to grid" in text
+    notes = " ".join((ROOT / "docs" / "perf-notes.md").read_text().split())
+    assert (f"In {apart.sum()} of the {len(apart)} shape-grid pairs ours and FA4 ran more than 2% apart in clock, in "
+            f"either direction; a shape's ours/FA4 in one grid against its median over four follows the ratio of the "
+            f"two clocks with a correlation of {every:.2f} over all pairs and {far:.2f} over those {apart.sum()}"
+            ) in notes
 
 
 @pytest.mark.parametrize("regime, folder, gpu, seq_q", [

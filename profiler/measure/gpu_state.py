@@ -43,10 +43,10 @@ def nvml_handle(lib, device: torch.device):
 
 
 def instant_power(lib, handle):
-    """A function reading the board's power now, in W: NVML's instant field (``NVML_FI_DEV_POWER_INSTANT``) where the
-    GPU has it, else ``nvmlDeviceGetPowerUsage``. On an H100 the latter is an average over the last second
-    (``power.draw.average`` in nvidia-smi's terms), which a 100 ms timing after an idle moment reads mostly as the
-    idle moment's power."""
+    """A function reading the board's power in W, and which reading it is: NVML's instant field
+    (``NVML_FI_DEV_POWER_INSTANT``, "instant") where the GPU has it, else ``nvmlDeviceGetPowerUsage`` ("average"). On an
+    H100 the latter is an average over the last second (``power.draw.average`` in nvidia-smi's terms), which a 100 ms
+    timing after an idle moment reads mostly as the idle moment's power."""
     def field():
         value = lib.nvmlDeviceGetFieldValues(handle, [lib.NVML_FI_DEV_POWER_INSTANT])[0]
         if value.nvmlReturn != lib.NVML_SUCCESS:
@@ -55,27 +55,35 @@ def instant_power(lib, handle):
 
     try:
         field()
-        return field
+        return field, "instant"
     except Exception:  # pynvml.NVMLError, or a pynvml without the field
-        return lambda: lib.nvmlDeviceGetPowerUsage(handle) / 1e3
+        return (lambda: lib.nvmlDeviceGetPowerUsage(handle) / 1e3), "average"
+
+
+def power_reading(device: torch.device | str) -> str | None:
+    """Which power reading :class:`GpuSampler` takes on ``device`` ("instant" or "average", :func:`instant_power`), or
+    None where it reads none (no NVML, not a GPU, ``ATTN_NVML=0``): run metadata records it as ``nvml_power``."""
+    return GpuSampler(device).power_source
 
 
 class GpuSampler:
     """While open, a thread reads the SM clock (``nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM)``, MHz) and the board
-    power (``nvmlDeviceGetPowerUsage``, mW) every ``period_s``; after it closes, ``sm_clock_mhz`` is the median clock
-    and ``power_w`` the mean power of the samples, both None where nothing was read. ``read`` stands in for NVML in
-    tests: a callable returning (MHz, W)."""
+    power (:func:`instant_power`, W; ``power_source`` says which reading) every ``period_s``, from the first read on
+    entry to the last on exit (around all of a do_bench: its warm-up and estimate too); after it closes,
+    ``sm_clock_mhz`` is the median clock and ``power_w`` the mean power of the samples, both None where nothing was
+    read. ``read`` stands in for NVML in tests: a callable returning (MHz, W)."""
 
     def __init__(self, device: torch.device | str, period_s: float = 0.002, read=None):
         self.period_s = period_s
         self.sm_clock_mhz: float | None = None
         self.power_w: float | None = None
         self._read = read
+        self.power_source: str | None = None
         if read is None and torch.device(device).type == "cuda" and os.environ.get("ATTN_NVML") != "0":
             lib = nvml()
             handle = nvml_handle(lib, torch.device(device)) if lib is not None else None
             if handle is not None:
-                power = instant_power(lib, handle)
+                power, self.power_source = instant_power(lib, handle)
                 self._read = lambda: (lib.nvmlDeviceGetClockInfo(handle, lib.NVML_CLOCK_SM), power())
         self._samples: list[tuple[float, float]] = []
         self._stop = threading.Event()

@@ -109,6 +109,10 @@ def run_metadata(device: torch.device | str) -> dict:
         "peers": peer_versions(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    if device.type == "cuda":  # which board power the rows' power_w is (profiler.measure.gpu_state.instant_power)
+        from profiler.measure.gpu_state import power_reading
+
+        meta["nvml_power"] = power_reading(device)
     if os.environ.get("TRITON_INTERPRET") == "1":  # Triton kernels ran in its interpreter: their rows say so too
         meta["triton_interpreter"] = True
     # Our kernels' switches (ATTN_GLUON=0 runs the portable kernels on sm_90, ATTN_AUTOTUNE=0 the first candidates): two

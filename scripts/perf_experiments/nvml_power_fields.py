@@ -24,7 +24,7 @@ def main() -> None:
     if lib is None:
         raise SystemExit("NVML is not here: install nvidia-ml-py on a machine with an NVIDIA driver")
     handle = nvml_handle(lib, torch.device("cuda"))
-    power = instant_power(lib, handle)
+    power, _ = instant_power(lib, handle)
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     for phase in ("idle", "load"):
         start, rows = time.time(), []
