@@ -358,6 +358,24 @@ def test_capture_row_names_the_gluon_path():
         assert cost_of(costing, shape, path=result.path).tile_bytes == pytest.approx(forward + backward)
 
 
+def test_a_timed_row_keeps_the_clock_and_power_nvml_read(monkeypatch):
+    """On a GPU with NVML (profiler.measure.gpu_state): a timing keeps the SM clock and the board power read beside it,
+    run metadata says which power reading that is, and ATTN_NVML=0 reads nothing."""
+    from profiler.measure.gpu_state import nvml
+    from profiler.measure.meta import run_metadata
+    from profiler.measure.timing import measure
+
+    if nvml() is None:
+        pytest.skip("no NVML here (pip install nvidia-ml-py)")
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    timing = measure(lambda: a @ a, "cuda", rep_ms=50)
+    assert 300 < timing.sm_clock_mhz < 3000 and 20 < timing.power_w < 2000, timing  # MHz and W, not kHz and mW
+    assert run_metadata("cuda")["nvml_power"] in ("instant", "average")
+    monkeypatch.setenv("ATTN_NVML", "0")
+    off = measure(lambda: a @ a, "cuda", rep_ms=20)
+    assert off.sm_clock_mhz is None and off.power_w is None and run_metadata("cuda")["nvml_power"] is None
+
+
 def _assert_gluon_backward_like_naive(q, k, v, causal, dtype, config=None):
     """dq, dk, dv of the Gluon backward (sm_90) against the fp64 oracle, each within twice naive's
     error; the forward is ours, as in a training step."""
