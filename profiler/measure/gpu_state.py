@@ -4,7 +4,10 @@
 An H100 under attention's load runs below its boost clock: the board's power limit sets the clock, and kernels and
 moments differ in how far (1.4 to 1.8 GHz against the H100 SXM's 1.98 GHz in docs/perf-notes.md, "Gluon forward,
 round 20", read from the SM's own cycle counter). Two timings taken at different clocks differ by that much without
-either kernel changing, so each timed row keeps the clock and power it ran at. Where NVML is missing (a CPU, a
+either kernel changing, so each timed row keeps the clock and power it ran at. Round 21 of perf-notes read both
+here: a bench grid's 100 ms timings ran at about the boost clock, the same kernels timed back to back for seconds at
+1.51 to 1.86 GHz with the board at its 700 W limit; and NVML's power, even its instant field, lags a load's start by
+up to a few hundred ms, so a short timing's power_w reads mostly the moment before it. Where NVML is missing (a CPU, a
 machine without the package or the driver's library), nothing is read and the row's columns stay empty.
 ``ATTN_NVML=0`` turns the reading off (to time without the thread beside the timing loop; a capture's meta.json records
 the switch).
