@@ -33,13 +33,16 @@ def results_row(regime, gpu):
     raise AssertionError(f"no results row {regime!r} on {gpu}")
 
 
+# A grid's shape: the index of peer_times' tables
+SHAPE = ["dtype", "head_dim", "causal", "batch", "seq_q", "seq_kv"]
+
+
 def peer_times(folder, mode="fwd"):
     """Median times of a capture's total rows, one column per implementation; every row ok."""
     meta, frame = load_capture(REPORTS / folder)
     totals = frame[(frame.step == "total") & (frame["mode"] == mode)]
     assert len(totals) and (totals.status == "ok").all(), folder
-    key = ["dtype", "head_dim", "causal", "batch", "seq_q", "seq_kv"]
-    return meta, totals.pivot_table(index=key, columns="impl", values="time_ms")
+    return meta, totals.pivot_table(index=SHAPE, columns="impl", values="time_ms")
 
 
 @pytest.mark.parametrize("regime, folder, mode, shapes", [("forward", "fa4-peers-h100-fwd", "fwd", 40),
@@ -71,7 +74,6 @@ def test_the_backward_row_says_where_its_rounded_minimum_stands():
 FORWARD_GRIDS = ("fa4-peers-h100-fwd", "perf-h100/gluon_fwd_round21/peers_grid2",
                  "perf-h100/gluon_fwd_round21/peers_grid3")
 FOURTH_GRID = "perf-h100/gluon_fwd_round21/peers_grid4"
-SHAPE = ["dtype", "head_dim", "causal", "batch", "seq_q", "seq_kv"]
 # Round 21's three backward grids, on the backward kernels of reports/fa4-peers-h100-bwd (their notes say why)
 BACKWARD_GRIDS = tuple(f"perf-h100/gluon_fwd_round21/bwd_grid{i}" for i in (1, 2, 3))
 
