@@ -63,10 +63,31 @@ def instant_power(lib, handle):
         return (lambda: lib.nvmlDeviceGetPowerUsage(handle) / 1e3), "average"
 
 
+@functools.cache
+def _reader(index: int):
+    """(a function returning the SM clock in MHz and the power in W, which power reading it is) for the CUDA device
+    ``index``, or None without NVML or its handle: looked up once a device."""
+    lib = nvml()
+    handle = nvml_handle(lib, torch.device("cuda", index)) if lib is not None else None
+    if handle is None:
+        return None
+    power, source = instant_power(lib, handle)
+    return (lambda: (lib.nvmlDeviceGetClockInfo(handle, lib.NVML_CLOCK_SM), power())), source
+
+
+def reader(device: torch.device | str):
+    """:func:`_reader` for ``device``, or None where nothing is read: not a GPU, ``ATTN_NVML=0``, no NVML."""
+    device = torch.device(device)
+    if device.type != "cuda" or os.environ.get("ATTN_NVML") == "0":
+        return None
+    return _reader(device.index if device.index is not None else torch.cuda.current_device())
+
+
 def power_reading(device: torch.device | str) -> str | None:
     """Which power reading :class:`GpuSampler` takes on ``device`` ("instant" or "average", :func:`instant_power`), or
     None where it reads none (no NVML, not a GPU, ``ATTN_NVML=0``): run metadata records it as ``nvml_power``."""
-    return GpuSampler(device).power_source
+    found = reader(device)
+    return found[1] if found else None
 
 
 class GpuSampler:
@@ -82,12 +103,8 @@ class GpuSampler:
         self.power_w: float | None = None
         self._read = read
         self.power_source: str | None = None
-        if read is None and torch.device(device).type == "cuda" and os.environ.get("ATTN_NVML") != "0":
-            lib = nvml()
-            handle = nvml_handle(lib, torch.device(device)) if lib is not None else None
-            if handle is not None:
-                power, self.power_source = instant_power(lib, handle)
-                self._read = lambda: (lib.nvmlDeviceGetClockInfo(handle, lib.NVML_CLOCK_SM), power())
+        if read is None and (found := reader(device)):
+            self._read, self.power_source = found
         self._samples: list[tuple[float, float]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
