@@ -42,6 +42,8 @@ def test_the_three_forward_grids_give_the_readmes_medians():
     ([*GRIDS[:2], "--target", "flash=1"], "--target names flash, which the captures do not all have; their peers: "
                                           "fa4, sdpa_cudnn"),
     ([*GRIDS[:2], "--baseline", "naive"], "has no 'naive' rows; its implementations: fa4, sdpa_cudnn, triton_flash"),
+    ([GRIDS[0], str(ROOT / "reports" / "fa4-peers-h100-bwd")], "the captures share no shape with ok rows of "
+                                                                 "triton_flash and a peer in each"),
 ])
 def test_bad_input_is_one_line_and_exit_status_2(args, message):
     out = run_cli("medians", *args)

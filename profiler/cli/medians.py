@@ -80,6 +80,9 @@ def run(args) -> int:
     if unknown:
         raise UsageError(f"--target names {', '.join(unknown)}, which the captures do not all have; their peers: "
                          f"{', '.join(ratios)}")
+    if all(table.empty for table in ratios.values()):
+        raise UsageError(f"the captures share no shape with ok rows of {args.baseline} and a peer in each: give runs "
+                         "of one grid (the same bench command)")
     for peer, table in ratios.items():
         if table.empty:
             console.print(f"{args.baseline}/{peer}: no shape with an ok row in every capture")
