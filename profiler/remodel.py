@@ -60,13 +60,15 @@ def remodel(frame: pd.DataFrame, roofs: Roofs, meta: dict | None = None) -> tupl
             changed.append(False)
             continue
         timed = not pd.isna(record["time_ms"])  # ok rows, and 'wrong' rows, which keep their times
-        # a frame built without a column added later (sm_clock_mhz, power_w) reads it as empty
+        # a frame built without a column added later (sm_clock_mhz, power_w, rounds) reads it as empty
         measured = {k: (None if pd.isna(record.get(k)) else record[k]) for k in MEASURED}
         device = _text(record.get("device"))
         row_roofs = Roofs.from_meta(meta, device) if device and meta else roofs
         row = capture_row(record["impl"], costing, Shape.from_row(record), record["step"], row_roofs,
                            timing=Timing(record["time_ms"], record["time_ms_p10"], record["time_ms_p90"],
-                                         measured["sm_clock_mhz"], measured["power_w"]) if timed else None,
+                                         measured["sm_clock_mhz"], measured["power_w"],
+                                         None if measured["rounds"] is None else int(measured["rounds"]),
+                                         measured["round_spread"]) if timed else None,
                            status=measured["status"],
                            message=measured["message"] or "", peak_mem_bytes=measured["peak_mem_bytes"],
                            max_rel_err=measured["max_rel_err"], path=path)

@@ -74,6 +74,11 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "power_w": ("float64", "mean board power while the row was timed, W (NVML, as sm_clock_mhz; meta.json's nvml_power "
                            "says which reading); both readings lag a load's start, so a short row after an idle moment "
                            "reads mostly that moment (the `average` reading most); empty where sm_clock_mhz is"),
+    "rounds": ("float64", "interleaved rounds the row's time is the median of (`bench --rounds R`: at each shape the "
+                          "implementations take turns, R times, in a rotated order); time_ms, its percentiles, "
+                          "sm_clock_mhz and power_w are then the median round's; empty: one round"),
+    "round_spread": ("float64", "the slowest round's median time over the fastest's, minus one (`bench --rounds`); "
+                                "empty: one round"),
     "flops": ("float64", "cost-model FLOPs: per naive step; for totals 4·B·H·Nq·Nkv·D (x0.5 causal, x2.5 bwd)"),
     "hbm_bytes": ("float64", "cost-model HBM bytes: per naive step; compulsory bytes for fused kernels"),
     "tile_bytes": ("float64", "bytes when each block re-reads what it shares (L2 traffic), by the implementation's "
@@ -132,7 +137,8 @@ COLUMNS = list(SCHEMA)
 # Meta keys that describe one run; a resumed capture keeps the earlier runs' values in earlier_runs ("shapes": the
 # shapes that run was asked for, so a capture filled by several --resume runs lists each run's count).
 RUN_KEYS = ("command", "time", "git_revision", "kernels_sha256", "peers", "torch", "triton", "cuda", "cudnn", "driver",
-            "nvml_power", "measured_ceilings", "measured_ceilings_source", "rep_ms", "shapes", "env")
+            "nvml_power", "measured_ceilings", "measured_ceilings_source", "rep_ms", "rounds", "warmup_ms", "shapes",
+            "env")
 # One row per implementation, step and shape (attention_core.shape.ROW_KEY): resumes de-duplicate on it (merge_parts
 # on OBSERVED_KEY, which is this key for every row but an observed one).
 KEY = list(ROW_KEY)
@@ -146,7 +152,7 @@ OBSERVED_ONLY = ("calls", "total_ms", "median_ms", "mask", "density", "layout", 
 # OBSERVED_ONLY is what the row measured.
 OBSERVED_KEY = (*ROW_KEY, "site", "mask", "layout", "rank")
 # Columns added later that older files have no values for: they read as empty.
-LATER_EMPTY = ("roof_fraction_size", "issued_flops", "sm_clock_mhz", "power_w")
+LATER_EMPTY = ("roof_fraction_size", "issued_flops", "sm_clock_mhz", "power_w", "rounds", "round_spread")
 
 
 class CaptureError(ValueError):

@@ -27,6 +27,7 @@ from profiler.cli.options import (
     add_cuda_graph,
     add_device,
     add_rep_ms,
+    add_rounds,
     check_cuda_graph,
     check_fp8,
     check_impl_dtypes,
@@ -79,6 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="capture folder (default reports/bench-<device>-<time>)")
     p.add_argument("--resume", action="store_true", help="keep the rows already in --out, measure the rest")
     add_rep_ms(p)
+    add_rounds(p)
     add_cuda_graph(p)
     p.add_argument("--json", metavar="FILE", help="also write the ratio table as JSON to FILE")
     add_device(p)
@@ -128,19 +130,23 @@ def run(args) -> int:
     names = [i.name for i in impls]
     store, roofs = start_capture(args, label, grid.dtypes, {
         "kind": "bench", "shapes": len(shapes), "impls": names, "baseline": baseline, "trace": "none",
-        "defaults_shrunk": notes, "rep_ms": args.rep_ms,
+        "defaults_shrunk": notes, "rep_ms": args.rep_ms, "rounds": args.rounds, "warmup_ms": args.warmup_ms,
         "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd", **timer,
     }, impls=impls, head_dims=grid.dims, prefix="bench-")
     say_shrunk(notes)
     measure_with_progress(store, shapes, impls, args.device, roofs, args.rep_ms, ranks=args.ranks,
-                          graph=args.cuda_graph)
+                          graph=args.cuda_graph, rounds=args.rounds, warmup_ms=args.warmup_ms)
     if args.ranks is not None and not args.ranks.main:
         return 0  # rank 0 merged the parts and prints for every rank
     copy_gbps = roofs.measured.copy_gbps if roofs.measured is not None else None
     table = bench_table(to_frame(store.rows), names, baseline, copy_gbps)
     clock = "torch.utils.benchmark" if not on_gpu else \
         "do_bench of CUDA-graph replays" if args.cuda_graph else "do_bench"
+    if args.rounds > 1:
+        clock += f", the median of {args.rounds} interleaved rounds"
     _print_bench(table, names, baseline, f"{label}: median {clock}, FLOPs = 4·B·H·Nq·Nkv·D (x0.5 causal, x2.5 bwd)")
+    if args.rounds > 1:
+        _print_round_spread(to_frame(store.rows), names)
     for r in store.rows:
         if r["status"] != "ok" and r["impl"] in names and r["step"] == "total":
             console.print(f"{r['impl']} {r['mode']} {Shape.from_row(r).label}: {r['status']}: {r['message']}",
@@ -153,6 +159,16 @@ def run(args) -> int:
     console.print(f"Results written to {store.folder}/ (results.parquet, meta.json).")
     dashboard_hint(store.folder)
     return 0
+
+
+def _print_round_spread(frame, impls: list[str]) -> None:
+    """How far each implementation's rounds spread (round_spread) at its widest shape and at the median one: what a
+    ratio's last digit is worth."""
+    rows = frame[(frame.step == "total") & frame.impl.isin(impls) & frame.round_spread.notna()]
+    for impl, spread in rows.groupby("impl", sort=False).round_spread:
+        widest = rows.loc[spread.idxmax()]
+        console.print(f"{impl}: its {int(widest.rounds)} rounds differ by up to {spread.max():.1%} "
+                      f"({shape_words(widest)}), the median shape by {spread.median():.1%}", soft_wrap=True)
 
 
 def _shape_columns(table) -> tuple[list[tuple[str, object]], str]:

@@ -177,8 +177,9 @@ class PlainProgress:
 
 
 def measure_with_progress(store, shapes, impls, device: str, roofs, rep_ms: int, trace_filter=None,
-                          ranks=None, graph: bool = False) -> list[dict]:
-    """profiler.measure.cases.measure_cases with a progress bar; marks the capture finished. Under
+                          ranks=None, graph: bool = False, rounds: int = 1, warmup_ms: int = 25) -> list[dict]:
+    """profiler.measure.cases.measure_cases with a progress bar (a step per case and round); marks the capture
+    finished. Under
     torchrun each rank measures its share of the plan (profiler.measure.distributed) and rank 0
     merges the parts; rank 0 returns every row of the capture, the others their own."""
     from attention_core.shape import ROW_KEY
@@ -196,14 +197,15 @@ def measure_with_progress(store, shapes, impls, device: str, roofs, rep_ms: int,
         mine = [cases[i] for i in plan.mine]
     label = "" if ranks is None else f"rank 0 of {ranks.world}: "
     shown = ranks is None or ranks.main
-    common = {"rep_ms": rep_ms, "trace_filter": trace_filter, "write_kernels": ranks is None, "graph": graph}
+    common = {"rep_ms": rep_ms, "trace_filter": trace_filter, "write_kernels": ranks is None, "graph": graph,
+              "rounds": rounds, "warmup_ms": warmup_ms}
     if console.is_terminal:
         with Progress(console=console, transient=True, disable=not shown) as progress:
-            task = progress.add_task("measuring", total=len(mine))
+            task = progress.add_task("measuring", total=len(mine) * rounds)
 
-            def advance(description):
+            def advance(description, steps=1):
                 progress.update(task, description=escape(label + description))
-                progress.advance(task)
+                progress.advance(task, steps)
 
             rows = measure_cases(store, mine, device, roofs, progress=advance, **common)
     else:  # a log or a pipe: a line per finished case, as it finishes

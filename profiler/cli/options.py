@@ -103,6 +103,26 @@ def add_rep_ms(p: argparse.ArgumentParser) -> None:
                    help="repetition time per case, ms (a positive integer; do_bench on a GPU)")
 
 
+def odd_int(text: str) -> int:
+    """A positive odd integer: an odd number of rounds has a median that one round measured."""
+    value = positive_int(text)
+    if value % 2 == 0:
+        raise argparse.ArgumentTypeError(f"'{text}': must be an odd positive integer (each row keeps the median "
+                                         "round's timing, which an even count does not have)")
+    return value
+
+
+def add_rounds(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rounds", type=odd_int, default=1,
+                   help="time each shape's implementations in turn this many times, in a rotated order, and keep "
+                        "each one's median round (an odd number; default 1): the GPU's drift over a grid then falls "
+                        "on every implementation alike; rows say how far their rounds spread (round_spread)")
+    p.add_argument("--warmup-ms", type=positive_int, default=25,
+                   help="do_bench's warm-up before each timing, ms (default 25; GPU only). A second or more brings "
+                        "the board to the clock and power it holds under a steady load (a training step's), which "
+                        "a short warm-up after an idle moment does not reach (docs/user-guide.md)")
+
+
 def add_cuda_graph(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cuda-graph", dest="cuda_graph", action="store_true",
                    help="time replays of a CUDA graph of each call (forward only, GPU only): decode kernels are "

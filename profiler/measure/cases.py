@@ -20,7 +20,7 @@ from kernels.reference import nvtx_range
 from profiler.measure.ceilings import TORCH_DTYPES
 from profiler.measure.naive_steps import time_naive_steps
 from profiler.measure.ranges import shape_range
-from profiler.measure.runner import CaseResult, free_memory, make_inputs, mode_call, run_case
+from profiler.measure.runner import CaseResult, free_memory, make_inputs, median_round, mode_call, run_case
 from profiler.measure.torch_trace import kernels_of_capture, record_one_iteration, trace_file_name
 from profiler.model.roofs import Roofs
 from profiler.model.rows import capture_row
@@ -74,46 +74,92 @@ def measure_cases(store: ResultStore, cases: list[tuple[Shape, Impl]], device, r
                   progress=None, finished: Callable[[str, list[dict] | None], None] | None = None,
                   trace_filter: Callable[[Shape], bool] | None = None,
                   write_kernels: bool = True, graph: bool = False,
-                  layouts: dict | None = None) -> list[dict]:
+                  layouts: dict | None = None, rounds: int = 1, warmup_ms: int = 25) -> list[dict]:
     """Measure every (shape, impl) case, appending rows to ``store`` as each finishes. ``progress``
-    hears each case's description before it runs, ``finished`` the description and the rows it
+    hears each case's description before it runs (with ``rounds``, each round's, and ``steps=rounds``
+    for a case --resume skips), ``finished`` the description and the rows it
     wrote after (None when --resume found it already measured). Shapes that
     ``trace_filter`` accepts also get a torch-profiler trace per implementation (and, with
     ``write_kernels``, the capture's kernel table is rebuilt from its traces). ``graph`` times
     replays of a CUDA graph of each call (forward only; profiler.measure.timing). ``layouts`` maps a
     shape to the memory layout its inputs take (profiler.measure.runner.INPUT_LAYOUTS; default BHSD),
-    recorded in the rows' ``layout`` (observe's replays, in the layout the run's calls had)."""
+    recorded in the rows' ``layout`` (observe's replays, in the layout the run's calls had).
+
+    ``rounds`` above one interleaves: at each shape the implementations take turns, ``rounds`` times, each
+    round in an order rotated by one (so each goes first as often), and each row is the median round
+    (profiler.measure.runner.median_round); only the first round checks correctness, and a case that did not
+    pass it is not timed again. A GPU's state (clock, power, temperature) drifts over seconds, so two cases
+    timed a minute apart differ by that much without either changing; turns within a shape put the drift on
+    every implementation alike. ``warmup_ms`` is do_bench's warm-up before each timing."""
     device = torch.device(device)
     new_rows = []
     with cuda_profiler_range(device.type == "cuda"):
-        for shape, impl in cases:
-            key = dict(zip(ROW_KEY, shape.row_key(impl.name)))
-            description = f"{impl.name} {shape.mode} {shape.label}"
-            if progress is not None:
-                progress(description)
-            if store.has(key):
-                if finished is not None:
-                    finished(description, None)
-                continue  # --resume: already measured
-            with nvtx_range(shape_range(impl.name, shape)):
-                layout = (layouts or {}).get(shape, "bhsd")
-                result = run_case(impl, shape, device, rep_ms=rep_ms, annotate=False, graph=graph, layout=layout)
+        for shape, impls in _by_shape(cases):
+            todo = []
+            for impl in impls:
+                description = f"{impl.name} {shape.mode} {shape.label}"
+                if store.has(dict(zip(ROW_KEY, shape.row_key(impl.name)))):
+                    if progress is not None:
+                        progress(description, **({"steps": rounds} if rounds > 1 else {}))
+                    if finished is not None:
+                        finished(description, None)
+                    continue  # --resume: already measured
+                todo.append(impl)
+            layout = (layouts or {}).get(shape, "bhsd")
+            timed = _time_in_rounds(shape, todo, device, rounds, progress, rep_ms=rep_ms, warmup_ms=warmup_ms,
+                                    graph=graph, layout=layout)
+            for impl in todo:
+                description = f"{impl.name} {shape.mode} {shape.label}"
+                result = median_round(timed[impl.name])
                 rows = case_rows(result, impl, roofs)
-                if impl.costing.kind == "stepwise" and result.status == "ok":
-                    rows += time_naive_steps(impl, shape, device, roofs, rep_ms, graph=graph, layout=layout)
-                elif impl.costing.kind == "stepwise" and result.status == "oom":
-                    rows += [capture_row(impl.name, impl.costing, shape, step, roofs, timing=None,
-                                          status="oom", message=result.message) for step in impl.steps]
-            if layouts is not None:
-                rows = [row | {"layout": layout} for row in rows]
-            store.append(rows)
-            new_rows += rows
-            if finished is not None:
-                finished(description, rows)
-            if trace_filter is not None and trace_filter(shape) and result.status == "ok":
-                if trace_case(impl, shape, device, store.folder) and write_kernels:
-                    store.write_kernels(kernels_of_capture(store.folder))
+                with nvtx_range(shape_range(impl.name, shape)):
+                    if impl.costing.kind == "stepwise" and result.status == "ok":
+                        rows += time_naive_steps(impl, shape, device, roofs, rep_ms, graph=graph, layout=layout,
+                                                 warmup_ms=warmup_ms)
+                    elif impl.costing.kind == "stepwise" and result.status == "oom":
+                        rows += [capture_row(impl.name, impl.costing, shape, step, roofs, timing=None,
+                                              status="oom", message=result.message) for step in impl.steps]
+                if layouts is not None:
+                    rows = [row | {"layout": layout} for row in rows]
+                store.append(rows)
+                new_rows += rows
+                if finished is not None:
+                    finished(description, rows)
+                if trace_filter is not None and trace_filter(shape) and result.status == "ok":
+                    if trace_case(impl, shape, device, store.folder) and write_kernels:
+                        store.write_kernels(kernels_of_capture(store.folder))
     return new_rows
+
+
+def _by_shape(cases: list[tuple[Shape, Impl]]) -> list[tuple[Shape, list[Impl]]]:
+    """Consecutive cases at one shape, as (shape, their implementations in order)."""
+    groups: list[tuple[Shape, list[Impl]]] = []
+    for shape, impl in cases:
+        if groups and groups[-1][0] == shape:
+            groups[-1][1].append(impl)
+        else:
+            groups.append((shape, [impl]))
+    return groups
+
+
+def _time_in_rounds(shape: Shape, impls: list[Impl], device, rounds: int, progress, **how) -> dict[str, list]:
+    """Each implementation's results at ``shape``, one per round (:func:`measure_cases`), each case inside its
+    NVTX range (profiler.measure.ranges.shape_range). The first round checks correctness; later rounds time
+    again the cases that passed it, the implementations' order rotated by one each round."""
+    timed: dict[str, list] = {impl.name: [] for impl in impls}
+    for turn in range(rounds):
+        order = impls[turn % len(impls):] + impls[:turn % len(impls)] if impls else []
+        for impl in order:
+            label = f"{impl.name} {shape.mode} {shape.label}"
+            if turn and timed[impl.name][-1].status != "ok":
+                if progress is not None:  # the progress bar counts the rounds it is not timed in
+                    progress(f"{label}: {timed[impl.name][-1].status}, not timed again")
+                continue  # failed its check or a round: that failure stands
+            if progress is not None:
+                progress(label if rounds == 1 else f"{label}, round {turn + 1} of {rounds}")
+            with nvtx_range(shape_range(impl.name, shape)):
+                timed[impl.name].append(run_case(impl, shape, device, check=turn == 0, annotate=False, **how))
+    return timed
 
 
 def cases_of(shapes: list[Shape], impls: list[Impl]) -> list[tuple[Shape, Impl]]:

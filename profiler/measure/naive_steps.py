@@ -53,7 +53,7 @@ def _no_grad_call(fn, args):
 
 
 def time_naive_steps(impl: Impl, shape: Shape, device, roofs: Roofs, rep_ms: int, graph: bool = False,
-                     layout: str = "bhsd") -> list[dict]:
+                     layout: str = "bhsd", warmup_ms: int = 25) -> list[dict]:
     """One row per naive step, each timed alone on inputs in ``layout``; a step that runs out of memory says so."""
     rows = []
     done = set()
@@ -67,7 +67,7 @@ def time_naive_steps(impl: Impl, shape: Shape, device, roofs: Roofs, rep_ms: int
                     call()
 
             with nvtx_range(name):
-                timing = measure(timed_call, device, rep_ms=rep_ms, graph=graph)
+                timing = measure(timed_call, device, rep_ms=rep_ms, warmup_ms=warmup_ms, graph=graph)
             rows.append(capture_row(impl.name, impl.costing, shape, step, roofs, timing=timing, status="ok"))
             done.add(step)
             call = None

@@ -8,7 +8,7 @@ import gc
 import os
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -138,11 +138,12 @@ INTERPRETED = ("the Triton interpreter ran it (TRITON_INTERPRET=1): its output p
                "the time is the interpreter's, not a kernel's, so it has no rate and is on no chart")
 
 
-def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: int = 100,
+def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: int = 100, warmup_ms: int = 25,
              annotate: bool = True, graph: bool = False, layout: str = "bhsd") -> CaseResult:
     """Time ``impl`` on ``shape`` in its mode, inside the NVTX range ``<impl>/<mode>/<Shape.tag>``
     (Shape.range_name) unless ``annotate`` is False (the caller opened it); with ``graph``, replays of a CUDA
-    graph of the call (profiler.measure.timing); inputs in ``layout`` (:func:`make_inputs`). Never raises for
+    graph of the call (profiler.measure.timing), after ``warmup_ms`` of do_bench's warm-up; inputs in ``layout``
+    (:func:`make_inputs`); without ``check``, no correctness check (a later round of a checked case). Never raises for
     a failing case: the result's status says ok, wrong (the output failed the correctness check: still timed,
     for the record), interpreted (a Triton kernel the interpreter ran: checked, timed for the record, no
     rate), oom, unsupported or error.
@@ -179,14 +180,14 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
             # Timed for the record where it can be; an output that is not attention's may not even take a
             # backward (None, a list, a detached or mis-shaped tensor), and that keeps its verdict.
             try:
-                _time(result, impl, shape, q, k, v, do, device, rep_ms, annotate, graph)
+                _time(result, impl, shape, q, k, v, do, device, rep_ms, warmup_ms, annotate, graph)
             except Exception as err:  # whatever the user's function raises here: the case is wrong already
                 if is_out_of_memory(err):
                     raise
                 result.timing = None
                 result.message += f"; not timed: {type(err).__name__}: {first_line(err)}"
         else:
-            _time(result, impl, shape, q, k, v, do, device, rep_ms, annotate, graph)
+            _time(result, impl, shape, q, k, v, do, device, rep_ms, warmup_ms, annotate, graph)
             if impl.is_triton and (device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1"):
                 result.status, result.message = "interpreted", INTERPRETED  # also on a GPU: its time is not a kernel's
     except Unsupported as err:
@@ -206,8 +207,8 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
     return result
 
 
-def _time(result: CaseResult, impl: Impl, shape: Shape, q, k, v, do, device, rep_ms: int, annotate: bool,
-          graph: bool) -> None:
+def _time(result: CaseResult, impl: Impl, shape: Shape, q, k, v, do, device, rep_ms: int, warmup_ms: int,
+          annotate: bool, graph: bool) -> None:
     """Time the case in its mode inside its NVTX range, then its peak memory, into ``result``."""
     range_name = shape_range(impl.name, shape)
     call = mode_call(impl, shape, q, k, v, do)
@@ -219,9 +220,26 @@ def _time(result: CaseResult, impl: Impl, shape: Shape, q, k, v, do, device, rep
             call()
 
     with nvtx_range(range_name) if annotate else nullcontext():
-        result.timing = measure(timed_call, device, rep_ms=rep_ms, graph=graph,
+        result.timing = measure(timed_call, device, rep_ms=rep_ms, warmup_ms=warmup_ms, graph=graph,
                                 grad_to_none=None if shape.mode == "fwd" else [q, k, v])
     result.peak_mem_bytes = _peak_memory(impl, q, k, v, do, shape, device)
+
+
+def median_round(results: list[CaseResult]) -> CaseResult:
+    """One case timed in several rounds (``bench --rounds``), as one result: the first round's (its correctness
+    check, path and peak memory) with the timing of the round whose median time is the rounds' median, and the
+    number of rounds and their spread (the slowest round's median over the fastest's, minus one) in it. With an
+    odd number of rounds that median is one round's own, so its percentiles, clock and power belong to it. A round
+    that did not end ok (out of memory on a later round) stands for the case instead, the first such one."""
+    if len(results) == 1:
+        return results[0]
+    failed = next((r for r in results if r.status != "ok" or r.timing is None), None)
+    if failed is not None:
+        return failed
+    times = sorted(results, key=lambda r: r.timing.median_ms)
+    fastest, slowest = times[0].timing.median_ms, times[-1].timing.median_ms
+    middle = times[(len(times) - 1) // 2].timing
+    return replace(results[0], timing=replace(middle, rounds=len(results), round_spread=slowest / fastest - 1))
 
 
 def is_out_of_memory(err: BaseException) -> bool:

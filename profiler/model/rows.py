@@ -30,10 +30,14 @@ class Timing:
     # NVML was not read
     sm_clock_mhz: float | None = None
     power_w: float | None = None
+    # Timed in several interleaved rounds (bench --rounds; profiler.measure.runner.median_round): how many, and the
+    # slowest round's median over the fastest's, minus one. The times, clock and power are then the median round's.
+    rounds: int | None = None
+    round_spread: float | None = None
 
 
-MEASURED = ("time_ms", "time_ms_p10", "time_ms_p90", "sm_clock_mhz", "power_w", "status", "message", "peak_mem_bytes",
-            "max_rel_err")
+MEASURED = ("time_ms", "time_ms_p10", "time_ms_p90", "sm_clock_mhz", "power_w", "rounds", "round_spread", "status",
+            "message", "peak_mem_bytes", "max_rel_err")
 MODEL = ("flops", "hbm_bytes", "tile_bytes")
 
 
@@ -58,7 +62,8 @@ def capture_row(impl: str, costing: Costing, shape: Shape, step: str, roofs: Roo
     }
     if timing is not None:
         row.update(time_ms=timing.median_ms, time_ms_p10=timing.p10_ms, time_ms_p90=timing.p90_ms,
-                   sm_clock_mhz=timing.sm_clock_mhz, power_w=timing.power_w)
+                   sm_clock_mhz=timing.sm_clock_mhz, power_w=timing.power_w, rounds=timing.rounds,
+                   round_spread=timing.round_spread)
     if timing is None or status != "ok":
         return row
     return row | rates(flops, hbm_bytes, timing.median_ms * 1e-3, shape.dtype, roofs)
