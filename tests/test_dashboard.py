@@ -158,6 +158,27 @@ def test_filters_change_what_is_shown():
     assert not at.exception
 
 
+def test_the_sidebar_draws_the_filters_the_charts_follow_after_the_captures_were_cleared(monkeypatch):
+    """Pick head_dim 128, clear the capture selection (the run stops before the filters), pick the capture again: the
+    filters a browser draws anew (each widget's proto default; a browser mounts a new widget from it) are the values
+    the charts follow, and they are the user's, not the opening defaults. Before, the browser drew head_dim 64 while
+    the charts kept 128."""
+    at = _app(ROOT / "reports", monkeypatch, "--select", "fa4-peers-h100-fwd")
+    _select(at, "head_dim", [128])
+    next(r for r in at.radio if r.label == "Bytes for intensity").set_value("tile").run()
+    rows = at.caption[0].value.split(" of ")[0]
+    _select(at, "Captures", [])
+    assert any("Pick at least one capture" in i.value for i in at.info)
+    _select(at, "Captures", ["fa4-peers-h100-fwd"])
+    head_dim = next(m for m in at.sidebar.multiselect if m.label == "head_dim")
+    assert head_dim.value == [128] and [head_dim.options[i] for i in head_dim.proto.default] == ["128"]
+    for widget in at.sidebar.multiselect:  # every filter: what the browser draws is what the charts follow
+        assert [widget.options[i] for i in widget.proto.default] == [str(v) for v in widget.value], widget.label
+    radio = next(r for r in at.radio if r.label == "Bytes for intensity")
+    assert radio.value == "tile" and radio.proto.default == 1
+    assert at.caption[0].value.split(" of ")[0] == rows and not at.exception
+
+
 def test_multi_shape_selections_are_never_merged():
     at = AppTest.from_file(APP, default_timeout=120).run()
     _select(at, "head_dim", [64, 128])

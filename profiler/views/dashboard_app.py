@@ -31,6 +31,7 @@ and everything drawn from meta.json (roofs, ceilings, the caption) is the first 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -142,6 +143,37 @@ if not captures:
     )
     st.stop()
 
+# Streamlit keeps a widget's value in the session when a run stops before drawing it (the st.stop()s below, while no
+# capture is picked), but the browser draws the widget again at its default: the sidebar then showed one head_dim and
+# the charts followed another. So each sidebar widget after those stops has a key made of its name, what made its
+# identity when it had none (its options and computed default: a new capture set still opens on fresh defaults), and
+# a generation that a stopped run advances; the new generation's widgets open on the values the last whole run had,
+# where their options are the same.
+GENERATION, LAST, RESTORE = "sidebar-generation", "sidebar-last", "sidebar-restore"
+
+
+def stop_sidebar() -> None:
+    """st.stop() before the sidebar's widgets are drawn: their next drawing is a new generation of them."""
+    st.session_state[GENERATION] = st.session_state.get(GENERATION, 0) + 1
+    st.session_state[RESTORE] = dict(st.session_state.get(LAST, {}))
+    st.stop()
+
+
+def remembered(name: str, identity: tuple, default):
+    """A sidebar widget's key, and its default: the value it had in the last whole run where it was drawn with the same
+    identity before a stopped run, else ``default``."""
+    restore = st.session_state.get(RESTORE, {}).get(name)
+    digest = hashlib.sha1(repr(identity).encode()).hexdigest()[:12]
+    return f"{name}-{st.session_state.get(GENERATION, 0)}-{digest}", (
+        restore[1] if restore is not None and restore[0] == identity else default)
+
+
+def remember(name: str, identity: tuple, value):
+    """``value``, kept as the widget's last value (:func:`stop_sidebar` restores it)."""
+    st.session_state.setdefault(LAST, {})[name] = (identity, value)
+    return value
+
+
 names = list(captures)
 newest = newest_capture(captures, folders)
 missing = [n for n in named if n not in captures]
@@ -156,17 +188,20 @@ with st.sidebar:
                                           "opens")
     if not chosen_captures:
         st.info("Pick at least one capture.")
-        st.stop()
+        stop_sidebar()
     data = pd.concat([with_capture(n, *captures[n]) for n in chosen_captures], ignore_index=True)
     if data.empty:  # e.g. a capture stopped before its first row was written
         st.info(f"{', '.join(chosen_captures)} holds no rows yet: pick another capture.")
-        st.stop()
+        stop_sidebar()
     first = captures[chosen_captures[0]].meta
     st.header("Filters")
     filters: dict[str, list] = {}
     # A model preset picks heads, K/V heads and head_dim at once (those of the models the data has).
-    preset = st.selectbox("Model preset", preset_choices(data), help="; ".join(
-        f"{n}: {p.heads} heads, {p.kv_heads} K/V heads, D{p.head_dim}" for n, p in PRESETS.items()))
+    presets = preset_choices(data)
+    key, chosen = remembered("preset", (tuple(presets),), presets[0])
+    preset = remember("preset", (tuple(presets),), st.selectbox(
+        "Model preset", presets, index=presets.index(chosen), key=key, help="; ".join(
+            f"{n}: {p.heads} heads, {p.kv_heads} K/V heads, D{p.head_dim}" for n, p in PRESETS.items())))
     fixed = preset_filters(preset)
     preferences = {} if is_observed_run(data) else PREFERRED  # an observed run opens on every row
     preferred = {**preferences, "device": first.get("device")}  # rank 0's of the first capture
@@ -177,7 +212,9 @@ with st.sidebar:
         if column in fixed:
             filters[column] = [fixed[column]]
         elif column != "device" or len(options) > 1:  # one device: the caption names it
-            filters[column] = st.multiselect(label, options, default=first_choice(column, options, starts, preferred))
+            identity = (tuple(options), tuple(first_choice(column, options, starts, preferred)))
+            key, chosen = remembered(column, identity, list(identity[1]))
+            filters[column] = remember(column, identity, st.multiselect(label, options, default=chosen, key=key))
     # Rows of several devices (captures of different GPUs, or one sweep over ranks on different GPUs with
     # --allow-mixed): the roofs and all else drawn from meta.json are the first chosen device's.
     drawn_device = (filters.get("device") or [first.get("device")])[0]
@@ -185,14 +222,21 @@ with st.sidebar:
     memory = memory_name(meta.get("device_type"))
     timer = meta.get("timer") or timer_name(meta.get("device_type"))
     seqs = sorted(data.seq_kv.unique().tolist())
-    lo, hi = st.select_slider("Key length (N for square shapes)", options=seqs, value=(seqs[0], seqs[-1])) \
-        if len(seqs) > 1 else (seqs[0], seqs[0])
+    if len(seqs) > 1:
+        key, chosen = remembered("seq_kv", (tuple(seqs),), (seqs[0], seqs[-1]))
+        lo, hi = remember("seq_kv", (tuple(seqs),), st.select_slider(
+            "Key length (N for square shapes)", options=seqs, value=chosen, key=key))
+    else:
+        lo, hi = seqs[0], seqs[0]
     filters["seq_kv"] = [n for n in seqs if lo <= n <= hi]
-    bound_filter = st.multiselect("Bound", ["memory", "compute"], default=["memory", "compute"],
-                                  help="as the roofline judges it for the bytes chosen below")
-    bytes_kind = st.radio("Bytes for intensity", ["compulsory", "tile"], horizontal=True,
-                          help=f"compulsory: Q, K, V read once, against the {memory} roof; tile: each block's "
-                               "re-reads, against the L2 bandwidth `ceilings` measured")
+    key, chosen = remembered("bound", (), ["memory", "compute"])
+    bound_filter = remember("bound", (), st.multiselect("Bound", ["memory", "compute"], default=chosen, key=key,
+                                                        help="as the roofline judges it for the bytes chosen below"))
+    key, chosen = remembered("bytes", (), "compulsory")
+    bytes_kind = remember("bytes", (), st.radio(
+        "Bytes for intensity", ["compulsory", "tile"], index=["compulsory", "tile"].index(chosen), horizontal=True,
+        key=key, help=f"compulsory: Q, K, V read once, against the {memory} roof; tile: each block's re-reads, "
+                      "against the L2 bandwidth `ceilings` measured"))
 
 view = apply_filters(data, filters)
 dtype = view.dtype.iloc[0] if not view.empty else "fp16"
