@@ -74,10 +74,11 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "power_w": ("float64", "mean board power while the row was timed, W (NVML, as sm_clock_mhz; meta.json's nvml_power "
                            "says which reading); both readings lag a load's start, so a short row after an idle moment "
                            "reads mostly that moment (the `average` reading most); empty where sm_clock_mhz is"),
-    "rounds": ("float64", "interleaved rounds the row's time is the median of (`bench --rounds R`: at each shape the "
-                          "implementations take turns, R times, in a rotated order); time_ms, its percentiles, "
-                          "sm_clock_mhz and power_w are then the median round's; empty: one round"),
-    "round_spread": ("float64", "the slowest round's median time over the fastest's, minus one (`bench --rounds`); "
+    "rounds": ("float64", "interleaved rounds the row's time is the median of (`--rounds R` of bench, capture, "
+                          "sweep: at each shape the implementations take turns, R times, in a rotated order); "
+                          "time_ms, its percentiles, sm_clock_mhz and power_w are then the median round's; empty: "
+                          "one round"),
+    "round_spread": ("float64", "the slowest round's median time over the fastest's, minus one (`--rounds`); "
                                 "empty: one round"),
     "flops": ("float64", "cost-model FLOPs: per naive step; for totals 4·B·H·Nq·Nkv·D (x0.5 causal, x2.5 bwd)"),
     "hbm_bytes": ("float64", "cost-model HBM bytes: per naive step; compulsory bytes for fused kernels"),

@@ -108,6 +108,26 @@ def test_two_ranks_give_the_serial_capture(tmp_path):
     assert frame.duplicated(KEY).sum() == 0
 
 
+def test_rounds_under_torchrun_keep_a_shapes_implementations_on_one_rank(tmp_path):
+    """--rounds 3 on two ranks, rank 1 reporting another device (tests/fake_device.py, --allow-mixed) so that each row
+    names the rank that measured it: a share is whole shapes (a shape's implementations take turns on one GPU, or
+    their ratio would compare two GPUs), so both implementations of every shape name one device; every row a median
+    of three rounds."""
+    fake = [str(ROOT / "tests" / "fake_device.py"), "1", "NVIDIA H100 80GB HBM3"]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    env = {**os.environ, "ATTN_ROOFLINE_CACHE": str(tmp_path / "cache")}
+    split = tmp_path / "split"
+    done = subprocess.run([*launcher, *fake, *SWEEP, "--rounds", "3", "--allow-mixed", "--out", str(split)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    meta, frame = load_capture(split)
+    assert meta["rounds"] == 3 and meta["finished"] and sum(p["cases"] for p in meta["plan"]) == 24
+    totals = frame[frame.step == "total"]
+    assert len(totals) == 24 and (totals.rounds == 3).all() and frame.duplicated(KEY).sum() == 0
+    shape = [c for c in KEY if c not in ("impl", "step")]
+    assert (totals.groupby(shape).device.nunique() == 1).all() and totals.device.nunique() == 2
+
+
 def test_a_killed_rank_loses_nothing_and_resume_finishes(tmp_path):
     serial, split = tmp_path / "serial", tmp_path / "split"
     assert _run([*SWEEP, "--out", str(serial)]).returncode == 0

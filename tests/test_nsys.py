@@ -315,3 +315,39 @@ def test_a_real_capture_with_whole_key_ranges_joins_every_row_by_key(tmp_path, c
     assert set(ours.index) == set(theirs.index)
     assert all(ours.loc[n, "gpu_proj_ns"] == r["Total Proj Time (ns)"] for n, r in theirs.iterrows())
     assert "attn:triton_flash/fwd/B4H32N1024D64-fp16/call" in set(ours.index)
+
+
+def test_a_case_timed_in_rounds_joins_every_rounds_calls_and_its_steps_in_the_first():
+    """--rounds: a case's range opens once a round, all of one name; the naive steps are timed inside the first. The
+    total's nsys_gpu_ms is the median of every round's calls, each step's from inside that first range (nested ranges
+    laid out as measure_cases opens them, with GPU times made up here)."""
+    from profiler.measure.ranges import call_range, qualified, step_range
+
+    case = shape_range("naive", SHAPE)
+    rows, proj = [], {}
+
+    def add(name, parent, depth, ns=0):
+        rid = len(rows) + 1
+        rows.append({"range_id": rid, "parent_id": parent, "range": qualified(name), "depth": depth,
+                     "start_ns": rid * 1000})
+        proj[rid] = ns
+        return rid
+
+    first = add(case, None, 0)
+    for ns in (10_000, 12_000, 14_000):
+        add(call_range(case), first, 1, ns)
+    softmax = add(step_range(case, "softmax"), first, 1)
+    for ns in (3_000, 5_000):
+        add(call_range(step_range(case, "softmax")), softmax, 2, ns)
+    for ns_list in ((20_000, 22_000), (30_000,)):  # rounds 2 and 3, later and slower
+        later = add(case, None, 0)
+        for ns in ns_list:
+            add(call_range(case), later, 1, ns)
+    ranges = pd.DataFrame(rows)
+    projection = pd.DataFrame({"range_id": list(proj), "gpu_proj_ns": list(proj.values())})
+    key = {"mode": "fwd", "batch": 4, "heads": 16, "kv_heads": 16, "seq_q": 2048, "seq_kv": 2048, "head_dim": 64,
+           "dtype": "fp16", "causal": False, "impl": "naive"}
+    results = pd.DataFrame([{**key, "step": "total"}, {**key, "step": "softmax"}])
+    joined = nsys.capture_gpu_times(projection, ranges, results)
+    assert list(joined.nsys_match) == ["key", "key"]
+    assert list(joined.nsys_gpu_ms) == pytest.approx([0.017, 0.004])  # medians of 10,12,14,20,22,30 µs and 3,5 µs

@@ -135,3 +135,39 @@ def test_bench_rounds_must_be_odd_and_positive(value, message, capsys):
         main(["bench", "--rounds", value, "--device", "cpu"])
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_.value.code == 2 and message in err[-1]
+
+
+def test_capture_takes_rounds_too(tmp_path):
+    folder = tmp_path / "c"
+    assert main(["capture", "--seq", "32", "--heads", "2", "--dim", "16", "--dtype", "fp32", "--impl",
+                 "sdpa_flash,naive", "--rep-ms", "5", "--rounds", "3", "--device", "cpu", "--out", str(folder)]) == 0
+    rows = read_results(folder / "results.parquet")
+    totals = rows[rows.step == "total"]
+    assert (totals.rounds == 3).all() and rows[rows.step != "total"].rounds.isna().all()  # naive's steps: timed once
+    assert json.loads((folder / "meta.json").read_text())["rounds"] == 3
+
+
+def test_one_round_writes_each_case_before_the_next_runs(monkeypatch, tmp_path):
+    """Without --rounds a case's rows are in the store before the next case starts, as before rounds existed: an
+    interrupted capture keeps every finished case."""
+    store = ResultStore(tmp_path / "c", {})
+    stored_before = []
+
+    def fake(impl, shape, device, *, check, **how):
+        stored_before.append(len(store.rows))
+        return CaseResult(impl.name, shape, "ok", timing=Timing(1.0, 1.0, 1.0), flops=1e9)
+
+    monkeypatch.setattr(cases_module, "run_case", fake)
+    impls = [get_impl(n) for n in ("sdpa_math", "sdpa_flash")]
+    cases_module.measure_cases(store, cases_module.cases_of([SHAPE], impls), "cpu", ROOFS, rep_ms=5)
+    assert stored_before == [0, 1]
+
+
+def test_bench_rounds_where_no_case_ran_ends_without_a_spread(tmp_path, capsys):
+    """No row timed in rounds (every implementation unsupported or interpreted here): the table and one line a case,
+    no spread line, exit 0."""
+    code = main(["bench", "--seq", "32", "--tokens", "32", "--heads", "2", "--dim", "16", "--dtype", "fp32",
+                 "--impl", "sdpa_cudnn,sdpa_efficient", "--rounds", "3", "--device", "cpu",
+                 "--out", str(tmp_path / "b")])
+    out = capsys.readouterr().out
+    assert code == 0 and "rounds differ" not in out and "sdpa_cudnn fwd" in out

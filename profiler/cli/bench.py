@@ -164,6 +164,8 @@ def run(args) -> int:
 def _print_round_spread(frame, impls: list[str]) -> None:
     """How far each implementation's rounds spread (round_spread) at its widest shape and at the median one: what a
     ratio's last digit is worth."""
+    if "round_spread" not in frame:  # no row was timed in rounds (none ran, or --resume found them all)
+        return
     rows = frame[(frame.step == "total") & frame.impl.isin(impls) & frame.round_spread.notna()]
     for impl, spread in rows.groupby("impl", sort=False).round_spread:
         widest = rows.loc[spread.idxmax()]

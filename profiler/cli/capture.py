@@ -22,6 +22,7 @@ from profiler.cli.options import (
     add_cuda_graph,
     add_device,
     add_rep_ms,
+    add_rounds,
     check_cuda_graph,
     check_fp8,
     check_impl_dtypes,
@@ -62,6 +63,7 @@ def add_capture_arguments(p: argparse.ArgumentParser, shapes: ShapeOptions) -> N
                    help="torch-profiler trace per implementation (default: torch on a GPU, none on a CPU)")
     p.add_argument("--resume", action="store_true", help="keep the rows already in --out, measure the rest")
     add_rep_ms(p)
+    add_rounds(p)
     add_cuda_graph(p)
     add_device(p)
     add_allow_mixed(p)
@@ -92,7 +94,8 @@ def measure_grid(args, shapes: ShapeOptions, kind: str) -> int:
     notes = list(grid.shrunk)
     store, roofs = start_capture(args, label, grid.dtypes, {
         "kind": kind, "shapes": len(shape_list), "impls": [i.name for i in impls],
-        "trace": trace, "defaults_shrunk": notes, "rep_ms": args.rep_ms,
+        "trace": trace, "defaults_shrunk": notes, "rep_ms": args.rep_ms, "rounds": args.rounds,
+        "warmup_ms": args.warmup_ms,
         "flops_convention": "totals: 4·B·H·Nq·Nk·D, x0.5 causal, x2.5 bwd; naive steps: profiler.model.naive",
         **timer}, impls=impls, head_dims=grid.dims)
     say_shrunk(notes)
@@ -101,7 +104,8 @@ def measure_grid(args, shapes: ShapeOptions, kind: str) -> int:
     rows = measure_with_progress(store, shape_list, impls, args.device, roofs, args.rep_ms,
                                  trace_filter=None if traced is None else
                                  (lambda s: (s.seq_q, s.dtype, s.head_dim, s.causal, s.mode) == traced),
-                                 ranks=args.ranks, graph=args.cuda_graph)
+                                 ranks=args.ranks, graph=args.cuda_graph, rounds=args.rounds,
+                                 warmup_ms=args.warmup_ms)
     if args.ranks is not None and not args.ranks.main:
         return 0  # rank 0 merged the parts and prints for every rank
     folder = store.folder

@@ -184,7 +184,7 @@ def measure_with_progress(store, shapes, impls, device: str, roofs, rep_ms: int,
     merges the parts; rank 0 returns every row of the capture, the others their own."""
     from attention_core.shape import ROW_KEY
     from profiler.measure import distributed
-    from profiler.measure.cases import cases_of, measure_cases
+    from profiler.measure.cases import by_shape, cases_of, measure_cases
 
     cases = cases_of(shapes, impls)
     mine = cases
@@ -192,9 +192,14 @@ def measure_with_progress(store, shapes, impls, device: str, roofs, rep_ms: int,
         # What the capture holds already (--resume) is left out of the plan, so the shares stay balanced.
         cases = [(shape, impl) for shape, impl in cases
                  if not store.has(dict(zip(ROW_KEY, shape.row_key(impl.name))))]
-        plan = distributed.share(ranks, [(shape, impl.name) for shape, impl in cases],
-                                 [distributed.predicted_seconds(impl, shape, roofs, rep_ms) for shape, impl in cases])
-        mine = [cases[i] for i in plan.mine]
+        # In rounds a shape's implementations take turns on one GPU, so a share is whole shapes; else single cases.
+        groups = [[(shape, impl) for impl in group] for shape, group in by_shape(cases)] if rounds > 1 else \
+            [[case] for case in cases]
+        plan = distributed.share(
+            ranks, [[(shape, impl.name) for shape, impl in group] for group in groups],
+            [rounds * sum(distributed.predicted_seconds(impl, shape, roofs, rep_ms, warmup_ms) for shape, impl in group)
+             for group in groups])
+        mine = [case for i in plan.mine for case in groups[i]]
     label = "" if ranks is None else f"rank 0 of {ranks.world}: "
     shown = ranks is None or ranks.main
     common = {"rep_ms": rep_ms, "trace_filter": trace_filter, "write_kernels": ranks is None, "graph": graph,
@@ -212,7 +217,7 @@ def measure_with_progress(store, shapes, impls, device: str, roofs, rep_ms: int,
         rows = measure_cases(store, mine, device, roofs, finished=PlainProgress(len(mine), label, enabled=shown),
                              **common)
     if ranks is not None:
-        rows = distributed.finish_capture(ranks, store, plan.as_meta())
+        rows = distributed.finish_capture(ranks, store, plan.as_meta([len(group) for group in groups]))
         if ranks.main and not ranks.shared:
             console.print(f"The ranks saw {len(ranks.views)} different folders at {store.folder} (hosts that do not "
                           "share it): their rows reached rank 0 through the process group.", soft_wrap=True)

@@ -86,15 +86,18 @@ def measure_cases(store: ResultStore, cases: list[tuple[Shape, Impl]], device, r
     recorded in the rows' ``layout`` (observe's replays, in the layout the run's calls had).
 
     ``rounds`` above one interleaves: at each shape the implementations take turns, ``rounds`` times, each
-    round in an order rotated by one (so each goes first as often), and each row is the median round
+    round in an order rotated by one (with as many rounds as implementations, each goes first once), and each row
+    is the median round
     (profiler.measure.runner.median_round); only the first round checks correctness, and a case that did not
     pass it is not timed again. A GPU's state (clock, power, temperature) drifts over seconds, so two cases
     timed a minute apart differ by that much without either changing; turns within a shape put the drift on
-    every implementation alike. ``warmup_ms`` is do_bench's warm-up before each timing."""
+    every implementation alike. A shape's rows are written once its rounds are done; --resume times a shape's
+    missing implementations in turns among themselves. ``warmup_ms`` is do_bench's warm-up before each timing."""
     device = torch.device(device)
     new_rows = []
     with cuda_profiler_range(device.type == "cuda"):
-        for shape, impls in _by_shape(cases):
+        # One round: each case alone, its rows written as it finishes; several: a shape's cases together.
+        for shape, impls in by_shape(cases) if rounds > 1 else [(shape, [impl]) for shape, impl in cases]:
             todo = []
             for impl in impls:
                 description = f"{impl.name} {shape.mode} {shape.label}"
@@ -106,19 +109,12 @@ def measure_cases(store: ResultStore, cases: list[tuple[Shape, Impl]], device, r
                     continue  # --resume: already measured
                 todo.append(impl)
             layout = (layouts or {}).get(shape, "bhsd")
-            timed = _time_in_rounds(shape, todo, device, rounds, progress, rep_ms=rep_ms, warmup_ms=warmup_ms,
-                                    graph=graph, layout=layout)
+            timed, steps = _time_in_rounds(shape, todo, device, rounds, progress, roofs, rep_ms=rep_ms,
+                                           warmup_ms=warmup_ms, graph=graph, layout=layout)
             for impl in todo:
                 description = f"{impl.name} {shape.mode} {shape.label}"
                 result = median_round(timed[impl.name])
-                rows = case_rows(result, impl, roofs)
-                with nvtx_range(shape_range(impl.name, shape)):
-                    if impl.costing.kind == "stepwise" and result.status == "ok":
-                        rows += time_naive_steps(impl, shape, device, roofs, rep_ms, graph=graph, layout=layout,
-                                                 warmup_ms=warmup_ms)
-                    elif impl.costing.kind == "stepwise" and result.status == "oom":
-                        rows += [capture_row(impl.name, impl.costing, shape, step, roofs, timing=None,
-                                              status="oom", message=result.message) for step in impl.steps]
+                rows = case_rows(result, impl, roofs) + steps[impl.name]
                 if layouts is not None:
                     rows = [row | {"layout": layout} for row in rows]
                 store.append(rows)
@@ -131,7 +127,7 @@ def measure_cases(store: ResultStore, cases: list[tuple[Shape, Impl]], device, r
     return new_rows
 
 
-def _by_shape(cases: list[tuple[Shape, Impl]]) -> list[tuple[Shape, list[Impl]]]:
+def by_shape(cases: list[tuple[Shape, Impl]]) -> list[tuple[Shape, list[Impl]]]:
     """Consecutive cases at one shape, as (shape, their implementations in order)."""
     groups: list[tuple[Shape, list[Impl]]] = []
     for shape, impl in cases:
@@ -142,11 +138,15 @@ def _by_shape(cases: list[tuple[Shape, Impl]]) -> list[tuple[Shape, list[Impl]]]
     return groups
 
 
-def _time_in_rounds(shape: Shape, impls: list[Impl], device, rounds: int, progress, **how) -> dict[str, list]:
-    """Each implementation's results at ``shape``, one per round (:func:`measure_cases`), each case inside its
-    NVTX range (profiler.measure.ranges.shape_range). The first round checks correctness; later rounds time
-    again the cases that passed it, the implementations' order rotated by one each round."""
-    timed: dict[str, list] = {impl.name: [] for impl in impls}
+def _time_in_rounds(shape: Shape, impls: list[Impl], device, rounds: int, progress, roofs: Roofs,
+                    **how) -> tuple[dict[str, list[CaseResult]], dict[str, list[dict]]]:
+    """Each implementation's results at ``shape``, one per round (:func:`measure_cases`), and its naive steps' rows.
+    Each case runs inside its NVTX range (profiler.measure.ranges.shape_range), once a round; the first round checks
+    correctness and, in the same range, times a stepwise implementation's steps (profiler.measure.naive_steps), as a
+    capture of one round always has: Nsight Systems ingestion finds a case's steps inside its first range. Later
+    rounds time again the cases that passed, the implementations' order rotated by one each round."""
+    timed: dict[str, list[CaseResult]] = {impl.name: [] for impl in impls}
+    steps: dict[str, list[dict]] = {impl.name: [] for impl in impls}
     for turn in range(rounds):
         order = impls[turn % len(impls):] + impls[:turn % len(impls)] if impls else []
         for impl in order:
@@ -158,8 +158,23 @@ def _time_in_rounds(shape: Shape, impls: list[Impl], device, rounds: int, progre
             if progress is not None:
                 progress(label if rounds == 1 else f"{label}, round {turn + 1} of {rounds}")
             with nvtx_range(shape_range(impl.name, shape)):
-                timed[impl.name].append(run_case(impl, shape, device, check=turn == 0, annotate=False, **how))
-    return timed
+                result = run_case(impl, shape, device, check=turn == 0, annotate=False, **how)
+                timed[impl.name].append(result)
+                if turn == 0 and impl.costing.kind == "stepwise":
+                    steps[impl.name] = _step_rows(impl, shape, result, device, roofs, **how)
+    return timed, steps
+
+
+def _step_rows(impl: Impl, shape: Shape, result: CaseResult, device, roofs: Roofs, *, rep_ms: int, warmup_ms: int,
+               graph: bool, layout: str) -> list[dict]:
+    """A stepwise implementation's rows per step after its case ran: each step timed alone where the case is ok,
+    out of memory where the case was, none otherwise."""
+    if result.status == "ok":
+        return time_naive_steps(impl, shape, device, roofs, rep_ms, graph=graph, layout=layout, warmup_ms=warmup_ms)
+    if result.status == "oom":
+        return [capture_row(impl.name, impl.costing, shape, step, roofs, timing=None, status="oom",
+                            message=result.message) for step in impl.steps]
+    return []
 
 
 def cases_of(shapes: list[Shape], impls: list[Impl]) -> list[tuple[Shape, Impl]]:

@@ -56,7 +56,7 @@ from profiler.store import (
     write_parquet_atomic,
 )
 
-WARMUP_MS = 25  # do_bench's warm-up (profiler.measure.timing)
+WARMUP_MS = 25  # do_bench's default warm-up (profiler.measure.timing; --warmup-ms sets another)
 # How long a rank waits for the others at a barrier: the end of a sweep waits for the slowest share,
 # and shares are balanced by predicted, not measured, time. A rank whose process dies ends the wait
 # at once (its connections close; torchrun stops the others); a host that vanishes without closing
@@ -164,7 +164,7 @@ def stop() -> None:
         dist.destroy_process_group()
 
 
-def predicted_seconds(impl, shape: Shape, roofs: Roofs, rep_ms: int) -> float:
+def predicted_seconds(impl, shape: Shape, roofs: Roofs, rep_ms: int, warmup_ms: int = WARMUP_MS) -> float:
     """What one case is expected to cost on the clock: do_bench's warm-up and repetition time for
     the case and for each naive step timed alone, plus three runs (correctness, peak memory,
     first call) at the roofline's time for its FLOPs and bytes (max of FLOPs / peak and bytes /
@@ -173,7 +173,7 @@ def predicted_seconds(impl, shape: Shape, roofs: Roofs, rep_ms: int) -> float:
     cost = cost_of(impl.costing, shape)
     kernel = 0.0 if peak is None else max(cost.flops / peak[0], cost.hbm_bytes / peak[1])
     timed = len(impl.row_steps)  # the case, and each naive step on its own
-    return timed * (WARMUP_MS + rep_ms) / 1e3 + 3 * kernel
+    return timed * (warmup_ms + rep_ms) / 1e3 + 3 * kernel
 
 
 def plan(costs: list[float], world: int) -> list[list[int]]:
@@ -201,9 +201,11 @@ class Share:
     shares: list[list[int]]
     costs: list[float]
 
-    def as_meta(self) -> list[dict]:
-        return [{"rank": r, "cases": len(share), "predicted_s": round(sum(self.costs[i] for i in share), 1)}
-                for r, share in enumerate(self.shares)]
+    def as_meta(self, sizes: list[int] | None = None) -> list[dict]:
+        """Each rank's cases and predicted seconds; ``sizes``: the cases in each item where an item is several (a
+        shape's implementations, timed in rounds)."""
+        return [{"rank": r, "cases": sum(sizes[i] for i in share) if sizes else len(share),
+                 "predicted_s": round(sum(self.costs[i] for i in share), 1)} for r, share in enumerate(self.shares)]
 
 
 def share(ranks: Ranks, items: list, costs: list[float]) -> Share:

@@ -30,8 +30,9 @@ class Timing:
     # NVML was not read
     sm_clock_mhz: float | None = None
     power_w: float | None = None
-    # Timed in several interleaved rounds (bench --rounds; profiler.measure.runner.median_round): how many, and the
-    # slowest round's median over the fastest's, minus one. The times, clock and power are then the median round's.
+    # Timed in several interleaved rounds (--rounds of bench, capture and sweep; profiler.measure.runner.median_round):
+    # how many, and the slowest round's median over the fastest's, minus one. The times, clock and power are then the
+    # median round's.
     rounds: int | None = None
     round_spread: float | None = None
 

@@ -331,7 +331,9 @@ def capture_gpu_times(projection: pd.DataFrame, ranges: pd.DataFrame, results: p
     rows of other batch, heads, head_dim, dtype or causal share; only where no range carries the row's
     key is that name looked up, and then by order (a capture measures its cases in row order, so the
     k-th range of that name belongs to the k-th total row of that name): "order". A naive step's row
-    takes the case its total row found. "none": neither name is in the export."""
+    takes the case its total row found (its steps are timed in its first range). A case timed in rounds
+    (``--rounds``) has one range a round, all named by its key: its ``nsys_gpu_ms`` is the median of every round's
+    calls. "none": neither name is in the export."""
     proj = projection.set_index("range_id")["gpu_proj_ns"]
     children: dict[int, list[tuple[str, int]]] = {}
     for rid, parent, name in zip(ranges.range_id, ranges.parent_id, ranges.range):
@@ -341,8 +343,8 @@ def capture_gpu_times(projection: pd.DataFrame, ranges: pd.DataFrame, results: p
     for name, rid in zip(outer.range, outer.range_id):
         instances.setdefault(name, []).append(rid)
 
-    def median_ms(parent: int | None, call_name: str) -> float | None:
-        calls = [proj[rid] for name, rid in children.get(parent, []) if name == call_name]
+    def median_ms(parents: list[int], call_name: str) -> float | None:
+        calls = [proj[rid] for parent in parents for name, rid in children.get(parent, []) if name == call_name]
         return float(np.median(calls)) / 1e6 if calls else None
 
     seen: dict[str, int] = {}  # total rows so far per case name: the order match's k
@@ -361,13 +363,15 @@ def capture_gpu_times(projection: pd.DataFrame, ranges: pd.DataFrame, results: p
             found = instances.get(qualified(base), [])
             case = found[k] if k < len(found) else None
             case_of_total[key] = (case, base, match if case is not None else MATCH_NONE)
-            times.append(None if case is None else median_ms(case, qualified(call_range(base))))
+            # Timed in rounds (--rounds), a case has a range a round, all of its key: their calls together
+            rounds = found if match == MATCH_KEY else [case]
+            times.append(None if case is None else median_ms(rounds, qualified(call_range(base))))
             matches.append(case_of_total[key][2])
         else:
             case, base, match = case_of_total.get(key, (None, "", MATCH_NONE))
             step = step_range(base, row.step)
             step_id = next((rid for name, rid in children.get(case, []) if name == qualified(step)), None)
-            times.append(None if step_id is None else median_ms(step_id, qualified(call_range(step))))
+            times.append(None if step_id is None else median_ms([step_id], qualified(call_range(step))))
             matches.append(match if step_id is not None else MATCH_NONE)
     return pd.DataFrame({"nsys_gpu_ms": pd.Series(times, index=results.index, dtype="float64"),
                          "nsys_match": pd.Series(matches, index=results.index, dtype="object")})
