@@ -137,7 +137,7 @@ def test_bench_rounds_must_be_odd_and_positive(value, message, capsys):
     assert exit_.value.code == 2 and message in err[-1]
 
 
-def test_capture_takes_rounds_too(tmp_path):
+def test_capture_takes_rounds_too(tmp_path, capsys):
     folder = tmp_path / "c"
     assert main(["capture", "--seq", "32", "--heads", "2", "--dim", "16", "--dtype", "fp32", "--impl",
                  "sdpa_flash,naive", "--rep-ms", "5", "--rounds", "3", "--device", "cpu", "--out", str(folder)]) == 0
@@ -145,6 +145,10 @@ def test_capture_takes_rounds_too(tmp_path):
     totals = rows[rows.step == "total"]
     assert (totals.rounds == 3).all() and rows[rows.step != "total"].rounds.isna().all()  # naive's steps: timed once
     assert json.loads((folder / "meta.json").read_text())["rounds"] == 3
+    out = capsys.readouterr().out
+    assert "Each row is the median of 3 interleaved rounds." in out
+    for impl in ("sdpa_flash", "naive"):
+        assert f"{impl}: its 3 rounds differ by up to {totals[totals.impl == impl].round_spread.max():.1%}" in out
 
 
 def test_one_round_writes_each_case_before_the_next_runs(monkeypatch, tmp_path):

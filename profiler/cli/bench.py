@@ -18,6 +18,7 @@ from profiler.cli.console import (
     join_ranks,
     measure_with_progress,
     pick_default,
+    print_round_spread,
     say_shrunk,
     shape_words,
     start_capture,
@@ -146,7 +147,7 @@ def run(args) -> int:
         clock += f", the median of {args.rounds} interleaved rounds"
     _print_bench(table, names, baseline, f"{label}: median {clock}, FLOPs = 4·B·H·Nq·Nkv·D (x0.5 causal, x2.5 bwd)")
     if args.rounds > 1:
-        _print_round_spread(to_frame(store.rows), names)
+        print_round_spread(to_frame(store.rows), names)
     for r in store.rows:
         if r["status"] != "ok" and r["impl"] in names and r["step"] == "total":
             console.print(f"{r['impl']} {r['mode']} {Shape.from_row(r).label}: {r['status']}: {r['message']}",
@@ -159,18 +160,6 @@ def run(args) -> int:
     console.print(f"Results written to {store.folder}/ (results.parquet, meta.json).")
     dashboard_hint(store.folder)
     return 0
-
-
-def _print_round_spread(frame, impls: list[str]) -> None:
-    """How far each implementation's rounds spread (round_spread) at its widest shape and at the median one: what a
-    ratio's last digit is worth."""
-    if "round_spread" not in frame:  # no row was timed in rounds (none ran, or --resume found them all)
-        return
-    rows = frame[(frame.step == "total") & frame.impl.isin(impls) & frame.round_spread.notna()]
-    for impl, spread in rows.groupby("impl", sort=False).round_spread:
-        widest = rows.loc[spread.idxmax()]
-        console.print(f"{impl}: its {int(widest.rounds)} rounds differ by up to {spread.max():.1%} "
-                      f"({shape_words(widest)}), the median shape by {spread.median():.1%}", soft_wrap=True)
 
 
 def _shape_columns(table) -> tuple[list[tuple[str, object]], str]:

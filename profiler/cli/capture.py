@@ -14,6 +14,7 @@ from profiler.cli.console import (
     fmt,
     join_ranks,
     measure_with_progress,
+    print_round_spread,
     say_shrunk,
     start_capture,
 )
@@ -110,6 +111,11 @@ def measure_grid(args, shapes: ShapeOptions, kind: str) -> int:
         return 0  # rank 0 merged the parts and prints for every rank
     folder = store.folder
     _print_summary(summary_frame(store.rows if args.resume or args.ranks is not None else rows))
+    if args.rounds > 1:
+        from profiler.store import to_frame
+
+        console.print(f"Each row is the median of {args.rounds} interleaved rounds.")
+        print_round_spread(to_frame(store.rows), [i.name for i in impls])
     console.print(f"Capture written to {folder}/ (results.parquet, meta.json"
                   f"{', kernels.parquet, traces/' if traced else ''}).")
     dashboard_hint(folder)

@@ -224,3 +224,15 @@ def measure_with_progress(store, shapes, impls, device: str, roofs, rep_ms: int,
         return rows
     store.update_meta(finished=True)
     return rows
+
+
+def print_round_spread(frame, impls: list[str]) -> None:
+    """How far each implementation's rounds spread (round_spread) at its widest shape and at the median one: what a
+    ratio's last digit is worth."""
+    if "round_spread" not in frame:  # no row was timed in rounds (none ran, or --resume found them all)
+        return
+    rows = frame[(frame.step == "total") & frame.impl.isin(impls) & frame.round_spread.notna()]
+    for impl, spread in rows.groupby("impl", sort=False).round_spread:
+        widest = rows.loc[spread.idxmax()]
+        console.print(f"{impl}: its {int(widest.rounds)} rounds differ by up to {spread.max():.1%} "
+                      f"({shape_words(widest)}), the median shape by {spread.median():.1%}", soft_wrap=True)
