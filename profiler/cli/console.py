@@ -179,9 +179,8 @@ class PlainProgress:
 def measure_with_progress(store, shapes, impls, device: str, roofs, rep_ms: int, trace_filter=None,
                           ranks=None, graph: bool = False, rounds: int = 1, warmup_ms: int = 25) -> list[dict]:
     """profiler.measure.cases.measure_cases with a progress bar (a step per case and round); marks the capture
-    finished. Under
-    torchrun each rank measures its share of the plan (profiler.measure.distributed) and rank 0
-    merges the parts; rank 0 returns every row of the capture, the others their own."""
+    finished. Under torchrun each rank measures its share of the plan (profiler.measure.distributed; in rounds,
+    whole shapes) and rank 0 merges the parts; rank 0 returns every row of the capture, the others their own."""
     from attention_core.shape import ROW_KEY
     from profiler.measure import distributed
     from profiler.measure.cases import by_shape, cases_of, measure_cases

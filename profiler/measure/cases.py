@@ -85,14 +85,13 @@ def measure_cases(store: ResultStore, cases: list[tuple[Shape, Impl]], device, r
     shape to the memory layout its inputs take (profiler.measure.runner.INPUT_LAYOUTS; default BHSD),
     recorded in the rows' ``layout`` (observe's replays, in the layout the run's calls had).
 
-    ``rounds`` above one interleaves: at each shape the implementations take turns, ``rounds`` times, each
-    round in an order rotated by one (with as many rounds as implementations, each goes first once), and each row
-    is the median round
-    (profiler.measure.runner.median_round); only the first round checks correctness, and a case that did not
-    pass it is not timed again. A GPU's state (clock, power, temperature) drifts over seconds, so two cases
-    timed a minute apart differ by that much without either changing; turns within a shape put the drift on
-    every implementation alike. A shape's rows are written once its rounds are done; --resume times a shape's
-    missing implementations in turns among themselves. ``warmup_ms`` is do_bench's warm-up before each timing."""
+    ``rounds`` above one interleaves: at each shape the implementations take turns, ``rounds`` times, each round in
+    an order rotated by one (with as many rounds as implementations, each goes first once), and each row is the
+    median round (profiler.measure.runner.median_round); only the first round checks correctness, and a case that
+    did not pass it is not timed again. A GPU's state (clock, power, temperature) drifts over seconds, so two cases
+    timed a minute apart differ by that much without either changing; turns within a shape put the drift on every
+    implementation alike. A shape's rows are written once its rounds are done; --resume times a shape's missing
+    implementations in turns among themselves. ``warmup_ms`` is do_bench's warm-up before each timing."""
     device = torch.device(device)
     new_rows = []
     with cuda_profiler_range(device.type == "cuda"):

@@ -143,8 +143,8 @@ def run_case(impl: Impl, shape: Shape, device, *, check: bool = True, rep_ms: in
     """Time ``impl`` on ``shape`` in its mode, inside the NVTX range ``<impl>/<mode>/<Shape.tag>``
     (Shape.range_name) unless ``annotate`` is False (the caller opened it); with ``graph``, replays of a CUDA
     graph of the call (profiler.measure.timing), after ``warmup_ms`` of do_bench's warm-up; inputs in ``layout``
-    (:func:`make_inputs`); without ``check``, no correctness check (a later round of a checked case). Never raises for
-    a failing case: the result's status says ok, wrong (the output failed the correctness check: still timed,
+    (:func:`make_inputs`); without ``check``, no correctness check (a later round of a checked case). Never raises
+    for a failing case: the result's status says ok, wrong (the output failed the correctness check: still timed,
     for the record), interpreted (a Triton kernel the interpreter ran: checked, timed for the record, no
     rate), oom, unsupported or error.
     """
@@ -226,7 +226,7 @@ def _time(result: CaseResult, impl: Impl, shape: Shape, q, k, v, do, device, rep
 
 
 def median_round(results: list[CaseResult]) -> CaseResult:
-    """One case timed in several rounds (``bench --rounds``), as one result: the first round's (its correctness
+    """One case timed in several rounds (``--rounds``), as one result: the first round's (its correctness
     check, path and peak memory) with the timing of the round whose median time is the rounds' median, and the
     number of rounds and their spread (the slowest round's median over the fastest's, minus one) in it. With an
     odd number of rounds that median is one round's own, so its percentiles, clock and power belong to it. A round
