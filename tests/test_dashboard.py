@@ -803,3 +803,17 @@ def test_the_roofline_table_shows_the_sm_clock_each_row_ran_at(monkeypatch):
     assert columns.index("SM clock (MHz)") == columns.index("TFLOP/s") + 1
     older = _app(ROOT / "reports", monkeypatch, "--select", "fa4-peers-h100-bwd")
     assert not any("SM clock (MHz)" in frame.value.columns for frame in older.dataframe)
+    assert not any("rounds' spread (%)" in frame.value.columns for frame in at.dataframe)  # timed once a case
+
+
+def test_the_roofline_table_shows_how_far_each_rows_rounds_spread(monkeypatch):
+    """A grid timed with --rounds 3 (round 22's first forward grid, opened alone by its folder): the Roofline tab's
+    table shows each row's round_spread as a percentage after the clock, the capture's own values."""
+    folder = ROOT / "reports" / "perf-h100" / "gluon_fwd_round22" / "peers_r3_grid1"
+    at = _app(folder, monkeypatch)
+    table = next(frame for frame in at.dataframe if "rounds' spread (%)" in frame.value.columns).value
+    _, rows = load_capture(folder)
+    shown = table["rounds' spread (%)"]
+    assert shown.notna().all() and set(shown.round(9)) <= set((rows.round_spread * 100).round(9))
+    columns = list(table.columns)
+    assert columns.index("rounds' spread (%)") == columns.index("SM clock (MHz)") + 1 and not at.exception

@@ -93,6 +93,7 @@ def model_table(shape: Shape, device: hardware.Device, impls) -> list[dict]:
 
 # The roofline table's headers, as the dashboard names its columns (rooflines.roofline_points' own names).
 ROOFLINE_HEADERS = {"time_ms": "time (ms)", "tflops": "TFLOP/s", "sm_clock_mhz": "SM clock (MHz)",
+                    "round_spread": "rounds' spread (%)",
                     "issued_ratio": "issued ÷ useful FLOPs",
                     "x": "FLOP/B", "view_bound": "bound",
                     "of_roof": "% of roof", "of_size_roof": "% of roof at its size", "binds": "binding ceiling",
@@ -105,7 +106,8 @@ def roofline_table(points: pd.DataFrame) -> pd.DataFrame:
     (selection.shape_labels) and the columns that vary (one-valued columns are the filters'); the kernel
     path where an implementation has several and the call site of observed rows, where any row has one;
     fractions as percentages (the roof at the step's size where the captures measured a copy curve); the SM clock
-    NVML read while a row was timed, where any row has one (profiler.measure.gpu_state)."""
+    NVML read while a row was timed, where any row has one (profiler.measure.gpu_state); and how far a row's
+    rounds spread where any row was timed in rounds (``--rounds``: profiler.measure.runner.median_round)."""
     shape, varying = shape_labels(points)
     extra_columns = [c for c in varying if c != "capture"]
     order = [c for c in ("seq_kv", "seq_q") if c in extra_columns] + [c for c in extra_columns if c[:3] != "seq"]
@@ -116,11 +118,12 @@ def roofline_table(points: pd.DataFrame) -> pd.DataFrame:
     has_size = bool("of_size_roof" in table and table.of_size_roof.notna().any())  # captures with a copy curve
     issued = ["issued_ratio"] * ("issued_ratio" in table)  # the issued-work roofline (rooflines.issued_work)
     clock = ["sm_clock_mhz"] * bool("sm_clock_mhz" in table and table.sm_clock_mhz.notna().any())  # NVML, on a GPU
+    spread = ["round_spread"] * bool("round_spread" in table and table.round_spread.notna().any())  # --rounds
     columns = ["impl", *["site"] * has_site, *["path"] * has_path, "step", "shape", "time_ms", "tflops", *clock,
-               *issued, "x",
+               *spread, *issued, "x",
                "view_bound", "of_roof", *["of_size_roof"] * has_size, "binds", "of_ceiling", *extra_columns]
     table = table[["capture"] * ("capture" in varying) + columns].rename(columns=ROOFLINE_HEADERS)
-    for column in ("% of roof", "% of roof at its size", "% of binding ceiling"):
+    for column in ("% of roof", "% of roof at its size", "% of binding ceiling", "rounds' spread (%)"):
         if column in table:
             table[column] = table[column] * 100
     return table
