@@ -35,11 +35,13 @@ def fmt(x, spec=".3g", missing="-"):
     return missing if x is None or x != x else format(x, spec)  # x != x: NaN
 
 
-def shape_words(shape) -> str:
+def shape_words(shape, heads: bool = False) -> str:
     """A shape as words for a one-line summary: ``fwd bf16 D64 Nq8192 Nkv8192 B4 causal`` (``shape``: a mapping with
-    the row key's mode, dtype, head_dim, seq_q, seq_kv, batch and causal)."""
+    the row key's mode, dtype, head_dim, seq_q, seq_kv, batch and causal); with ``heads``, the query and K/V heads
+    after the batch, ``B4 H32/8``, where shapes of one grid may differ by them alone."""
+    head_words = f" H{shape['heads']}/{shape['kv_heads']}" if heads else ""
     return (f"{shape['mode']} {shape['dtype']} D{shape['head_dim']} Nq{shape['seq_q']} Nkv{shape['seq_kv']} "
-            f"B{shape['batch']}{' causal' if shape['causal'] else ''}")
+            f"B{shape['batch']}{head_words}{' causal' if shape['causal'] else ''}")
 
 
 def pick_default(value, gpu_default: list, cpu_default: list, name: str, on_gpu: bool, notes: list[str]) -> list:

@@ -94,13 +94,12 @@ def run(args) -> int:
         shape = dict(zip(median.index.names, worst))
         console.print(
             f"{args.baseline}/{peer}, each shape's median of {table.shape[1]} captures: lowest {median.min():.3f} "
-            f"({shape_words(shape)}), highest {median.max():.3f}, "
+            f"({shape_words(shape, heads=True)}), highest {median.max():.3f}, "
             f"{int((median >= target).sum())} of {len(median)} at or above {fmt(target, 'g')}; the captures differ on "
             f"a shape by up to {moved.max():.1%} (the median shape by {moved.median():.1%})", soft_wrap=True)
         for key, value in median[median < target].sort_values().items():
             shape = dict(zip(median.index.names, key))
             each = ", ".join(f"{v:.3f}" for v in table.loc[key])
-            console.print(f"  below {fmt(target, 'g')}: {shape['mode']} {shape['dtype']} D{shape['head_dim']} "
-                          f"Nq{shape['seq_q']} B{shape['batch']} H{shape['heads']}/{shape['kv_heads']}"
-                          f"{' causal' if shape['causal'] else ''}: {value:.3f} (captures: {each})", soft_wrap=True)
+            console.print(f"  below {fmt(target, 'g')}: {shape_words(shape, heads=True)}: {value:.3f} "
+                          f"(captures: {each})", soft_wrap=True)
     return 0
