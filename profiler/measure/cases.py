@@ -99,7 +99,7 @@ def measure_cases(store: ResultStore, cases: list[tuple[Shape, Impl]], device, r
         for shape, impls in by_shape(cases) if rounds > 1 else [(shape, [impl]) for shape, impl in cases]:
             todo = []
             for impl in impls:
-                description = f"{impl.name} {shape.mode} {shape.label}"
+                description = case_words(impl, shape)
                 if store.has(dict(zip(ROW_KEY, shape.row_key(impl.name)))):
                     if progress is not None:
                         progress(description, **({"steps": rounds} if rounds > 1 else {}))
@@ -111,7 +111,7 @@ def measure_cases(store: ResultStore, cases: list[tuple[Shape, Impl]], device, r
             timed, steps = _time_in_rounds(shape, todo, device, rounds, progress, roofs, rep_ms=rep_ms,
                                            warmup_ms=warmup_ms, graph=graph, layout=layout)
             for impl in todo:
-                description = f"{impl.name} {shape.mode} {shape.label}"
+                description = case_words(impl, shape)
                 result = median_round(timed[impl.name])
                 rows = case_rows(result, impl, roofs) + steps[impl.name]
                 if layouts is not None:
@@ -124,6 +124,11 @@ def measure_cases(store: ResultStore, cases: list[tuple[Shape, Impl]], device, r
                     if trace_case(impl, shape, device, store.folder) and write_kernels:
                         store.write_kernels(kernels_of_capture(store.folder))
     return new_rows
+
+
+def case_words(impl: Impl, shape: Shape) -> str:
+    """A case as the progress bar and the per-case lines name it: ``triton_flash fwd B4 H32 N=4096 D64 fp16``."""
+    return f"{impl.name} {shape.mode} {shape.label}"
 
 
 def by_shape(cases: list[tuple[Shape, Impl]]) -> list[tuple[Shape, list[Impl]]]:
@@ -149,7 +154,7 @@ def _time_in_rounds(shape: Shape, impls: list[Impl], device, rounds: int, progre
     for turn in range(rounds):
         order = impls[turn % len(impls):] + impls[:turn % len(impls)] if impls else []
         for impl in order:
-            label = f"{impl.name} {shape.mode} {shape.label}"
+            label = case_words(impl, shape)
             if turn and timed[impl.name][-1].status != "ok":
                 if progress is not None:  # the progress bar counts the rounds it is not timed in
                     progress(f"{label}: {timed[impl.name][-1].status}, not timed again")
