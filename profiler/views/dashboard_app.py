@@ -148,7 +148,7 @@ if not captures:
 # the charts followed another. So each sidebar widget after those stops has a key made of its name, what made its
 # identity when it had none (its options and computed default: a new capture set still opens on fresh defaults), and
 # a generation that a stopped run advances; the new generation's widgets open on the values the last whole run had,
-# where their options are the same.
+# where their options are the same (:func:`kept`).
 GENERATION, LAST, RESTORE = "sidebar-generation", "sidebar-last", "sidebar-restore"
 
 
@@ -159,17 +159,14 @@ def stop_sidebar() -> None:
     st.stop()
 
 
-def remembered(name: str, identity: tuple, default):
-    """A sidebar widget's key, and its default: the value it had in the last whole run where it was drawn with the same
-    identity before a stopped run, else ``default``."""
+def kept(name: str, identity: tuple, default, draw):
+    """A sidebar widget drawn by ``draw(key, default)`` and its value: keyed by ``name``, its ``identity`` and the
+    generation; opening on the value it had in the last whole run where it was drawn with the same identity before a
+    stopped run, else on ``default``; its value kept for the next stop (:func:`stop_sidebar`)."""
     restore = st.session_state.get(RESTORE, {}).get(name)
     digest = hashlib.sha1(repr(identity).encode()).hexdigest()[:12]
-    return f"{name}-{st.session_state.get(GENERATION, 0)}-{digest}", (
-        restore[1] if restore is not None and restore[0] == identity else default)
-
-
-def remember(name: str, identity: tuple, value):
-    """``value``, kept as the widget's last value (:func:`stop_sidebar` restores it)."""
+    value = draw(f"{name}-{st.session_state.get(GENERATION, 0)}-{digest}",
+                 restore[1] if restore is not None and restore[0] == identity else default)
     st.session_state.setdefault(LAST, {})[name] = (identity, value)
     return value
 
@@ -198,8 +195,7 @@ with st.sidebar:
     filters: dict[str, list] = {}
     # A model preset picks heads, K/V heads and head_dim at once (those of the models the data has).
     presets = preset_choices(data)
-    key, chosen = remembered("preset", (tuple(presets),), presets[0])
-    preset = remember("preset", (tuple(presets),), st.selectbox(
+    preset = kept("preset", (tuple(presets),), presets[0], lambda key, chosen: st.selectbox(
         "Model preset", presets, index=presets.index(chosen), key=key, help="; ".join(
             f"{n}: {p.heads} heads, {p.kv_heads} K/V heads, D{p.head_dim}" for n, p in PRESETS.items())))
     fixed = preset_filters(preset)
@@ -212,9 +208,10 @@ with st.sidebar:
         if column in fixed:
             filters[column] = [fixed[column]]
         elif column != "device" or len(options) > 1:  # one device: the caption names it
-            identity = (tuple(options), tuple(first_choice(column, options, starts, preferred)))
-            key, chosen = remembered(column, identity, list(identity[1]))
-            filters[column] = remember(column, identity, st.multiselect(label, options, default=chosen, key=key))
+            opening = first_choice(column, options, starts, preferred)
+            filters[column] = kept(column, (tuple(options), tuple(opening)), opening,
+                                   lambda key, chosen, label=label, options=options: st.multiselect(
+                                       label, options, default=chosen, key=key))
     # Rows of several devices (captures of different GPUs, or one sweep over ranks on different GPUs with
     # --allow-mixed): the roofs and all else drawn from meta.json are the first chosen device's.
     drawn_device = (filters.get("device") or [first.get("device")])[0]
@@ -222,18 +219,14 @@ with st.sidebar:
     memory = memory_name(meta.get("device_type"))
     timer = meta.get("timer") or timer_name(meta.get("device_type"))
     seqs = sorted(data.seq_kv.unique().tolist())
-    if len(seqs) > 1:
-        key, chosen = remembered("seq_kv", (tuple(seqs),), (seqs[0], seqs[-1]))
-        lo, hi = remember("seq_kv", (tuple(seqs),), st.select_slider(
-            "Key length (N for square shapes)", options=seqs, value=chosen, key=key))
-    else:
-        lo, hi = seqs[0], seqs[0]
+    lo, hi = kept("seq_kv", (tuple(seqs),), (seqs[0], seqs[-1]), lambda key, chosen: st.select_slider(
+        "Key length (N for square shapes)", options=seqs, value=chosen, key=key)) if len(seqs) > 1 else \
+        (seqs[0], seqs[0])
     filters["seq_kv"] = [n for n in seqs if lo <= n <= hi]
-    key, chosen = remembered("bound", (), ["memory", "compute"])
-    bound_filter = remember("bound", (), st.multiselect("Bound", ["memory", "compute"], default=chosen, key=key,
-                                                        help="as the roofline judges it for the bytes chosen below"))
-    key, chosen = remembered("bytes", (), "compulsory")
-    bytes_kind = remember("bytes", (), st.radio(
+    bound_filter = kept("bound", (), ["memory", "compute"], lambda key, chosen: st.multiselect(
+        "Bound", ["memory", "compute"], default=chosen, key=key,
+        help="as the roofline judges it for the bytes chosen below"))
+    bytes_kind = kept("bytes", (), "compulsory", lambda key, chosen: st.radio(
         "Bytes for intensity", ["compulsory", "tile"], index=["compulsory", "tile"].index(chosen), horizontal=True,
         key=key, help=f"compulsory: Q, K, V read once, against the {memory} roof; tile: each block's re-reads, "
                       "against the L2 bandwidth `ceilings` measured"))
