@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_readme import unwrapped
 
 from attention_core.shape import Shape
 from kernels.flash_fwd_fp8 import FP8, FP8_MAX, dequantize_fp8, flash_attention_fp8, quantize_fp8, unsupported_on
@@ -171,7 +172,7 @@ def test_the_readme_quotes_the_fp8_capture():
 
     from profiler.views import rooflines
 
-    text = " ".join((ROOT / "README.md").read_text().split())  # as wrapped, a phrase may span two lines
+    text = unwrapped(ROOT / "README.md")
     rows = pd.read_parquet(CAPTURE / "results.parquet")
     ok = rows[rows.status == "ok"]
     fp8, cudnn = ok[ok.dtype == "fp8"], ok[(ok.dtype == "bf16") & (ok.impl == "sdpa_cudnn")]

@@ -20,6 +20,11 @@ README = ROOT / "README.md"
 REPORTS = ROOT / "reports"
 
 
+def unwrapped(path: Path) -> str:
+    """A Markdown file's text with its line wrapping undone: a quoted phrase may span two lines."""
+    return " ".join(path.read_text().split())
+
+
 def span(ratio):
     return f"{ratio.min():.2f}x to {ratio.max():.2f}x"
 
@@ -63,7 +68,7 @@ def test_the_backward_row_says_where_its_rounded_minimum_stands():
     _, times = peer_times("fa4-peers-h100-bwd", "bwd")
     fa4 = times.fa4 / times.triton_flash
     assert f"{fa4.min():.2f}" == "0.90" and len(fa4) == 40
-    text = " ".join(README.read_text().split())
+    text = unwrapped(README)
     assert (f"the backward's lowest shape against FA4 measured {fa4.min():.4f}x, shown as 0.90x (the target is 0.90x); "
             f"our backward is at or above FA4 on {(fa4 >= 1).sum()} of the {len(fa4)} shapes") in text
 
@@ -117,16 +122,15 @@ def test_the_backward_line_quotes_its_three_later_grids_medians():
     (issue 42's backward targets), and the shape below cuDNN."""
     fa4, cudnn = forward_grids(BACKWARD_GRIDS, "bwd")
     assert len(fa4) == 40
-    _, median_fa4, median_cudnn = grid_medians(fa4, cudnn)
+    moved, median_fa4, median_cudnn = grid_medians(fa4, cudnn)
     below = median_cudnn[median_cudnn < 1]
     assert len(below) == 1
-    text = " ".join(README.read_text().split())
+    text = unwrapped(README)
     assert (f"put every shape's median at or above 0.90x FA4, the lowest {median_fa4.min():.3f}x, and "
             f"{(median_cudnn >= 1).sum()} of 40 at or above cuDNN, the one below {shape_phrase(below.index[0])}, "
             f"{below.iloc[0]:.3f}x") in text
     assert (median_fa4 >= 0.9).all()
-    moved, _, _ = grid_medians(fa4, cudnn)
-    page = " ".join((ROOT / "docs" / "results.md").read_text().split())
+    page = unwrapped(ROOT / "docs" / "results.md")
     assert (f"they had {', '.join(str((fa4[g] >= 0.9).sum()) for g in BACKWARD_GRIDS[:2])} and "
             f"{(fa4[BACKWARD_GRIDS[2]] >= 0.9).sum()} shapes at or above 0.90x FA4 and "
             f"{', '.join(str((cudnn[g] >= 1).sum()) for g in BACKWARD_GRIDS[:2])} and "
@@ -145,7 +149,7 @@ def test_the_forward_line_counts_the_shapes_at_its_targets():
     assert len(fa4) == len(cudnn) == 40
     first_fa4, first_cudnn = fa4[FORWARD_GRIDS[0]], cudnn[FORWARD_GRIDS[0]]
     moved, median_fa4, median_cudnn = grid_medians(fa4, cudnn)
-    text = " ".join(README.read_text().split())
+    text = unwrapped(README)
     assert (f"Our forward is at or above 0.97x FA4 on {(first_fa4 >= 0.97).sum()} of the 40 shapes and at or above "
             f"cuDNN on {(first_cudnn >= 1).sum()} in this capture") in text
     others = [(fa4[folder] >= 0.97).sum() for folder in FORWARD_GRIDS[1:]]
@@ -188,7 +192,7 @@ def test_the_forward_grids_ran_at_the_boost_clock_which_explains_little_of_their
     rows = pd.concat(rows)
     medians = rows.groupby("impl").sm_clock_mhz.median()
     assert set(medians.index) == {"fa4", "sdpa_cudnn", "triton_flash"} and (medians >= 0.99 * boost).all()
-    text = " ".join(README.read_text().split())
+    text = unwrapped(README)
     assert (f"the median clock of each implementation's rows was {medians.min():.0f} to {medians.max():.0f} MHz, "
             f"about the H100's {boost:.0f} MHz boost clock (single rows down to {rows.sm_clock_mhz.min():.0f} MHz)"
             ) in text
@@ -199,7 +203,7 @@ def test_the_forward_grids_ran_at_the_boost_clock_which_explains_little_of_their
     every, far = np.corrcoef(deviation, clock_log)[0, 1], np.corrcoef(deviation[apart], clock_log[apart])[0, 1]
     assert abs(every) < 0.2
     assert "the clock explains little of a shape's move from grid to grid" in text
-    notes = " ".join((ROOT / "docs" / "perf-notes.md").read_text().split())
+    notes = unwrapped(ROOT / "docs" / "perf-notes.md")
     assert (f"In {apart.sum()} of the {len(apart)} shape-grid pairs ours and FA4 ran more than 2% apart in clock, in "
             f"either direction; a shape's ours/FA4 in one grid against its median over four follows the ratio of the "
             f"two clocks with a correlation of {every:.2f} over all pairs and {far:.2f} over those {apart.sum()}"
@@ -235,13 +239,13 @@ def test_round_22s_rounds_grids_are_quoted_as_measured():
     below = bwd_fa4[bwd_fa4 < 0.9]
     assert len(below) == 1
     counts = [(fa4[g] >= 0.97).sum() for g in ROUNDS_GRIDS], [(cudnn[g] >= 1).sum() for g in ROUNDS_GRIDS]
-    readme = " ".join(README.read_text().split())
+    readme = unwrapped(README)
     assert (f"the forward twice, {counts[0][0]} and {counts[0][1]} of 40 shapes at or above 0.97x FA4 and "
             f"{counts[1][0]} and {counts[1][1]} at or above cuDNN, every miss at head_dim 128 with N 8k or 16k; the "
             f"backward once, {(bwd_fa4 >= 0.9).sum()} of 40 at or above 0.90x FA4 (the one below "
             f"{shape_phrase(below.index[0])}, {below.iloc[0]:.3f}x) and {(bwd_cudnn >= 1).sum()} at or above cuDNN"
             ) in readme
-    page = " ".join((ROOT / "docs" / "results.md").read_text().split())
+    page = unwrapped(ROOT / "docs" / "results.md")
     assert (f"two forward grids had {counts[0][0]} and {counts[0][1]} of 40 shapes at or above 0.97x FA4 and "
             f"{counts[1][0]} and {counts[1][1]} at or above cuDNN, and differed on a shape's ours/FA4 by up to "
             f"{moved:.1%}; every shape below 0.97x in them is head_dim 128 at N 8192 or 16384, where round 21's four "
