@@ -175,3 +175,44 @@ def test_bench_rounds_where_no_case_ran_ends_without_a_spread(tmp_path, capsys):
                  "--out", str(tmp_path / "b")])
     out = capsys.readouterr().out
     assert code == 0 and "rounds differ" not in out and "sdpa_cudnn fwd" in out
+
+
+def test_a_long_warm_up_runs_before_nvml_reads(monkeypatch):
+    """--warmup-ms beyond do_bench's own 25 ms runs the call back to back before the sampler starts, so the row's
+    clock and power are read over the timed repetitions (and do_bench's 25 ms); a CUDA device without a GPU here,
+    its synchronize, L2 flush, sampler and do_bench stood in for."""
+    import contextlib
+
+    import triton.testing
+
+    from profiler.measure import timing
+
+    events = []
+
+    class Sampler:
+        def __init__(self, device):
+            self.sm_clock_mhz, self.power_w = 1500.0, 690.0
+
+        def __enter__(self):
+            events.append("sampler on")
+            return self
+
+        def __exit__(self, *exc):
+            events.append("sampler off")
+
+    def do_bench(fn, warmup, rep, grad_to_none, quantiles):
+        events.append(("do_bench", warmup, rep))
+        return 1.0, 0.9, 1.1
+
+    monkeypatch.setattr(timing, "GpuSampler", Sampler)
+    monkeypatch.setattr(timing, "clean_l2_flush", contextlib.nullcontext)
+    monkeypatch.setattr(timing.torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    out = timing.measure(lambda: events.append("call"), "cuda", warmup_ms=60, rep_ms=100)
+    first_on = events.index("sampler on")
+    assert events[:first_on] and set(events[:first_on]) == {"call"}  # warmed for ~35 ms before the readings
+    assert events[first_on + 1:] == [("do_bench", 25, 100), "sampler off"]
+    assert (out.sm_clock_mhz, out.power_w) == (1500.0, 690.0)
+    events.clear()
+    timing.measure(lambda: events.append("call"), "cuda", warmup_ms=25, rep_ms=100)
+    assert events == ["sampler on", ("do_bench", 25, 100), "sampler off"]  # the default: do_bench's warm-up alone

@@ -65,20 +65,41 @@ def clean_l2_flush():
             driver.clear_cache = own
 
 
+DO_BENCH_WARMUP_MS = 25  # do_bench's own warm-up, inside the NVML readings; a longer one runs before them
+
+
+def warm_up(fn: Callable[[], object], ms: float, batch: int = 8) -> None:
+    """Run ``fn`` back to back on the GPU for about ``ms`` milliseconds (in batches of ``batch`` calls, each waited
+    for, so that the host's clock follows the GPU's work rather than running ahead of it)."""
+    import time
+
+    end = time.perf_counter() + ms / 1e3
+    torch.cuda.synchronize()
+    while time.perf_counter() < end:
+        for _ in range(batch):
+            fn()
+        torch.cuda.synchronize()
+
+
 def measure(fn: Callable[[], object], device: torch.device | str, *, warmup_ms: int = 25, rep_ms: int = 100,
             grad_to_none: list[torch.Tensor] | None = None, graph: bool = False) -> Timing:
     """Median, 10th and 90th percentile time of ``fn()`` in milliseconds (``graph``: of replays of
     a CUDA graph of it; forward calls only, a GPU only), and on a GPU the SM clock and board power NVML read
-    meanwhile (profiler.measure.gpu_state)."""
+    meanwhile (profiler.measure.gpu_state). A warm-up longer than do_bench's own (:data:`DO_BENCH_WARMUP_MS`) runs
+    before NVML's readings start, so a row's clock and power describe its timed repetitions and do_bench's short
+    warm-up, not the seconds that brought the board to its power limit (docs/perf-notes.md, round 22, item 3)."""
     if torch.device(device).type == "cuda":
         import triton.testing
 
         if graph:
             fn = graphed(fn)
-        with clean_l2_flush(), GpuSampler(device) as state:
-            median, p10, p90 = triton.testing.do_bench(
-                fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grad_to_none, quantiles=[0.5, 0.1, 0.9]
-            )
+        with clean_l2_flush():
+            if warmup_ms > DO_BENCH_WARMUP_MS:
+                warm_up(fn, warmup_ms - DO_BENCH_WARMUP_MS)
+            with GpuSampler(device) as state:
+                median, p10, p90 = triton.testing.do_bench(
+                    fn, warmup=min(warmup_ms, DO_BENCH_WARMUP_MS), rep=rep_ms, grad_to_none=grad_to_none,
+                    quantiles=[0.5, 0.1, 0.9])
         return Timing(median, p10, p90, state.sm_clock_mhz, state.power_w)
     import torch.utils.benchmark as benchmark
 
