@@ -123,14 +123,6 @@ class HopperConfig(NamedTuple):
     # would otherwise compute a tile masked for every row of it in every program (but a last one cut by the row's end),
     # and the second in every other one.
     causal_trim: bool = False
-    # With split_mask: PV's wait stays after the softmax's exponentials. ptxas otherwise issues it as soon as the row
-    # maxima are shuffled (it costs nothing in its model), so the exponentials wait for PV instead of running beside
-    # it (docs/perf-notes.md, "Gluon forward, round 23"). The anchor is a shared-memory store of the row sums,
-    # predicated on a sum below zero, which never holds, that ptxas keeps before the wait.
-    late_wait: bool = False
-    # With split_mask: key tiles a trip of its loops, 1 or 2. Two give each P its own registers in turn, so that a P
-    # rounded while the previous PV still reads its registers needs no copy into them (late_wait's, round 23).
-    unroll: int = 1
 
     @property
     def block_m(self) -> int:
@@ -472,72 +464,33 @@ def _row_partials(p):
 
 
 @gluon.jit
-def _kept_before_the_wait(l_i):
-    """``l_i`` unchanged, through a shared-memory store that runs only for a row sum below zero (never: a sum of
-    exponentials is >= 0, or NaN, which compares false). ptxas orders the wgmma wait after it, and so after every
-    exponential the sums add (HopperConfig.late_wait)."""
-    return gl.inline_asm_elementwise(
-        "{ .reg .pred p; .reg .u32 a; mov.u32 a, 0; setp.lt.f32 p, $1, 0f00000000; @p st.shared.f32 [a], $1; "
-        "mov.b32 $0, $1; }", "=r,r", [l_i], dtype=gl.float32, is_pure=False, pack=1)
-
-
-@gluon.jit
-def _overlap_step(j, q, bufs, bars, turns, acc, p_op, m_i, l_i, count, offs_n, rows, seq_kv, scale, s_zero,
-                  p_layout: gl.constexpr, o_layout: gl.constexpr, WG: gl.constexpr, BLOCK_N: gl.constexpr,
-                  STAGES: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr, FP8: gl.constexpr,
-                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, ROW_PARTIALS: gl.constexpr, LATE_WAIT: gl.constexpr):
-    """Round j of :func:`_overlap_steps`: issue S(j) and PV(j - 1), the softmax of S(j), wait for PV(j - 1) (with
-    ``LATE_WAIT`` after the softmax's exponentials: :func:`_kept_before_the_wait`), rescale O, round P(j)."""
-    q_smem, k_smem, v_smem, o_smem = bufs
-    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
-    c = count + j
-    prev = (c - 1) % STAGES
-    _take_turn(turns, c, WG, PINGPONG)
-    s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
-    mbarrier.wait(v_ready.index(prev), ring_phase(c - 1, STAGES))
-    p16 = _unpack_p(p_op, v_smem.dtype == gl.float16, p_layout)
-    acc = warpgroup_mma(p16, _pv_operand(v_smem, prev, FP8), acc, is_async=True)
-    _pass_turn(turns, WG, NUM_WG, PINGPONG)
-    s = warpgroup_mma_wait(1, deps=(s,))  # S(j) done; PV(j-1) may still run
-    mbarrier.arrive(k_empty.index(c % STAGES), count=1)
-    p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j * BLOCK_N + offs_n, rows, seq_kv, scale, MASKED, CAUSAL,
-                                       ROW_PARTIALS)
-    if LATE_WAIT:
-        l_i = _kept_before_the_wait(l_i)
-    acc = _pv_wait(acc, p16, FP8)
-    mbarrier.arrive(v_empty.index(prev), count=1)
-    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-    p_op = _pack_p(p, v_smem.dtype == gl.float16)
-    return acc, p_op, m_i, l_i
-
-
-@gluon.jit
 def _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, lo, hi, offs_n, rows, seq_kv, scale, s_zero,
                    p_layout: gl.constexpr, o_layout: gl.constexpr, WG: gl.constexpr, BLOCK_N: gl.constexpr,
                    STAGES: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr, FP8: gl.constexpr,
-                   MASKED: gl.constexpr, CAUSAL: gl.constexpr, ROW_PARTIALS: gl.constexpr,
-                   LATE_WAIT: gl.constexpr, UNROLL: gl.constexpr):
+                   MASKED: gl.constexpr, CAUSAL: gl.constexpr, ROW_PARTIALS: gl.constexpr):
     """Key tiles lo ... hi - 1 of the overlapped loop with ``split_mask``: each round issues S(j) and PV(j - 1),
     then the softmax of S(j), compiled with the mask or without it (``MASKED``) for the whole loop, and rounds P(j)
-    for the next round's PV (:func:`_overlap_step`), ``UNROLL`` rounds a trip. Returns (acc, P(hi - 1) packed by
-    :func:`_pack_p`, m, l); with ``ROW_PARTIALS`` l is each thread's [M, 4] share (:func:`_row_partials`)."""
-    if UNROLL == 2:
-        for j in range(lo, hi - 1, 2):
-            acc, p_op, m_i, l_i = _overlap_step(j, q, bufs, bars, turns, acc, p_op, m_i, l_i, count, offs_n, rows,
-                                                seq_kv, scale, s_zero, p_layout, o_layout, WG, BLOCK_N, STAGES,
-                                                PINGPONG, NUM_WG, FP8, MASKED, CAUSAL, ROW_PARTIALS, LATE_WAIT)
-            acc, p_op, m_i, l_i = _overlap_step(j + 1, q, bufs, bars, turns, acc, p_op, m_i, l_i, count, offs_n, rows,
-                                                seq_kv, scale, s_zero, p_layout, o_layout, WG, BLOCK_N, STAGES,
-                                                PINGPONG, NUM_WG, FP8, MASKED, CAUSAL, ROW_PARTIALS, LATE_WAIT)
-        if (hi - lo) % 2 == 1:
-            acc, p_op, m_i, l_i = _overlap_step(hi - 1, q, bufs, bars, turns, acc, p_op, m_i, l_i, count, offs_n, rows,
-                                                seq_kv, scale, s_zero, p_layout, o_layout, WG, BLOCK_N, STAGES,
-                                                PINGPONG, NUM_WG, FP8, MASKED, CAUSAL, ROW_PARTIALS, LATE_WAIT)
-    else:
-        for j in range(lo, hi):
-            acc, p_op, m_i, l_i = _overlap_step(j, q, bufs, bars, turns, acc, p_op, m_i, l_i, count, offs_n, rows,
-                                                seq_kv, scale, s_zero, p_layout, o_layout, WG, BLOCK_N, STAGES,
-                                                PINGPONG, NUM_WG, FP8, MASKED, CAUSAL, ROW_PARTIALS, LATE_WAIT)
+    for the next round's PV. Returns (acc, P(hi - 1) packed by :func:`_pack_p`, m, l); with ``ROW_PARTIALS`` l is
+    each thread's [M, 4] share (:func:`_row_partials`)."""
+    q_smem, k_smem, v_smem, o_smem = bufs
+    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
+    for j in range(lo, hi):
+        c = count + j
+        prev = (c - 1) % STAGES
+        _take_turn(turns, c, WG, PINGPONG)
+        s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
+        mbarrier.wait(v_ready.index(prev), ring_phase(c - 1, STAGES))
+        p16 = _unpack_p(p_op, v_smem.dtype == gl.float16, p_layout)
+        acc = warpgroup_mma(p16, _pv_operand(v_smem, prev, FP8), acc, is_async=True)
+        _pass_turn(turns, WG, NUM_WG, PINGPONG)
+        s = warpgroup_mma_wait(1, deps=(s,))  # S(j) done; PV(j-1) may still run
+        mbarrier.arrive(k_empty.index(c % STAGES), count=1)
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j * BLOCK_N + offs_n, rows, seq_kv, scale, MASKED, CAUSAL,
+                                           ROW_PARTIALS)
+        acc = _pv_wait(acc, p16, FP8)
+        mbarrier.arrive(v_empty.index(prev), count=1)
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+        p_op = _pack_p(p, v_smem.dtype == gl.float16)
     return acc, p_op, m_i, l_i
 
 
@@ -547,7 +500,7 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr, CAUSAL: gl.constexpr,
                         OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr, FP8: gl.constexpr,
                         O_TMA: gl.constexpr, SPLIT_MASK: gl.constexpr, ROW_PARTIALS: gl.constexpr,
-                        CAUSAL_TRIM: gl.constexpr, LATE_WAIT: gl.constexpr, UNROLL: gl.constexpr):
+                        CAUSAL_TRIM: gl.constexpr):
     """One warpgroup: for each query tile of this program, rows off_m + WG·64 ... + 63 against
     every key tile, then O and the logsumexp of those rows. With ``FP8`` (e4m3 Q, K, V and an fp32
     descale per (batch, head) each, ``descales``) Q's and K's descales fold into the exp2 scale and V's
@@ -614,11 +567,11 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
                 acc, p_op, m_i, l_i = _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, 1, split,
                                                      offs_n, rows, seq_kv, scale, s_zero, p_layout, o_layout, WG,
                                                      BLOCK_N, STAGES, PINGPONG, NUM_WG, FP8, False, CAUSAL,
-                                                     ROW_PARTIALS, LATE_WAIT, UNROLL)
+                                                     ROW_PARTIALS)
                 acc, p_op, m_i, l_i = _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, split,
                                                      n_own, offs_n, rows, seq_kv, scale, s_zero, p_layout,
                                                      o_layout, WG, BLOCK_N, STAGES, PINGPONG, NUM_WG, FP8, True,
-                                                     CAUSAL, ROW_PARTIALS, LATE_WAIT, UNROLL)
+                                                     CAUSAL, ROW_PARTIALS)
                 if ROW_PARTIALS:
                     l_i = gl.convert_layout(gl.sum(l_i, axis=1), row_layout)
             else:
@@ -726,8 +679,7 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
                      Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr, V_LAYOUT: gl.constexpr, FP8: gl.constexpr,
                      O_TMA: gl.constexpr, O_LAYOUT: gl.constexpr, SPLIT_MASK: gl.constexpr,
-                     ROW_PARTIALS: gl.constexpr, CAUSAL_TRIM: gl.constexpr, LATE_WAIT: gl.constexpr,
-                     UNROLL: gl.constexpr):
+                     ROW_PARTIALS: gl.constexpr, CAUSAL_TRIM: gl.constexpr):
     """Program p takes query tiles p, p + programs, ... of the ``total`` = m_blocks · batch·heads
     in :func:`_tile`'s order (one each when the grid has a program per tile; persistent when it
     has one per SM). The descales are None unless ``FP8``."""
@@ -777,11 +729,11 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 0, HEAD_DIM, BLOCK_N,
                                        STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, LATE_WAIT, UNROLL)),
+                                       SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 1, HEAD_DIM, BLOCK_N,
                                        STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, LATE_WAIT, UNROLL)),
+                                       SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
                                    CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
             ],
@@ -794,15 +746,15 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 0, HEAD_DIM, BLOCK_N,
                                        STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, LATE_WAIT, UNROLL)),
+                                       SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 1, HEAD_DIM, BLOCK_N,
                                        STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, LATE_WAIT, UNROLL)),
+                                       SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 2, HEAD_DIM, BLOCK_N,
                                        STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, LATE_WAIT, UNROLL)),
+                                       SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
                                    CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
             ],
@@ -856,12 +808,6 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
         raise ValueError("split_mask packs P in 16-bit pairs: give e4m3 inputs a config without it")
     if config is not None and config.split_mask and not config.overlap:
         raise ValueError("split_mask splits the overlapped key loop: give it overlap=True, or leave it off")
-    if config is not None and config.unroll not in (1, 2):
-        raise ValueError(f"unroll={config.unroll}: 1 or 2 key tiles a trip of split_mask's loops")
-    if config is not None and config.unroll == 2 and not config.split_mask:
-        raise ValueError("unroll=2 unrolls split_mask's loops: give it split_mask=True, or leave it 1")
-    if config is not None and config.late_wait and not config.split_mask:
-        raise ValueError("late_wait anchors the wait in split_mask's loops: give it split_mask=True, or leave it off")
     if config is not None and config.row_partials and not config.split_mask:
         raise ValueError("row_partials defers the row sums of split_mask's loops: give it split_mask=True, or leave "
                          "it off")
@@ -934,8 +880,7 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
                   else tile_layout(config.block_n, head_dim, q.dtype)), FP8=fp8, O_TMA=config.o_tma,
         O_LAYOUT=tile_layout(SPLIT_M, head_dim, out_dtype or q.dtype) if config.o_tma else None,
         SPLIT_MASK=config.split_mask, ROW_PARTIALS=config.row_partials,
-        CAUSAL_TRIM=config.causal_trim and bool(causal), LATE_WAIT=config.late_wait,
-        UNROLL=config.unroll)
+        CAUSAL_TRIM=config.causal_trim and bool(causal))
     ints = (heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total, schedule.section, int(schedule.snake))
     return _Plan((programs,), ints, constexprs, config.block_n)
 

@@ -563,14 +563,6 @@ def test_o_by_tma_is_the_16_bit_default_and_refused_in_fp8():
     with pytest.raises(ValueError, match="causal_trim shortens split_mask's masked loop"):
         hopper.hopper_forward(bf16, bf16, bf16, True, 0.125, hopper.CONFIGS[64, True]._replace(split_mask=False,
                                                                                                row_partials=False))
-    with pytest.raises(ValueError, match="late_wait anchors the wait in split_mask's loops"):
-        hopper.hopper_forward(bf16, bf16, bf16, False, 0.125, hopper.CONFIGS[64, False]._replace(
-            split_mask=False, row_partials=False, late_wait=True))
-    with pytest.raises(ValueError, match="unroll=2 unrolls split_mask's loops"):
-        hopper.hopper_forward(bf16, bf16, bf16, False, 0.125, hopper.CONFIGS[64, False]._replace(
-            split_mask=False, row_partials=False, unroll=2))
-    with pytest.raises(ValueError, match="unroll=3: 1 or 2 key tiles a trip"):
-        hopper.hopper_forward(bf16, bf16, bf16, False, 0.125, hopper.CONFIGS[64, False]._replace(unroll=3))
 
 
 def test_split_mask_and_row_partials_are_in_every_16_bit_default():
