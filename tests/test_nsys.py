@@ -101,10 +101,10 @@ def test_kernels_are_attributed_to_implementation_and_step(export):
 
 
 def test_capture_join_gives_per_repetition_gpu_time(export):
-    ranges, _, projection = export
+    ranges, ops, projection = export
     results = pd.read_parquet(DATA / "results.parquet")
     stored = results.pop("nsys_gpu_ms")
-    frame = nsys.capture_gpu_times(projection, ranges, results)
+    frame = nsys.capture_gpu_times(projection, ranges, results, ops)
     joined = list(frame.nsys_gpu_ms)
     assert joined == pytest.approx(list(stored))
     # Its ranges were named before they held the whole key (attn:triton_flash/fwd/seq=2048): matched by order.
@@ -113,8 +113,36 @@ def test_capture_join_gives_per_repetition_gpu_time(export):
     # a little lower because events also time the gaps around the first and last kernel.
     ratio = pd.Series(joined) / results.time_ms
     assert ((ratio > 0.95) & (ratio <= 1.0)).all(), ratio.tolist()
-    by = {(r.impl, r.step): j for r, j in zip(results.itertuples(), joined)}
-    assert by[("triton_flash", "total")] == pytest.approx(177343 / 1e6)  # Proj Med of its /call range
+    # Without the GPU ops, every repetition counts, do_bench's estimate and warm-up calls too: then the join gives
+    # the median of the /call range's instances that `nsys stats` prints ("Proj Med" of stats_nvtx_gpu_proj_sum.csv).
+    every = nsys.capture_gpu_times(projection, ranges, results)
+    proj_med = pd.read_csv(DATA / "stats_nvtx_gpu_proj_sum.csv").set_index("Range")["Proj Med (ns)"]
+    for row, ms in zip(results.itertuples(), every.nsys_gpu_ms):
+        call = "attn:" + legacy_shape_range(row.impl, SHAPE) + ("" if row.step == "total" else f"/{row.step}") + "/call"
+        assert ms == pytest.approx(proj_med[call] / 1e6), call
+
+
+def test_the_join_keeps_the_repetitions_do_bench_timed(export):
+    """do_bench calls a function 5 times after an L2 flush each (its estimate), then back to back n_warmup times,
+    then n_repeat times after a flush each, timed; n_warmup and n_repeat are its warmup (25 ms) and rep (this capture's
+    40 ms) over the estimate, so the timed calls outnumber the warm-up ones 40:25 (int() rounds each down). In the
+    real export, each case's repetitions come in that order, and the join keeps the timed ones: the last run after
+    a flush each."""
+    ranges, ops, projection = export
+    after_flush = nsys.timed_calls(ranges, ops)
+    calls = ranges[ranges.range.str.endswith("/call")]
+    assert len(calls) == 1312 and set(after_flush) == set(calls.range_id)  # every repetition launched GPU work
+    proj = projection.set_index("range_id").gpu_proj_ns
+    for (_, name), group in calls.groupby(["parent_id", "range"], sort=False):
+        flags = "".join("F" if after_flush[rid] else "." for rid in group.range_id)
+        timed = nsys._timed(list(group.range_id), after_flush)
+        warm_up = flags.rstrip("F").count(".")
+        assert flags.endswith("F" * len(timed)) and len(timed) + warm_up + 5 <= len(flags) <= len(timed) + warm_up + 6
+        assert 1.5 < len(timed) / warm_up < 1.7, (name, flags)
+        assert list(group.range_id)[-len(timed):] == timed
+        if name == "attn:triton_flash/fwd/seq=2048/call":
+            assert (len(timed), warm_up) == (137, 85)
+            assert proj[timed].median() == pytest.approx(177695)  # ns; all 228 instances: nsys stats' 177343
 
 
 def test_summarize_cli_json(capsys):
@@ -203,14 +231,13 @@ def test_join_on_the_key_tells_rows_of_equal_impl_and_length_apart_by_heads(tmp_
     h8 = replace(SHAPE, heads=8, kv_heads=8)
     path = renamed_export(tmp_path, {legacy_shape_range("triton_flash", SHAPE): shape_range("triton_flash", SHAPE),
                                      legacy_shape_range("sdpa_flash", SHAPE): shape_range("triton_flash", h8)})
-    ranges, _, projection = nsys.read_export(path)
+    ranges, ops, projection = nsys.read_export(path)
     assert {"attn:triton_flash/fwd/B4H16N2048D64-fp16", "attn:triton_flash/fwd/B4H8N2048D64-fp16"} <= set(ranges.range)
     results = two_triton_rows_of_different_heads()
-    joined = nsys.capture_gpu_times(projection, ranges, results)
+    joined = nsys.capture_gpu_times(projection, ranges, results, ops)
     times = stored_times()
     assert list(results.heads) == [8, 16] and list(joined.nsys_match) == ["key", "key"]
     assert list(joined.nsys_gpu_ms) == pytest.approx([times[("sdpa_flash", "total")], times[("triton_flash", "total")]])
-    assert joined.nsys_gpu_ms[1] == pytest.approx(177343 / 1e6)  # the H16 row: its own range's Proj Med
 
 
 def test_names_without_the_key_fall_back_to_order_and_say_so(tmp_path):
@@ -218,8 +245,8 @@ def test_names_without_the_key_fall_back_to_order_and_say_so(tmp_path):
     order tells them apart, and rows listed out of run order get each other's times; nsys_match says "order"."""
     path = renamed_export(tmp_path, {legacy_shape_range("sdpa_flash", SHAPE): legacy_shape_range("triton_flash",
                                                                                                   SHAPE)})
-    ranges, _, projection = nsys.read_export(path)
-    joined = nsys.capture_gpu_times(projection, ranges, two_triton_rows_of_different_heads())
+    ranges, ops, projection = nsys.read_export(path)
+    joined = nsys.capture_gpu_times(projection, ranges, two_triton_rows_of_different_heads(), ops)
     times = stored_times()
     assert list(joined.nsys_match) == ["order", "order"]
     assert list(joined.nsys_gpu_ms) == pytest.approx([times[("triton_flash", "total")], times[("sdpa_flash", "total")]])
