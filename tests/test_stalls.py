@@ -180,3 +180,51 @@ def test_bad_input_is_one_line_and_exit_status_2(tmp_path):
                               text=True)
         assert done.returncode == 2, args
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
+
+
+ROUND23 = ROOT / "reports/perf-h100/gluon_fwd_round23"
+
+
+def wait_order():
+    import importlib.util
+
+    path = ROOT / "scripts" / "perf_experiments" / "ncu_wait_order.py"
+    spec = importlib.util.spec_from_file_location("ncu_wait_order", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.loop_order
+
+
+def sass_rows(name: str) -> list[list[str]]:
+    """The instruction rows of a round-23 source page, read with the csv module alone."""
+    import gzip
+
+    with gzip.open(ROUND23 / f"fwd_round23_ncu_{name}.sass.csv.gz", "rt", newline="") as f:
+        lines = list(csv.reader(f))
+    header = lines[1]
+    return [dict(zip(header, row)) for row in lines[2:] if len(row) == len(header)]
+
+
+@pytest.mark.parametrize("name, hot, runs, wait, first_exp", [
+    ("default", 1032192, 2, 110, 122),  # ptxas waits for PV before every exponential
+    ("late", 1032192, 2, 420, 164),  # late_wait: after them
+    ("fa4", 2064384, 1, 196, 117),  # FA4: after 10 of its 66
+])
+def test_where_pv_waits_in_the_round_23_pages(name, hot, runs, wait, first_exp):
+    """scripts/perf_experiments/ncu_wait_order.py on the Nsight Compute pages docs/perf-notes.md's round 23 reads:
+    the hottest loop's runs, and in the first, PV's wait (DEPBAR0, no wgmma left in flight) and the exponentials,
+    against the positions and samples counted here from the CSV rows."""
+    rows = sass_rows(name)
+    body = [r for r in rows if int(r["Instructions Executed"].replace(",", "") or 0) == hot]
+    waits = [i for i, r in enumerate(body)
+             if "WARPGROUP.DEPBAR" in r["Source"] and r["Source"].rstrip(" ;").endswith("0x0")]
+    exps = [i for i, r in enumerate(body) if "MUFU.EX2" in r["Source"]]
+    lines = wait_order()(str(ROUND23 / f"fwd_round23_ncu_{name}.sass.csv.gz"))
+    assert lines[0] == f"{len(body)} instructions executed {hot} times"
+    assert sum(line.startswith("  a run of") for line in lines) == runs
+    run_start = next(i for i, r in enumerate(body) if r["Address"] == lines[1].split("(from ")[1].split(")")[0])
+    samples = int(body[waits[0]]["Warp Stall Sampling (All Samples)"].replace(",", ""))
+    assert waits[0] - run_start == wait and f"{wait}:DEPBAR0({samples})" in lines[2]
+    assert f"MUFU {first_exp}-" in lines[1] and exps[0] - run_start == first_exp
+    before = sum(1 for e in exps if e < waits[0])
+    assert before == {"default": 0, "late": 66, "fa4": 10}[name]

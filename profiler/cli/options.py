@@ -118,9 +118,10 @@ def add_rounds(p: argparse.ArgumentParser) -> None:
                         "each one's median round (an odd number; default 1): the GPU's drift over a grid then falls "
                         "on every implementation alike; rows say how far their rounds spread (round_spread)")
     p.add_argument("--warmup-ms", type=positive_int, default=25,
-                   help="do_bench's warm-up before each timing, ms (default 25; GPU only). A second or more heats "
-                        "the board toward its power limit, as a training step's steady load does; a row's clock and "
-                        "power are read over the warm-up and the timing together (docs/user-guide.md)")
+                   help="warm-up before each timing, ms (default 25, do_bench's own; GPU only). A second or more "
+                        "heats the board toward its power limit, as a training step's steady load does; past 25 ms "
+                        "it runs before NVML reads, so a row's clock and power are its timed repetitions' "
+                        "(docs/user-guide.md)")
 
 
 def add_cuda_graph(p: argparse.ArgumentParser) -> None:

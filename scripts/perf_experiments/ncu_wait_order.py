@@ -1,0 +1,79 @@
+"""Where a kernel's waits sit in its hottest loop, from Nsight Compute's SASS source page (docs/perf-notes.md,
+"Gluon forward, round 23"): does a wgmma wait come before or after the softmax's exponentials?
+
+    ncu -i report.ncu-rep --page source --csv --print-source sass > page.sass.csv
+    python3 scripts/perf_experiments/ncu_wait_order.py page.sass.csv [more.sass.csv.gz ...]
+
+The hottest loop is the instructions executed most often, weighted by how many there are (a loop body; a kernel
+with the body compiled once per warpgroup has one run per copy). For each run of consecutive such instructions:
+its length, the positions of its first and last HGMMA, MUFU (the exponentials) and F2FP (the rounding of P to 16
+bits), then in order each WARPGROUP.DEPBAR (``DEPBAR1`` waits until one wgmma group is left in flight, ``DEPBAR0``
+until none), named barrier (BAR.SYNC, BAR.ARV), mbarrier wait (``WAIT``) and arrive (``ARRIVE``), with the warp
+samples each drew.
+"""
+import collections
+import gzip
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.getcwd())
+from profiler.nsight.stalls import read_source_page  # noqa: E402
+
+
+def event(opcode: str, sass: str) -> str | None:
+    """The name a waiting or signalling instruction goes by in the printout, or None."""
+    if opcode.startswith("WARPGROUP.DEPBAR"):
+        return "DEPBAR" + sass.rstrip(";").strip()[-1]  # ... gsb0, 0x1: the groups left in flight
+    if opcode.startswith("SYNCS.PHASECHK"):
+        return "WAIT"
+    if opcode.startswith("SYNCS.ARRIVE"):
+        return "ARRIVE"
+    if opcode.startswith("BAR."):
+        return ".".join(opcode.split(".")[:2])  # BAR.SYNC, BAR.ARV
+    return None
+
+
+def span(body, text: str) -> str:
+    """First and last position in ``body`` of the instructions whose SASS holds ``text``."""
+    at = list(body.index[body.sass.str.contains(text, regex=False)])
+    return f"{at[0]}-{at[-1]}" if at else "-"
+
+
+def loop_order(path: str) -> list[str]:
+    if path.endswith(".gz"):
+        with gzip.open(path, "rb") as src, tempfile.NamedTemporaryFile(suffix=".csv", delete=False) as dst:
+            shutil.copyfileobj(src, dst)
+        path = dst.name
+    _, page = read_source_page(path)
+    weight = collections.Counter()
+    for executions in page.executions:
+        weight[executions] += executions
+    hot = max((e for e in weight if e > 0), key=weight.__getitem__)
+    rows = page.reset_index(drop=True)
+    index = list(rows.index[rows.executions == hot])
+    runs, start = [], index[0]
+    for before, after in zip(index, index[1:] + [None]):
+        if after != before + 1:
+            runs.append((start, before))
+            start = after
+    lines = [f"{len(index)} instructions executed {hot} times"]
+    for first, last in runs:
+        body = rows.iloc[first:last + 1].reset_index(drop=True)
+        if len(body) < 100:
+            continue
+        marks = [f"{i}:{name}({int(samples)})" for i, (opcode, sass, samples)
+                 in enumerate(zip(body.opcode, body.sass, body.samples)) if (name := event(opcode, sass))]
+        lines.append(f"  a run of {len(body)} (from {body.address[0]}): HGMMA {span(body, 'HGMMA')}, "
+                     f"MUFU {span(body, 'MUFU')}, F2FP {span(body, 'F2FP')}")
+        lines.append("    " + " ".join(marks))
+    return lines
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        raise SystemExit("usage: ncu_wait_order.py page.sass.csv[.gz] ...")
+    for arg in sys.argv[1:]:
+        print(arg)
+        print("\n".join(loop_order(arg)))
