@@ -123,26 +123,61 @@ def test_capture_join_gives_per_repetition_gpu_time(export):
 
 
 def test_the_join_keeps_the_repetitions_do_bench_timed(export):
-    """do_bench calls a function 5 times after an L2 flush each (its estimate), then back to back n_warmup times,
-    then n_repeat times after a flush each, timed; n_warmup and n_repeat are its warmup (25 ms) and rep (this capture's
-    40 ms) over the estimate, so the timed calls outnumber the warm-up ones 40:25 (int() rounds each down). In the
-    real export, each case's repetitions come in that order, and the join keeps the timed ones: the last run after
-    a flush each."""
+    """do_bench calls a function once, then 5 times after an L2 flush each (timing the 5 with CUDA events: its
+    estimate e), then n_warmup = int(warmup / e) times back to back, then n_repeat = int(rep / e) times after a
+    flush each, timed (triton.testing.do_bench; this capture's warmup 25 ms and rep 40 ms). For each case of the
+    real export, the join's split of its calls into 1 + 5 + warm-up + timed must fit that formula for
+    one estimate e, and e must agree with the GPU timeline: the 5 estimate calls' span, from the flush before
+    the first to the end of the fifth, over 5 (a little shorter than the events' e, which also time the gaps
+    between launches)."""
+    import math
+
     ranges, ops, projection = export
     after_flush = nsys.timed_calls(ranges, ops)
-    calls = ranges[ranges.range.str.endswith("/call")]
-    assert len(calls) == 1312 and set(after_flush) == set(calls.range_id)  # every repetition launched GPU work
+    ops = ops.sort_values("start_ns").reset_index(drop=True)
     proj = projection.set_index("range_id").gpu_proj_ns
-    for (_, name), group in calls.groupby(["parent_id", "range"], sort=False):
-        flags = "".join("F" if after_flush[rid] else "." for rid in group.range_id)
-        timed = nsys._timed(list(group.range_id), after_flush)
-        warm_up = flags.rstrip("F").count(".")
-        assert flags.endswith("F" * len(timed)) and len(timed) + warm_up + 5 <= len(flags) <= len(timed) + warm_up + 6
-        assert 1.5 < len(timed) / warm_up < 1.7, (name, flags)
-        assert list(group.range_id)[-len(timed):] == timed
-        if name == "attn:triton_flash/fwd/seq=2048/call":
-            assert (len(timed), warm_up) == (137, 85)
-            assert proj[timed].median() == pytest.approx(177695)  # ns; all 228 instances: nsys stats' 177343
+    stored = stored_times()  # results.parquet's nsys_gpu_ms, as `nsys ingest` wrote it
+    for impl in ("triton_flash", "sdpa_flash", "naive"):
+        case = f"attn:{impl}/fwd/seq=2048"
+        case_id = ranges.range_id[ranges.range == case].iloc[0]
+        calls = ranges[(ranges.parent_id == case_id) & (ranges.range == case + "/call")].sort_values("start_ns")
+        timed = nsys._timed(list(calls.range_id), after_flush)
+        assert timed == list(calls.range_id)[-len(timed):]
+        n_repeat, n_warmup = len(timed), len(calls) - 6 - len(timed)
+        # the estimates int() maps to these counts: e in (25 / (n_warmup + 1), 25 / n_warmup], and so for rep
+        low, high = max(25 / (n_warmup + 1), 40 / (n_repeat + 1)), min(25 / n_warmup, 40 / n_repeat)
+        assert low < high, (case, n_warmup, n_repeat)
+        spans = []
+        for call in calls.itertuples():
+            mine = ops[(ops.global_tid == call.global_tid) & ops.launch_ns.between(call.start_ns, call.end_ns)]
+            spans.append((mine.start_ns.min(), mine.end_ns.max()))
+        flush = ops[ops.end_ns <= spans[1][0]].iloc[-1]  # the op before the first estimate call: its flush
+        gpu_estimate = (spans[5][1] - flush.start_ns) / 5 / 1e6
+        assert 0.95 * high < gpu_estimate < high, (case, gpu_estimate, low, high)
+        assert proj[timed].median() / 1e6 == pytest.approx(stored[impl, "total"])
+        assert not math.isclose(proj[calls.range_id].median() / 1e6, stored[impl, "total"])  # every call's median
+
+
+def test_timed_repetitions_skip_calls_without_gpu_work_and_fall_back_to_all():
+    """_timed on made-up flags (True: after a flush, False: not, absent: launched no GPU work): the calls after a
+    flush past the last without; a call without GPU work counts neither way; with no flush at all, or no ops
+    (an export read without them), every call."""
+    calls = [1, 2, 3, 4, 5, 6, 7]
+    flags = {1: True, 2: True, 3: False, 4: False, 5: True, 7: True}  # 6 launched nothing
+    assert nsys._timed(calls, flags) == [5, 7]
+    assert nsys._timed(calls, {**flags, 7: False}) == calls  # nothing after the last call without a flush
+    assert nsys._timed(calls, dict.fromkeys(calls, False)) == calls
+    assert nsys._timed(calls, {}) == calls
+
+
+def test_a_range_is_a_repetition_only_where_its_parent_names_it():
+    """A range named like ours but not inside the range it names (a user's own ``.../call`` range inside a
+    repetition) is not taken for one: the ops inside it stay with the repetition around it."""
+    rows = [(1, -1, "attn:x/fwd/B1/call"), (2, -1, "attn:x/fwd/B1"), (3, 2, "attn:x/fwd/B1/call"),
+            (4, 3, "attn:user/step/call"), (5, 2, "attn:x/fwd/B1/call")]
+    ranges = pd.DataFrame(rows, columns=["range_id", "parent_id", "range"])
+    ops = pd.DataFrame({"global_tid": [1] * 4, "launch_ns": [10, 20, 30, 40], "range_id": [2, 4, 2, 5]})
+    assert nsys.timed_calls(ranges, ops) == {3: True, 5: True}  # 1 is no repetition: nothing around it names it
 
 
 def test_summarize_cli_json(capsys):

@@ -182,6 +182,7 @@ def test_a_long_warm_up_runs_before_nvml_reads(monkeypatch):
     clock and power are read over the timed repetitions (and do_bench's 25 ms); a CUDA device without a GPU here,
     its synchronize, L2 flush, sampler and do_bench stood in for."""
     import contextlib
+    import time
 
     import triton.testing
 
@@ -208,9 +209,17 @@ def test_a_long_warm_up_runs_before_nvml_reads(monkeypatch):
     monkeypatch.setattr(timing, "clean_l2_flush", contextlib.nullcontext)
     monkeypatch.setattr(timing.torch.cuda, "synchronize", lambda *a: None)
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
-    out = timing.measure(lambda: events.append("call"), "cuda", warmup_ms=60, rep_ms=100)
+    clock = [100.0]  # seconds; each call takes 1 ms of it
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+
+    def call():
+        events.append("call")
+        clock[0] += 1e-3
+
+    out = timing.measure(call, "cuda", warmup_ms=60, rep_ms=100)
     first_on = events.index("sampler on")
-    assert events[:first_on] and set(events[:first_on]) == {"call"}  # warmed for ~35 ms before the readings
+    assert set(events[:first_on]) == {"call"}
+    assert 35 <= first_on < 35 + 8  # 60 - 25 ms of 1 ms calls before the readings, in batches of 8
     assert events[first_on + 1:] == [("do_bench", 25, 100), "sampler off"]
     assert (out.sm_clock_mhz, out.power_w) == (1500.0, 690.0)
     events.clear()

@@ -73,8 +73,8 @@ def warm_up(fn: Callable[[], object], ms: float, batch: int = 8) -> None:
     for, so that the host's clock follows the GPU's work rather than running ahead of it)."""
     import time
 
+    torch.cuda.synchronize()  # the work already queued is not the warm-up's
     end = time.perf_counter() + ms / 1e3
-    torch.cuda.synchronize()
     while time.perf_counter() < end:
         for _ in range(batch):
             fn()

@@ -321,22 +321,23 @@ MATCH_NONE = "none"  # no range of either name: nsys_gpu_ms is empty
 
 
 def timed_calls(ranges: pd.DataFrame, ops: pd.DataFrame) -> dict[int, bool]:
-    """For each per-repetition range (``.../call``) that launched GPU work: whether the op launched just before its
-    first one (on its thread) was launched in the range around it and in no repetition: do_bench's L2 flush.
+    """For each per-repetition range (``<parent>/call`` directly inside ``<parent>``) that launched GPU work: whether
+    the op launched just before its first one (on its thread) was launched in that parent and in no repetition.
 
-    do_bench (triton.testing) calls the function 5 times after a flush each, to estimate its time; then
-    back to back, as warm-up; then once after a flush each, timed by CUDA events. Back-to-back calls run
-    without the flush's cold L2 and, at the power limit, at the clock of the board's first milliseconds
-    (docs/perf-notes.md, "Gluon forward, round 23": ours 3,028 µs a call back to back against 3,340 µs
-    timed). :func:`capture_gpu_times` keeps the calls after a flush that come after the last call without
-    one: the timed repetitions."""
+    do_bench (triton.testing) calls the function once; then 5 times, each after an L2 flush, to estimate its
+    time; then n_warmup times back to back; then n_repeat times, each after a flush, timed by CUDA events.
+    The flush is such an op (and, before the first call, the correctness check's copy). The CUDA events time
+    the last n_repeat calls alone, and the calls before them ran earlier, at the clock of the board's first
+    milliseconds: in docs/perf-notes.md's round 23 (an H100 at its power limit) ours ran 3,010 to 3,035 µs in
+    the first 20 calls and about 3,340 µs from then on. :func:`capture_gpu_times` keeps, of a range's calls,
+    those after such an op that come after the last one that is not (:func:`_timed`): the timed repetitions."""
+    name = dict(zip(ranges.range_id, ranges.range))
     parent = dict(zip(ranges.range_id, ranges.parent_id))
-    suffix = "/" + CALL
-    is_call = {rid: name.endswith(suffix) for rid, name in zip(ranges.range_id, ranges.range)}
+    is_call = {rid: parent[rid] in name and name[rid] == f"{name[parent[rid]]}/{CALL}" for rid in name}
     nearest: dict[int, int | None] = {}
 
     def call_of(rid: int) -> int | None:
-        """The repetition a range belongs to (itself, or the nearest ``/call`` around it), or None."""
+        """The repetition a range belongs to (itself, or the nearest call around it), or None."""
         if rid not in nearest:
             up = rid
             while up in parent and not is_call[up]:
@@ -357,10 +358,11 @@ def timed_calls(ranges: pd.DataFrame, ops: pd.DataFrame) -> dict[int, bool]:
 
 
 def _timed(calls: list[int], after_flush: dict[int, bool]) -> list[int]:
-    """Of one range's repetitions in order, those after a flush that follow its last one without: the timed
-    repetitions (:func:`timed_calls`); all of them where none qualifies (a capture without GPU ops, or no flush)."""
-    flags = [after_flush.get(rid, False) for rid in calls]
-    last_untimed = max((i for i, flag in enumerate(flags) if not flag), default=-1)
+    """Of one range's repetitions in order, those after a flush that come after its last one without (a call that
+    launched no GPU work, absent from ``after_flush``, counts neither way): the timed repetitions
+    (:func:`timed_calls`); all of them where none qualifies (a capture without GPU ops, or without a flush)."""
+    flags = [after_flush.get(rid) for rid in calls]
+    last_untimed = max((i for i, flag in enumerate(flags) if flag is False), default=-1)
     timed = [rid for rid, flag in zip(calls[last_untimed + 1:], flags[last_untimed + 1:]) if flag]
     return timed or calls
 

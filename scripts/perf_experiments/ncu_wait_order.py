@@ -5,7 +5,8 @@
     python3 scripts/perf_experiments/ncu_wait_order.py page.sass.csv [more.sass.csv.gz ...]
 
 The hottest loop is the instructions executed most often, weighted by how many there are (a loop body; a kernel
-with the body compiled once per warpgroup has one run per copy). For each run of consecutive such instructions:
+with the body compiled once per warpgroup has one run per copy). For each run of 100 or more consecutive such
+instructions (shorter runs, pieces of code the loop branches to, are counted in the first line only):
 its length, the positions of its first and last HGMMA, MUFU (the exponentials) and F2FP (the rounding of P to 16
 bits), then in order each WARPGROUP.DEPBAR (``DEPBAR1`` waits until one wgmma group is left in flight, ``DEPBAR0``
 until none), named barrier (BAR.SYNC, BAR.ARV), mbarrier wait (``WAIT``) and arrive (``ARRIVE``), with the warp
@@ -17,8 +18,9 @@ import os
 import shutil
 import sys
 import tempfile
+from pathlib import Path
 
-sys.path.insert(0, os.getcwd())
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from profiler.nsight.stalls import read_source_page  # noqa: E402
 
 
@@ -41,12 +43,21 @@ def span(body, text: str) -> str:
     return f"{at[0]}-{at[-1]}" if at else "-"
 
 
+def read_page(path: str):
+    """:func:`read_source_page` of a page, gzipped (``.gz``) or not."""
+    if not path.endswith(".gz"):
+        return read_source_page(path)[1]
+    with gzip.open(path, "rb") as src, tempfile.NamedTemporaryFile(suffix=".csv", delete=False) as dst:
+        shutil.copyfileobj(src, dst)
+    try:
+        return read_source_page(dst.name)[1]
+    finally:
+        os.unlink(dst.name)
+
+
 def loop_order(path: str) -> list[str]:
-    if path.endswith(".gz"):
-        with gzip.open(path, "rb") as src, tempfile.NamedTemporaryFile(suffix=".csv", delete=False) as dst:
-            shutil.copyfileobj(src, dst)
-        path = dst.name
-    _, page = read_source_page(path)
+    """The printout's lines for one page: a line on the hottest instructions, then two a run (see above)."""
+    page = read_page(path)
     weight = collections.Counter()
     for executions in page.executions:
         weight[executions] += executions
