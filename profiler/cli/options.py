@@ -120,7 +120,7 @@ def add_rounds(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup-ms", type=positive_int, default=25,
                    help="warm-up before each timing, ms (default 25, do_bench's own; GPU only). A second or more "
                         "heats the board toward its power limit, as a training step's steady load does; past 25 ms "
-                        "it runs before NVML reads, so a row's clock and power are its timed repetitions' "
+                        "it runs before NVML reads, so a row's clock and power are read over its timed repetitions "
                         "(docs/user-guide.md)")
 
 

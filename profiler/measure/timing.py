@@ -86,8 +86,8 @@ def measure(fn: Callable[[], object], device: torch.device | str, *, warmup_ms: 
     """Median, 10th and 90th percentile time of ``fn()`` in milliseconds (``graph``: of replays of
     a CUDA graph of it; forward calls only, a GPU only), and on a GPU the SM clock and board power NVML read
     meanwhile (profiler.measure.gpu_state). A warm-up longer than do_bench's own (:data:`DO_BENCH_WARMUP_MS`) runs
-    before NVML's readings start, so a row's clock and power describe its timed repetitions and do_bench's short
-    warm-up, not the seconds that brought the board to its power limit (docs/perf-notes.md, round 22, item 3)."""
+    before NVML's readings start, so a row's clock and power are read over its timed repetitions and do_bench's short
+    warm-up, not over the seconds that brought the board to its power limit (docs/perf-notes.md, rounds 22 and 23)."""
     if torch.device(device).type == "cuda":
         import triton.testing
 
