@@ -4,7 +4,6 @@ in-process tests load a script as a module and check its bad-input messages and 
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import re
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from script_module import script_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,10 +26,7 @@ def _run(script: str, *args: str) -> list[str]:
 
 
 def _load(script: str):
-    spec = importlib.util.spec_from_file_location(script.removesuffix(".py"), ROOT / "examples" / script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module(f"examples/{script}")
 
 
 @pytest.fixture(scope="module")

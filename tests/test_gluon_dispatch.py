@@ -626,13 +626,9 @@ def test_clock_summary_splits_each_sm_s_time_into_its_parts(monkeypatch):
     """scripts/perf_experiments/gluon_bwd_clock.py's summary of a clock buffer, on two SMs of two key blocks each
     (cycles at 2 per ns): every part is the sum of its spans over blocks, and the parts add up to the SMs' time;
     parts_text prints them, and run_marked says how many marks a kernel left unwritten."""
-    import importlib.util
-    from pathlib import Path
+    from script_module import script_module
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "perf_experiments" / "gluon_bwd_clock.py"
-    spec = importlib.util.spec_from_file_location("gluon_bwd_clock", path)
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    probe = script_module("scripts/perf_experiments/gluon_bwd_clock.py")
     clock = torch.zeros(4, 3, bwd_hopper.CLOCK_EVENTS, dtype=torch.int64)
     # block: (SM, start cycle); both consumers: K/V wait 100, steps 1000 (10 tiles), epilogue 50; the second consumer
     # starts 10 cycles later. The loader's marks: let to bring the block's K/V at start + 1200 (for this count: the
@@ -682,12 +678,9 @@ def test_clock_summary_splits_each_sm_s_time_into_its_parts(monkeypatch):
 def test_forward_probe_builds_its_variants_from_the_default():
     """scripts/perf_experiments/gluon_fwd_clock.py: each ``name,D,field=value`` variant is the shape's default config
     with those fields changed (as the config's own types), at its head_dim only; the default is always there."""
-    import importlib.util
+    from script_module import script_module
 
-    path = ROOT / "scripts" / "perf_experiments" / "gluon_fwd_clock.py"
-    spec = importlib.util.spec_from_file_location("gluon_fwd_clock", path)
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    probe = script_module("scripts/perf_experiments/gluon_fwd_clock.py")
     variants = probe.parse_variants("ov,64,overlap=1,pingpong=1;st3,128,stages=3,o_tma=0")
     at64 = probe.configs(variants, 64, True, 2048)
     assert list(at64) == ["default", "ov"] and at64["default"] == hopper.default_config(64, True, 2048)

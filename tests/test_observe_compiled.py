@@ -9,8 +9,6 @@ trace, read in tests/test_observe_compiled_trace.py.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import warnings
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from script_module import script_module
 
 import profiler
 from profiler.observer.summary import run_summary_lines
@@ -45,11 +44,7 @@ def observed(folder: Path, fn) -> tuple[object, pd.DataFrame]:
 
 
 def example(name: str):
-    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), ROOT / "examples" / name)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return script_module(f"examples/{name}")
 
 
 def assert_same_calls(eager: pd.DataFrame, compiled: pd.DataFrame) -> None:
@@ -242,9 +237,7 @@ def test_the_overhead_script_interleaves_the_variants_and_observes_every_call(tm
     """scripts/observe_overhead.py on the tiny nanoGPT, compiled: each round runs plain, observe --trace none and
     observe --trace torch; the observed steps see the step's 4 attention calls (2 blocks, forward and backward),
     compiled or not."""
-    spec = importlib.util.spec_from_file_location("observe_overhead", ROOT / "scripts" / "observe_overhead.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = script_module("scripts/observe_overhead.py")
     torch._dynamo.reset()
     assert script.main(["--tiny", "--model", "nanogpt", "--compile", "--rounds", "2", "--out", str(tmp_path)]) == 0
     rows = pd.read_json(tmp_path / "overhead.jsonl", lines=True)

@@ -186,13 +186,9 @@ ROUND23 = ROOT / "reports/perf-h100/gluon_fwd_round23"
 
 
 def wait_order():
-    import importlib.util
+    from script_module import script_module
 
-    path = ROOT / "scripts" / "perf_experiments" / "ncu_wait_order.py"
-    spec = importlib.util.spec_from_file_location("ncu_wait_order", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.loop_order
+    return script_module("scripts/perf_experiments/ncu_wait_order.py").loop_order
 
 
 def sass_rows(name: str) -> list[list[str]]:

@@ -351,12 +351,11 @@ def test_csv_names_carry_the_mode_and_read_back():
 
 
 def test_validation_table_leaves_out_rebuilt_copies(tmp_path, monkeypatch):
-    import importlib.util
     import shutil
 
-    spec = importlib.util.spec_from_file_location("validation_table", ROOT / "scripts" / "validation_table.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    from script_module import script_module
+
+    script = script_module("scripts/validation_table.py")
     (tmp_path / "reports" / "validate-h200-issue27").mkdir(parents=True)
     for name in ("unseen-decode", "unseen-decode-rebuilt-20261123-210624"):
         shutil.copytree(ISSUE27 / "unseen-decode", tmp_path / "reports" / "validate-h200-issue27" / name)
