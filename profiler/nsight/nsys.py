@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from attention_core.shape import Shape
-from profiler.measure.ranges import CALL, call_range, legacy_shape_range, qualified, shape_range, step_range
+from profiler.measure.ranges import call_range, legacy_shape_range, qualified, shape_range, step_range
 from profiler.store import Capture, CaptureError, write_parquet_atomic
 
 PUSH_POP, START_END, DOMAIN_CREATE = 59, 60, 75  # ENUM_NSYS_EVENT_TYPE ids
@@ -333,7 +333,7 @@ def timed_calls(ranges: pd.DataFrame, ops: pd.DataFrame) -> dict[int, bool]:
     those after such an op that come after the last one that is not (:func:`_timed`): the timed repetitions."""
     name = dict(zip(ranges.range_id, ranges.range))
     parent = dict(zip(ranges.range_id, ranges.parent_id))
-    is_call = {rid: parent[rid] in name and name[rid] == f"{name[parent[rid]]}/{CALL}" for rid in name}
+    is_call = {rid: parent[rid] in name and name[rid] == call_range(name[parent[rid]]) for rid in name}
     nearest: dict[int, int | None] = {}
 
     def call_of(rid: int) -> int | None:
