@@ -69,8 +69,9 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "time_ms_p10": ("float64", "10th percentile time"),
     "time_ms_p90": ("float64", "90th percentile time"),
     "sm_clock_mhz": ("float64", "median SM clock while the row was timed, MHz in NVML's 15 MHz steps (read every 2 ms "
-                                "beside the timing loop, do_bench's warm-up included); empty without NVML (a CPU, no "
-                                "nvidia-ml-py), with `ATTN_NVML=0`, and in captures from before this column"),
+                                "beside the timing loop, do_bench's 25 ms warm-up included; a longer `--warmup-ms` "
+                                "runs before the readings); empty without NVML (a CPU, no nvidia-ml-py), with "
+                                "`ATTN_NVML=0`, and in captures from before this column"),
     "power_w": ("float64", "mean board power while the row was timed, W (NVML, as sm_clock_mhz; meta.json's nvml_power "
                            "says which reading); both readings lag a load's start, so a short row after an idle moment "
                            "reads mostly that moment (the `average` reading most); empty where sm_clock_mhz is"),
