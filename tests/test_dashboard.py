@@ -811,9 +811,13 @@ def test_the_roofline_table_shows_how_far_each_rows_rounds_spread(monkeypatch):
     table shows each row's round_spread as a percentage after the clock, the capture's own values."""
     folder = ROOT / "reports" / "perf-h100" / "gluon_fwd_round22" / "peers_r3_grid1"
     at = _app(folder, monkeypatch)
-    table = next(frame for frame in at.dataframe if "rounds' spread (%)" in frame.value.columns).value
+    frame = next(frame for frame in at.dataframe if "rounds' spread (%)" in frame.value.columns)
+    table = frame.value
     _, rows = load_capture(folder)
     shown = table["rounds' spread (%)"]
+    # drawn as the other percentages are, one decimal and a % sign (what a browser shows: 4.2%, not 4.1813)
+    config = json.loads(frame.proto.columns)
+    assert config["rounds' spread (%)"]["type_config"]["format"] == config["% of roof"]["type_config"]["format"]
     assert shown.notna().all() and set(shown.round(9)) <= set((rows.round_spread * 100).round(9))
     columns = list(table.columns)
     assert columns.index("rounds' spread (%)") == columns.index("SM clock (MHz)") + 1 and not at.exception

@@ -25,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     summarize.set_defaults(nsys_run=_summarize)
     ingest = actions.add_parser("ingest", help="join a capture's profile.sqlite into its results (nsys_gpu_ms; "
                                                "an observe --trace nsys capture: each call's time)")
-    ingest.add_argument("capture", help="a capture folder holding profile.sqlite (scripts/nsys_profile.sh makes one)")
+    ingest.add_argument("capture", help="a capture folder holding profile.sqlite or profile.sqlite.xz "
+                                        "(scripts/nsys_profile.sh makes one)")
     ingest.set_defaults(nsys_run=_ingest)
 
 

@@ -9,8 +9,10 @@ with the body compiled once per warpgroup has one run per copy). For each run of
 instructions (shorter runs, pieces of code the loop branches to, are counted in the first line only):
 its length, the positions of its first and last HGMMA, MUFU (the exponentials) and F2FP (the rounding of P to 16
 bits), then in order each WARPGROUP.DEPBAR (``DEPBAR1`` waits until one wgmma group is left in flight, ``DEPBAR0``
-until none), named barrier (BAR.SYNC, BAR.ARV), mbarrier wait (``WAIT``) and arrive (``ARRIVE``), with the warp
-samples each drew.
+until none: in an attention loop that issues S then PV, the wait for S and the wait for PV), named barrier
+(BAR.SYNC, BAR.ARV), mbarrier wait (``WAIT``) and arrive (``ARRIVE``), with the warp samples each drew (all warps'
+samples of a kernel are in ncu_sass_stalls.py's first line). A kernel whose warpgroups each have their own copy of
+the loop has a run a copy: add their samples.
 """
 import collections
 import gzip
@@ -83,8 +85,8 @@ def loop_order(path: str) -> list[str]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        raise SystemExit("usage: ncu_wait_order.py page.sass.csv[.gz] ...")
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+        raise SystemExit(__doc__)
     for arg in sys.argv[1:]:
         print(arg)
         print("\n".join(loop_order(arg)))

@@ -61,6 +61,9 @@ def render(ctx: Context) -> None:
             format="%.1f%%", help="against the measured matmul and a device copy of the step's own bytes, "
                                   "measured in the same run (a small step cannot reach a large copy's rate)"),
         "% of binding ceiling": st.column_config.NumberColumn(format="%.1f%%"),
+        "rounds' spread (%)": st.column_config.NumberColumn(
+            format="%.1f%%", help="timed in rounds (--rounds): the slowest round's median time over the fastest's, "
+                                  "minus one; the row is the median round"),
         "time (ms)": st.column_config.NumberColumn(format="%.4g"),
         "FLOP/B": st.column_config.NumberColumn(format="%.3g"),
         "TFLOP/s": st.column_config.NumberColumn(format="%.4g")})
