@@ -57,7 +57,7 @@ from typing import NamedTuple
 import torch
 import triton
 
-from kernels import tile_schedule
+from kernels import tail_combine, tile_schedule
 from kernels._autotune import LN2_C, LOG2E
 from kernels._checks import cuda_properties
 from kernels._launch import LaunchCache, Memo, layout_key
@@ -123,6 +123,9 @@ class HopperConfig(NamedTuple):
     # would otherwise compute a tile masked for every row of it in every program (but a last one cut by the row's end),
     # and the second in every other one.
     causal_trim: bool = False
+    # Persistent and not causal: the last wave's query tiles cut by keys over every program, each chunk's rows merged
+    # after the launch (kernels.tile_schedule.split_tail says why, kernels.tail_combine merges). 16-bit inputs only.
+    split_tail: bool = False
 
     @property
     def block_m(self) -> int:
@@ -293,50 +296,87 @@ def _tile(t, m_blocks, heads, seq_kv, bh, section, snake,
 
 
 @gluon.jit
-def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake, CLOCK,
-                    BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
-                    CAUSAL: gl.constexpr, FP8: gl.constexpr):
-    """One warp: for each query tile of this program, each consumer's Q rows (once the consumer
-    is done with the previous ones), then K and V of each key tile into the ring. With ``FP8`` V's
-    descriptor is over its (head_dim, keys) transpose, so a tile is the whole head_dim by BLOCK_N keys."""
+def _work(w, m_blocks, heads, seq_kv, bh, section, snake, full, splits, chunk,
+          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, CHUNK: gl.constexpr):
+    """Work item w as (off_m, batch, head, first key, keys, key tiles, chunk): query tile w of :func:`_tile` with all
+    its keys, or with ``CHUNK`` (w >= ``full``) key chunk w - full of a tail tile, ``chunk`` key tiles of tile full +
+    (w - full) // splits (kernels.tile_schedule.work_item is the reference)."""
+    if CHUNK:
+        part = w - full
+        off_m, off_z, off_h, n_tiles = _tile(full + part // splits, m_blocks, heads, seq_kv, bh, section, snake,
+                                             BLOCK_M, BLOCK_N, CAUSAL)
+        first = part % splits * chunk
+        n_tiles = gl.minimum(chunk, n_tiles - first)
+        kv0 = first * BLOCK_N
+        kv_len = gl.minimum(seq_kv - kv0, n_tiles * BLOCK_N)
+    else:
+        off_m, off_z, off_h, n_tiles = _tile(w, m_blocks, heads, seq_kv, bh, section, snake, BLOCK_M, BLOCK_N, CAUSAL)
+        kv0 = 0
+        kv_len = seq_kv
+        part = -1
+    return off_m, off_z, off_h, kv0, kv_len, n_tiles, part
+
+
+@gluon.jit
+def _load_item(t, count, done, descs, bufs, bars, m_blocks, total, heads, group, seq_kv, section, snake, tail, CLOCK,
+               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
+               CAUSAL: gl.constexpr, FP8: gl.constexpr, CHUNK: gl.constexpr):
+    """The loader's work item t (:func:`_work`): its Q rows, then its key tiles' K and V, from ring position
+    ``count``, the program's ``done``-th item. Returns (count, done) after it."""
     q_desc, k_desc, v_desc = descs
     q_smem, k_smem, v_smem, o_smem = bufs
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
+    items, full, splits, chunk = tail
+    off_m, off_z, off_h, kv0, kv_len, n_tiles, part = _work(t, m_blocks, heads, seq_kv, total // m_blocks, section,
+                                                        snake, full, splits, chunk, NUM_WG * SPLIT_M, BLOCK_N,
+                                                        CAUSAL, CHUNK)
+    off_hk = off_h // group
+    for wg in gl.static_range(NUM_WG):
+        mbarrier.wait(q_empty.index(wg), ring_phase(done, 1) ^ 1)  # the consumer is done with its last Q
+        mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [off_z, off_h, off_m + wg * SPLIT_M, 0], q_ready.index(wg),
+                                        as_box(q_smem.index(wg), q_desc))
+    clock_mark(CLOCK, t, NUM_WG, 0, NUM_WG)
+    clock_note(CLOCK, t, NUM_WG, 3, clock_read("%globaltimer", CLOCK), NUM_WG)
+    clock_note(CLOCK, t, NUM_WG, 4, clock_read("%smid", CLOCK), NUM_WG)
+    for j in range(n_tiles):
+        c = count + j
+        slot = c % STAGES
+        # The slot's previous K (V) must be released by every consumer first.
+        mbarrier.wait(k_empty.index(slot), ring_phase(c, STAGES) ^ 1)
+        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [off_z, off_hk, kv0 + j * BLOCK_N, 0], k_ready.index(slot),
+                                        as_box(k_smem.index(slot), k_desc))
+        mbarrier.wait(v_empty.index(slot), ring_phase(c, STAGES) ^ 1)
+        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+        if FP8:
+            tma.async_copy_global_to_shared(v_desc, [off_z, off_hk, 0, kv0 + j * BLOCK_N], v_ready.index(slot),
+                                            as_box(v_smem.index(slot), v_desc))
+        else:
+            tma.async_copy_global_to_shared(v_desc, [off_z, off_hk, kv0 + j * BLOCK_N, 0], v_ready.index(slot),
+                                            as_box(v_smem.index(slot), v_desc))
+    clock_mark(CLOCK, t, NUM_WG, 1, NUM_WG)
+    clock_note(CLOCK, t, NUM_WG, 2, n_tiles.to(gl.int64), NUM_WG)
+    return count + n_tiles, done + 1
 
+
+@gluon.jit
+def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake, tail, CLOCK,
+                    BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
+                    CAUSAL: gl.constexpr, FP8: gl.constexpr, SPLIT_TAIL: gl.constexpr):
+    """One warp: for each work item of this program (:func:`_work`), each consumer's Q rows (once the consumer
+    is done with the previous ones), then K and V of each of its key tiles into the ring. With ``FP8`` V's
+    descriptor is over its (head_dim, keys) transpose, so a tile is the whole head_dim by BLOCK_N keys."""
+    items, full, splits, chunk = tail
     count = 0  # key tiles this program has loaded: the position in the ring
-    done = 0  # query tiles
-    for t in range(gl.program_id(0), total, gl.num_programs(0)):
-        off_m, off_z, off_h, n_tiles = _tile(t, m_blocks, heads, seq_kv, total // m_blocks, section, snake,
-                                             NUM_WG * SPLIT_M, BLOCK_N, CAUSAL)
-        off_hk = off_h // group
-        for wg in gl.static_range(NUM_WG):
-            mbarrier.wait(q_empty.index(wg), ring_phase(done, 1) ^ 1)  # the consumer is done with its last Q
-            mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [off_z, off_h, off_m + wg * SPLIT_M, 0], q_ready.index(wg),
-                                            as_box(q_smem.index(wg), q_desc))
-        clock_mark(CLOCK, t, NUM_WG, 0, NUM_WG)
-        clock_note(CLOCK, t, NUM_WG, 3, clock_read("%globaltimer", CLOCK), NUM_WG)
-        clock_note(CLOCK, t, NUM_WG, 4, clock_read("%smid", CLOCK), NUM_WG)
-        for j in range(n_tiles):
-            c = count + j
-            slot = c % STAGES
-            # The slot's previous K (V) must be released by every consumer first.
-            mbarrier.wait(k_empty.index(slot), ring_phase(c, STAGES) ^ 1)
-            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [off_z, off_hk, j * BLOCK_N, 0], k_ready.index(slot),
-                                            as_box(k_smem.index(slot), k_desc))
-            mbarrier.wait(v_empty.index(slot), ring_phase(c, STAGES) ^ 1)
-            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-            if FP8:
-                tma.async_copy_global_to_shared(v_desc, [off_z, off_hk, 0, j * BLOCK_N], v_ready.index(slot),
-                                                as_box(v_smem.index(slot), v_desc))
-            else:
-                tma.async_copy_global_to_shared(v_desc, [off_z, off_hk, j * BLOCK_N, 0], v_ready.index(slot),
-                                                as_box(v_smem.index(slot), v_desc))
-        clock_mark(CLOCK, t, NUM_WG, 1, NUM_WG)
-        clock_note(CLOCK, t, NUM_WG, 2, n_tiles.to(gl.int64), NUM_WG)
-        count += n_tiles
-        done += 1
+    done = 0  # work items
+    for t in range(gl.program_id(0), full, gl.num_programs(0)):
+        count, done = _load_item(t, count, done, descs, bufs, bars, m_blocks, total, heads, group, seq_kv, section,
+                                 snake, tail, CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8, False)
+    if SPLIT_TAIL:
+        for t in range(full + gl.program_id(0), items, gl.num_programs(0)):
+            count, done = _load_item(t, count, done, descs, bufs, bars, m_blocks, total, heads, group, seq_kv,
+                                     section, snake, tail, CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8, True)
 
 
 @gluon.jit
@@ -495,21 +535,193 @@ def _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, lo, hi, off
 
 
 @gluon.jit
+def _store_o(o, m_i, l_i, rows, O, o_strides, LSE, o_smem, off_z, off_h, off_m, heads, seq_q, offs_d,
+             o_layout: gl.constexpr, WG: gl.constexpr, SPLIT_M: gl.constexpr, O_TMA: gl.constexpr):
+    """A consumer's rows of O (fp32 ``o``, normalised) and their natural-log logsumexp (m_i in log2 units), rows past
+    seq_q not stored."""
+    if O_TMA:
+        # Into this consumer's staging tile once its last TMA store has read it, then one TMA store; TMA drops
+        # rows past seq_q.
+        o_buf = o_smem.index(WG)
+        tma.store_wait(0)
+        gl.thread_barrier()
+        o_buf.store(o.to(o_buf.dtype))
+        fence_async_shared()
+        gl.thread_barrier()
+        tma.async_copy_shared_to_global(O, [off_z, off_h, off_m + WG * SPLIT_M, 0], as_box(o_buf, O))
+    else:
+        o = o.to(O.dtype.element_ty)
+        o_rows = off_m + WG * SPLIT_M + gl.arange(0, SPLIT_M, layout=gl.SliceLayout(1, o_layout))
+        stride_oz, stride_oh, stride_om = o_strides
+        o_base = O + off_z.to(gl.int64) * stride_oz + off_h.to(gl.int64) * stride_oh
+        o_ptrs = o_base + o_rows.to(gl.int64)[:, None] * stride_om + offs_d[None, :]
+        gl.store(o_ptrs, o, mask=(o_rows < seq_q)[:, None])
+    lse = (m_i + gl.log2(l_i)) * LN2_C
+    gl.store(LSE + (off_z * heads + off_h).to(gl.int64) * seq_q + rows, lse, mask=rows < seq_q)
+
+
+@gluon.jit
+def _consumer_item(t, count, done, q, bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads, group,
+                   seq_q, seq_kv, section, snake, tail, parts, qk_scale, CLOCK, offs_n, offs_d, s_zero,
+                   row_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr, WG: gl.constexpr,
+                   HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr,
+                   CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr,
+                   FP8: gl.constexpr, O_TMA: gl.constexpr, SPLIT_MASK: gl.constexpr, ROW_PARTIALS: gl.constexpr,
+                   CAUSAL_TRIM: gl.constexpr, CHUNK: gl.constexpr):
+    """A consumer's work item t (:func:`_work`): its rows against the item's key tiles from ring position ``count``
+    (the program's ``done``-th item), then their O and logsumexp, or with ``CHUNK`` the chunk's partial output and
+    logsumexp. Returns (count, done) after it."""
+    q_smem, k_smem, v_smem, o_smem = bufs
+    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
+    dtype: gl.constexpr = q_smem.dtype
+    items, full, splits, chunk = tail
+    # A chunk of keys (kv0 ... kv0 + kv_len - 1) is seen as the whole of a shorter key sequence: the loader offsets its
+    # tiles, so the masks and loops below read kv_len where a whole tile reads seq_kv.
+    off_m, off_z, off_h, kv0, kv_len, n_tiles, part = _work(t, m_blocks, heads, seq_kv, total // m_blocks, section,
+                                                        snake, full, splits, chunk, NUM_WG * SPLIT_M, BLOCK_N,
+                                                        CAUSAL, CHUNK)
+    rows = off_m + WG * SPLIT_M + gl.arange(0, SPLIT_M, layout=row_layout)
+    scale = qk_scale
+    if FP8:  # s = (q8 · k8) · dq · dk · sm_scale · log2(e)
+        q_descale, k_descale, v_descale = descales
+        kv_head = off_z * (heads // group) + off_h // group
+        scale = qk_scale * gl.load(q_descale + off_z * heads + off_h) * gl.load(k_descale + kv_head)
+    # Key tiles before n_full are visible to every row of this warpgroup: no mask.
+    n_full = kv_len // BLOCK_N
+    if CAUSAL:
+        n_full = gl.minimum(off_m + WG * SPLIT_M + 1, kv_len) // BLOCK_N
+    n_own = n_tiles  # the key tiles this consumer computes; with CAUSAL_TRIM those its last row sees
+    if CAUSAL_TRIM:
+        n_own = gl.cdiv(gl.minimum(kv_len, off_m + (WG + 1) * SPLIT_M), BLOCK_N)
+    acc = gl.zeros([SPLIT_M, HEAD_DIM], gl.float32, o_layout)
+    m_i = gl.full([SPLIT_M], float("-inf"), gl.float32, row_layout)
+    l_i = gl.zeros([SPLIT_M], gl.float32, row_layout)
+    clock_mark(CLOCK, t, WG, 0, NUM_WG)
+    mbarrier.wait(q_ready.index(WG), ring_phase(done, 1))
+    clock_mark(CLOCK, t, WG, 1, NUM_WG)
+    if OVERLAP:
+        # Key tile 0 alone; then each round issues S(j) and PV(j-1) before the softmax of S(j).
+        _take_turn(turns, count, WG, PINGPONG)
+        s = _scores(q, k_smem, k_ready, count, s_zero, STAGES)
+        _pass_turn(turns, WG, NUM_WG, PINGPONG)
+        s = warpgroup_mma_wait(0, deps=(s,))
+        mbarrier.arrive(k_empty.index(count % STAGES), count=1)
+        p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, 0, n_full, offs_n, rows, kv_len, scale,
+                                             BLOCK_N, CAUSAL)
+        if SPLIT_MASK:
+            # The unmasked key tiles, then the masked ones, each loop compiled with its own softmax; P is rounded
+            # at the end of its step rather than at the start of the next.
+            p_op = _pack_p(p, dtype == gl.float16)
+            split = gl.maximum(n_full, 1)
+            if ROW_PARTIALS:
+                l_i = _row_partials(p)  # tile 0's; the quad adds its four after the last tile
+            acc, p_op, m_i, l_i = _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, 1, split,
+                                                 offs_n, rows, kv_len, scale, s_zero, p_layout, o_layout, WG,
+                                                 BLOCK_N, STAGES, PINGPONG, NUM_WG, FP8, False, CAUSAL,
+                                                 ROW_PARTIALS)
+            acc, p_op, m_i, l_i = _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, split,
+                                                 n_own, offs_n, rows, kv_len, scale, s_zero, p_layout,
+                                                 o_layout, WG, BLOCK_N, STAGES, PINGPONG, NUM_WG, FP8, True,
+                                                 CAUSAL, ROW_PARTIALS)
+            if ROW_PARTIALS:
+                l_i = gl.convert_layout(gl.sum(l_i, axis=1), row_layout)
+        else:
+            for j in range(1, n_tiles):
+                c = count + j
+                prev = (c - 1) % STAGES
+                _take_turn(turns, c, WG, PINGPONG)
+                s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
+                mbarrier.wait(v_ready.index(prev), ring_phase(c - 1, STAGES))
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
+                acc = warpgroup_mma(p_op, _pv_operand(v_smem, prev, FP8), acc, is_async=True)
+                _pass_turn(turns, WG, NUM_WG, PINGPONG)
+                s = warpgroup_mma_wait(1, deps=(s,))  # S(j) done; PV(j-1) may still run
+                mbarrier.arrive(k_empty.index(c % STAGES), count=1)
+                p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, n_full, offs_n, rows, kv_len, scale,
+                                                     BLOCK_N, CAUSAL)
+                acc = _pv_wait(acc, p_op, FP8)
+                mbarrier.arrive(v_empty.index(prev), count=1)
+                acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+        mbarrier.arrive(q_empty.index(WG), count=1)  # every S of this tile is done
+        c = count + n_own - 1
+        mbarrier.wait(v_ready.index(c % STAGES), ring_phase(c, STAGES))
+        if not SPLIT_MASK:
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+        else:
+            p_op = _unpack_p(p_op, dtype == gl.float16, p_layout)
+        acc = warpgroup_mma(p_op, _pv_operand(v_smem, c % STAGES, FP8), acc, is_async=True)
+        acc = _pv_wait(acc, p_op, FP8)
+        mbarrier.arrive(v_empty.index(c % STAGES), count=1)
+        if CAUSAL_TRIM:
+            # The tiles past this consumer's rows: its turn in each round, and each slot released once loaded (a
+            # release before the load would count toward the slot's previous use, not yet released by all).
+            for j in range(n_own, n_tiles):
+                c = count + j
+                _take_turn(turns, c, WG, PINGPONG)
+                _pass_turn(turns, WG, NUM_WG, PINGPONG)
+                mbarrier.wait(k_ready.index(c % STAGES), ring_phase(c, STAGES))
+                mbarrier.arrive(k_empty.index(c % STAGES), count=1)
+                mbarrier.wait(v_ready.index(c % STAGES), ring_phase(c, STAGES))
+                mbarrier.arrive(v_empty.index(c % STAGES), count=1)
+    else:
+        # No overlap within the warpgroup: S, softmax, PV, one key tile at a time.
+        for j in range(n_tiles):
+            c = count + j
+            slot = c % STAGES
+            _take_turn(turns, c, WG, PINGPONG)
+            s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
+            _pass_turn(turns, WG, NUM_WG, PINGPONG)
+            s = warpgroup_mma_wait(0, deps=(s,))
+            mbarrier.arrive(k_empty.index(slot), count=1)
+            p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, n_full, offs_n, rows, kv_len, scale,
+                                                 BLOCK_N, CAUSAL)
+            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+            mbarrier.wait(v_ready.index(slot), ring_phase(c, STAGES))
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            acc = warpgroup_mma(p_op, _pv_operand(v_smem, slot, FP8), acc, is_async=True)
+            acc = _pv_wait(acc, p_op, FP8)
+            mbarrier.arrive(v_empty.index(slot), count=1)
+        mbarrier.arrive(q_empty.index(WG), count=1)
+
+    clock_mark(CLOCK, t, WG, 2, NUM_WG)
+    # Epilogue: O = acc · (1 / l) and the natural-log logsumexp, rows past seq_q not stored. The
+    # loader is already bringing the next tile's Q and K/V meanwhile.
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+    if FP8:
+        o = acc * (gl.load(v_descale + kv_head) / l_o)[:, None]
+    else:
+        # one reciprocal a row, not a division an element (64 a thread at head_dim 128, each an SFU op)
+        o = acc * (1.0 / l_o)[:, None]
+    if CHUNK:
+        # A chunk of a tail tile: its rows' fp32 output and logsumexp over its own keys, row r of tail tile i and chunk
+        # c at (i · BLOCK_M + r) · splits + c (kernels.tail_combine.partials), every row (the merge drops those past
+        # seq_q).
+        o_part, lse_part = parts
+        local = WG * SPLIT_M + gl.arange(0, SPLIT_M, layout=gl.SliceLayout(1, o_layout))
+        at = ((part // splits) * (NUM_WG * SPLIT_M) + local).to(gl.int64) * splits + part % splits
+        gl.store(o_part + at[:, None] * HEAD_DIM + offs_d[None, :], o)
+        lse = (m_i + gl.log2(l_i)) * LN2_C
+        gl.store(lse_part + at, gl.convert_layout(lse, gl.SliceLayout(1, o_layout)))
+    else:
+        _store_o(o, m_i, l_i, rows, O, o_strides, LSE, o_smem, off_z, off_h, off_m, heads, seq_q, offs_d, o_layout,
+                 WG, SPLIT_M, O_TMA)
+    clock_mark(CLOCK, t, WG, 3, NUM_WG)
+    return count + n_tiles, done + 1
+
+
+@gluon.jit
 def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads, group, seq_q, seq_kv,
-                        section, snake, qk_scale, CLOCK, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
+                        section, snake, tail, parts, qk_scale, CLOCK, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr, CAUSAL: gl.constexpr,
                         OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr, FP8: gl.constexpr,
                         O_TMA: gl.constexpr, SPLIT_MASK: gl.constexpr, ROW_PARTIALS: gl.constexpr,
-                        CAUSAL_TRIM: gl.constexpr):
+                        CAUSAL_TRIM: gl.constexpr, SPLIT_TAIL: gl.constexpr):
     """One warpgroup: for each query tile of this program, rows off_m + WG·64 ... + 63 against
     every key tile, then O and the logsumexp of those rows. With ``FP8`` (e4m3 Q, K, V and an fp32
     descale per (batch, head) each, ``descales``) Q's and K's descales fold into the exp2 scale and V's
     into the epilogue, P is rounded to e4m3 for PV, and V's tiles are (head_dim, keys), keys contiguous,
     the K-major B operand an 8-bit wgmma needs (PTX ISA, wgmma.mma_async: only 16-bit types may be transposed)."""
-    q_smem, k_smem, v_smem, o_smem = bufs
-    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
-
-    dtype: gl.constexpr = q_smem.dtype
+    q_smem = bufs[0]
     # A wgmma takes 32 bytes of K per instruction: 16 elements of 16 bits, 32 of 8 (PTX ISA, wgmma shapes)
     INSTR_K: gl.constexpr = 32 if FP8 else 16
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -524,165 +736,44 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
     s_zero = gl.zeros([SPLIT_M, BLOCK_N], gl.float32, s_layout)
     q = q_smem.index(WG)
 
+    items, full, splits, chunk = tail
     count = 0  # key tiles this program has consumed: the position in the ring, and the turn
-    done = 0  # query tiles
-    for t in range(gl.program_id(0), total, gl.num_programs(0)):
-        off_m, off_z, off_h, n_tiles = _tile(t, m_blocks, heads, seq_kv, total // m_blocks, section, snake,
-                                             NUM_WG * SPLIT_M, BLOCK_N, CAUSAL)
-        rows = off_m + WG * SPLIT_M + gl.arange(0, SPLIT_M, layout=row_layout)
-        scale = qk_scale
-        if FP8:  # s = (q8 · k8) · dq · dk · sm_scale · log2(e)
-            q_descale, k_descale, v_descale = descales
-            kv_head = off_z * (heads // group) + off_h // group
-            scale = qk_scale * gl.load(q_descale + off_z * heads + off_h) * gl.load(k_descale + kv_head)
-        # Key tiles before n_full are visible to every row of this warpgroup: no mask.
-        n_full = seq_kv // BLOCK_N
-        if CAUSAL:
-            n_full = gl.minimum(off_m + WG * SPLIT_M + 1, seq_kv) // BLOCK_N
-        n_own = n_tiles  # the key tiles this consumer computes; with CAUSAL_TRIM those its last row sees
-        if CAUSAL_TRIM:
-            n_own = gl.cdiv(gl.minimum(seq_kv, off_m + (WG + 1) * SPLIT_M), BLOCK_N)
-        acc = gl.zeros([SPLIT_M, HEAD_DIM], gl.float32, o_layout)
-        m_i = gl.full([SPLIT_M], float("-inf"), gl.float32, row_layout)
-        l_i = gl.zeros([SPLIT_M], gl.float32, row_layout)
-        clock_mark(CLOCK, t, WG, 0, NUM_WG)
-        mbarrier.wait(q_ready.index(WG), ring_phase(done, 1))
-        clock_mark(CLOCK, t, WG, 1, NUM_WG)
-        if OVERLAP:
-            # Key tile 0 alone; then each round issues S(j) and PV(j-1) before the softmax of S(j).
-            _take_turn(turns, count, WG, PINGPONG)
-            s = _scores(q, k_smem, k_ready, count, s_zero, STAGES)
-            _pass_turn(turns, WG, NUM_WG, PINGPONG)
-            s = warpgroup_mma_wait(0, deps=(s,))
-            mbarrier.arrive(k_empty.index(count % STAGES), count=1)
-            p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, 0, n_full, offs_n, rows, seq_kv, scale,
-                                                 BLOCK_N, CAUSAL)
-            if SPLIT_MASK:
-                # The unmasked key tiles, then the masked ones, each loop compiled with its own softmax; P is rounded
-                # at the end of its step rather than at the start of the next.
-                p_op = _pack_p(p, dtype == gl.float16)
-                split = gl.maximum(n_full, 1)
-                if ROW_PARTIALS:
-                    l_i = _row_partials(p)  # tile 0's; the quad adds its four after the last tile
-                acc, p_op, m_i, l_i = _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, 1, split,
-                                                     offs_n, rows, seq_kv, scale, s_zero, p_layout, o_layout, WG,
-                                                     BLOCK_N, STAGES, PINGPONG, NUM_WG, FP8, False, CAUSAL,
-                                                     ROW_PARTIALS)
-                acc, p_op, m_i, l_i = _overlap_steps(q, bufs, bars, turns, acc, p_op, m_i, l_i, count, split,
-                                                     n_own, offs_n, rows, seq_kv, scale, s_zero, p_layout,
-                                                     o_layout, WG, BLOCK_N, STAGES, PINGPONG, NUM_WG, FP8, True,
-                                                     CAUSAL, ROW_PARTIALS)
-                if ROW_PARTIALS:
-                    l_i = gl.convert_layout(gl.sum(l_i, axis=1), row_layout)
-            else:
-                for j in range(1, n_tiles):
-                    c = count + j
-                    prev = (c - 1) % STAGES
-                    _take_turn(turns, c, WG, PINGPONG)
-                    s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
-                    mbarrier.wait(v_ready.index(prev), ring_phase(c - 1, STAGES))
-                    p_op = gl.convert_layout(p.to(dtype), p_layout)
-                    acc = warpgroup_mma(p_op, _pv_operand(v_smem, prev, FP8), acc, is_async=True)
-                    _pass_turn(turns, WG, NUM_WG, PINGPONG)
-                    s = warpgroup_mma_wait(1, deps=(s,))  # S(j) done; PV(j-1) may still run
-                    mbarrier.arrive(k_empty.index(c % STAGES), count=1)
-                    p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, n_full, offs_n, rows, seq_kv, scale,
-                                                         BLOCK_N, CAUSAL)
-                    acc = _pv_wait(acc, p_op, FP8)
-                    mbarrier.arrive(v_empty.index(prev), count=1)
-                    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-            mbarrier.arrive(q_empty.index(WG), count=1)  # every S of this tile is done
-            c = count + n_own - 1
-            mbarrier.wait(v_ready.index(c % STAGES), ring_phase(c, STAGES))
-            if not SPLIT_MASK:
-                p_op = gl.convert_layout(p.to(dtype), p_layout)
-            else:
-                p_op = _unpack_p(p_op, dtype == gl.float16, p_layout)
-            acc = warpgroup_mma(p_op, _pv_operand(v_smem, c % STAGES, FP8), acc, is_async=True)
-            acc = _pv_wait(acc, p_op, FP8)
-            mbarrier.arrive(v_empty.index(c % STAGES), count=1)
-            if CAUSAL_TRIM:
-                # The tiles past this consumer's rows: its turn in each round, and each slot released once loaded (a
-                # release before the load would count toward the slot's previous use, not yet released by all).
-                for j in range(n_own, n_tiles):
-                    c = count + j
-                    _take_turn(turns, c, WG, PINGPONG)
-                    _pass_turn(turns, WG, NUM_WG, PINGPONG)
-                    mbarrier.wait(k_ready.index(c % STAGES), ring_phase(c, STAGES))
-                    mbarrier.arrive(k_empty.index(c % STAGES), count=1)
-                    mbarrier.wait(v_ready.index(c % STAGES), ring_phase(c, STAGES))
-                    mbarrier.arrive(v_empty.index(c % STAGES), count=1)
-        else:
-            # No overlap within the warpgroup: S, softmax, PV, one key tile at a time.
-            for j in range(n_tiles):
-                c = count + j
-                slot = c % STAGES
-                _take_turn(turns, c, WG, PINGPONG)
-                s = _scores(q, k_smem, k_ready, c, s_zero, STAGES)
-                _pass_turn(turns, WG, NUM_WG, PINGPONG)
-                s = warpgroup_mma_wait(0, deps=(s,))
-                mbarrier.arrive(k_empty.index(slot), count=1)
-                p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, j, n_full, offs_n, rows, seq_kv, scale,
-                                                     BLOCK_N, CAUSAL)
-                acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-                mbarrier.wait(v_ready.index(slot), ring_phase(c, STAGES))
-                p_op = gl.convert_layout(p.to(dtype), p_layout)
-                acc = warpgroup_mma(p_op, _pv_operand(v_smem, slot, FP8), acc, is_async=True)
-                acc = _pv_wait(acc, p_op, FP8)
-                mbarrier.arrive(v_empty.index(slot), count=1)
-            mbarrier.arrive(q_empty.index(WG), count=1)
-
-        clock_mark(CLOCK, t, WG, 2, NUM_WG)
-        # Epilogue: O = acc · (1 / l) and the natural-log logsumexp, rows past seq_q not stored. The
-        # loader is already bringing the next tile's Q and K/V meanwhile.
-        l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-        if FP8:
-            o = acc * (gl.load(v_descale + kv_head) / l_o)[:, None]
-        else:
-            # one reciprocal a row, not a division an element (64 a thread at head_dim 128, each an SFU op)
-            o = acc * (1.0 / l_o)[:, None]
-        if O_TMA:
-            # Into this consumer's staging tile once its last TMA store has read it, then one TMA store; TMA drops
-            # rows past seq_q.
-            o_buf = o_smem.index(WG)
-            tma.store_wait(0)
-            gl.thread_barrier()
-            o_buf.store(o.to(o_buf.dtype))
-            fence_async_shared()
-            gl.thread_barrier()
-            tma.async_copy_shared_to_global(O, [off_z, off_h, off_m + WG * SPLIT_M, 0], as_box(o_buf, O))
-        else:
-            o = o.to(O.dtype.element_ty)
-            o_rows = off_m + WG * SPLIT_M + gl.arange(0, SPLIT_M, layout=gl.SliceLayout(1, o_layout))
-            stride_oz, stride_oh, stride_om = o_strides
-            o_base = O + off_z.to(gl.int64) * stride_oz + off_h.to(gl.int64) * stride_oh
-            o_ptrs = o_base + o_rows.to(gl.int64)[:, None] * stride_om + offs_d[None, :]
-            gl.store(o_ptrs, o, mask=(o_rows < seq_q)[:, None])
-        lse = (m_i + gl.log2(l_i)) * LN2_C
-        gl.store(LSE + (off_z * heads + off_h).to(gl.int64) * seq_q + rows, lse, mask=rows < seq_q)
-        clock_mark(CLOCK, t, WG, 3, NUM_WG)
-        count += n_tiles
-        done += 1
+    done = 0  # work items
+    for t in range(gl.program_id(0), full, gl.num_programs(0)):
+        count, done = _consumer_item(t, count, done, q, bufs, bars, turns, O, o_strides, LSE, descales, m_blocks,
+                                     total, heads, group, seq_q, seq_kv, section, snake, tail, parts, qk_scale, CLOCK,
+                                     offs_n, offs_d, s_zero, row_layout, o_layout, p_layout, WG, HEAD_DIM, BLOCK_N,
+                                     STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA, SPLIT_MASK,
+                                     ROW_PARTIALS, CAUSAL_TRIM, False)
+    if SPLIT_TAIL:
+        for t in range(full + gl.program_id(0), items, gl.num_programs(0)):
+            count, done = _consumer_item(t, count, done, q, bufs, bars, turns, O, o_strides, LSE, descales, m_blocks,
+                                         total, heads, group, seq_q, seq_kv, section, snake, tail, parts, qk_scale,
+                                         CLOCK, offs_n, offs_d, s_zero, row_layout, o_layout, p_layout, WG, HEAD_DIM,
+                                         BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
+                                         SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, True)
     if O_TMA:
         tma.store_wait(0)  # the last O store has read its tile before the program's shared memory goes
 
 
 # section and snake are not specialised (Triton would make a 1 a constant), so every schedule
 # runs the same compiled kernel.
-@gluon.jit(do_not_specialize=["section", "snake"])
+@gluon.jit(do_not_specialize=["section", "snake", "items", "full", "splits", "chunk"])
 def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om, LSE,
                      Q_DESCALE, K_DESCALE, V_DESCALE, qk_scale, CLOCK, heads, group,
-                     seq_q, seq_kv, m_blocks, total, section, snake,
+                     seq_q, seq_kv, m_blocks, total, section, snake, items, full, splits, chunk, O_PART, LSE_PART,
                      HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
                      SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
                      Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr, V_LAYOUT: gl.constexpr, FP8: gl.constexpr,
                      O_TMA: gl.constexpr, O_LAYOUT: gl.constexpr, SPLIT_MASK: gl.constexpr,
-                     ROW_PARTIALS: gl.constexpr, CAUSAL_TRIM: gl.constexpr):
+                     ROW_PARTIALS: gl.constexpr, CAUSAL_TRIM: gl.constexpr, SPLIT_TAIL: gl.constexpr):
     """Program p takes query tiles p, p + programs, ... of the ``total`` = m_blocks · batch·heads
     in :func:`_tile`'s order (one each when the grid has a program per tile; persistent when it
-    has one per SM). The descales are None unless ``FP8``."""
+    has one per SM). With ``SPLIT_TAIL`` it takes work items p, p + programs, ... of ``items``: the first ``full``
+    tiles whole, then the other tiles in ``splits`` chunks of ``chunk`` key tiles each (:func:`_work`), whose rows go
+    to O_PART and LSE_PART (kernels.tail_combine merges them). The descales are None unless ``FP8``."""
     dtype: gl.constexpr = q_desc.dtype
     # Tiles as the wgmma reads them: 2-D, with the swizzle of the descriptors' 4-D boxes (Q_LAYOUT, KV_LAYOUT,
     # V_LAYOUT); fp8's V tiles are (head_dim, keys) (_consumer_partition says why).
@@ -723,19 +814,24 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
     bufs = (q_smem, k_smem, v_smem, o_smem)
     bars = (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty)
     descales = (Q_DESCALE, K_DESCALE, V_DESCALE)
+    parts = (O_PART, LSE_PART)
+    if SPLIT_TAIL:
+        tail = (items, full, splits, chunk)
+    else:
+        tail = (total, total, 1, 1)
     if NUM_WG == 2:
         gl.warp_specialize(
             [
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
-                                       group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 0, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM)),
+                                       group, seq_q, seq_kv, section, snake, tail, parts, qk_scale, CLOCK, 0,
+                                       HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8,
+                                       O_TMA, SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, SPLIT_TAIL)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
-                                       group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 1, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM)),
+                                       group, seq_q, seq_kv, section, snake, tail, parts, qk_scale, CLOCK, 1,
+                                       HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8,
+                                       O_TMA, SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, SPLIT_TAIL)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
-                                   CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
+                                   tail, CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8, SPLIT_TAIL)),
             ],
             [4, 1],
             [CONSUMER_REGS, LOADER_REGS],
@@ -744,19 +840,19 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
         gl.warp_specialize(
             [
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
-                                       group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 0, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM)),
+                                       group, seq_q, seq_kv, section, snake, tail, parts, qk_scale, CLOCK, 0,
+                                       HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8,
+                                       O_TMA, SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, SPLIT_TAIL)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
-                                       group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 1, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM)),
+                                       group, seq_q, seq_kv, section, snake, tail, parts, qk_scale, CLOCK, 1,
+                                       HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8,
+                                       O_TMA, SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, SPLIT_TAIL)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
-                                       group, seq_q, seq_kv, section, snake, qk_scale, CLOCK, 2, HEAD_DIM, BLOCK_N,
-                                       STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                       SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM)),
+                                       group, seq_q, seq_kv, section, snake, tail, parts, qk_scale, CLOCK, 2,
+                                       HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8,
+                                       O_TMA, SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, SPLIT_TAIL)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
-                                   CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8)),
+                                   tail, CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8, SPLIT_TAIL)),
             ],
             [4, 4, 1],
             [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS],
@@ -796,8 +892,9 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     of a layout seen before reuses its launch plan and compiled kernel (:data:`_LAUNCHES`), leaving out
     most of the host time of a launch. ``descales``: fp8's (q_descale (B, H), k_descale (B, H_kv),
     v_descale (B, H_kv)), fp32 and contiguous, as kernels.flash_fwd_fp8.flash_attention_fp8 takes them.
-    ``clock``, an int64 tensor of (query tiles, consumers + 1, CLOCK_EVENTS) (query tiles: cdiv(Nq, BLOCK_M) · B · H),
-    compiles a kernel that fills it with each tile's cycle counts (the events in the comment above;
+    ``clock``, an int64 tensor of (work items, consumers + 1, CLOCK_EVENTS) (:func:`work_items`: the query tiles,
+    cdiv(Nq, BLOCK_M) · B · H, unless ``split_tail`` cuts some), compiles a kernel that fills it with each item's cycle
+    counts (the events in the comment above;
     scripts/perf_experiments/gluon_fwd_clock.py reads them)."""
     fp8 = q.dtype == FP8
     if fp8 != (descales is not None):
@@ -813,11 +910,14 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
                          "it off")
     if config is not None and config.causal_trim and not config.split_mask:
         raise ValueError("causal_trim shortens split_mask's masked loop: give it split_mask=True, or leave it off")
+    if fp8 and config is not None and config.split_tail:
+        raise ValueError("split_tail has not run with e4m3 inputs (FP8_CONFIGS leave it off): give a config without it")
     if clock is not None:  # an explicit config from here on: a marked kernel is neither kept nor reused
         batch, heads, seq_q, _ = q.shape
         config = _config_of(q, causal, config)
-        check_clock(clock, (triton.cdiv(seq_q, config.block_m) * batch * heads, config.consumers + 1, CLOCK_EVENTS),
-                    q.device)
+        if not config.split_tail:  # with it, the rows follow the device's SMs: checked with the launch plan below
+            check_clock(clock, (triton.cdiv(seq_q, config.block_m) * batch * heads, config.consumers + 1,
+                                CLOCK_EVENTS), q.device)
     layout = None if config is not None or schedule is not None or not _LAUNCHES.enabled else (
         layout_key(q, k, v, *descales) if fp8 else layout or layout_key(q, k, v))  # fp8: the descales' too
     out_dtype = (out_dtype or torch.bfloat16) if fp8 else None
@@ -828,14 +928,27 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
         plan = _launch_plan(q, k, v, causal, config, schedule, out_dtype)
         if key is not None:
             _PLANS.keep(key, plan)
-    grid, ints, constexprs, block_n = plan
+    grid, ints, constexprs, block_n, tail, tail_tiles = plan
+    if clock is not None and config.split_tail:
+        check_clock(clock, (tail.items if tail else ints[5], constexprs["NUM_WG"] + 1, CLOCK_EVENTS), q.device)
     o = empty_in_layout(q, out_dtype)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     q_desc, k_desc, v_desc = descriptors(q, k, v, block_n)
     o_arg = tensor_descriptor(o, SPLIT_M) if constexprs["O_TMA"] else o  # O_TMA: its (1, 1, SPLIT_M, D) boxes
+    block_m = constexprs["NUM_WG"] * SPLIT_M
+    parts = tail_combine.partials(tail.tail, block_m, tail.splits, q.shape[-1], q.device) if tail else (None, None)
     _LAUNCHES(key, grid, (q_desc, k_desc, v_desc, o_arg, *o.stride()[:3], lse, *(descales or (None, None, None)),
-                          scale * LOG2E, clock, *ints), constexprs, num_warps=4)
+                          scale * LOG2E, clock, *ints, *parts), constexprs, num_warps=4)
+    if tail:
+        tail_combine.combine(o, lse, *parts, tail_tiles, block_m, key)
     return o, lse
+
+
+def work_items(q: torch.Tensor, k: torch.Tensor, causal: bool, config: HopperConfig | None = None) -> int:
+    """The rows a ``clock`` buffer of :func:`hopper_forward` takes: its launch's work items, query tiles
+    (cdiv(Nq, BLOCK_M) · B · H) or with ``split_tail`` those and the tail's chunks."""
+    plan = _launch_plan(q, k, k, causal, config, None, None)
+    return plan.tail.items if plan.tail else plan.ints[5]
 
 
 def _config_of(q: torch.Tensor, causal: bool, config: HopperConfig | None) -> HopperConfig:
@@ -848,9 +961,11 @@ def _config_of(q: torch.Tensor, causal: bool, config: HopperConfig | None) -> Ho
 
 class _Plan(NamedTuple):
     grid: tuple[int]
-    ints: tuple[int, ...]  # heads, group, seq_q, seq_kv, m_blocks, total, section, snake
+    ints: tuple[int, ...]  # heads, group, seq_q, seq_kv, m_blocks, total, section, snake, items, full, splits, chunk
     constexprs: dict
     block_n: int
+    tail: tile_schedule.SplitTail | None  # with split_tail, where it cuts the last wave
+    tail_tiles: torch.Tensor | None  # and its tiles' (batch, head, first row), int32 on the device
 
 
 def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, config: HopperConfig | None,
@@ -881,8 +996,19 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
         O_LAYOUT=tile_layout(SPLIT_M, head_dim, out_dtype or q.dtype) if config.o_tma else None,
         SPLIT_MASK=config.split_mask, ROW_PARTIALS=config.row_partials,
         CAUSAL_TRIM=config.causal_trim and bool(causal))
-    ints = (heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total, schedule.section, int(schedule.snake))
-    return _Plan((programs,), ints, constexprs, config.block_n)
+    tail = tail_tiles = None
+    if config.split_tail and config.persistent and not causal and not fp8:
+        tail = tile_schedule.split_tail(total, programs, triton.cdiv(seq_kv, config.block_n))
+    if tail:
+        tiles = [tile_schedule.tile(tail.full + i, m_blocks, batch * heads, schedule.section, schedule.snake)
+                 for i in range(tail.tail)]
+        tail_tiles = torch.tensor([(bh // heads, bh % heads, rank * config.block_m) for bh, rank in tiles],
+                                  dtype=torch.int32, device=q.device)
+    constexprs["SPLIT_TAIL"] = tail is not None
+    items, full, splits, chunk = (tail.items, tail.full, tail.splits, tail.chunk) if tail else (total, total, 1, 1)
+    ints = (heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total, schedule.section, int(schedule.snake),
+            items, full, splits, chunk)
+    return _Plan((programs,), ints, constexprs, config.block_n, tail, tail_tiles)
 
 
 # Launch plans by (layout_key, causal) for the default configuration, and the compiled kernel of each.

@@ -152,3 +152,55 @@ def plan(n_blocks: int, bh: int, head_bytes: int, l2_bytes: int, share: float, p
         if work <= BALANCE:
             return schedule
     return candidates[shares.index(min(shares))]
+
+
+class SplitTail(NamedTuple):
+    """A persistent launch's work items when its last wave is cut by keys (:func:`split_tail`): items
+    0 ... ``full`` - 1 are the tiles of that number, item ``full`` + c is key chunk c % ``splits`` (key
+    tiles from (c % splits) · ``chunk``) of tile ``full`` + c // splits."""
+
+    full: int  # whole tiles: the full waves
+    tail: int  # tiles after them, each cut into chunks
+    splits: int  # chunks a tail tile is cut into
+    chunk: int  # key tiles a chunk takes (the last one of a tile may take fewer)
+
+    @property
+    def items(self) -> int:
+        return self.full + self.tail * self.splits
+
+
+def split_tail(total: int, programs: int, key_tiles: int) -> SplitTail | None:
+    """Where ``total`` tiles of ``key_tiles`` key tiles each, all as long (not causal), run on ``programs``
+    persistent programs: cut the last, partial wave's tiles by keys over every program. None where
+    there is nothing to gain.
+
+    Programs that take every programs-th tile end after ceil(total / programs) tiles, the last wave's
+    total % programs tiles on as many programs while the rest wait (wave quantization): 4,096 tiles on
+    132 SMs end after 32 tiles' time for 31.03 tiles of work each, 3% of the launch with most SMs idle.
+    The data-parallel waves with a Stream-K tail (Osama et al., "Stream-K: Work-centric Parallel
+    Decomposition for Dense Matrix Multiplication on the GPU", PPoPP 2023, its "data-parallel +
+    one-tile Stream-K" hybrid) instead give each of the tail's r tiles to programs // r programs, each a
+    contiguous chunk of its keys; a chunk writes its rows' fp32 output and logsumexp, and
+    kernels.tail_combine merges the chunks of a tile as FlashDecoding merges its splits. The launch
+    then ends after about total // programs tiles and one chunk, plus the merge."""
+    if total <= programs or key_tiles < 2:
+        return None
+    full = total // programs * programs
+    tail = total - full
+    if tail == 0:
+        return None
+    chunk = -(-key_tiles // min(programs // tail, key_tiles))
+    splits = -(-key_tiles // chunk)
+    if splits < 2:
+        return None
+    return SplitTail(full, tail, splits, chunk)
+
+
+def work_item(w: int, split: SplitTail | None, key_tiles: int) -> tuple[int, int, int, int]:
+    """Item w of a launch as (tile, first key tile, key tiles, chunk index or -1 for a whole tile): the
+    reference of the Gluon forward's ``_work`` (kernels.flash_fwd_hopper)."""
+    if split is None or w < split.full:
+        return w, 0, key_tiles, -1
+    c = w - split.full
+    first = c % split.splits * split.chunk
+    return split.full + c // split.splits, first, min(split.chunk, key_tiles - first), c

@@ -134,3 +134,42 @@ def test_grid_sections_stay_within_one_wave_of_heads_and_near_the_best(n_blocks,
     spans = [ts.grid_makespan(n_blocks, bh, H100_SMS, Schedule(1 << i, False), repeat)
              for i in range(wave_heads.bit_length())]
     assert ts.grid_makespan(n_blocks, bh, H100_SMS, schedule, repeat) <= min(spans) * ts.GRID_TOLERANCE
+
+
+# split_tail: the last wave's tiles cut by keys (the forward's split_tail config).
+def test_split_tail_cuts_the_last_wave_of_the_grids_head_dim_128_shapes():
+    """4,096 query tiles of 128 rows (every head_dim 128 shape of the 32768-token grid) on 132 SMs: 31 full waves,
+    and the 4 tiles left each cut into 32 chunks of 2 key tiles (N 8192), so no program takes more than 31 tiles and
+    one chunk, against 32 tiles without the cut."""
+    split = ts.split_tail(4096, H100_SMS, 64)
+    assert split == ts.SplitTail(full=4092, tail=4, splits=32, chunk=2)
+    assert split.items == 4092 + 4 * 32
+    assert ts.split_tail(4096, H100_SMS, 16) == ts.SplitTail(4092, 4, 16, 1)  # N 2048: a key tile a chunk
+
+
+@pytest.mark.parametrize("total,programs,key_tiles", [
+    (264, 132, 64),  # no partial wave
+    (100, 132, 64),  # one wave, short
+    (132 + 70, 132, 64),  # more than half a wave left: a chunk would be half a tile or more
+    (4096, 132, 1),  # one key tile: nothing to cut
+])
+def test_split_tail_leaves_launches_it_cannot_shorten(total, programs, key_tiles):
+    assert ts.split_tail(total, programs, key_tiles) is None
+
+
+@pytest.mark.parametrize("total,programs,key_tiles", [(4096, 132, 64), (144, 132, 8), (165, 132, 33), (150, 132, 3),
+                                                       (133, 132, 7), (4096, 132, 128)])
+def test_work_items_cover_every_key_tile_once_and_shorten_the_longest_program(total, programs, key_tiles):
+    """Every (tile, key tile) in exactly one item, each chunk within its tile; programs take items p, p + programs, ...
+    as the kernel does, and the busiest one's key tiles fall below ceil(total / programs) whole tiles'."""
+    split = ts.split_tail(total, programs, key_tiles)
+    assert split is not None
+    seen, load = [], [0] * programs
+    for w in range(split.items):
+        tile, first, n, chunk = ts.work_item(w, split, key_tiles)
+        assert n >= 1 and first + n <= key_tiles and (chunk == -1) == (w < split.full)
+        seen += [(tile, j) for j in range(first, first + n)]
+        load[w % programs] += n
+    assert sorted(seen) == list(itertools.product(range(total), range(key_tiles)))
+    assert max(load) < -(-total // programs) * key_tiles
+    assert max(load) <= total // programs * key_tiles + split.chunk

@@ -107,8 +107,8 @@ def clock(variants: dict, sms: int) -> list[dict]:
         q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         scale = D ** -0.5
         for name, config in configs(variants, D, causal, N).items():
-            tiles = triton.cdiv(N, config.block_m) * B * H
-            buffer = torch.full((tiles, config.consumers + 1, HF.CLOCK_EVENTS), -1, dtype=torch.int64, device="cuda")
+            items = HF.work_items(q, k, causal, config)  # query tiles, or with split_tail those and the chunks
+            buffer = torch.full((items, config.consumers + 1, HF.CLOCK_EVENTS), -1, dtype=torch.int64, device="cuda")
             plain = partial(HF.hopper_forward, q, k, v, causal, scale, config)
             base = {"D": D, "N": N, "B": B, "H": H, "causal": causal, "config": name, "fields": config._asdict()}
             row = clock_row(plain, buffer, "_attn_fwd_hopper", base, sms, wait="q_wait")

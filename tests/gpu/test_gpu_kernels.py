@@ -292,6 +292,34 @@ def test_gluon_causal_trim_matches_oracle(seq_q, seq_kv, persistent, dtype):
     _assert_forward_like_oracle(q, k, v, o, True, dtype, lse)
 
 
+# (head_dim, batch, heads, kv_heads, seq_q, seq_kv): shapes whose tiles leave a partial last wave on 132 SMs (H100 and
+# H200 SXM), so split_tail cuts it: 144 tiles (12 left, a key tile a chunk, the last one ragged), Nq != Nkv both ways,
+# and 165 and 154 tiles of 33 key tiles (chunks of 9 and 6, the last shorter).
+SPLIT_TAIL_SHAPES = [(128, 2, 9, 3, 1000, 1000), (128, 2, 24, 8, 300, 1000), (128, 2, 9, 3, 1000, 300),
+                     (128, 1, 5, 5, 4099, 4099), (64, 2, 12, 4, 1000, 1000), (64, 1, 7, 7, 4099, 4099)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("bshd", [False, True], ids=["bhsd", "bshd"])
+@pytest.mark.parametrize("head_dim,batch,heads,kv_heads,seq_q,seq_kv", SPLIT_TAIL_SHAPES)
+def test_gluon_split_tail_matches_oracle(head_dim, batch, heads, kv_heads, seq_q, seq_kv, bshd, dtype):
+    """split_tail (the last wave's tiles cut by keys, merged by kernels.tail_combine) against the fp64 oracle: o and
+    the logsumexp of every row, the merged tail rows and rows past Nq included; q, k, v and so o as BSHD views too."""
+    from kernels.flash_fwd_hopper import CONFIGS, _launch_plan, hopper_forward
+
+    _needs_sm90()
+    q, k, v = _inputs(batch, heads, seq_q, seq_kv, head_dim, dtype, kv_heads=kv_heads)
+    if bshd:
+        q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+    config = CONFIGS[head_dim, False]._replace(split_tail=True)
+    plan = _launch_plan(q, k, v, False, config, None, None)
+    if plan.tail is None:
+        pytest.skip(f"no partial last wave on {torch.cuda.get_device_properties(0).multi_processor_count} SMs")
+    o, lse = hopper_forward(q, k, v, False, head_dim ** -0.5, config)
+    assert o.transpose(1, 2).is_contiguous() == bshd
+    _assert_forward_like_oracle(q, k, v, o, False, dtype, lse)
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("seq", [1000, 4099])
 @pytest.mark.parametrize("head_dim", [64, 128])

@@ -1,0 +1,68 @@
+"""Merging the key chunks of a forward's tail tiles (kernels.tile_schedule.split_tail).
+
+Where a persistent forward cuts its last wave's query tiles by keys, each chunk writes, for every
+row of its tile, its output normalised over its own keys (fp32) and their logsumexp. This kernel
+merges a row's chunks as FlashDecoding merges its splits (kernels/flash_decode.py, ``_decode_combine``):
+lse = log Σ_c exp(lse_c), o = Σ_c exp(lse_c − lse) · o_c, and writes the row's output and logsumexp
+where the forward would have. One program per row of the tail; the tile a row belongs to is looked
+up in ``tiles`` ((batch, head, first row) per tail tile, in the forward's tile order). Pointer
+arithmetic only (triton 3.6 and 3.9).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._launch import LaunchCache
+
+
+@triton.jit
+def _tail_combine(
+    O, stride_oz, stride_oh, stride_om, LSE, O_PART, LSE_PART, TILES, heads, seq_q, splits,
+    BLOCK_M: tl.constexpr,  # rows of a tile
+    HEAD_DIM: tl.constexpr,
+    BLOCK_S: tl.constexpr,  # splits, padded to a power of two
+):
+    row = tl.program_id(0)  # of the tail: tile row // BLOCK_M, its row row % BLOCK_M
+    tile = row // BLOCK_M
+    off_z = tl.load(TILES + tile * 3)
+    off_h = tl.load(TILES + tile * 3 + 1)
+    m = tl.load(TILES + tile * 3 + 2) + row % BLOCK_M
+    if m < seq_q:
+        offs_s = tl.arange(0, BLOCK_S)
+        offs_d = tl.arange(0, HEAD_DIM)
+        part = row.to(tl.int64) * splits + offs_s
+        lse_s = tl.load(LSE_PART + part, mask=offs_s < splits, other=float("-inf"))
+        top = tl.max(lse_s, 0)  # finite: every chunk holds at least one key, which every row sees (not causal)
+        w = tl.exp(lse_s - top)
+        o_s = tl.load(O_PART + part[:, None] * HEAD_DIM + offs_d[None, :], mask=(offs_s < splits)[:, None],
+                      other=0.0)
+        total = tl.sum(w, 0)
+        o = tl.sum(w[:, None] * o_s, 0) / total
+        o_row = O + off_z.to(tl.int64) * stride_oz + off_h.to(tl.int64) * stride_oh + m.to(tl.int64) * stride_om
+        tl.store(o_row + offs_d, o.to(O.dtype.element_ty))
+        tl.store(LSE + (off_z * heads + off_h).to(tl.int64) * seq_q + m, top + tl.log(total))
+
+
+def partials(tail: int, block_m: int, splits: int, head_dim: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chunks' outputs (tail · block_m · splits, head_dim) and logsumexps (tail · block_m · splits), fp32: row r
+    of tail tile i, chunk c at (i · block_m + r) · splits + c."""
+    rows = tail * block_m * splits
+    return (torch.empty((rows, head_dim), dtype=torch.float32, device=device),
+            torch.empty((rows,), dtype=torch.float32, device=device))
+
+
+def combine(o: torch.Tensor, lse: torch.Tensor, o_part: torch.Tensor, lse_part: torch.Tensor, tiles: torch.Tensor,
+            block_m: int, key=None) -> None:
+    """Merge the chunks (:func:`partials`) of the tail tiles ``tiles`` (int32 (tail, 3): batch, head, first row) into
+    o (B, H, Nq, D), head_dim unit-stride, and lse (B, H, Nq) contiguous. ``key``: the caller's launch key
+    (_launch.LaunchCache), or None."""
+    heads, seq_q, head_dim = o.shape[1], o.shape[2], o.shape[3]
+    splits = lse_part.shape[0] // (tiles.shape[0] * block_m)
+    _COMBINE(key, (tiles.shape[0] * block_m,), (o, *o.stride()[:3], lse, o_part, lse_part, tiles, heads, seq_q, splits),
+             dict(BLOCK_M=block_m, HEAD_DIM=head_dim, BLOCK_S=triton.next_power_of_2(splits)), num_warps=4)
+
+
+_COMBINE = LaunchCache(_tail_combine)
