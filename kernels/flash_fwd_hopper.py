@@ -50,6 +50,7 @@ Other fp8 inputs, and causal head_dim 64 (:data:`FP8_PORTABLE`), take kernels.fl
 
 from __future__ import annotations
 
+import functools
 import os
 import types
 from typing import NamedTuple
@@ -363,20 +364,21 @@ def _load_item(t, count, done, descs, bufs, bars, m_blocks, total, heads, group,
 @gluon.jit
 def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake, tail, CLOCK,
                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
-                    CAUSAL: gl.constexpr, FP8: gl.constexpr, SPLIT_TAIL: gl.constexpr):
+                    CAUSAL: gl.constexpr, FP8: gl.constexpr, CHUNKS: gl.constexpr):
     """One warp: for each work item of this program (:func:`_work`), each consumer's Q rows (once the consumer
     is done with the previous ones), then K and V of each of its key tiles into the ring. With ``FP8`` V's
     descriptor is over its (head_dim, keys) transpose, so a tile is the whole head_dim by BLOCK_N keys."""
     items, full, splits, chunk = tail
     count = 0  # key tiles this program has loaded: the position in the ring
     done = 0  # work items
-    for t in range(gl.program_id(0), full, gl.num_programs(0)):
-        count, done = _load_item(t, count, done, descs, bufs, bars, m_blocks, total, heads, group, seq_kv, section,
-                                 snake, tail, CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8, False)
-    if SPLIT_TAIL:
+    if CHUNKS:
         for t in range(full + gl.program_id(0), items, gl.num_programs(0)):
             count, done = _load_item(t, count, done, descs, bufs, bars, m_blocks, total, heads, group, seq_kv,
                                      section, snake, tail, CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8, True)
+    else:
+        for t in range(gl.program_id(0), full, gl.num_programs(0)):
+            count, done = _load_item(t, count, done, descs, bufs, bars, m_blocks, total, heads, group, seq_kv,
+                                     section, snake, tail, CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8, False)
 
 
 @gluon.jit
@@ -715,8 +717,8 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT_M: gl.constexpr, CAUSAL: gl.constexpr,
                         OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr, FP8: gl.constexpr,
                         O_TMA: gl.constexpr, SPLIT_MASK: gl.constexpr, ROW_PARTIALS: gl.constexpr,
-                        CAUSAL_TRIM: gl.constexpr, SPLIT_TAIL: gl.constexpr):
-    """One warpgroup: for each query tile of this program, rows off_m + WG·64 ... + 63 against
+                        CAUSAL_TRIM: gl.constexpr, CHUNKS: gl.constexpr):
+    """One warpgroup: for each work item of this program (:func:`_consumer_item`), rows off_m + WG·64 ... + 63 against
     every key tile, then O and the logsumexp of those rows. With ``FP8`` (e4m3 Q, K, V and an fp32
     descale per (batch, head) each, ``descales``) Q's and K's descales fold into the exp2 scale and V's
     into the epilogue, P is rounded to e4m3 for PV, and V's tiles are (head_dim, keys), keys contiguous,
@@ -739,41 +741,49 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
     items, full, splits, chunk = tail
     count = 0  # key tiles this program has consumed: the position in the ring, and the turn
     done = 0  # work items
-    for t in range(gl.program_id(0), full, gl.num_programs(0)):
-        count, done = _consumer_item(t, count, done, q, bufs, bars, turns, O, o_strides, LSE, descales, m_blocks,
-                                     total, heads, group, seq_q, seq_kv, section, snake, tail, parts, qk_scale, CLOCK,
-                                     offs_n, offs_d, s_zero, row_layout, o_layout, p_layout, WG, HEAD_DIM, BLOCK_N,
-                                     STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA, SPLIT_MASK,
-                                     ROW_PARTIALS, CAUSAL_TRIM, False)
-    if SPLIT_TAIL:
+    if CHUNKS:
         for t in range(full + gl.program_id(0), items, gl.num_programs(0)):
             count, done = _consumer_item(t, count, done, q, bufs, bars, turns, O, o_strides, LSE, descales, m_blocks,
                                          total, heads, group, seq_q, seq_kv, section, snake, tail, parts, qk_scale,
                                          CLOCK, offs_n, offs_d, s_zero, row_layout, o_layout, p_layout, WG, HEAD_DIM,
                                          BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
                                          SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, True)
+    else:
+        for t in range(gl.program_id(0), full, gl.num_programs(0)):
+            count, done = _consumer_item(t, count, done, q, bufs, bars, turns, O, o_strides, LSE, descales, m_blocks,
+                                         total, heads, group, seq_q, seq_kv, section, snake, tail, parts, qk_scale,
+                                         CLOCK, offs_n, offs_d, s_zero, row_layout, o_layout, p_layout, WG, HEAD_DIM,
+                                         BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
+                                         SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, False)
     if O_TMA:
         tma.store_wait(0)  # the last O store has read its tile before the program's shared memory goes
 
 
 # section and snake are not specialised (Triton would make a 1 a constant), so every schedule
 # runs the same compiled kernel.
-@gluon.jit(do_not_specialize=["section", "snake", "items", "full", "splits", "chunk"])
+@gluon.jit(do_not_specialize=["section", "snake", "items", "splits", "chunk"])
 def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om, LSE,
                      Q_DESCALE, K_DESCALE, V_DESCALE, qk_scale, CLOCK, heads, group,
-                     seq_q, seq_kv, m_blocks, total, section, snake, items, full, splits, chunk, O_PART, LSE_PART,
+                     seq_q, seq_kv, m_blocks, total, section, snake, full, items, splits, chunk, O_PART, LSE_PART,
                      HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
                      SPLIT_M: gl.constexpr, NUM_WG: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
                      Q_LAYOUT: gl.constexpr, KV_LAYOUT: gl.constexpr, V_LAYOUT: gl.constexpr, FP8: gl.constexpr,
                      O_TMA: gl.constexpr, O_LAYOUT: gl.constexpr, SPLIT_MASK: gl.constexpr,
-                     ROW_PARTIALS: gl.constexpr, CAUSAL_TRIM: gl.constexpr, SPLIT_TAIL: gl.constexpr):
-    """Program p takes query tiles p, p + programs, ... of the ``total`` = m_blocks · batch·heads
-    in :func:`_tile`'s order (one each when the grid has a program per tile; persistent when it
-    has one per SM). With ``SPLIT_TAIL`` it takes work items p, p + programs, ... of ``items``: the first ``full``
-    tiles whole, then the other tiles in ``splits`` chunks of ``chunk`` key tiles each (:func:`_work`), whose rows go
-    to O_PART and LSE_PART (kernels.tail_combine merges them). The descales are None unless ``FP8``."""
+                     ROW_PARTIALS: gl.constexpr, CAUSAL_TRIM: gl.constexpr, CHUNKS: gl.constexpr,
+                     PDL: gl.constexpr):
+    """Program p takes query tiles p, p + programs, ... below ``full`` of the ``total`` = m_blocks · batch·heads in
+    :func:`_tile`'s order (one each when the grid has a program per tile; persistent when it has one per SM): every
+    tile, unless a ``split_tail`` launch leaves the last wave's to a second launch with ``CHUNKS``, whose program p
+    takes work items full + p, full + p + programs, ... below ``items``, the other tiles' key chunks (``splits`` a tile,
+    ``chunk`` key tiles each: :func:`_work`), and writes their rows to O_PART and LSE_PART (kernels.tail_combine merges
+    them). With ``PDL`` that second launch may start its programs as soon as this one's programs end (programmatic
+    dependent launch: it reads none of this launch's output). The descales are None unless ``FP8``."""
+    if PDL:
+        # PTX ISA, griddepcontrol: the dependent grid may be scheduled once every program of this one has run this
+        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
+                                  is_pure=False, pack=1)
     dtype: gl.constexpr = q_desc.dtype
     # Tiles as the wgmma reads them: 2-D, with the swizzle of the descriptors' 4-D boxes (Q_LAYOUT, KV_LAYOUT,
     # V_LAYOUT); fp8's V tiles are (head_dim, keys) (_consumer_partition says why).
@@ -815,23 +825,20 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
     bars = (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty)
     descales = (Q_DESCALE, K_DESCALE, V_DESCALE)
     parts = (O_PART, LSE_PART)
-    if SPLIT_TAIL:
-        tail = (items, full, splits, chunk)
-    else:
-        tail = (total, total, 1, 1)
+    tail = (items, full, splits, chunk)
     if NUM_WG == 2:
         gl.warp_specialize(
             [
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, tail, parts, qk_scale, CLOCK, 0,
                                        HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8,
-                                       O_TMA, SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, SPLIT_TAIL)),
+                                       O_TMA, SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, CHUNKS)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, tail, parts, qk_scale, CLOCK, 1,
                                        HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8,
-                                       O_TMA, SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, SPLIT_TAIL)),
+                                       O_TMA, SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, CHUNKS)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
-                                   tail, CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8, SPLIT_TAIL)),
+                                   tail, CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8, CHUNKS)),
             ],
             [4, 1],
             [CONSUMER_REGS, LOADER_REGS],
@@ -842,17 +849,17 @@ def _attn_fwd_hopper(q_desc, k_desc, v_desc, O, stride_oz, stride_oh, stride_om,
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, tail, parts, qk_scale, CLOCK, 0,
                                        HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8,
-                                       O_TMA, SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, SPLIT_TAIL)),
+                                       O_TMA, SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, CHUNKS)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, tail, parts, qk_scale, CLOCK, 1,
                                        HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8,
-                                       O_TMA, SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, SPLIT_TAIL)),
+                                       O_TMA, SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, CHUNKS)),
                 (_consumer_partition, (bufs, bars, turns, O, o_strides, LSE, descales, m_blocks, total, heads,
                                        group, seq_q, seq_kv, section, snake, tail, parts, qk_scale, CLOCK, 2,
                                        HEAD_DIM, BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8,
-                                       O_TMA, SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, SPLIT_TAIL)),
+                                       O_TMA, SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, CHUNKS)),
                 (_load_partition, (descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq_kv, section, snake,
-                                   tail, CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8, SPLIT_TAIL)),
+                                   tail, CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8, CHUNKS)),
             ],
             [4, 4, 1],
             [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS],
@@ -937,9 +944,15 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     o_arg = tensor_descriptor(o, SPLIT_M) if constexprs["O_TMA"] else o  # O_TMA: its (1, 1, SPLIT_M, D) boxes
     block_m = constexprs["NUM_WG"] * SPLIT_M
     parts = tail_combine.partials(tail.tail, block_m, tail.splits, q.shape[-1], q.device) if tail else (None, None)
-    _LAUNCHES(key, grid, (q_desc, k_desc, v_desc, o_arg, *o.stride()[:3], lse, *(descales or (None, None, None)),
-                          scale * LOG2E, clock, *ints, *parts), constexprs, num_warps=4)
+    args = (q_desc, k_desc, v_desc, o_arg, *o.stride()[:3], lse, *(descales or (None, None, None)), scale * LOG2E,
+            clock, *ints, *parts)
+    _LAUNCHES(key, grid, args, constexprs, num_warps=4)
     if tail:
+        # The tail's chunks, a program each, launched as programmatically dependent on the whole tiles' launch (which
+        # lets them start at once: PDL), so each takes an SM as soon as that launch's program there ends; then the
+        # merge, after both (stream order).
+        _LAUNCHES(None if key is None else (key, "chunks"), (tail.tail * tail.splits,), args,
+                  {**constexprs, "CHUNKS": True, "PDL": False}, num_warps=4, launch_pdl=True)
         tail_combine.combine(o, lse, *parts, tail_tiles, block_m, key)
     return o, lse
 
@@ -961,7 +974,7 @@ def _config_of(q: torch.Tensor, causal: bool, config: HopperConfig | None) -> Ho
 
 class _Plan(NamedTuple):
     grid: tuple[int]
-    ints: tuple[int, ...]  # heads, group, seq_q, seq_kv, m_blocks, total, section, snake, items, full, splits, chunk
+    ints: tuple[int, ...]  # heads, group, seq_q, seq_kv, m_blocks, total, section, snake, full, items, splits, chunk
     constexprs: dict
     block_n: int
     tail: tile_schedule.SplitTail | None  # with split_tail, where it cuts the last wave
@@ -1000,15 +1013,22 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
     if config.split_tail and config.persistent and not causal and not fp8:
         tail = tile_schedule.split_tail(total, programs, triton.cdiv(seq_kv, config.block_n))
     if tail:
-        tiles = [tile_schedule.tile(tail.full + i, m_blocks, batch * heads, schedule.section, schedule.snake)
-                 for i in range(tail.tail)]
-        tail_tiles = torch.tensor([(bh // heads, bh % heads, rank * config.block_m) for bh, rank in tiles],
-                                  dtype=torch.int32, device=q.device)
-    constexprs["SPLIT_TAIL"] = tail is not None
-    items, full, splits, chunk = (tail.items, tail.full, tail.splits, tail.chunk) if tail else (total, total, 1, 1)
+        tail_tiles = _tail_tiles(tail, m_blocks, batch * heads, heads, schedule, config.block_m, q.device)
+    constexprs.update(CHUNKS=False, PDL=tail is not None)
+    full, items, splits, chunk = (tail.full, tail.items, tail.splits, tail.chunk) if tail else (total, total, 1, 1)
     ints = (heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total, schedule.section, int(schedule.snake),
-            items, full, splits, chunk)
+            full, items, splits, chunk)
     return _Plan((programs,), ints, constexprs, config.block_n, tail, tail_tiles)
+
+
+@functools.lru_cache(maxsize=64)
+def _tail_tiles(tail: tile_schedule.SplitTail, m_blocks: int, bh: int, heads: int, schedule: tile_schedule.Schedule,
+                block_m: int, device: torch.device) -> torch.Tensor:
+    """The (batch, head, first row) of each tail tile, int32 on ``device``: made once per shape, as the copy to the
+    device waits for the work queued before it."""
+    tiles = [tile_schedule.tile(tail.full + i, m_blocks, bh, *schedule) for i in range(tail.tail)]
+    return torch.tensor([(b // heads, b % heads, rank * block_m) for b, rank in tiles], dtype=torch.int32,
+                        device=device)
 
 
 # Launch plans by (layout_key, causal) for the default configuration, and the compiled kernel of each.
