@@ -220,13 +220,24 @@ SHORT_CAUSAL = {
 }
 
 
-def default_config(head_dim: int, causal: bool, seq_q: int) -> HopperConfig:
-    """The configuration :func:`hopper_forward` runs a shape with by default."""
+# Without a mask, by head_dim: from Nkv this long, split_tail (the last wave's tiles cut by keys: kernels.tile_schedule
+# .split_tail). Round 24 (docs/perf-notes.md, "Gluon forward, round 24"; reports/perf-h100/gluon_fwd_round24), head_dim
+# 128, bf16, 32768 tokens (4,096 query tiles on 132 SMs), five interleaved rounds: 1.015x, 1.017x and 1.021x the default
+# at N 4096, 8192 and 16384 (twin 1.004x, 1.014x, 0.996x), 0.993x at 2048 (twin 1.005x), where a tile is short
+# enough that the chunks' launch and the merge cost what the tail saved. head_dim 64's tiles (192 rows) leave 92
+# of 5,504 tiles in the last wave there, more than split_tail cuts; not measured elsewhere.
+SPLIT_TAIL_FROM = {128: 4096}
+
+
+def default_config(head_dim: int, causal: bool, seq_q: int, seq_kv: int | None = None) -> HopperConfig:
+    """The configuration :func:`hopper_forward` runs a shape with by default (``seq_kv``: seq_q where None)."""
     if causal and head_dim in SHORT_CAUSAL and seq_q <= SHORT_CAUSAL[head_dim][0]:
         return SHORT_CAUSAL[head_dim][1]
     config = CONFIGS[head_dim, bool(causal)]
     if causal and seq_q <= PERSISTENT_CAUSAL_UP_TO.get(head_dim, 0):
         config = config._replace(persistent=True)
+    if not causal and (seq_q if seq_kv is None else seq_kv) >= SPLIT_TAIL_FROM.get(head_dim, float("inf")):
+        config = config._replace(split_tail=True)
     return config
 
 
@@ -921,7 +932,7 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
         raise ValueError("split_tail has not run with e4m3 inputs (FP8_CONFIGS leave it off): give a config without it")
     if clock is not None:  # an explicit config from here on: a marked kernel is neither kept nor reused
         batch, heads, seq_q, _ = q.shape
-        config = _config_of(q, causal, config)
+        config = _config_of(q, k, causal, config)
         if not config.split_tail:  # with it, the rows follow the device's SMs: checked with the launch plan below
             check_clock(clock, (triton.cdiv(seq_q, config.block_m) * batch * heads, config.consumers + 1,
                                 CLOCK_EVENTS), q.device)
@@ -964,12 +975,14 @@ def work_items(q: torch.Tensor, k: torch.Tensor, causal: bool, config: HopperCon
     return plan.tail.items if plan.tail else plan.ints[5]
 
 
-def _config_of(q: torch.Tensor, causal: bool, config: HopperConfig | None) -> HopperConfig:
+def _config_of(q: torch.Tensor, k: torch.Tensor, causal: bool, config: HopperConfig | None) -> HopperConfig:
     """``config``, or where None the one this shape runs with by default (fp8's from :data:`FP8_CONFIGS`)."""
     if config is not None:
         return config
     head_dim = q.shape[-1]
-    return FP8_CONFIGS[head_dim, bool(causal)] if q.dtype == FP8 else default_config(head_dim, causal, q.shape[2])
+    if q.dtype == FP8:
+        return FP8_CONFIGS[head_dim, bool(causal)]
+    return default_config(head_dim, causal, q.shape[2], k.shape[2])
 
 
 class _Plan(NamedTuple):
@@ -988,7 +1001,7 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_kv = k.shape[1], k.shape[2]
     fp8 = q.dtype == FP8
-    config = _config_of(q, causal, config)
+    config = _config_of(q, k, causal, config)
     consumer_regs, loader_regs = WORKER_REGS[config.consumers]
     m_blocks = triton.cdiv(seq_q, config.block_m)
     total = m_blocks * batch * heads

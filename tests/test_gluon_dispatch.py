@@ -17,6 +17,7 @@ from attention_core.costing import Tiles, pass_paths
 from attention_core.shape import Shape
 from kernels import flash_bwd_hopper as bwd_hopper
 from kernels import flash_fwd_hopper as hopper
+from kernels import tile_schedule
 from kernels.flash_bwd import backward_path, flash_attention_backward
 from kernels.flash_fwd import flash_attention_forward, forward_path
 from profiler.model.cost import cost_of, kernel_path
@@ -687,7 +688,7 @@ def test_forward_probe_builds_its_variants_from_the_default():
     assert at64["ov"] == at64["default"]._replace(overlap=True, pingpong=True) and at64["ov"].overlap is True
     at128 = probe.configs(variants, 128, False, 8192)
     assert list(at128) == ["default", "st3"]
-    assert at128["st3"] == hopper.CONFIGS[128, False]._replace(stages=3, o_tma=False)
+    assert at128["st3"] == hopper.default_config(128, False, 8192)._replace(stages=3, o_tma=False)
     with pytest.raises(SystemExit, match="names 'ov' twice"):
         probe.parse_variants("ov,64,overlap=1;ov,128,overlap=0")
 
@@ -705,3 +706,18 @@ def test_default_backward_config_takes_tma_dkv_stores_where_a_key_block_walks_fe
             assert bwd_hopper.default_config(head_dim, causal, 1025, 4) == base
             assert bwd_hopper.default_config(head_dim, causal, 8192, 1) == base
             assert bwd_hopper.default_config(head_dim, causal, 16384, 4) == base
+
+
+def test_split_tail_is_the_default_without_a_mask_at_head_dim_128_from_4096_keys():
+    """Round 24's default: split_tail without a mask at head_dim 128 where Nkv >= 4096 (1.015x to 1.021x at N 4096 to
+    16384, 0.993x at 2048); not at 2048 keys, not causal, not at head_dim 64, not in fp8. A short query against a long
+    cache takes it by its keys, and a launch with no partial wave is left whole by the plan."""
+    assert hopper.SPLIT_TAIL_FROM == {128: 4096}
+    assert hopper.default_config(128, False, 4096).split_tail and hopper.default_config(128, False, 16384).split_tail
+    assert not hopper.default_config(128, False, 2048).split_tail
+    assert hopper.default_config(128, False, 1000, 8192).split_tail
+    assert not any(hopper.default_config(d, c, n).split_tail for d, c in ((128, True), (64, False), (64, True))
+                   for n in (2048, 8192))
+    assert not any(config.split_tail for config in hopper.FP8_CONFIGS.values())
+    assert tile_schedule.split_tail(4096, 132, 64) is not None and tile_schedule.split_tail(2 * 132, 132, 64) is None
+
