@@ -29,6 +29,12 @@ did not get there on triton 3.6):
 - The epilogue: each consumer scales O by one reciprocal of its row sums; with ``o_tma`` (the 16-bit default) it
   writes O into its own shared-memory tile and sends it with one TMA store, which the next tile's epilogue waits for
   before it writes the tile again; without it (fp8), each thread stores its own fragments.
+- ``split_tail`` (persistent, not causal; the default at head_dim 128 from 4096 keys, :data:`SPLIT_TAIL_FROM`): the
+  launch runs only the full waves of tiles; the last, partial wave's tiles are cut by keys into chunks, a second
+  launch of this kernel (``CHUNKS``, programmatically dependent on the first, so its programs take the SMs as the
+  first launch's programs end) writes each chunk's rows in fp32 with their logsumexp, and kernels.tail_combine merges
+  them (kernels.tile_schedule.split_tail says why: 4,096 tiles on 132 SMs otherwise end after 32 tiles' time for
+  31.03 tiles of work).
 
 Inputs: fp16 or bf16, head_dim 64 or 128, BHSD tensors in any memory layout a TMA descriptor can
 read (:func:`tma_layout_reason`: contiguous BHSD, the BSHD storage transformers and flash-attn
