@@ -966,8 +966,10 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     _LAUNCHES(key, grid, args, constexprs, num_warps=4)
     if tail:
         # The tail's chunks, a program each, launched as programmatically dependent on the whole tiles' launch (which
-        # lets them start at once: PDL), so each takes an SM as soon as that launch's program there ends; then the
-        # merge, after both (stream order).
+        # lets them start at once: PDL), so each takes an SM as soon as that launch's program there ends. They need not
+        # wait for it (griddepcontrol.wait): they read only q, k and v, done before it started, and write only their
+        # partials. The merge is an ordinary launch, so it, and whatever the caller launches next, runs after both in
+        # stream order: O and the logsumexp are whole when the call's work is.
         _LAUNCHES(None if key is None else (key, "chunks"), (tail.tail * tail.splits,), args,
                   {**constexprs, "CHUNKS": True, "PDL": False}, num_warps=4, launch_pdl=True)
         tail_combine.combine(o, lse, *parts, tail_tiles, block_m, key)
@@ -1031,6 +1033,10 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
     tail = tail_tiles = None
     if config.split_tail and config.persistent and not causal and not fp8:
         tail = tile_schedule.split_tail(total, programs, triton.cdiv(seq_kv, config.block_n))
+    if tail and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        # The tail tiles' table reaches the device by a copy, which a stream being captured into a CUDA graph cannot
+        # take: under capture every tile runs whole, as without split_tail (and a plan kept from here stays so).
+        tail = None
     if tail:
         tail_tiles = _tail_tiles(tail, m_blocks, batch * heads, heads, schedule, config.block_m, q.device)
     constexprs.update(CHUNKS=False, PDL=tail is not None)

@@ -721,3 +721,22 @@ def test_split_tail_is_the_default_without_a_mask_at_head_dim_128_from_4096_keys
     assert not any(config.split_tail for config in hopper.FP8_CONFIGS.values())
     assert tile_schedule.split_tail(4096, 132, 64) is not None and tile_schedule.split_tail(2 * 132, 132, 64) is None
 
+
+def test_split_tail_plans_cut_the_last_wave_but_not_while_a_cuda_graph_is_captured(monkeypatch):
+    """The launch plan of the grid's head_dim 128 shape at N 8192 (4,096 tiles on 132 SMs) takes split_tail's cut, with
+    the tail tiles' (batch, head, first row) in the tile order; while the stream is being captured into a CUDA graph,
+    where the table's copy to the device cannot run, the plan leaves every tile whole."""
+    import types
+
+    monkeypatch.setattr(hopper, "cuda_properties", lambda index: types.SimpleNamespace(
+        multi_processor_count=132, L2_cache_size=50 * 2**20))
+    q = torch.zeros(1, 1, 1, 1, dtype=torch.bfloat16).expand(4, 16, 8192, 128)  # the plan reads shapes only
+    plan = hopper._launch_plan(q, q, q, False, None, None, None)
+    assert plan.tail == tile_schedule.SplitTail(full=4092, tail=4, splits=32, chunk=2)
+    assert plan.ints[8:] == (4092, 4220, 32, 2) and plan.constexprs["PDL"] and not plan.constexprs["CHUNKS"]
+    assert plan.tail_tiles.tolist() == [[3, 15, 8192 - 128 * (4 - i)] for i in range(4)]  # the last head's last tiles
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    plan = hopper._launch_plan(q, q, q, False, None, None, None)
+    assert plan.tail is None and plan.ints[8:] == (4096, 4096, 1, 1) and not plan.constexprs["PDL"]
+

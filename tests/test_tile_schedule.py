@@ -160,8 +160,9 @@ def test_split_tail_leaves_launches_it_cannot_shorten(total, programs, key_tiles
 @pytest.mark.parametrize("total,programs,key_tiles", [(4096, 132, 64), (144, 132, 8), (165, 132, 33), (150, 132, 3),
                                                        (133, 132, 7), (4096, 132, 128)])
 def test_work_items_cover_every_key_tile_once_and_shorten_the_longest_program(total, programs, key_tiles):
-    """Every (tile, key tile) in exactly one item, each chunk within its tile; programs take items p, p + programs, ...
-    as the kernel does, and the busiest one's key tiles fall below ceil(total / programs) whole tiles'."""
+    """Every (tile, key tile) in exactly one item, each chunk within its tile; and, were program p to take items p,
+    p + programs, ... (the whole tiles' launch does; the chunks' launch gives each chunk its own program, which the
+    hardware places as SMs free up), the busiest one's key tiles fall below ceil(total / programs) whole tiles'."""
     split = ts.split_tail(total, programs, key_tiles)
     assert split is not None
     seen, load = [], [0] * programs
