@@ -40,11 +40,12 @@ def layout_key(*tensors: torch.Tensor) -> tuple | None:
     """What a launch's checks, route and Triton specialization read of its tensors besides their data:
     each one's shape, strides, dtype, device and address modulo 16 (Triton specializes a pointer on its
     16-byte alignment; an int argument, on being 1 or a multiple of 16, which shapes and strides fix),
-    and ``ATTN_GLUON``, which the routes read (kernels.hopper_common.sm90_reason). None where a tensor has
+    and ``ATTN_SPLIT_TAIL`` and ``ATTN_GLUON``, which the default configs and the routes read
+    (kernels.flash_fwd_hopper.default_config, kernels.hopper_common.sm90_reason). None where a tensor has
     no address (a fake tensor while torch.compile traces): no memo applies."""
     try:
         return (*((t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16) for t in tensors),
-                os.environ.get("ATTN_GLUON"))
+                os.environ.get("ATTN_SPLIT_TAIL"), os.environ.get("ATTN_GLUON"))
     except (AttributeError, RuntimeError, NotImplementedError):
         return None
 

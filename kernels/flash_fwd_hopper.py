@@ -231,7 +231,8 @@ SHORT_CAUSAL = {
 # 128, bf16, 32768 tokens (4,096 query tiles on 132 SMs), five interleaved rounds: 1.015x, 1.017x and 1.021x the default
 # at N 4096, 8192 and 16384 (twin 1.004x, 1.014x, 0.996x), 0.993x at 2048 (twin 1.005x), where a tile is short
 # enough that the chunks' launch and the merge cost what the tail saved. head_dim 64's tiles (192 rows) leave 92
-# of 5,504 tiles in the last wave there, more than split_tail cuts; not measured elsewhere.
+# of 5,504 tiles in the last wave there, more than split_tail cuts; not measured elsewhere. ATTN_SPLIT_TAIL=0 leaves
+# it off (to time the launch without it: the captures' meta.json records the switch).
 SPLIT_TAIL_FROM = {128: 4096}
 
 
@@ -242,7 +243,8 @@ def default_config(head_dim: int, causal: bool, seq_q: int, seq_kv: int | None =
     config = CONFIGS[head_dim, bool(causal)]
     if causal and seq_q <= PERSISTENT_CAUSAL_UP_TO.get(head_dim, 0):
         config = config._replace(persistent=True)
-    if not causal and (seq_q if seq_kv is None else seq_kv) >= SPLIT_TAIL_FROM.get(head_dim, float("inf")):
+    if (not causal and (seq_q if seq_kv is None else seq_kv) >= SPLIT_TAIL_FROM.get(head_dim, float("inf"))
+            and os.environ.get("ATTN_SPLIT_TAIL") != "0"):
         config = config._replace(split_tail=True)
     return config
 

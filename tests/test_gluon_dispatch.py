@@ -708,10 +708,11 @@ def test_default_backward_config_takes_tma_dkv_stores_where_a_key_block_walks_fe
             assert bwd_hopper.default_config(head_dim, causal, 16384, 4) == base
 
 
-def test_split_tail_is_the_default_without_a_mask_at_head_dim_128_from_4096_keys():
+def test_split_tail_is_the_default_without_a_mask_at_head_dim_128_from_4096_keys(monkeypatch):
     """Round 24's default: split_tail without a mask at head_dim 128 where Nkv >= 4096 (1.015x to 1.021x at N 4096 to
-    16384, 0.993x at 2048); not at 2048 keys, not causal, not at head_dim 64, not in fp8. A short query against a long
-    cache takes it by its keys, and a launch with no partial wave is left whole by the plan."""
+    16384, 0.993x at 2048); not at 2048 keys, not causal, not at head_dim 64, not in fp8, not with ATTN_SPLIT_TAIL=0.
+    A short query against a long cache takes it by its keys, and a launch with no partial wave is left whole by the
+    plan."""
     assert hopper.SPLIT_TAIL_FROM == {128: 4096}
     assert hopper.default_config(128, False, 4096).split_tail and hopper.default_config(128, False, 16384).split_tail
     assert not hopper.default_config(128, False, 2048).split_tail
@@ -719,6 +720,8 @@ def test_split_tail_is_the_default_without_a_mask_at_head_dim_128_from_4096_keys
     assert not any(hopper.default_config(d, c, n).split_tail for d, c in ((128, True), (64, False), (64, True))
                    for n in (2048, 8192))
     assert not any(config.split_tail for config in hopper.FP8_CONFIGS.values())
+    monkeypatch.setenv("ATTN_SPLIT_TAIL", "0")  # the switch, to time the launch without it
+    assert not hopper.default_config(128, False, 8192).split_tail
     assert tile_schedule.split_tail(4096, 132, 64) is not None and tile_schedule.split_tail(2 * 132, 132, 64) is None
 
 

@@ -59,12 +59,15 @@ def test_the_memo_keeps_a_bounded_number_of_layouts(monkeypatch):
         assert len(flash_fwd._ROUTES) <= 3
 
 
-def test_layout_key_reads_shape_strides_dtype_device_alignment_and_attn_gluon(monkeypatch):
+def test_layout_key_reads_shape_strides_dtype_device_alignment_and_the_switches(monkeypatch):
     base = torch.randn(2, 3, 5, 16)
     monkeypatch.delenv("ATTN_GLUON", raising=False)
-    assert layout_key(base) == ((base.shape, base.stride(), base.dtype, base.device, base.data_ptr() % 16), None)
+    monkeypatch.delenv("ATTN_SPLIT_TAIL", raising=False)
+    assert layout_key(base) == ((base.shape, base.stride(), base.dtype, base.device, base.data_ptr() % 16), None, None)
     monkeypatch.setenv("ATTN_GLUON", "0")  # the routes read it (hopper_common.sm90_reason): another key
-    assert layout_key(base)[-1] == "0"
+    assert layout_key(base)[-2:] == (None, "0")
+    monkeypatch.setenv("ATTN_SPLIT_TAIL", "0")  # the forward's default config reads it: another key
+    assert layout_key(base)[-2:] == ("0", "0")
     shifted = torch.randn(2 * 3 * 5 * 16 + 2)[2:].view(2, 3, 5, 16)  # the same shape, 8 bytes off 16
     assert layout_key(shifted) != layout_key(base)
     assert layout_key(object()) is None  # no address to read (as a fake tensor while torch.compile traces)
