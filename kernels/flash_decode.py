@@ -162,17 +162,27 @@ def _decode_combine(
     if PDL:
         tl.extra.cuda.gdc_wait()
     row = tl.program_id(0).to(tl.int64)
+    # the largest logsumexp is finite: split 0 holds key 0, which every query row sees
+    merge_splits(O_PART, LSE_PART, row, splits, O + row * HEAD_DIM, LSE + row, BLOCK_S, HEAD_DIM)
+
+
+@triton.jit
+def merge_splits(O_PART, LSE_PART, row, splits, o_out, lse_out, BLOCK_S: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """Merge row ``row``'s ``splits`` partial outputs (each normalised over its own keys, fp32, at O_PART's rows
+    row · splits + s) and logsumexps, lse = log Σ_s exp(lse_s), o = Σ_s exp(lse_s − lse) · o_s, and store them at
+    ``o_out`` (HEAD_DIM elements, unit-stride, in its dtype) and ``lse_out``. ``row`` int64; BLOCK_S: splits padded
+    to a power of two."""
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, HEAD_DIM)
     lse_s = tl.load(LSE_PART + row * splits + offs_s, mask=offs_s < splits, other=float("-inf"))
-    m = tl.max(lse_s, 0)  # finite: split 0 holds key 0, which every query row sees
-    w = tl.exp(lse_s - m)  # (BLOCK_S,)
+    top = tl.max(lse_s, 0)
+    w = tl.exp(lse_s - top)  # (BLOCK_S,)
     o_s = tl.load(O_PART + (row * splits + offs_s)[:, None] * HEAD_DIM + offs_d[None, :],
                   mask=(offs_s < splits)[:, None], other=0.0)  # (BLOCK_S, HEAD_DIM)
     total = tl.sum(w, 0)
     o = tl.sum(w[:, None] * o_s, 0) / total
-    tl.store(O + row * HEAD_DIM + offs_d, o.to(O.dtype.element_ty))
-    tl.store(LSE + row, m + tl.log(total))
+    tl.store(o_out + offs_d, o.to(o_out.dtype.element_ty))
+    tl.store(lse_out, top + tl.log(total))
 
 
 def flash_decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,

@@ -4,7 +4,8 @@ Where a persistent forward cuts its last wave's query tiles by keys, each chunk 
 row of its tile, its output normalised over its own keys (fp32) and their logsumexp. This kernel
 merges a row's chunks as FlashDecoding merges its splits (kernels/flash_decode.py, ``_decode_combine``):
 lse = log Σ_c exp(lse_c), o = Σ_c exp(lse_c − lse) · o_c, and writes the row's output and logsumexp
-where the forward would have. One program per row of the tail; the tile a row belongs to is looked
+where the forward would have (kernels.flash_decode.merge_splits, the decode combine's merge). One program per row of
+the tail; the tile a row belongs to is looked
 up in ``tiles`` ((batch, head, first row) per tail tile, in the forward's tile order). Pointer
 arithmetic only (triton 3.6 and 3.9).
 """
@@ -16,6 +17,7 @@ import triton
 import triton.language as tl
 
 from kernels._launch import LaunchCache
+from kernels.flash_decode import merge_splits
 
 
 @triton.jit
@@ -31,19 +33,10 @@ def _tail_combine(
     off_h = tl.load(TILES + tile * 3 + 1)
     m = tl.load(TILES + tile * 3 + 2) + row % BLOCK_M
     if m < seq_q:
-        offs_s = tl.arange(0, BLOCK_S)
-        offs_d = tl.arange(0, HEAD_DIM)
-        part = row.to(tl.int64) * splits + offs_s
-        lse_s = tl.load(LSE_PART + part, mask=offs_s < splits, other=float("-inf"))
-        top = tl.max(lse_s, 0)  # finite: every chunk holds at least one key, which every row sees (not causal)
-        w = tl.exp(lse_s - top)
-        o_s = tl.load(O_PART + part[:, None] * HEAD_DIM + offs_d[None, :], mask=(offs_s < splits)[:, None],
-                      other=0.0)
-        total = tl.sum(w, 0)
-        o = tl.sum(w[:, None] * o_s, 0) / total
+        # the largest logsumexp is finite: every chunk holds at least one key, which every row sees (not causal)
         o_row = O + off_z.to(tl.int64) * stride_oz + off_h.to(tl.int64) * stride_oh + m.to(tl.int64) * stride_om
-        tl.store(o_row + offs_d, o.to(O.dtype.element_ty))
-        tl.store(LSE + (off_z * heads + off_h).to(tl.int64) * seq_q + m, top + tl.log(total))
+        merge_splits(O_PART, LSE_PART, row.to(tl.int64), splits, o_row,
+                     LSE + (off_z * heads + off_h).to(tl.int64) * seq_q + m, BLOCK_S, HEAD_DIM)
 
 
 def partials(tail: int, block_m: int, splits: int, head_dim: int, device) -> tuple[torch.Tensor, torch.Tensor]:
