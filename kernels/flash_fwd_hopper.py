@@ -56,7 +56,6 @@ Other fp8 inputs, and causal head_dim 64 (:data:`FP8_PORTABLE`), take kernels.fl
 
 from __future__ import annotations
 
-import functools
 import os
 import types
 from typing import NamedTuple
@@ -956,7 +955,7 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
             _PLANS.keep(key, plan)
     grid, ints, constexprs, block_n, tail, tail_tiles = plan
     if clock is not None and config.split_tail:
-        check_clock(clock, (tail.items if tail else ints[5], constexprs["NUM_WG"] + 1, CLOCK_EVENTS), q.device)
+        check_clock(clock, (plan.items, constexprs["NUM_WG"] + 1, CLOCK_EVENTS), q.device)
     o = empty_in_layout(q, out_dtype)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     q_desc, k_desc, v_desc = descriptors(q, k, v, block_n)
@@ -982,7 +981,7 @@ def work_items(q: torch.Tensor, k: torch.Tensor, causal: bool, config: HopperCon
     """The rows a ``clock`` buffer of :func:`hopper_forward` takes: its launch's work items, query tiles
     (cdiv(Nq, BLOCK_M) · B · H) or with ``split_tail`` those and the tail's chunks."""
     plan = _launch_plan(q, k, k, causal, config, None, None)
-    return plan.tail.items if plan.tail else plan.ints[5]
+    return plan.items
 
 
 def _config_of(q: torch.Tensor, k: torch.Tensor, causal: bool, config: HopperConfig | None) -> HopperConfig:
@@ -1002,6 +1001,11 @@ class _Plan(NamedTuple):
     block_n: int
     tail: tile_schedule.SplitTail | None  # with split_tail, where it cuts the last wave
     tail_tiles: torch.Tensor | None  # and its tiles' (batch, head, first row), int32 on the device
+
+    @property
+    def items(self) -> int:
+        """The launch's work items: its query tiles, or with a cut tail those and the tail's chunks."""
+        return self.tail.items if self.tail else self.ints[5]
 
 
 def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, config: HopperConfig | None,
@@ -1040,22 +1044,13 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
         # take: under capture every tile runs whole, as without split_tail (and a plan kept from here stays so).
         tail = None
     if tail:
-        tail_tiles = _tail_tiles(tail, m_blocks, batch * heads, heads, schedule, config.block_m, q.device)
+        tail_tiles = tail_combine.tail_tiles(tail, m_blocks, batch * heads, heads, schedule, config.block_m, q.device)
     constexprs.update(CHUNKS=False, PDL=tail is not None)
     full, items, splits, chunk = (tail.full, tail.items, tail.splits, tail.chunk) if tail else (total, total, 1, 1)
     ints = (heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total, schedule.section, int(schedule.snake),
             full, items, splits, chunk)
     return _Plan((programs,), ints, constexprs, config.block_n, tail, tail_tiles)
 
-
-@functools.lru_cache(maxsize=64)
-def _tail_tiles(tail: tile_schedule.SplitTail, m_blocks: int, bh: int, heads: int, schedule: tile_schedule.Schedule,
-                block_m: int, device: torch.device) -> torch.Tensor:
-    """The (batch, head, first row) of each tail tile, int32 on ``device``: made once per shape, as the copy to the
-    device waits for the work queued before it."""
-    tiles = [tile_schedule.tile(tail.full + i, m_blocks, bh, *schedule) for i in range(tail.tail)]
-    return torch.tensor([(b // heads, b % heads, rank * block_m) for b, rank in tiles], dtype=torch.int32,
-                        device=device)
 
 
 # Launch plans by (layout_key, causal) for the default configuration, and the compiled kernel of each.

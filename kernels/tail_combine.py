@@ -12,10 +12,13 @@ arithmetic only (triton 3.6 and 3.9).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 
+from kernels import tile_schedule
 from kernels._launch import LaunchCache
 from kernels.flash_decode import merge_splits
 
@@ -45,6 +48,17 @@ def partials(tail: int, block_m: int, splits: int, head_dim: int, device) -> tup
     rows = tail * block_m * splits
     return (torch.empty((rows, head_dim), dtype=torch.float32, device=device),
             torch.empty((rows,), dtype=torch.float32, device=device))
+
+
+@functools.lru_cache(maxsize=64)
+def tail_tiles(tail: tile_schedule.SplitTail, n_blocks: int, bh: int, heads: int, schedule: tile_schedule.Schedule,
+               block_m: int, device) -> torch.Tensor:
+    """The (batch, head, first row) of each tail tile in ``schedule``'s order (kernels.tile_schedule.tile; not causal,
+    so a tile's rank is its query block), int32 on ``device``, as :func:`combine` takes them: made once per shape, as
+    the copy to the device waits for the work queued before it."""
+    tiles = [tile_schedule.tile(tail.full + i, n_blocks, bh, *schedule) for i in range(tail.tail)]
+    return torch.tensor([(b // heads, b % heads, rank * block_m) for b, rank in tiles], dtype=torch.int32,
+                        device=device)
 
 
 def combine(o: torch.Tensor, lse: torch.Tensor, o_part: torch.Tensor, lse_part: torch.Tensor, tiles: torch.Tensor,

@@ -23,8 +23,7 @@ def test_merged_chunks_are_the_oracle_and_touch_only_the_tail_rows(seq_q, seq_kv
     m_blocks, key_tiles = -(-seq_q // block_m), -(-seq_kv // block_n)
     total = m_blocks * batch * heads
     split = ts.split_tail(total, programs, key_tiles) or ts.SplitTail(total - 2, 2, key_tiles, 1)
-    tiles = [ts.tile(split.full + i, m_blocks, batch * heads, 1, False) for i in range(split.tail)]
-    table = torch.tensor([(bh // heads, bh % heads, rank * block_m) for bh, rank in tiles], dtype=torch.int32)
+    table = tail_combine.tail_tiles(split, m_blocks, batch * heads, heads, ts.Schedule(1, False), block_m, "cpu")
 
     o_part, lse_part = tail_combine.partials(split.tail, block_m, split.splits, head_dim, "cpu")
     o_part.fill_(float("nan")), lse_part.fill_(float("nan"))
