@@ -37,6 +37,19 @@ def test_the_three_forward_grids_give_the_readmes_medians():
             and f"{(median_cudnn >= 1).sum()} of 40 at or above 1;" in text)
 
 
+def test_shapes_not_in_every_capture_are_counted_as_left_out():
+    """Round 24's grid ran head_dim 128 and the GQA rows only (24 shapes); beside round 23's whole grid (40) the medians
+    cover the 24 both have and say that the other 16 were left out, for each peer; three whole grids leave none out."""
+    r24, r23 = (str(ROOT / "reports" / "perf-h100" / folder) for folder in (
+        "gluon_fwd_round24/peers_r3_split", "gluon_fwd_round23/peers_r3_warm1000"))
+    out = run_cli("medians", r24, r23)
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert text.count("of 24 at or above") == 2
+    assert text.count("left out: 16 shapes without an ok row of both in every capture") == 2
+    assert "left out" not in run_cli("medians", *GRIDS).stdout
+
+
 @pytest.mark.parametrize("args, message", [
     ([GRIDS[0]], "medians takes two or more capture folders of one grid; got 1"),
     ([GRIDS[0], GRIDS[0]], "a capture folder is named twice"),

@@ -39,9 +39,10 @@ def parse_targets(values: list[str]) -> dict[str, float]:
 
 
 def ratios_by_capture(folders: list[Path], baseline: str):
-    """{peer: DataFrame of baseline/peer ratios, one row a shape every capture has, one column a capture}, the
-    peers being the implementations every capture measured besides ``baseline`` (profiler.views.tables.bench_table:
-    the baseline's TFLOP/s over the peer's, rows with status ok only)."""
+    """{peer: DataFrame of baseline/peer ratios, one row a shape any capture has (empty where a capture has no ok
+    ratio for it), one column a capture}, the peers being the implementations every capture measured besides
+    ``baseline`` (profiler.views.tables.bench_table: the baseline's TFLOP/s over the peer's, rows with status ok
+    only)."""
     import pandas as pd
 
     from attention_core.shape import Shape
@@ -65,7 +66,7 @@ def ratios_by_capture(folders: list[Path], baseline: str):
         table = bench_table(frame, [baseline, *peers], baseline).set_index(list(Shape.KEY))
         for peer in peers:
             ratios[peer][str(folder)] = table[f"{baseline}/{peer}"].astype(float)
-    return {peer: pd.DataFrame(columns).dropna() for peer, columns in ratios.items()}
+    return {peer: pd.DataFrame(columns) for peer, columns in ratios.items()}
 
 
 def run(args) -> int:
@@ -75,7 +76,8 @@ def run(args) -> int:
     if len(set(folders)) < len(folders):
         raise UsageError("a capture folder is named twice: give each run of the grid once")
     targets = parse_targets(args.target)
-    ratios = ratios_by_capture(folders, args.baseline)
+    every = ratios_by_capture(folders, args.baseline)
+    ratios = {peer: table.dropna() for peer, table in every.items()}  # the shapes every capture has an ok ratio of
     unknown = sorted(set(targets) - set(ratios))
     if unknown:
         raise UsageError(f"--target names {', '.join(unknown)}, which the captures do not all have; their peers: "
@@ -97,6 +99,10 @@ def run(args) -> int:
             f"({shape_words(shape, heads=True)}), highest {median.max():.3f}, "
             f"{int((median >= target).sum())} of {len(median)} at or above {fmt(target, 'g')}; the captures differ on "
             f"a shape by up to {moved.max():.1%} (the median shape by {moved.median():.1%})", soft_wrap=True)
+        left_out = len(every[peer]) - len(table)
+        if left_out:
+            console.print(f"  left out: {left_out} shape{'s' if left_out > 1 else ''} without an ok row of both in "
+                          "every capture", soft_wrap=True)
         for key, value in median[median < target].sort_values().items():
             shape = dict(zip(median.index.names, key))
             each = ", ".join(f"{v:.3f}" for v in table.loc[key])
