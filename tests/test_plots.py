@@ -463,6 +463,24 @@ def test_hover_and_dashboard_table_name_the_kernel_path(monkeypatch):
     assert len(ours) and set(ours.path) <= {"gluon-ws", "tiled"} and set(table[table.impl == "sdpa_cudnn"].path) == {""}
 
 
+def test_lines_named_by_their_family_put_the_legend_under_the_plot(reference):
+    """Two shape families (round 24's grid: 32768 tokens H16, and the grouped-query rows): each scaling chart's and the
+    baseline chart's legend goes under the plot, a row a name, and the chart grows by those rows; one family keeps
+    plotly's legend at the right and the charts' 420 px."""
+    _, frame = load_capture(ROOT / "reports" / "perf-h100" / "gluon_fwd_round24" / "peers_r3_split")
+    rows = frame[(frame.status == "ok") & (frame.step == "total") & (frame.dtype == "fp16") & ~frame.causal]
+    assert rows.kv_heads.nunique() == 2
+    figs = {**plots.scaling_figures(rows), "baseline": plots.baseline_figure(rows, "triton_flash")}
+    assert not figs.pop("speedup").data  # no naive rows: nothing to name
+    for name, fig in figs.items():
+        names = sum(1 for trace in fig.data if trace.showlegend is not False)
+        assert names >= 4, name
+        assert (fig.layout.legend.orientation, fig.layout.legend.yref, fig.layout.legend.y) == ("h", "container", 0)
+        assert fig.layout.height == 420 + 22 * names and fig.layout.margin.b == 40 + 22 * names, name
+    for fig in plots.scaling_figures(_default_view(reference[1])).values():
+        assert fig.layout.legend.orientation is None and fig.layout.height == 420
+
+
 def test_scaling_draws_a_fixed_token_sweep_as_one_line():
     """``bench --tokens 32768`` halves the batch as N doubles: the scaling charts draw each
     implementation as one line across those batches, named by its token count, and the memory

@@ -180,6 +180,15 @@ def _line_groups(data: pd.DataFrame) -> tuple[list[tuple[str, dict, pd.DataFrame
     return groups, families
 
 
+def _legend_below(fig: go.Figure, height: int = 420) -> None:
+    """Where lines are named by their shape family too, their legend under the plot, a name a row: at the right, as
+    wide as its longest name, it left a half-width chart's plot a few dozen pixels. The figure grows by a row a name."""
+    names = sum(1 for trace in fig.data if trace.showlegend is not False)
+    fig.update_layout(height=height + 22 * names, legend={"orientation": "h", "x": 0, "xanchor": "left",
+                                                          "yref": "container", "y": 0, "yanchor": "bottom"},
+                      margin={"b": 40 + 22 * names})
+
+
 def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
     """Time, TFLOP/s, peak memory (measured against the model's O(N²) and O(N) predictions) and
     speedup over naive against the key length N (log axes; N = Nq = Nkv for square shapes, Nkv for
@@ -228,6 +237,8 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
         _length_axis(fig, data.seq_kv, "key length N (= query length for square shapes)")
         _log_value_axis(fig, titles[key][0])
         fig.update_layout(template=PLOTLY_TEMPLATE, title=titles[key][1], height=420)
+        if len(families) > 1:
+            _legend_below(fig)
     return figs
 
 
@@ -243,7 +254,8 @@ def baseline_figure(totals: pd.DataFrame, baseline: str) -> go.Figure:
     data = _with_time_of(data, baseline, shape_key, "base_ms", how="inner")
     data = data[data.impl != baseline]
     fig = go.Figure()
-    for name, style, group in _line_groups(data)[0]:
+    groups, families = _line_groups(data)
+    for name, style, group in groups:
         fig.add_trace(go.Scatter(x=group.seq_kv, y=group.time_ms / group.base_ms, mode="lines+markers", name=name,
                                  line=style))
     if fig.data:
@@ -252,6 +264,8 @@ def baseline_figure(totals: pd.DataFrame, baseline: str) -> go.Figure:
     fig.update_yaxes(title=f"time over {baseline}'s (x)")
     fig.update_layout(template=PLOTLY_TEMPLATE, title=f"Against {baseline}: each peer's time over {baseline}'s",
                       height=420)
+    if len(families) > 1:
+        _legend_below(fig)
     return fig
 
 
