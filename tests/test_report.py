@@ -206,6 +206,26 @@ def test_summary_cells_are_formatted_from_the_rows(reference_families):
     assert naive["speedup over naive"] == "1.00x" and naive["bound"] == "memory"
 
 
+def test_summary_shows_the_clock_and_rounds_spread_a_row_ran_at():
+    """Round 24's grid (NVML read, --rounds 3): each row's SM clock and rounds' spread beside its time, as the
+    dashboard's Roofline table shows them; a capture without either (the reference, timed once without NVML) has
+    neither column."""
+    meta, frame = load_capture(ROOT / "reports" / "perf-h100" / "gluon_fwd_round24" / "peers_r3_split")
+    rows = frame[(frame.head_dim == 128) & (frame.dtype == "bf16") & ~frame.causal & (frame.kv_heads == 16)]
+    points = rooflines.roofline_points(rows, rooflines.roofs_from_meta(meta, "bf16"), "compulsory",
+                                       rooflines.exp_rate(meta))
+    table = summary_table(rows, points)
+    assert list(table.columns[3:7]) == ["time (ms)", "SM clock (MHz)", "rounds' spread", "TFLOP/s"]
+    totals = rows[rows.step == "total"]
+    for r in table.to_dict("records"):
+        src = totals[(totals.impl == r["implementation"]) & (totals.seq_q == int(r["N"].replace(",", "")))].iloc[0]
+        assert r["SM clock (MHz)"] == f"{src.sm_clock_mhz:,.0f}" and r["rounds' spread"] == percent(src.round_spread)
+    reference = load_capture(REFERENCE)[1]
+    assert "sm_clock_mhz" not in reference or reference.sm_clock_mhz.isna().all()
+    family = reference[(reference.head_dim == 64) & (reference.dtype == "fp16") & ~reference.causal]
+    assert not {"SM clock (MHz)", "rounds' spread"} & set(summary_table(family, family.iloc[:0]).columns)
+
+
 def test_a_family_without_naive_rows_has_no_speedup_over_naive_column():
     """A peers grid (ours, cuDNN, FA4) timed no naive attention: its table leaves out the column that would be
     all dashes, and keeps every other one."""

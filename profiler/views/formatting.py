@@ -54,7 +54,8 @@ def scientific(x) -> str:
 
 # ------------------------------------------------------------------------------------------- tables
 
-SUMMARY_NUMERIC = {"time (ms)", "TFLOP/s", "GB/s", "intensity (FLOP/B)", "of datasheet roof", "of measured roof",
+SUMMARY_NUMERIC = {"time (ms)", "SM clock (MHz)", "rounds' spread", "TFLOP/s", "GB/s", "intensity (FLOP/B)",
+                   "of datasheet roof", "of measured roof",
                    "of roof at its size",
                    "of binding ceiling", "speedup over naive", "of measured copy", "peak memory (MiB)",
                    "max rel. error", "query length", "key length", "N"}
@@ -94,7 +95,12 @@ def summary_table(rows: pd.DataFrame, points: pd.DataFrame, copy_gbps: float | N
         row |= {
             **({"query length": f"{int(r.seq_q):,}", "key length": f"{int(r.seq_kv):,}"} if not square
                else {"N": f"{int(r.seq_q):,}"}),
-            "time (ms)": sig3(r.time_ms), "TFLOP/s": rated(r.tflops, sig3), "GB/s": rated(r.gbps, thousands),
+            "time (ms)": sig3(r.time_ms),
+            # what the row ran at, as the dashboard's Roofline table shows them (profiler.views.tables): NVML's SM
+            # clock, and with --rounds how far the rounds spread
+            "SM clock (MHz)": "-" if is_missing(r.get("sm_clock_mhz")) else f"{float(r.sm_clock_mhz):,.0f}",
+            "rounds' spread": percent(r.get("round_spread")),
+            "TFLOP/s": rated(r.tflops, sig3), "GB/s": rated(r.gbps, thousands),
             "intensity (FLOP/B)": rated(r.arithmetic_intensity, sig3), "bound": rated(r.bound, str),
             "of datasheet roof": rated(r.roof_fraction, percent),
             "of measured roof": rated(r.roof_fraction_measured, percent),
@@ -116,6 +122,9 @@ def summary_table(rows: pd.DataFrame, points: pd.DataFrame, copy_gbps: float | N
         table = table.drop(columns=["binding ceiling", "of binding ceiling"], errors="ignore")
     if "roof_fraction_size" not in totals or totals.roof_fraction_size.isna().all():  # no copy curve measured
         table = table.drop(columns=["of roof at its size"], errors="ignore")
+    for column, header in (("sm_clock_mhz", "SM clock (MHz)"), ("round_spread", "rounds' spread")):
+        if column not in totals or totals[column].isna().all():  # no NVML, or timed once: dashes say nothing
+            table = table.drop(columns=[header])
     if naive.empty:  # no naive row ran in this family (a peers grid): a column of dashes says nothing
         table = table.drop(columns=["speedup over naive"], errors="ignore")
     return table
