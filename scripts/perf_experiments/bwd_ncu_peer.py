@@ -8,12 +8,13 @@ Arguments: ``fa4`` or ``ours``, head_dim, causal (0/1), N, and ``fwd`` to profil
 of the forward: ``ncu --set full --import-source yes --nvtx --nvtx-include "profiled" ... ours 64 0 8192 fwd``, the
 report holding that forward's one kernel; ``ours ... fwd field=value ...`` runs the Gluon forward with those fields of
 kernels.flash_fwd_hopper.default_config changed, as gluon_fwd_clock.py's ``VARIANTS`` do). bf16, 32768 tokens (H32 at
-D64, H16 at D128), as gluon_bwd_ncu.py and gluon_bwd_probe.py's grid. The forward and one backward run first
-(compiling and warming); the second backward runs inside the range ``profiled``, a start/end range (autograd launches
-the backward from its own thread, where this thread's push/pop range does not reach), so the report holds that
-backward's kernels: for FA4 its preprocess, main kernel and dQ conversion, for ours the dQ buffer's zero fill, the
-stats kernel, the Gluon kernel and the dQ conversion; and for both, three adds by autograd of the gradients into the
-.grad the first backward filled (docs/perf-notes.md, "Gluon backward", round 12).
+D64, H16 at D128), as gluon_bwd_ncu.py and gluon_bwd_probe.py's grid, or the batch ``BATCH`` sets (round 25: 3 at
+head_dim 128 and N 8192 leaves a last wave of 36 tiles on 132 SMs, where the grid's shapes leave 4). The forward and
+one backward run first (compiling and warming); the second backward runs inside the range ``profiled``, a start/end
+range (autograd launches the backward from its own thread, where this thread's push/pop range does not reach), so the
+report holds that backward's kernels: for FA4 its preprocess, main kernel and dQ conversion, for ours the dQ buffer's
+zero fill, the stats kernel, the Gluon kernel and the dQ conversion; and for both, three adds by autograd of the
+gradients into the .grad the first backward filled (docs/perf-notes.md, "Gluon backward", round 12).
 """
 import os
 import sys
@@ -40,7 +41,8 @@ if changes:
     def attention(q, k, v, causal):
         return HF.hopper_forward(q, k, v, causal, q.shape[-1] ** -0.5, config)[0]
 heads = 32 if head_dim == 64 else 16
-q, k, v = (torch.randn(32768 // seq, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16,
+batch = int(os.environ.get("BATCH", 32768 // seq))
+q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16,
                        requires_grad=mode == "bwd") for _ in range(3))
 do = torch.randn_like(q)
 for profiled in (False, True):
@@ -54,5 +56,5 @@ for profiled in (False, True):
         torch.cuda.synchronize()
     if marker is not None:
         torch.cuda.nvtx.range_end(marker)
-print(torch.cuda.get_device_name(), impl, mode, "D", head_dim, "causal" if causal else "full", "N", seq, changes,
-      flush=True)
+print(torch.cuda.get_device_name(), impl, mode, "D", head_dim, "causal" if causal else "full", "N", seq, "B", batch,
+      changes, flush=True)

@@ -294,9 +294,11 @@ def test_gluon_causal_trim_matches_oracle(seq_q, seq_kv, persistent, dtype):
 
 # (head_dim, batch, heads, kv_heads, seq_q, seq_kv): shapes whose tiles leave a partial last wave on 132 SMs (H100 and
 # H200 SXM), so split_tail cuts it: 144 tiles (12 left, a key tile a chunk, the last one ragged), Nq != Nkv both ways,
-# and 165 and 154 tiles of 33 key tiles (chunks of 9 and 6, the last shorter).
+# and 165 and 154 tiles of 33 key tiles (chunks of 9 and 6, the last shorter); keys a multiple of 128: 160 tiles (28
+# left, 4 chunks of 8 key tiles) and 133 tiles (one left, 19 chunks of one key tile).
 SPLIT_TAIL_SHAPES = [(128, 2, 9, 3, 1000, 1000), (128, 2, 24, 8, 300, 1000), (128, 2, 9, 3, 1000, 300),
-                     (128, 1, 5, 5, 4099, 4099), (64, 2, 12, 4, 1000, 1000), (64, 1, 7, 7, 4099, 4099)]
+                     (128, 1, 5, 5, 4099, 4099), (64, 2, 12, 4, 1000, 1000), (64, 1, 7, 7, 4099, 4099),
+                     (128, 1, 5, 5, 4096, 4096), (128, 1, 7, 7, 2432, 2432)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
@@ -318,6 +320,22 @@ def test_gluon_split_tail_matches_oracle(head_dim, batch, heads, kv_heads, seq_q
     o, lse = hopper_forward(q, k, v, False, head_dim ** -0.5, config)
     assert o.transpose(1, 2).is_contiguous() == bshd
     _assert_forward_like_oracle(q, k, v, o, False, dtype, lse)
+
+
+def test_gluon_split_tail_merges_a_chunk_per_program():
+    """One tail tile of 132 key tiles (133 tiles of 128 rows on 132 SMs): cut into 132 chunks of one key tile, as
+    many as the merge takes at once (kernels.tail_combine pads them to 256), against the fp64 oracle."""
+    from kernels.flash_fwd_hopper import CONFIGS, _launch_plan, hopper_forward
+
+    _needs_sm90()
+    q, k, v = _inputs(1, 7, 2432, 132 * 128, 128, torch.bfloat16, kv_heads=7)
+    config = CONFIGS[128, False]._replace(split_tail=True)
+    plan = _launch_plan(q, k, v, False, config, None, None)
+    if torch.cuda.get_device_properties(0).multi_processor_count != 132:
+        pytest.skip("the shape is cut for 132 SMs (H100 and H200 SXM)")
+    assert (plan.tail.tail, plan.tail.splits, plan.tail.chunk) == (1, 132, 1)
+    o, lse = hopper_forward(q, k, v, False, 128 ** -0.5, config)
+    _assert_forward_like_oracle(q, k, v, o, False, torch.bfloat16, lse)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
