@@ -240,7 +240,9 @@ def flash_attention_forward(
 
 def forward_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> str:
     """The path :func:`flash_attention_forward` takes for these inputs with its defaults:
-    'split-kv xS' (kernels.flash_decode), 'gluon-ws' (kernels.flash_fwd_hopper) or 'tiled'."""
+    'split-kv xS' (kernels.flash_decode), 'gluon-ws' (kernels.flash_fwd_hopper), 'gluon-ws split-tail AxS' where
+    that launch cuts its last wave's A tiles into S chunks of keys each (kernels.tile_schedule.split_tail), or
+    'tiled'."""
     layout = layout_key(q, k, v) if _launch.ENABLED else None
     route = _ROUTES.get((layout, bool(causal))) if layout is not None else None
     if route is None:
@@ -250,7 +252,10 @@ def forward_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
         except ValueError:
             layout = None  # the forward itself refuses these: routed here, never kept for it
         route = _route(q, k, v, causal, layout)
-    return route[1].label if route[0] == "split" else {"gluon": "gluon-ws"}.get(route[0], "tiled")
+    if route[0] == "gluon":
+        tail = flash_fwd_hopper.tail_cut(q, k, causal, layout)
+        return "gluon-ws" + (f" {tail.label}" if tail else "")
+    return route[1].label if route[0] == "split" else "tiled"
 
 
 # The route of the default forward by (_launch.layout_key of q, k, v; causal): what the checks, the

@@ -1008,6 +1008,35 @@ class _Plan(NamedTuple):
         return self.tail.items if self.tail else self.ints[5]
 
 
+def _cut(config: HopperConfig, causal: bool, fp8: bool, total: int, programs: int, seq_kv: int
+         ) -> tile_schedule.SplitTail | None:
+    """Where a launch of ``total`` tiles on ``programs`` programs cuts its last wave by keys (``split_tail``), or None
+    where every tile runs whole."""
+    tail = None
+    if config.split_tail and config.persistent and not causal and not fp8:
+        tail = tile_schedule.split_tail(total, programs, triton.cdiv(seq_kv, config.block_n))
+    if tail and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        # The tail tiles' table reaches the device by a copy, which a stream being captured into a CUDA graph cannot
+        # take: under capture every tile runs whole, as without split_tail (and a plan kept from here stays so).
+        tail = None
+    return tail
+
+
+def tail_cut(q: torch.Tensor, k: torch.Tensor, causal: bool, layout: tuple | None = None
+             ) -> tile_schedule.SplitTail | None:
+    """Where the default forward's launch at these inputs cuts its last wave by keys (kernels.tile_schedule.split_tail:
+    the tail's tiles and chunks), or None where every tile runs whole: the launch plan kept for ``layout`` (q, k, v's
+    layout_key) where a call made one, else computed as that plan would be, without its table of tiles."""
+    plan = _PLANS.get((layout, bool(causal), None)) if layout is not None else None
+    if plan is not None:
+        return plan.tail
+    batch, heads, seq_q, _ = q.shape
+    config = _config_of(q, k, causal, None)
+    total = triton.cdiv(seq_q, config.block_m) * batch * heads
+    programs = min(total, cuda_properties(q.device.index).multi_processor_count) if config.persistent else total
+    return _cut(config, causal, q.dtype == FP8, total, programs, k.shape[2])
+
+
 def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, config: HopperConfig | None,
                  schedule: tile_schedule.Schedule | None, out_dtype: torch.dtype | None) -> _Plan:
     """What a launch at this layout takes besides the data (O's dtype ``out_dtype``, or q's where None): the grid,
@@ -1036,13 +1065,8 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
         O_LAYOUT=tile_layout(SPLIT_M, head_dim, out_dtype or q.dtype) if config.o_tma else None,
         SPLIT_MASK=config.split_mask, ROW_PARTIALS=config.row_partials,
         CAUSAL_TRIM=config.causal_trim and bool(causal))
-    tail = tail_tiles = None
-    if config.split_tail and config.persistent and not causal and not fp8:
-        tail = tile_schedule.split_tail(total, programs, triton.cdiv(seq_kv, config.block_n))
-    if tail and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-        # The tail tiles' table reaches the device by a copy, which a stream being captured into a CUDA graph cannot
-        # take: under capture every tile runs whole, as without split_tail (and a plan kept from here stays so).
-        tail = None
+    tail = _cut(config, causal, fp8, total, programs, seq_kv)
+    tail_tiles = None
     if tail:
         tail_tiles = tail_combine.tail_tiles(tail, m_blocks, batch * heads, heads, schedule, config.block_m, q.device)
     constexprs.update(CHUNKS=False, PDL=tail is not None)

@@ -168,6 +168,12 @@ class SplitTail(NamedTuple):
     def items(self) -> int:
         return self.full + self.tail * self.splits
 
+    @property
+    def label(self) -> str:
+        """'split-tail 4x32': the tail's tiles, each cut into that many chunks (a row's ``path`` names it after the
+        kernel's, kernels.flash_fwd.forward_path; profiler.model.cost reads it back)."""
+        return f"split-tail {self.tail}x{self.splits}"
+
 
 def split_tail(total: int, programs: int, key_tiles: int) -> SplitTail | None:
     """Where ``total`` tiles of ``key_tiles`` key tiles each, all as long (not causal), run on ``programs``

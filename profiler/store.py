@@ -61,9 +61,10 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "dtype": ("string", "fp16, bf16, fp32 or fp8 (e4m3 inputs, bf16 output)"),
     "causal": ("bool", "top-left causal mask (key j visible to query i when j <= i, as SDPA's is_causal)"),
     "path": ("string", "which code path of the implementation ran, where it has several (triton_flash: 'tiled', "
-                       "'gluon-ws' for the sm_90 Gluon kernels, 'split-kv xS' for decode shapes; 'X fwd, Y bwd' "
-                       "on fwd+bwd rows and Y alone on bwd rows, Y 'tiled' or 'gluon-ws'; triton_flash_fp8: "
-                       "'gluon-ws' on sm_90, else 'tiled'); empty otherwise"),
+                       "'gluon-ws' for the sm_90 Gluon kernels, 'gluon-ws split-tail AxS' where that forward cut "
+                       "its last wave's A tiles into S chunks of keys each, 'split-kv xS' for decode shapes; "
+                       "'X fwd, Y bwd' on fwd+bwd rows and Y alone on bwd rows, Y 'tiled' or 'gluon-ws'; "
+                       "triton_flash_fp8: 'gluon-ws' on sm_90, else 'tiled'); empty otherwise"),
     "time_ms": ("float64", "median time (do_bench on a GPU, of CUDA-graph replays with --cuda-graph; "
                            "torch.utils.benchmark on a CPU)"),
     "time_ms_p10": ("float64", "10th percentile time"),

@@ -743,3 +743,40 @@ def test_split_tail_plans_cut_the_last_wave_but_not_while_a_cuda_graph_is_captur
     plan = hopper._launch_plan(q, q, q, False, None, None, None)
     assert plan.tail is None and plan.ints[8:] == (4096, 4096, 1, 1) and not plan.constexprs["PDL"]
 
+
+
+def test_forward_path_names_the_split_tail_cut_and_the_model_charges_its_partials(monkeypatch):
+    """A row's path says where the Gluon forward cut its last wave (4 tiles in 32 chunks at the grid's head_dim 128
+    shape, N 8192, on 132 SMs; 36 in 3 at batch 3), and not where it did not (causal, 2048 keys, ATTN_SPLIT_TAIL=0); the cost model's tile
+    bytes of such a row add what the kernel allocates for the chunks (kernels.tail_combine.partials), written and read
+    back, and the 31 extra reads of each tail tile's Q."""
+    import types
+
+    from kernels import flash_fwd, tail_combine
+
+    monkeypatch.setattr(hopper, "cuda_properties", lambda index: types.SimpleNamespace(
+        multi_processor_count=132, L2_cache_size=50 * 2**20))
+    monkeypatch.setattr(flash_fwd, "_not_gluon", lambda *args: None)  # routed as on an H100
+    monkeypatch.setattr(flash_fwd, "_ROUTES", type(flash_fwd._ROUTES)())
+    q = torch.zeros(1, 1, 1, 1, dtype=torch.bfloat16).expand(4, 16, 8192, 128)  # the path reads shapes only
+    assert forward_path(q, q, q) == "gluon-ws split-tail 4x32"
+    assert forward_path(q, q, q, causal=True) == "gluon-ws"
+    assert forward_path(q[:3], q[:3], q[:3]) == "gluon-ws split-tail 36x3"  # 3,072 tiles: 36 in 3 chunks of 22 keys
+    short = torch.zeros(1, 1, 1, 1, dtype=torch.bfloat16).expand(16, 16, 2048, 128)
+    assert forward_path(short, short, short) == "gluon-ws"  # 2048 keys: no cut (SPLIT_TAIL_FROM)
+    monkeypatch.setenv("ATTN_SPLIT_TAIL", "0")
+    assert forward_path(q, q, q) == "gluon-ws"
+
+    shape = Shape.square(4, 16, 8192, 128, dtype="bf16")
+    o_part, lse_part = tail_combine.partials(4, 128, 32, 128, "cpu")
+    extra = 2 * (o_part.nbytes + lse_part.nbytes) + 31 * 4 * 128 * 128 * 2
+    assert extra == 2 * 8_454_144 + 4_063_232  # 8.4 MB of partials each way, 4.1 MB of Q
+    whole = cost_of(OURS, shape, path="gluon-ws")
+    cut = cost_of(OURS, shape, path="gluon-ws split-tail 4x32")
+    assert cut.tile_bytes - whole.tile_bytes == extra and cut.hbm_bytes == whole.hbm_bytes
+    both = shape.with_mode("fwd+bwd")
+    assert (cost_of(OURS, both, path="gluon-ws split-tail 4x32 fwd, gluon-ws bwd").tile_bytes
+            - cost_of(OURS, both, path="gluon-ws fwd, gluon-ws bwd").tile_bytes) == extra
+    assert cost_of(OURS, shape.with_mode("bwd"), path="gluon-ws").tile_bytes == \
+        cost_of(OURS, shape.with_mode("bwd"), path="gluon-ws").tile_bytes
+    assert tile_schedule.SplitTail(4092, 4, 32, 2).label == "split-tail 4x32"

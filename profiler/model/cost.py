@@ -12,9 +12,16 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from attention_core import split_kv
-from attention_core.costing import Costing
+from attention_core.costing import Costing, pass_paths
 from attention_core.shape import NAIVE_STEPS, Shape
-from profiler.model.fused import compulsory_bytes, fused_flops, per_row_bytes, repeat_kv_bytes, tile_bytes
+from profiler.model.fused import (
+    compulsory_bytes,
+    fused_flops,
+    per_row_bytes,
+    repeat_kv_bytes,
+    split_tail_bytes,
+    tile_bytes,
+)
 from profiler.model.naive import naive_step_bytes, naive_step_flops
 
 
@@ -76,7 +83,11 @@ def call_cost(shape: Shape, density: float = 1.0, mask_bytes: int = 0) -> tuple[
 
 def _fused_tile_bytes(costing: Costing, shape: Shape, path: str = "") -> float:
     tiles = costing.tiles_of(shape, path)
-    return math.nan if tiles is None else tile_bytes(shape, tiles)
+    if tiles is None:
+        return math.nan
+    forward = pass_paths(path, shape.mode)[0]
+    cut = split_tail_bytes(shape, forward, tiles.fwd[0]) if tiles.fwd is not None else 0.0
+    return tile_bytes(shape, tiles) + cut  # a forward that cut its last wave by keys: its chunks' partials too
 
 
 def kernel_plan(costing: Costing, shape: Shape) -> split_kv.SplitPlan | None:

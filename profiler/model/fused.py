@@ -17,6 +17,7 @@ Conventions, each with its source:
 from __future__ import annotations
 
 import math
+import re
 
 from attention_core import split_kv
 from attention_core.costing import Tiles
@@ -170,6 +171,21 @@ def tile_bytes(shape: Shape, tiles: Tiles) -> float:
     dq = 2 * q + 2 * row_stats + shape.bh * tiles_visited(shape, *dq_tile) * 2 * dq_tile[1] * d * e + q
     preprocess = 2 * q + row_stats  # read O, dO; write delta
     return by_mode(shape, fwd, dkdv + dq + preprocess)
+
+
+def split_tail_bytes(shape: Shape, forward_path: str, block_m: int) -> float:
+    """Bytes a forward whose ``forward_path`` names 'split-tail AxS' moves beyond :func:`tile_bytes`: its last wave's
+    A tiles of ``block_m`` rows, each cut by keys into S chunks (kernels.tile_schedule.split_tail), write every chunk's
+    rows as fp32 outputs and logsumexps, which the merge reads back (kernels.tail_combine, FlashDecoding's merge, as
+    split_kv.partial_bytes counts a decode's), and each chunk reads its tile's Q again (S − 1 extra reads; its K and V
+    tiles are its own share of the keys, so the tile's K and V are read once as before). 0 for other paths."""
+    found = re.search(r"\bsplit-tail (\d+)x(\d+)\b", forward_path)
+    if found is None:
+        return 0.0
+    tiles, splits = int(found[1]), int(found[2])
+    rows = tiles * block_m
+    partials = 2 * rows * splits * (shape.head_dim + 1) * split_kv.PARTIAL_BYTES
+    return float(partials + (splits - 1) * rows * shape.head_dim * shape.elem_bytes)
 
 
 def onepass_backward_bytes(shape: Shape, tile: tuple[int, int]) -> float:

@@ -203,7 +203,8 @@ def _observed_section(meta: dict, frame: pd.DataFrame, charts: Charts) -> list[s
 
 # What a row's ``path`` names (kernels.flash_fwd.forward_path, flash_bwd.backward_path): the kernels a case ran
 PATHS = {"gluon-ws": "the warp-specialized Gluon kernels for sm_90", "tiled": "the portable Triton kernels",
-         "split-kv": "the split-KV decode kernels"}
+         "split-kv": "the split-KV decode kernels",
+         "split-tail": "the forward's last wave of A query tiles cut into S chunks of keys each (AxS), merged after"}
 
 
 def _names(rows: pd.DataFrame) -> str:
