@@ -29,7 +29,7 @@ did not get there on triton 3.6):
 - The epilogue: each consumer scales O by one reciprocal of its row sums; with ``o_tma`` (the 16-bit default) it
   writes O into its own shared-memory tile and sends it with one TMA store, which the next tile's epilogue waits for
   before it writes the tile again; without it (fp8), each thread stores its own fragments.
-- ``split_tail`` (persistent, not causal; the default at head_dim 128 from 4096 keys, :data:`SPLIT_TAIL_FROM`): the
+- ``split_tail`` (persistent, not causal; the default at head_dim 128 from 8192 keys, :data:`SPLIT_TAIL_FROM`): the
   launch runs only the full waves of tiles; the last, partial wave's tiles are cut by keys into chunks, a second
   launch of this kernel (``CHUNKS``, programmatically dependent on the first, so its programs take the SMs as the
   first launch's programs end) writes each chunk's rows in fp32 with their logsumexp, and kernels.tail_combine merges
@@ -229,10 +229,14 @@ SHORT_CAUSAL = {
 # .split_tail). Round 24 (docs/perf-notes.md, "Gluon forward, round 24"; reports/perf-h100/gluon_fwd_round24), head_dim
 # 128, bf16, 32768 tokens (4,096 query tiles on 132 SMs), five interleaved rounds: 1.015x, 1.017x and 1.021x the default
 # at N 4096, 8192 and 16384 (twin 1.004x, 1.014x, 0.996x), 0.993x at 2048 (twin 1.005x), where a tile is short
-# enough that the chunks' launch and the merge cost what the tail saved. head_dim 64's tiles (192 rows) leave 92
-# of 5,504 tiles in the last wave there, more than split_tail cuts; not measured elsewhere. ATTN_SPLIT_TAIL=0 leaves
-# it off (to time the launch without it: the captures' meta.json records the switch).
-SPLIT_TAIL_FROM = {128: 4096}
+# enough that the chunks' launch and the merge cost what the tail saved. Round 25 (reports/perf-h100/gluon_fwd_round25)
+# moved the start to 8192 keys: under Nsight Compute's locked clock the cut still saves cycles at 4096 (1.1%, against
+# 2.0% at 8192 and 0.2% at 2048), but `profiler bench`, the grids' timing, measured it slower at 4096 in 4 of 4
+# alternating runs (1.5% to 6%, B8 H16, bf16 and fp16), where a probe timing the kernels without the launch cache
+# measured it 2.5% faster; why is not found yet. head_dim 64's tiles (192 rows) leave 92 of 5,504 tiles in the last
+# wave there, more than split_tail cuts; not measured elsewhere. ATTN_SPLIT_TAIL=0 leaves it off (to time the launch
+# without it: the captures' meta.json records the switch).
+SPLIT_TAIL_FROM = {128: 8192}
 
 
 def default_config(head_dim: int, causal: bool, seq_q: int, seq_kv: int | None = None) -> HopperConfig:

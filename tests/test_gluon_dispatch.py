@@ -708,14 +708,14 @@ def test_default_backward_config_takes_tma_dkv_stores_where_a_key_block_walks_fe
             assert bwd_hopper.default_config(head_dim, causal, 16384, 4) == base
 
 
-def test_split_tail_is_the_default_without_a_mask_at_head_dim_128_from_4096_keys(monkeypatch):
-    """Round 24's default: split_tail without a mask at head_dim 128 where Nkv >= 4096 (1.015x to 1.021x at N 4096 to
-    16384, 0.993x at 2048); not at 2048 keys, not causal, not at head_dim 64, not in fp8, not with ATTN_SPLIT_TAIL=0.
-    A short query against a long cache takes it by its keys, and a launch with no partial wave is left whole by the
-    plan."""
-    assert hopper.SPLIT_TAIL_FROM == {128: 4096}
-    assert hopper.default_config(128, False, 4096).split_tail and hopper.default_config(128, False, 16384).split_tail
-    assert not hopper.default_config(128, False, 2048).split_tail
+def test_split_tail_is_the_default_without_a_mask_at_head_dim_128_from_8192_keys(monkeypatch):
+    """Round 25's default: split_tail without a mask at head_dim 128 where Nkv >= 8192 (round 24 started it at 4096,
+    which `profiler bench` then timed slower in 4 of 4 runs); not at 4096 or 2048 keys, not causal, not at head_dim
+    64, not in fp8, not with ATTN_SPLIT_TAIL=0. A short query against a long cache takes it by its keys, and a launch
+    with no partial wave is left whole by the plan."""
+    assert hopper.SPLIT_TAIL_FROM == {128: 8192}
+    assert hopper.default_config(128, False, 8192).split_tail and hopper.default_config(128, False, 16384).split_tail
+    assert not any(hopper.default_config(128, False, n).split_tail for n in (2048, 4096))
     assert hopper.default_config(128, False, 1000, 8192).split_tail
     assert not any(hopper.default_config(d, c, n).split_tail for d, c in ((128, True), (64, False), (64, True))
                    for n in (2048, 8192))
@@ -747,9 +747,9 @@ def test_split_tail_plans_cut_the_last_wave_but_not_while_a_cuda_graph_is_captur
 
 def test_forward_path_names_the_split_tail_cut_and_the_model_charges_its_partials(monkeypatch):
     """A row's path says where the Gluon forward cut its last wave (4 tiles in 32 chunks at the grid's head_dim 128
-    shape, N 8192, on 132 SMs; 36 in 3 at batch 3), and not where it did not (causal, 2048 keys, ATTN_SPLIT_TAIL=0); the cost model's tile
-    bytes of such a row add what the kernel allocates for the chunks (kernels.tail_combine.partials), written and read
-    back, and the 31 extra reads of each tail tile's Q."""
+    shape, N 8192, on 132 SMs; 36 in 3 at batch 3), and not where it did not (causal, 4096 keys, ATTN_SPLIT_TAIL=0);
+    the cost model's tile bytes of such a row add what the kernel allocates for the chunks
+    (kernels.tail_combine.partials), written and read back, and the 31 extra reads of each tail tile's Q."""
     import types
 
     from kernels import flash_fwd, tail_combine
@@ -762,8 +762,8 @@ def test_forward_path_names_the_split_tail_cut_and_the_model_charges_its_partial
     assert forward_path(q, q, q) == "gluon-ws split-tail 4x32"
     assert forward_path(q, q, q, causal=True) == "gluon-ws"
     assert forward_path(q[:3], q[:3], q[:3]) == "gluon-ws split-tail 36x3"  # 3,072 tiles: 36 in 3 chunks of 22 keys
-    short = torch.zeros(1, 1, 1, 1, dtype=torch.bfloat16).expand(16, 16, 2048, 128)
-    assert forward_path(short, short, short) == "gluon-ws"  # 2048 keys: no cut (SPLIT_TAIL_FROM)
+    short = torch.zeros(1, 1, 1, 1, dtype=torch.bfloat16).expand(8, 16, 4096, 128)
+    assert forward_path(short, short, short) == "gluon-ws"  # 4096 keys: no cut (SPLIT_TAIL_FROM)
     monkeypatch.setenv("ATTN_SPLIT_TAIL", "0")
     assert forward_path(q, q, q) == "gluon-ws"
 

@@ -119,21 +119,22 @@ def test_a_replayed_backward_reads_the_new_data(causal):
 
 @pytest.mark.parametrize("layout", ["bhsd", "bshd"])
 def test_a_replayed_split_tail_call_keeps_its_three_launches_and_gives_the_uncached_bits(layout):
-    """head_dim 128 without a mask at 4099 keys takes split_tail by default; 165 query tiles on 132 SMs leave 33 to
-    the chunks. Its three launches (the whole tiles, the chunks, the merge) are each kept under the call's key, and
-    a replay on new data gives what a call without any memo gives, bit for bit."""
+    """head_dim 128 without a mask at 8195 keys takes split_tail by default; 325 query tiles on 132 SMs leave 61 to
+    the chunks, two each. Its three launches (the whole tiles, the chunks, the merge) are each kept under the call's
+    key, and a replay on new data gives what a call without any memo gives, bit for bit."""
     from kernels import tail_combine
 
     flash_fwd._ROUTES.clear(), flash_fwd_hopper._PLANS.clear(), flash_fwd_hopper._LAUNCHES.entries.clear()
     tail_combine._COMBINE.entries.clear()
-    first = _inputs(layout, seed=1, batch=1, heads=5, kv_heads=5, seq=4099)
-    assert flash_fwd_hopper.default_config(128, False, 4099).split_tail and forward_path(*first) == "gluon-ws"
+    first = _inputs(layout, seed=1, batch=1, heads=5, kv_heads=5, seq=8195)
+    assert flash_fwd_hopper.default_config(128, False, 8195).split_tail
+    assert forward_path(*first) == "gluon-ws split-tail 61x2"
     flash_attention_forward(*first)
     key = (layout_key(*first), False, None)
     assert flash_fwd_hopper._PLANS[key].tail is not None
     assert set(flash_fwd_hopper._LAUNCHES.entries) == {key, (key, "chunks")} and key in tail_combine._COMBINE.entries
     for seed in (2, 3):
-        q, k, v = _inputs(layout, seed=seed, batch=1, heads=5, kv_heads=5, seq=4099)
+        q, k, v = _inputs(layout, seed=seed, batch=1, heads=5, kv_heads=5, seq=8195)
         o, lse = flash_attention_forward(q, k, v)
         ref_o, ref_lse = _uncached(q, k, v, False)
         assert torch.equal(o, ref_o) and torch.equal(lse, ref_lse)
