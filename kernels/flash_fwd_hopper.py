@@ -234,8 +234,8 @@ SHORT_CAUSAL = {
 # 2.0% at 8192 and 0.2% at 2048), but `profiler bench`, the grids' timing, measured it slower at 4096 in 4 of 4
 # alternating runs (1.5% to 6%, B8 H16, bf16 and fp16), where a probe timing the kernels without the launch cache
 # measured it 2.5% faster; why is not found yet. head_dim 64's tiles (192 rows) leave 92 of 5,504 tiles in the last
-# wave there, more than split_tail cuts; not measured elsewhere. ATTN_SPLIT_TAIL=0 leaves it off (to time the launch
-# without it: the captures' meta.json records the switch).
+# wave there, more than split_tail cuts; not measured elsewhere. ATTN_SPLIT_TAIL=0 leaves it off, =1 turns it on at
+# every length and head_dim without a mask (to time the launch both ways: the captures' meta.json records the switch).
 SPLIT_TAIL_FROM = {128: 8192}
 
 
@@ -246,8 +246,9 @@ def default_config(head_dim: int, causal: bool, seq_q: int, seq_kv: int | None =
     config = CONFIGS[head_dim, bool(causal)]
     if causal and seq_q <= PERSISTENT_CAUSAL_UP_TO.get(head_dim, 0):
         config = config._replace(persistent=True)
-    if (not causal and (seq_q if seq_kv is None else seq_kv) >= SPLIT_TAIL_FROM.get(head_dim, float("inf"))
-            and os.environ.get("ATTN_SPLIT_TAIL") != "0"):
+    switch = os.environ.get("ATTN_SPLIT_TAIL")  # "0": never; "1": wherever there is no mask; else by SPLIT_TAIL_FROM
+    if not causal and (switch == "1" or (switch != "0" and (seq_q if seq_kv is None else seq_kv)
+                                         >= SPLIT_TAIL_FROM.get(head_dim, float("inf")))):
         config = config._replace(split_tail=True)
     return config
 

@@ -711,8 +711,8 @@ def test_default_backward_config_takes_tma_dkv_stores_where_a_key_block_walks_fe
 def test_split_tail_is_the_default_without_a_mask_at_head_dim_128_from_8192_keys(monkeypatch):
     """Round 25's default: split_tail without a mask at head_dim 128 where Nkv >= 8192 (round 24 started it at 4096,
     which `profiler bench` then timed slower in 4 of 4 runs); not at 4096 or 2048 keys, not causal, not at head_dim
-    64, not in fp8, not with ATTN_SPLIT_TAIL=0. A short query against a long cache takes it by its keys, and a launch
-    with no partial wave is left whole by the plan."""
+    64, not in fp8, not with ATTN_SPLIT_TAIL=0; with =1, at every length and head_dim without a mask. A short query
+    against a long cache takes it by its keys, and a launch with no partial wave is left whole by the plan."""
     assert hopper.SPLIT_TAIL_FROM == {128: 8192}
     assert hopper.default_config(128, False, 8192).split_tail and hopper.default_config(128, False, 16384).split_tail
     assert not any(hopper.default_config(128, False, n).split_tail for n in (2048, 4096))
@@ -722,6 +722,9 @@ def test_split_tail_is_the_default_without_a_mask_at_head_dim_128_from_8192_keys
     assert not any(config.split_tail for config in hopper.FP8_CONFIGS.values())
     monkeypatch.setenv("ATTN_SPLIT_TAIL", "0")  # the switch, to time the launch without it
     assert not hopper.default_config(128, False, 8192).split_tail
+    monkeypatch.setenv("ATTN_SPLIT_TAIL", "1")  # and with it where it is not the default: no mask, any length
+    assert all(hopper.default_config(d, False, n).split_tail for d in (64, 128) for n in (1, 2048, 4096))
+    assert not any(hopper.default_config(d, True, n).split_tail for d in (64, 128) for n in (2048, 8192))
     assert tile_schedule.split_tail(4096, 132, 64) is not None and tile_schedule.split_tail(2 * 132, 132, 64) is None
 
 

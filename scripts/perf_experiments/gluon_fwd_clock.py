@@ -18,7 +18,12 @@ tokens (D64 H32, D128 H16), as the issue-42 grid.
   FLOP a cycle: docs/perf-notes.md).
 - ``bench``: ``ROUNDS`` interleaved rounds (default 3) of triton.testing.do_bench over the default, every variant,
   a second copy of the default (``twin``: the run's own noise), cuDNN through SDPA, FA4 where it imports and, with
-  ``PORTABLE=1``, the portable Triton kernel (kernels.flash_fwd, ``gluon=False``); the median of each, the L2 flushed
+  ``PORTABLE=1``, the portable Triton kernel (kernels.flash_fwd, ``gluon=False``), and with ``PUBLIC=1`` the public
+  call (kernels.flash_fwd.flash_attention_forward: the route and plan kept, the kernels replayed by the launch cache,
+  as a capture's rows run; the variants and the default above pass their config, so each call makes its plan and
+  launches through JITFunction.run) as ``public`` and, with ``ATTN_SPLIT_TAIL=0`` set around each call, as
+  ``public_whole`` (round 25: the grid's timing and this probe's disagreed on split_tail at N 4096); each one's
+  median repetition (do_bench's median; its mean until round 25), the median round of each, the L2 flushed
   between repetitions by a read, as the captures flush it (profiler.measure.timing.clean_l2_flush; before round 17's
   item 6, by do_bench's own zeroing, whose dirty lines are written back inside the next timed call). TFLOP/s at
   4·B·H·N²·D, halved when causal (profiler/model/fused.py's forward FLOPs). Where NVML reads
@@ -129,6 +134,20 @@ def clock(variants: dict, sms: int) -> list[dict]:
     return rows
 
 
+def _whole_tiles(q, k, v, causal, scale):
+    """The public call with ATTN_SPLIT_TAIL=0 (every tile whole): the switch is read by the default config and is
+    part of the layout's memo keys, so these calls keep a plan and launches of their own."""
+    before = os.environ.get("ATTN_SPLIT_TAIL")
+    os.environ["ATTN_SPLIT_TAIL"] = "0"
+    try:
+        return flash_attention_forward(q, k, v, causal, scale)
+    finally:
+        if before is None:
+            del os.environ["ATTN_SPLIT_TAIL"]
+        else:
+            os.environ["ATTN_SPLIT_TAIL"] = before
+
+
 def bench(variants: dict) -> list[dict]:
     rows = []
     rounds = int(os.environ.get("ROUNDS", "3"))
@@ -145,6 +164,9 @@ def bench(variants: dict) -> list[dict]:
             fns["cudnn"]()
         if os.environ.get("PORTABLE") == "1":
             fns["portable"] = partial(flash_attention_forward, q, k, v, causal, scale, gluon=False)
+        if os.environ.get("PUBLIC") == "1":
+            fns["public"] = partial(flash_attention_forward, q, k, v, causal, scale)
+            fns["public_whole"] = partial(_whole_tiles, q, k, v, causal, scale)
         if have_fa4:
             fns["fa4"] = partial(fa4.fa4_attention, q, k, v, causal=causal, sm_scale=scale)
         times = {name: [] for name in fns}
@@ -155,7 +177,8 @@ def bench(variants: dict) -> list[dict]:
                 for name, fn in fns.items():
                     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION) if name == "cudnn" else contextlib.nullcontext():
                         with GpuSampler("cuda") as state:
-                            times[name].append(triton.testing.do_bench(fn, warmup=25, rep=100))
+                            times[name].append(triton.testing.do_bench(fn, warmup=25, rep=100,
+                                                                       return_mode="median"))
                     clocks[name].append(state.sm_clock_mhz)
                     watts[name].append(state.power_w)
         row = {"D": D, "N": N, "B": B, "H": H, "causal": causal,
