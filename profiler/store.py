@@ -364,7 +364,7 @@ class Capture:
 
     def meta(self) -> dict:
         if not self.meta_path.exists():
-            raise CaptureError(f"'{self.path}' is not a capture: missing {META}")
+            raise CaptureError(f"'{self.path}' is not a capture folder: missing {META}")
         try:
             return json.loads(self.meta_path.read_text())
         except ValueError as err:
@@ -374,7 +374,7 @@ class Capture:
         """results.parquet read by :func:`read_results` (columns added since it was written filled in),
         checked for every column of the schema."""
         if not self.results_path.exists():
-            raise CaptureError(f"'{self.path}' is not a capture: missing {RESULTS}")
+            raise CaptureError(f"'{self.path}' is not a capture folder: missing {RESULTS}")
         try:
             frame = read_results(self.results_path)
         except Exception as err:  # pyarrow raises several types for a corrupt file
@@ -391,7 +391,7 @@ class Capture:
                                f"{RESULTS})")
         missing = [p.name for p in (self.meta_path, self.results_path) if not p.exists()]
         if missing:
-            raise CaptureError(f"'{self.path}' is not a capture: missing {', '.join(missing)}")
+            raise CaptureError(f"'{self.path}' is not a capture folder: missing {', '.join(missing)}")
         return self.meta(), self.results()
 
     def kernels(self) -> pd.DataFrame | None:

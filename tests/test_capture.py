@@ -95,7 +95,7 @@ def test_store_resume_keeps_rows_and_command_history(tmp_path):
 
 
 def test_load_capture_names_what_is_wrong(tmp_path):
-    with pytest.raises(CaptureError, match="is not a capture: missing meta.json, results.parquet"):
+    with pytest.raises(CaptureError, match="is not a capture folder: missing meta.json, results.parquet"):
         load_capture(tmp_path)
     (tmp_path / "meta.json").write_text("{")
     (tmp_path / "results.parquet").write_bytes(b"PAR1 nonsense")
