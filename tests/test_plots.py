@@ -620,3 +620,36 @@ def test_point_labels_do_not_pile_up(capture, dtype, query):
         hovers = [t for t in fig.data if t.hovertext is not None and t.text is not None]
         assert all(len(t.hovertext) == len(t.x) for t in hovers)
     assert rooflines.declutter_labels(figures[0]) == 0  # already decluttered: nothing left to drop
+
+
+def test_the_memory_chart_names_each_peaks_path_and_what_the_model_leaves_out():
+    """Round 25's N 4096 runs (reports/perf-h100/gluon_fwd_round25/f_ab: our forward with split_tail and without):
+    the memory chart's hover gives each point's kernel path, and the note under it says what a split-tail row holds
+    beyond the model: the row that cut peaks above the one that did not by exactly the chunks' partials
+    (kernels.tail_combine.partials), and the one that did not peaks at the model's fused line. The decode capture's
+    split-KV rows peak above the model by their splits' partials, which the note names too."""
+    from attention_core import split_kv
+    from kernels import tail_combine
+
+    folder = ROOT / "reports" / "perf-h100" / "gluon_fwd_round25" / "f_ab"
+    rows = pd.concat([load_capture(folder / run)[1].assign(capture=run) for run in ("1_default", "1_0")])
+    rows = rows[(rows.impl == "triton_flash") & (rows.dtype == "bf16") & (rows.step == "total")]
+    assert sorted(rows.path) == ["gluon-ws", "gluon-ws split-tail 4x32"]
+    peaks = rows.set_index("path").peak_mem_bytes
+    o_part, lse_part = tail_combine.partials(4, 128, 32, 128, "cpu")
+    assert peaks["gluon-ws split-tail 4x32"] - peaks["gluon-ws"] == o_part.nbytes + lse_part.nbytes
+    assert peaks["gluon-ws"] == predicted_peak_bytes(Shape.from_row(rows.iloc[0].to_dict()), True)
+    memory = plots.scaling_figures(rows)["memory"]
+    hovered = {path for trace in memory.data if trace.customdata is not None for path in trace.customdata}
+    assert hovered == {"gluon-ws", "gluon-ws split-tail 4x32"}
+    assert [note.split(" (")[0] for note in plots.memory_notes(rows)] == [
+        "rows whose path names split-tail AxS"]
+
+    _, decode = load_capture(ROOT / "reports" / "decode-b1-h100")
+    ours = decode[(decode.impl == "triton_flash") & (decode.step == "total") & (decode.status == "ok")]
+    for r in ours.to_dict("records"):
+        shape = Shape.from_row(r)
+        plan = split_kv.plan(shape.batch, shape.kv_heads, shape.group, shape.seq_q, shape.seq_kv)
+        held = split_kv.partial_bytes(shape.batch, shape.heads, shape.seq_q, shape.head_dim, plan.splits) // 2
+        assert r["peak_mem_bytes"] - predicted_peak_bytes(shape, True) == pytest.approx(held, abs=512)
+    assert any(note.startswith("rows whose path names split-kv") for note in plots.memory_notes(ours))

@@ -150,6 +150,26 @@ def scaling_lines(data: pd.DataFrame) -> pd.DataFrame:
     return _sweep_lines(_lines(data))
 
 
+# What a row's kernel path allocates beyond the model's fused line (predicted_peak_bytes counts O, the logsumexp and
+# the gradients only), by a word its ``path`` holds: the Scaling tab says it under the memory chart where one is drawn.
+MEMORY_NOTES = {
+    "split-tail": "rows whose path names split-tail AxS (our forward's last wave cut by keys) also hold the chunks' "
+                  "fp32 outputs and logsumexps, A tiles × their rows × S chunks × (head_dim + 1) × 4 B "
+                  "(kernels.tail_combine.partials), which the model lines leave out",
+    "split-kv": "rows whose path names split-kv xS (our decode forward) also hold the S splits' fp32 outputs and "
+                "logsumexps, query rows × S × (head_dim + 1) × 4 B (half of attention_core.split_kv.partial_bytes, "
+                "which counts them written and read), which the model lines leave out",
+}
+
+
+def memory_notes(totals: pd.DataFrame) -> list[str]:
+    """The :data:`MEMORY_NOTES` of the kernel paths ``totals`` (drawn rows) hold."""
+    if "path" not in totals:
+        return []
+    paths = totals["path"].fillna("").astype(str)
+    return [note for word, note in MEMORY_NOTES.items() if paths.str.contains(word, regex=False).any()]
+
+
 # The peak-memory model lines (predicted_peak_bytes): unfused and fused, forward and with the backward.
 MEMORY_MODEL_LABELS = {
     "fwd": ("model O(N²): naive keeps S and P", "model O(N): fused keeps O, lse"),
@@ -208,9 +228,13 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
     line_key = ["line_capture", *LINE_KEY]
     groups, families = _line_groups(data)
     for name, style, group in groups:
-        for key, col in (("time", "time_ms"), ("tflops", "tflops"), ("memory", "peak_mem_bytes")):
-            y = group[col] / 2**20 if key == "memory" else group[col]
-            figs[key].add_trace(go.Scatter(x=group.seq_kv, y=y, mode="lines+markers", name=name, line=style))
+        for key, col in (("time", "time_ms"), ("tflops", "tflops")):
+            figs[key].add_trace(go.Scatter(x=group.seq_kv, y=group[col], mode="lines+markers", name=name, line=style))
+        # The kernel path beside each measured peak: what a row ran says what it allocated (MEMORY_NOTES)
+        paths = group["path"].fillna("").astype(str) if "path" in group else pd.Series("", index=group.index)
+        figs["memory"].add_trace(go.Scatter(
+            x=group.seq_kv, y=group.peak_mem_bytes / 2**20, mode="lines+markers", name=name, line=style,
+            customdata=paths, hovertemplate="N %{x}: %{y:.2f} MiB %{customdata}<extra>%{fullData.name}</extra>"))
         if group.naive_ms.notna().any():  # only lines with naive timed at some of their shapes
             figs["speedup"].add_trace(go.Scatter(x=group.seq_kv, y=group.naive_ms / group.time_ms,
                                                  mode="lines+markers", name=name, line=style))

@@ -16,6 +16,9 @@ def render(ctx: Context) -> None:
     chart(left, figs["time"])
     chart(right, figs["tflops"])
     chart(left, figs["memory"])
+    notes = plots.memory_notes(ctx.drawn[ctx.drawn.step == "total"])
+    if notes:
+        left.caption("Peak memory: " + "; ".join(notes) + ".")
     if figs["speedup"].data:
         chart(right, figs["speedup"])
         return
