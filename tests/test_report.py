@@ -299,6 +299,7 @@ def test_decode_summary_has_the_measured_copy_and_the_path(decode_page):
     meta, frame = load_capture(DECODE)
     page = decode_page
     assert "Decode: achieved bandwidth against the HBM roof" in page and "split-kv x8" in page
+    assert "Peak memory: rows whose path names split-kv xS (our decode forward) also hold the S splits" in page
     assert "<th class='num'>of measured copy</th>" in page
     points = rooflines.roofline_points(frame, rooflines.roofs_from_meta(meta, "bf16"), "compulsory",
                                        rooflines.exp_rate(meta))
@@ -556,3 +557,14 @@ def test_the_names_say_which_kernel_paths_an_implementation_ran():
         assert "sdpa_cudnn: PyTorch SDPA, cuDNN backend" in text and "cuDNN backend (ran" not in text  # no path
     assert set(load_capture(ROOT / "reports" / "bench-h100-gluon")[1].query("impl == 'triton_flash'").path) == {
         "gluon-ws", "tiled"}
+
+
+def test_a_split_tail_row_is_named_in_the_glossary_and_under_the_memory_chart(tmp_path):
+    """Round 25's N 4096 run with split_tail (its path 'gluon-ws split-tail 4x32'): the names line says what split-tail
+    is, and the memory chart's caption what such a row holds beyond the model."""
+    folder = ROOT / "reports" / "perf-h100" / "gluon_fwd_round25" / "f_ab" / "1_default"
+    text = report._names(load_capture(folder)[1])
+    assert "(ran gluon-ws split-tail 4x32 on 2 of 2 rows)" in text
+    assert "split-tail: the forward's last wave of A query tiles cut into S chunks of keys each (AxS)" in text
+    page = report.build_report(folder)
+    assert "Peak memory: rows whose path names split-tail AxS" in page and "kernels.tail_combine.partials" in page

@@ -73,9 +73,11 @@ def family_figures(meta: dict, rows: pd.DataFrame, kernels: pd.DataFrame | None 
         title = f"{rooflines.ISSUED_TITLE}: {style.families_title(rows)}"
         out.append(("Roofline", " · ".join(notes), rooflines.roofline_figure(
             issued, roofs, "compulsory", title=title, exp2_per_s=exp2, device_type=meta.get("device_type"))))
+    memory = plots.memory_notes(rows[rows.step == "total"])  # what some rows' paths hold beyond the model line
     for key, fig in plots.scaling_figures(rows).items():
         if key != "speedup" or fig.data:  # a family without naive has no speedup to draw
-            out.append(("Scaling", "", fig))
+            out.append(("Scaling", "Peak memory: " + "; ".join(memory) + "." if key == "memory" and memory else "",
+                        fig))
     if (rows.seq_q < rows.seq_kv).any():
         out.append(("Bandwidth", "GB/s counts the model's compulsory bytes (Q, K, V read once, O and the logsumexp "
                                  "written once). Above the copy line is possible: a read-mostly stream outruns a copy. "
