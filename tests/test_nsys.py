@@ -363,12 +363,20 @@ def test_a_real_capture_with_whole_key_ranges_joins_every_row_by_key(tmp_path, c
     for name in ("meta.json", "results.parquet", "profile.sqlite.xz"):
         (tmp_path / name).write_bytes((KEYJOIN / name).read_bytes())
     stored = pd.read_parquet(KEYJOIN / "results.parquet")
-    stored.drop(columns=["nsys_gpu_ms", "nsys_match"]).to_parquet(tmp_path / "results.parquet", index=False)
+    stored.drop(columns=["nsys_gpu_ms", "nsys_idle_ms", "nsys_match"]).to_parquet(tmp_path / "results.parquet",
+                                                                                  index=False)
     assert main(["nsys", "ingest", str(tmp_path)]) == 0
-    assert "matched to their ranges by order" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "matched to their ranges by order" not in out and "idle µs" in out
     joined = pd.read_parquet(tmp_path / "results.parquet")
     assert len(joined) == 7 and (joined.nsys_match == "key").all()
     assert list(joined.nsys_gpu_ms) == pytest.approx(list(stored.nsys_gpu_ms))
+    assert list(joined.nsys_idle_ms) == pytest.approx(list(stored.nsys_idle_ms))
+    # A call of one kernel has no gap inside; naive attention's calls launch a kernel a step, with gaps between them
+    single = joined[joined.impl.isin(["triton_flash", "sdpa_flash"])]
+    assert len(single) == 2 and (single.nsys_idle_ms == 0).all()
+    naive = joined[(joined.impl == "naive") & (joined.step == "total")].iloc[0]
+    assert 0 < naive.nsys_idle_ms < 0.02 * naive.nsys_gpu_ms
     ratio = joined.nsys_gpu_ms / joined.time_ms  # CUDA events also time the gaps around the kernels
     assert ((ratio > 0.95) & (ratio <= 1.0)).all(), ratio.tolist()
     _, _, projection = nsys.read_export(tmp_path / "profile.sqlite.xz")
@@ -386,30 +394,32 @@ def test_a_case_timed_in_rounds_joins_every_rounds_calls_and_its_steps_in_the_fi
     from profiler.measure.ranges import call_range, qualified, step_range
 
     case = shape_range("naive", SHAPE)
-    rows, proj = [], {}
+    rows, proj, idle = [], {}, {}
 
-    def add(name, parent, depth, ns=0):
+    def add(name, parent, depth, ns=0, gap=0):
         rid = len(rows) + 1
         rows.append({"range_id": rid, "parent_id": parent, "range": qualified(name), "depth": depth,
                      "start_ns": rid * 1000})
-        proj[rid] = ns
+        proj[rid], idle[rid] = ns, gap
         return rid
 
     first = add(case, None, 0)
-    for ns in (10_000, 12_000, 14_000):
-        add(call_range(case), first, 1, ns)
+    for ns, gap in ((10_000, 0), (12_000, 1_000), (14_000, 0)):
+        add(call_range(case), first, 1, ns, gap)
     softmax = add(step_range(case, "softmax"), first, 1)
-    for ns in (3_000, 5_000):
-        add(call_range(step_range(case, "softmax")), softmax, 2, ns)
-    for ns_list in ((20_000, 22_000), (30_000,)):  # rounds 2 and 3, later and slower
+    for ns, gap in ((3_000, 0), (5_000, 2_000)):
+        add(call_range(step_range(case, "softmax")), softmax, 2, ns, gap)
+    for calls in (((20_000, 3_000), (22_000, 0)), ((30_000, 5_000),)):  # rounds 2 and 3, later and slower
         later = add(case, None, 0)
-        for ns in ns_list:
-            add(call_range(case), later, 1, ns)
+        for ns, gap in calls:
+            add(call_range(case), later, 1, ns, gap)
     ranges = pd.DataFrame(rows)
-    projection = pd.DataFrame({"range_id": list(proj), "gpu_proj_ns": list(proj.values())})
+    projection = pd.DataFrame({"range_id": list(proj), "gpu_proj_ns": list(proj.values()),
+                               "gpu_busy_ns": [proj[rid] - idle[rid] for rid in proj]})
     key = {"mode": "fwd", "batch": 4, "heads": 16, "kv_heads": 16, "seq_q": 2048, "seq_kv": 2048, "head_dim": 64,
            "dtype": "fp16", "causal": False, "impl": "naive"}
     results = pd.DataFrame([{**key, "step": "total"}, {**key, "step": "softmax"}])
     joined = nsys.capture_gpu_times(projection, ranges, results)
     assert list(joined.nsys_match) == ["key", "key"]
     assert list(joined.nsys_gpu_ms) == pytest.approx([0.017, 0.004])  # medians of 10,12,14,20,22,30 µs and 3,5 µs
+    assert list(joined.nsys_idle_ms) == pytest.approx([0.0005, 0.001])  # of 0,1,0,3,0,5 µs idle and 0,2 µs

@@ -77,11 +77,12 @@ def _ingest(args) -> int:
     except (CaptureError, nsys_export.NsysExportError) as err:
         raise UsageError(str(err)) from None
     joined = results[results.nsys_gpu_ms.notna()]
-    table = Table("impl", "step", "mode", "N", "CUDA events ms", "nsys GPU ms", "nsys / events",
-                  title=f"{folder}: CUDA-event median vs Nsight Systems median projected GPU time per repetition")
+    table = Table("impl", "step", "mode", "N", "CUDA events ms", "nsys GPU ms", "nsys / events", "idle µs",
+                  title=f"{folder}: CUDA-event median vs Nsight Systems median projected GPU time per repetition "
+                        "(idle: of that, the median time between the repetition's own GPU ops)")
     for r in joined.itertuples():
         table.add_row(r.impl, r.step, r.mode, str(r.seq_q), f"{r.time_ms:.4f}", f"{r.nsys_gpu_ms:.4f}",
-                      f"{r.nsys_gpu_ms / r.time_ms:.3f}")
+                      f"{r.nsys_gpu_ms / r.time_ms:.3f}", f"{r.nsys_idle_ms * 1e3:.1f}")
     console.print(table)
     by_order = int((results.nsys_match == nsys_export.MATCH_ORDER).sum())
     if by_order:
@@ -89,6 +90,6 @@ def _ingest(args) -> int:
                       "k-th row): the export's range names hold implementation, mode and lengths only, not the row's "
                       "whole key (a capture from before they did). results.parquet's nsys_match says which.",
                       soft_wrap=True)
-    console.print(f"Wrote nsys_ranges.parquet, nsys_gpu_ops.parquet and results.parquet's nsys_gpu_ms and nsys_match "
-                  f"in {folder}/", soft_wrap=True)
+    console.print("Wrote nsys_ranges.parquet, nsys_gpu_ops.parquet and results.parquet's nsys_gpu_ms, nsys_idle_ms "
+                  f"and nsys_match in {folder}/", soft_wrap=True)
     return 0

@@ -382,8 +382,13 @@ def capture_gpu_times(projection: pd.DataFrame, ranges: pd.DataFrame, results: p
     k-th range of that name belongs to the k-th total row of that name): "order". A naive step's row
     takes the case its total row found (its steps are timed in its first range). A case timed in rounds
     (``--rounds``) has one range a round, all named by its key: its ``nsys_gpu_ms`` is the median of every round's
-    calls. "none": neither name is in the export."""
-    proj = projection.set_index("range_id")["gpu_proj_ns"]
+    calls. "none": neither name is in the export.
+
+    ``nsys_idle_ms``: over the same repetitions, the median time inside a repetition's projection that none of its
+    GPU ops ran (the projection less the union of its ops: gaps between the kernels of one call, such as a launch
+    the host issued late, or a kernel waiting on its predecessor's end); 0 for a call of one kernel."""
+    by_id = projection.set_index("range_id")
+    proj, idle = by_id["gpu_proj_ns"], by_id["gpu_proj_ns"] - by_id["gpu_busy_ns"]
     children: dict[int, list[tuple[str, int]]] = {}
     for rid, parent, name in zip(ranges.range_id, ranges.parent_id, ranges.range):
         children.setdefault(parent, []).append((name, rid))
@@ -394,14 +399,18 @@ def capture_gpu_times(projection: pd.DataFrame, ranges: pd.DataFrame, results: p
 
     after_flush = timed_calls(ranges, ops) if ops is not None else {}
 
-    def median_ms(parents: list[int], call_name: str) -> float | None:
-        calls = [proj[rid] for parent in parents
+    def median_ms(parents: list[int], call_name: str) -> tuple[float | None, float | None]:
+        """(median projected GPU time, median idle time) of the timed calls named ``call_name`` in ``parents``."""
+        calls = [rid for parent in parents
                  for rid in _timed([rid for name, rid in children.get(parent, []) if name == call_name], after_flush)]
-        return float(np.median(calls)) / 1e6 if calls else None
+        if not calls:
+            return None, None
+        return (float(np.median([proj[rid] for rid in calls])) / 1e6,
+                float(np.median([idle[rid] for rid in calls])) / 1e6)
 
     seen: dict[str, int] = {}  # total rows so far per case name: the order match's k
     case_of_total: dict[tuple, tuple[int | None, str, str]] = {}  # row key -> (case range id, its name, match)
-    times: list[float | None] = []
+    times: list[tuple[float | None, float | None]] = []
     matches: list[str] = []
     for row in results.itertuples():
         shape = Shape.from_row(row)
@@ -417,22 +426,23 @@ def capture_gpu_times(projection: pd.DataFrame, ranges: pd.DataFrame, results: p
             case_of_total[key] = (case, base, match if case is not None else MATCH_NONE)
             # Timed in rounds (--rounds), a case has a range a round, all of its key: their calls together
             rounds = found if match == MATCH_KEY else [case]
-            times.append(None if case is None else median_ms(rounds, qualified(call_range(base))))
+            times.append((None, None) if case is None else median_ms(rounds, qualified(call_range(base))))
             matches.append(case_of_total[key][2])
         else:
             case, base, match = case_of_total.get(key, (None, "", MATCH_NONE))
             step = step_range(base, row.step)
             step_id = next((rid for name, rid in children.get(case, []) if name == qualified(step)), None)
-            times.append(None if step_id is None else median_ms([step_id], qualified(call_range(step))))
+            times.append((None, None) if step_id is None else median_ms([step_id], qualified(call_range(step))))
             matches.append(match if step_id is not None else MATCH_NONE)
-    return pd.DataFrame({"nsys_gpu_ms": pd.Series(times, index=results.index, dtype="float64"),
+    return pd.DataFrame({"nsys_gpu_ms": pd.Series([t[0] for t in times], index=results.index, dtype="float64"),
+                         "nsys_idle_ms": pd.Series([t[1] for t in times], index=results.index, dtype="float64"),
                          "nsys_match": pd.Series(matches, index=results.index, dtype="object")})
 
 
 def ingest_capture(folder: Path | str) -> pd.DataFrame:
     """Join a capture folder's ``profile.sqlite`` (or ``.sqlite.xz``) into it: writes
     ``nsys_ranges.parquet`` (:func:`summarize`), ``nsys_gpu_ops.parquet`` (:func:`gpu_ops`) and the
-    ``nsys_gpu_ms`` and ``nsys_match`` columns of results.parquet (:func:`capture_gpu_times`), and in
+    ``nsys_gpu_ms``, ``nsys_idle_ms`` and ``nsys_match`` columns of results.parquet (:func:`capture_gpu_times`), and in
     meta.json's ``nsys`` how many rows each match found; returns the results."""
     capture = Capture(folder)
     meta, results = capture.load()
@@ -445,6 +455,7 @@ def ingest_capture(folder: Path | str) -> pd.DataFrame:
     write_parquet_atomic(capture.nsys_gpu_ops_path, ops)
     joined = capture_gpu_times(projection, ranges, results, ops)
     results["nsys_gpu_ms"] = joined.nsys_gpu_ms
+    results["nsys_idle_ms"] = joined.nsys_idle_ms
     results["nsys_match"] = joined.nsys_match
     capture.write_results(results)
     meta["nsys"] = {"export": export.name, "ranges": len(summary), "gpu_ops": len(ops),
