@@ -235,7 +235,8 @@ SHORT_CAUSAL = {
 # alternating runs (1.5% to 6%, B8 H16, bf16 and fp16), where a probe timing the kernels without the launch cache
 # measured it 2.5% faster; why is not found yet. head_dim 64's tiles (192 rows) leave 92 of 5,504 tiles in the last
 # wave there, more than split_tail cuts; not measured elsewhere. ATTN_SPLIT_TAIL=0 leaves it off, =1 turns it on at
-# every length and head_dim without a mask (to time the launch both ways: the captures' meta.json records the switch).
+# every length and head_dim without a mask, where split_tail finds a last wave to cut (to time the launch both ways:
+# the captures' meta.json records the switch).
 SPLIT_TAIL_FROM = {128: 8192}
 
 

@@ -45,8 +45,8 @@ RESERVED_IN_NAMES = ("flash", "sdpa", "flex_attention", "paged|", "/")
 @dataclass
 class DispatchStats:
     """How many attention calls ran on our kernel and how many went to sdpa, by reason; and which
-    code path our kernel's calls took (``paths``: 'fwd gluon-ws', 'fwd tiled', 'fwd split-kv x8',
-    and 'bwd ...' for calls that will run a backward, as kernels.flash_fwd.forward_path and
+    code path our kernel's calls took (``paths``: 'fwd gluon-ws', 'fwd gluon-ws split-tail 4x32', 'fwd tiled',
+    'fwd split-kv x8', and 'bwd ...' for calls that will run a backward, as kernels.flash_fwd.forward_path and
     kernels.flash_bwd.backward_path name them), so a user sees that a model's own tensor layout
     reaches the fast kernels."""
 

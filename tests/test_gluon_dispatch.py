@@ -764,7 +764,7 @@ def test_forward_path_names_the_split_tail_cut_and_the_model_charges_its_partial
     q = torch.zeros(1, 1, 1, 1, dtype=torch.bfloat16).expand(4, 16, 8192, 128)  # the path reads shapes only
     assert forward_path(q, q, q) == "gluon-ws split-tail 4x32"
     assert forward_path(q, q, q, causal=True) == "gluon-ws"
-    assert forward_path(q[:3], q[:3], q[:3]) == "gluon-ws split-tail 36x3"  # 3,072 tiles: 36 in 3 chunks of 22 keys
+    assert forward_path(q[:3], q[:3], q[:3]) == "gluon-ws split-tail 36x3"  # 3,072 tiles: 36 cut in 3 of 22 key tiles
     short = torch.zeros(1, 1, 1, 1, dtype=torch.bfloat16).expand(8, 16, 4096, 128)
     assert forward_path(short, short, short) == "gluon-ws"  # 4096 keys: no cut (SPLIT_TAIL_FROM)
     monkeypatch.setenv("ATTN_SPLIT_TAIL", "0")
@@ -780,6 +780,31 @@ def test_forward_path_names_the_split_tail_cut_and_the_model_charges_its_partial
     both = shape.with_mode("fwd+bwd")
     assert (cost_of(OURS, both, path="gluon-ws split-tail 4x32 fwd, gluon-ws bwd").tile_bytes
             - cost_of(OURS, both, path="gluon-ws fwd, gluon-ws bwd").tile_bytes) == extra
-    assert cost_of(OURS, shape.with_mode("bwd"), path="gluon-ws").tile_bytes == \
-        cost_of(OURS, shape.with_mode("bwd"), path="gluon-ws").tile_bytes
+    backward = shape.with_mode("bwd")  # a backward row's path is its backward's: the forward's cut is never charged
+    assert cost_of(OURS, backward, path="gluon-ws split-tail 4x32").tile_bytes == \
+        cost_of(OURS, backward, path="gluon-ws").tile_bytes == onepass_backward_bytes(backward, OURS.tiles_of(
+            backward, "gluon-ws").onepass)
     assert tile_schedule.SplitTail(4092, 4, 32, 2).label == "split-tail 4x32"
+
+
+def test_tail_cut_reads_a_kept_plan_and_cuts_nothing_under_capture(monkeypatch):
+    """kernels.flash_fwd_hopper.tail_cut, which a row's path reads: the plan a call kept for the layout where there is
+    one (what later calls launch), else the cut computed as that plan would be; and no cut while a CUDA graph is being
+    captured, as the plan there."""
+    import types
+
+    from kernels._launch import Memo
+
+    monkeypatch.setattr(hopper, "cuda_properties", lambda index: types.SimpleNamespace(
+        multi_processor_count=132, L2_cache_size=50 * 2**20))
+    q = torch.zeros(1, 1, 1, 1, dtype=torch.bfloat16).expand(4, 16, 8192, 128)
+    cut = tile_schedule.SplitTail(full=4092, tail=4, splits=32, chunk=2)
+    assert hopper.tail_cut(q, q, False) == cut and hopper.tail_cut(q, q, True) is None
+    layout = ("a layout key",)
+    monkeypatch.setattr(hopper, "_PLANS", Memo())
+    hopper._PLANS.keep((layout, False, None), hopper._launch_plan(q, q, q, False, None, None, None)._replace(tail=None))
+    assert hopper.tail_cut(q, q, False, layout) is None  # what the kept plan launches
+    assert hopper.tail_cut(q, q, False, ("another layout",)) == cut
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert hopper.tail_cut(q, q, False) is None

@@ -1,7 +1,7 @@
 """Compile the Gluon kernels for sm_90a on a machine without a GPU: spills, shared memory, TMA ops, host time.
 
     python -m pip install --no-deps --target /tmp/t36site triton==3.6.0     # the GPU machine's triton, once
-    TRITON_SITE=/tmp/t36site python scripts/perf_experiments/gluon_compile_cpu.py [bshd|bhsd|fp8|ptx FOLDER]
+    TRITON_SITE=/tmp/t36site python scripts/perf_experiments/gluon_compile_cpu.py [bshd|bhsd|fp8|merges|ptx FOLDER]
 
 Triton compiles to PTX and cubin without a device when it is given a target, so the Gluon forward and
 backward (kernels/flash_fwd_hopper.py, kernels/flash_bwd_hopper.py) can be built here for every
@@ -14,6 +14,8 @@ fp8 forward in every configuration of scripts/perf_experiments/fp8_probe.py (rou
 out for their spills) and prints
 each one's spills (docs/perf-notes.md, "FP8 forward", round 3). ``ptx FOLDER`` writes the PTX of the forward's
 default configs into FOLDER, so that two trees' compare with ``diff -r``, and prints ptxas' report of each.
+``merges`` prints ptxas' report of the two merges of fp32 partials (kernels.flash_decode's combine and
+kernels.tail_combine's) at 16 to 256 splits, the most either takes (docs/perf-notes.md, round 25).
 """
 
 from __future__ import annotations
@@ -160,9 +162,26 @@ def forward_ptx(folder: str):
                 print(f"{name}: {ptxas_report(kernel)}", flush=True)
 
 
+def merges() -> None:
+    """ptxas' report of each merge of partials at head_dim 128, its splits padded to 16 ... 256."""
+    from kernels import flash_decode, tail_combine
+
+    for splits in (16, 64, 128, 256):
+        o, lse = torch.empty(2, 4, 3, 128, dtype=torch.bfloat16), torch.empty(2, 4, 3)
+        o_part, lse_part = torch.empty(2 * 4 * 3 * splits, 128), torch.empty(2 * 4 * 3 * splits)
+        flash_decode._decode_combine[(24,)](o, lse, o_part, lse_part, splits, HEAD_DIM=128, BLOCK_S=splits, PDL=True,
+                                            num_warps=4)
+        print(f"decode combine, {splits} splits: {ptxas_report(COMPILED[-1][1])}", flush=True)
+        o_part, lse_part = tail_combine.partials(1, 128, splits, 128, "cpu")  # one tail tile of 128 rows
+        tail_combine.combine(o, lse, o_part, lse_part, torch.zeros(1, 3, dtype=torch.int32), 128)
+        print(f"tail merge, {splits} splits: {ptxas_report(COMPILED[-1][1])}", flush=True)
+
+
 def main():
     layout = sys.argv[1] if len(sys.argv) > 1 else "bshd"
     stand_in_for_an_h100()
+    if layout == "merges":
+        return merges()
     if layout == "fp8":
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         return fp8_configurations()

@@ -126,6 +126,8 @@ def test_a_replayed_split_tail_call_keeps_its_three_launches_and_gives_the_uncac
 
     flash_fwd._ROUTES.clear(), flash_fwd_hopper._PLANS.clear(), flash_fwd_hopper._LAUNCHES.entries.clear()
     tail_combine._COMBINE.entries.clear()
+    if torch.cuda.get_device_properties(0).multi_processor_count != 132:
+        pytest.skip("the shape is cut for 132 SMs (H100 and H200 SXM)")
     first = _inputs(layout, seed=1, batch=1, heads=5, kv_heads=5, seq=8195)
     assert flash_fwd_hopper.default_config(128, False, 8195).split_tail
     assert forward_path(*first) == "gluon-ws split-tail 61x2"
