@@ -78,8 +78,8 @@ def _ingest(args) -> int:
         raise UsageError(str(err)) from None
     joined = results[results.nsys_gpu_ms.notna()]
     table = Table("impl", "step", "mode", "N", "CUDA events ms", "nsys GPU ms", "nsys / events", "idle µs",
-                  title=f"{folder}: CUDA-event median vs Nsight Systems median projected GPU time per repetition "
-                        "(idle: of that, the median time between the repetition's own GPU ops)")
+                  title=f"{folder}: CUDA-event median vs Nsight Systems median projected GPU time per repetition; "
+                        "idle µs: of that time, none of the repetition's own GPU ops (kernels, memsets, copies) ran")
     for r in joined.itertuples():
         table.add_row(r.impl, r.step, r.mode, str(r.seq_q), f"{r.time_ms:.4f}", f"{r.nsys_gpu_ms:.4f}",
                       f"{r.nsys_gpu_ms / r.time_ms:.3f}", f"{r.nsys_idle_ms * 1e3:.1f}")

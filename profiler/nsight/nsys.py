@@ -386,7 +386,7 @@ def capture_gpu_times(projection: pd.DataFrame, ranges: pd.DataFrame, results: p
 
     ``nsys_idle_ms``: over the same repetitions, the median time inside a repetition's projection that none of its
     GPU ops ran (the projection less the union of its ops: gaps between the kernels of one call, such as a launch
-    the host issued late, or a kernel waiting on its predecessor's end); 0 for a call of one kernel."""
+    the host issued late, or a kernel waiting on its predecessor's end); 0 for a call of one GPU op."""
     by_id = projection.set_index("range_id")
     proj, idle = by_id["gpu_proj_ns"], by_id["gpu_proj_ns"] - by_id["gpu_busy_ns"]
     children: dict[int, list[tuple[str, int]]] = {}

@@ -154,8 +154,9 @@ def scaling_lines(data: pd.DataFrame) -> pd.DataFrame:
 # the gradients only), by a word its ``path`` holds: the Scaling tab says it under the memory chart where one is drawn.
 MEMORY_NOTES = {
     "split-tail": "rows whose path names split-tail AxS (our forward's last wave cut by keys) also hold the chunks' "
-                  "fp32 outputs and logsumexps, A tiles × their rows × S chunks × (head_dim + 1) × 4 B "
-                  "(kernels.tail_combine.partials), which the model lines leave out",
+                  "fp32 outputs and logsumexps, A tiles × the tile's query rows (128 at head_dim 128) × S chunks × "
+                  "(head_dim + 1) × 4 B (kernels.tail_combine.partials; 8.06 MiB for 4x32), which the model lines "
+                  "leave out",
     "split-kv": "rows whose path names split-kv xS (our decode forward) also hold the S splits' fp32 outputs and "
                 "logsumexps, query rows × S × (head_dim + 1) × 4 B (half of attention_core.split_kv.partial_bytes, "
                 "which counts them written and read), which the model lines leave out",
@@ -251,7 +252,9 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
         labels = MEMORY_MODEL_LABELS["fwd" if shapes[0].mode == "fwd" else "bwd"]
         for fused, label in ((False, labels[0]), (True, labels[1])):
             y = [predicted_peak_bytes(shape, fused) / 2**20 for shape in shapes]
-            figs["memory"].add_trace(go.Scatter(x=[shape.seq_q for shape in shapes], y=y, mode="lines",
+            # one length only: a line of one point draws nothing, so a marker stands for it
+            figs["memory"].add_trace(go.Scatter(x=[shape.seq_q for shape in shapes], y=y,
+                                                mode="lines" if len(shapes) > 1 else "markers",
                                                 name=label + suffix,
                                                 line={"dash": "dot", "color": "grey" if fused else "black"}))
     titles = {"time": ("median time (ms)", "Time"), "tflops": ("TFLOP/s", "Throughput"),

@@ -108,7 +108,9 @@ def roofline_table(points: pd.DataFrame) -> pd.DataFrame:
     fractions as percentages (the roof at the step's size where the captures measured a copy curve); the SM clock
     NVML read while a row was timed, where any row has one (profiler.measure.gpu_state); and how far a row's
     rounds spread where any row was timed in rounds (``--rounds``: profiler.measure.runner.median_round)."""
-    shape, varying = shape_labels(points)
+    _, varying = shape_labels(points)
+    # the capture has a column of its own here: a shape label names the shape (N=4096 where only the capture varies)
+    shape, _ = shape_labels(points.drop(columns=["capture"], errors="ignore"))
     extra_columns = [c for c in varying if c != "capture"]
     order = [c for c in ("seq_kv", "seq_q") if c in extra_columns] + [c for c in extra_columns if c[:3] != "seq"]
     table = points.assign(shape=shape, steps_last=points.step != "total")
