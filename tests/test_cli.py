@@ -75,6 +75,25 @@ def test_model_json_has_every_step(capsys):
     assert by[("naive", "total")]["exp_roof_tflops"] is None and by[("naive", "softmax")]["exp_roof_tflops"] is None
 
 
+def test_model_costs_the_kernel_path_a_capture_names(capsys):
+    """``--path``: our kernel's bytes on the path a capture's row names (the Gluon forward that cut its last wave: its
+    chunks' partials and Q re-reads too, kernels.tail_combine.partials), as remodel and the dashboard cost that row;
+    a peer with one path is costed the same either way."""
+    from kernels import tail_combine
+
+    shape = ["--seq", "8192", "--batch", "4", "--heads", "16", "--dim", "128", "--dtype", "bf16"]
+    tiles = {}
+    for path in ("gluon-ws", "gluon-ws split-tail 4x32"):
+        assert main(["model", *shape, "--impl", "triton_flash,sdpa_cudnn", "--path", path, "--json"]) == 0
+        tiles[path] = {r["impl"]: r["tile_bytes"] for r in json.loads(capsys.readouterr().out)}
+    o_part, lse_part = tail_combine.partials(4, 128, 32, 128, "cpu")
+    extra = 2 * (o_part.nbytes + lse_part.nbytes) + 31 * 4 * 128 * 128 * 2  # written and read; each chunk reads Q
+    assert tiles["gluon-ws split-tail 4x32"]["triton_flash"] - tiles["gluon-ws"]["triton_flash"] == extra
+    assert tiles["gluon-ws split-tail 4x32"]["sdpa_cudnn"] == tiles["gluon-ws"]["sdpa_cudnn"]
+    assert main(["model", *shape, "--impl", "triton_flash", "--path", "gluon-ws split-tail 4x32"]) == 0
+    assert "full fwd (gluon-ws split-tail 4x32) on H100-SXM" in capsys.readouterr().out
+
+
 def test_model_says_the_exp_roof_does_not_bind_a_memory_bound_decode(capsys, monkeypatch):
     """At one query row every fused kernel is memory-bound, far under the exp roof: the note says it does not bind;
     a long prefill is compute-bound, and the note gives the exp roof as the cap of a kernel without overlap."""
@@ -108,6 +127,7 @@ def test_model_table_names_the_device_and_ridge(capsys):
         (["model", "--seq", "abc"], "argument --seq: 'abc' is not an integer"),
         (["model", "--device-name", "TPU"], "unknown --device-name 'TPU'; known: A100-SXM4-40GB"),
         (["model", "--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
+        (["model", "--path", "gluon"], "argument --path: 'gluon' is not a kernel path: tiled, gluon-ws"),
         (["bench", "--seq", "1,x"], "'1,x' is not a comma-separated list of integers"),
         (["sweep", "--seq", "64,,128"], "'64,,128' has an empty item; separate values with single commas"),
         (["bench", "--impl", "naive,"], "'naive,' has an empty item"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 
 from rich.table import Table
 
@@ -38,6 +39,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--list-devices", action="store_true", help="print the datasheet table and exit")
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     p.add_argument("--impl", type=impl_list, default=None, help="comma-separated names (default: all of ours)")
+    p.add_argument("--path", type=kernel_path, default=None,
+                   help="the kernel path to cost, as a capture's path column names it: 'gluon-ws' (the sm_90 Gluon "
+                        "kernels' tiles), 'gluon-ws split-tail AxS' (and the forward's tail cut in chunks), "
+                        "'split-kv xS', 'X fwd, Y bwd' (default: the portable kernels'); implementations with one "
+                        "path ignore it")
+
+
+# A row's path (profiler.store SCHEMA "path"): a forward's, or 'X fwd, Y bwd' where both passes ran
+_PASS = r"(?:tiled|gluon-ws(?: split-tail \d+x\d+)?|split-kv x\d+)"
+_PATH = re.compile(rf"{_PASS}(?: fwd, (?:tiled|gluon-ws) bwd)?")
+
+
+def kernel_path(text: str) -> str:
+    """``--path``: a path as the store's ``path`` column writes it, or argparse's error naming what is allowed."""
+    if not _PATH.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is not a kernel path: tiled, gluon-ws, 'gluon-ws split-tail AxS', 'split-kv xS', or "
+            "'X fwd, Y bwd' with Y tiled or gluon-ws")
+    return text
 
 
 def run(args) -> int:
@@ -72,7 +92,7 @@ def run(args) -> int:
     impls = [get_impl(n) for n in args.impl] if args.impl else [
         impl for impl in map(get_impl, BUILTIN)
         if shape.dtype in impl.dtypes and (impl.head_dims is None or shape.head_dim in impl.head_dims)]
-    rows = model_table(shape, device, impls)
+    rows = model_table(shape, device, impls, args.path or "")
     # The exp roof (profiler.model.roofs.exp_ceiling) of a fused kernel's whole step on the datasheet: None elsewhere
     exp = (exp_ceiling(peak, device.exp2_per_s, shape.head_dim, shape.mode)
            if device.exp2_per_s is not None and shape.dtype in TENSOR_DTYPES else None)
@@ -86,7 +106,8 @@ def run(args) -> int:
     table = Table(
         "impl", "step", "GFLOP", "HBM MB (compulsory)", "MB (tile)", "FLOP/B", "FLOP/B (tile)", "roof TFLOP/s",
         "bound",
-        title=(f"{shape.label} {'' if shape.causal else 'full '}{shape.mode} on {device.name} (datasheet): "
+        title=(f"{shape.label} {'' if shape.causal else 'full '}{shape.mode}{f' ({args.path})' if args.path else ''} "
+               f"on {device.name} (datasheet): "
                f"peak {peak / 1e12:.0f} TFLOP/s, {bw / 1e12:.2f} TB/s, ridge {ridge:.0f} FLOP/B"),
     )
     for r in rows:

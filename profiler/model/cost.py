@@ -86,7 +86,9 @@ def _fused_tile_bytes(costing: Costing, shape: Shape, path: str = "") -> float:
     if tiles is None:
         return math.nan
     forward = pass_paths(path, shape.mode)[0]
-    cut = split_tail_bytes(shape, forward, tiles.fwd[0]) if tiles.fwd is not None else 0.0
+    # only where the path names this implementation's own fast kernel (the Gluon forward cuts its tail)
+    own = bool(costing.fast_path) and costing.fast_path in forward and tiles.fwd is not None
+    cut = split_tail_bytes(shape, forward, tiles.fwd[0]) if own else 0.0
     return tile_bytes(shape, tiles) + cut  # a forward that cut its last wave by keys: its chunks' partials too
 
 

@@ -70,17 +70,18 @@ def bench_table(frame: pd.DataFrame, impls: list[str], baseline: str, copy_gbps:
     return pd.DataFrame(rows)
 
 
-def model_table(shape: Shape, device: hardware.Device, impls) -> list[dict]:
+def model_table(shape: Shape, device: hardware.Device, impls, path: str = "") -> list[dict]:
     """The cost model for every implementation and step a capture of ``shape`` would record, with
     the intensity and roof on ``device``'s datasheet; implementations without the shape's mode
-    (no backward) are left out. ``impls`` are registry entries (name, row_steps, costing)."""
+    (no backward) are left out. ``impls`` are registry entries (name, row_steps, costing); ``path``, the
+    kernel path the multi-path ones are costed on (profiler.model.cost.cost_of: '' for the portable one)."""
     peak, bw = device.peak_flops(shape.dtype), device.hbm_bytes_per_s
     rows = []
     for impl in impls:
         if shape.mode != "fwd" and not impl.supports_backward:
             continue
         for step in impl.row_steps:
-            cost = cost_of(impl.costing, shape, step)
+            cost = cost_of(impl.costing, shape, step, path if step == "total" else "")
             ai = arithmetic_intensity(cost.flops, cost.hbm_bytes)
             rows.append({
                 "impl": impl.name, "step": step, **cost._asdict(), "arithmetic_intensity": ai,
