@@ -50,6 +50,28 @@ def test_shapes_not_in_every_capture_are_counted_as_left_out():
     assert "left out" not in run_cli("medians", *GRIDS).stdout
 
 
+def test_captures_of_other_kernels_or_switches_are_named():
+    """A median across captures that ran different kernels (round 24's and 23's grids: kernels_sha256 of each tree) or
+    different ATTN_* switches (round 25's runs with and without split_tail) says so, naming each capture's; three grids
+    of one tree say nothing."""
+    import json
+
+    r24, r23 = (ROOT / "reports" / "perf-h100" / folder for folder in (
+        "gluon_fwd_round24/peers_r3_split", "gluon_fwd_round23/peers_r3_warm1000"))
+    out = run_cli("medians", str(r24), str(r23))
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    sha = [json.loads((folder / "meta.json").read_text())["kernels_sha256"][:12] for folder in (r24, r23)]
+    assert sha[0] != sha[1]
+    assert (f"note: the captures differ in their kernels (peers_r3_split: {sha[0]}; peers_r3_warm1000: {sha[1]}): "
+            "each shape's median mixes them") in text
+    runs = ROOT / "reports" / "perf-h100" / "gluon_fwd_round25" / "f_ab"
+    text = " ".join(run_cli("medians", str(runs / "1_default"), str(runs / "1_0")).stdout.split())
+    assert ("note: the captures differ in their ATTN_* switches (1_default: none; 1_0: ATTN_SPLIT_TAIL=0)" in text
+            and "differ in their kernels" not in text)
+    assert "note:" not in run_cli("medians", *GRIDS).stdout
+
+
 @pytest.mark.parametrize("args, message", [
     ([GRIDS[0]], "medians takes two or more capture folders of one grid; got 1"),
     ([GRIDS[0], GRIDS[0]], "a capture folder is named twice"),

@@ -69,6 +69,24 @@ def ratios_by_capture(folders: list[Path], baseline: str):
     return {peer: pd.DataFrame(columns) for peer, columns in ratios.items()}
 
 
+def what_differs(metas: dict[str, dict]) -> list[str]:
+    """What the captures (``metas``: folder -> meta.json) did not share that a median across them would mix: the
+    kernels' sources (``kernels_sha256``), the ``ATTN_*`` switches set (meta.json ``env``) and the device; one line
+    each, naming every capture's value."""
+    checks = (("kernels", lambda m: (m.get("kernels_sha256") or "unrecorded")[:12]),
+              ("ATTN_* switches", lambda m: ", ".join(f"{k}={v}" for k, v in sorted((m.get("env") or {}).items()))
+               or "none"),
+              ("device", lambda m: m.get("device") or "unrecorded"))
+    lines = []
+    for what, value in checks:
+        values = {folder: value(meta) for folder, meta in metas.items()}
+        if len(set(values.values())) > 1:
+            lines.append(f"note: the captures differ in their {what} ("
+                         + "; ".join(f"{Path(folder).name}: {v}" for folder, v in values.items())
+                         + "): each shape's median mixes them")
+    return lines
+
+
 def run(args) -> int:
     folders = [Path(folder) for folder in args.captures]
     if len(folders) < 2:
@@ -77,6 +95,10 @@ def run(args) -> int:
         raise UsageError("a capture folder is named twice: give each run of the grid once")
     targets = parse_targets(args.target)
     every = ratios_by_capture(folders, args.baseline)
+    from profiler.store import Capture
+
+    for line in what_differs({str(folder): Capture(folder).meta() for folder in folders}):
+        console.print(line, soft_wrap=True)
     ratios = {peer: table.dropna() for peer, table in every.items()}  # the shapes every capture has an ok ratio of
     unknown = sorted(set(targets) - set(ratios))
     if unknown:
