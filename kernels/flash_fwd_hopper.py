@@ -395,14 +395,10 @@ def _load_partition(descs, bufs, bars, m_blocks, total, heads, group, seq_q, seq
     items, full, splits, chunk = tail
     count = 0  # key tiles this program has loaded: the position in the ring
     done = 0  # work items
-    if CHUNKS:
-        for t in range(full + gl.program_id(0), items, gl.num_programs(0)):
-            count, done = _load_item(t, count, done, descs, bufs, bars, m_blocks, total, heads, group, seq_kv,
-                                     section, snake, tail, CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8, True)
-    else:
-        for t in range(gl.program_id(0), full, gl.num_programs(0)):
-            count, done = _load_item(t, count, done, descs, bufs, bars, m_blocks, total, heads, group, seq_kv,
-                                     section, snake, tail, CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8, False)
+    lo, hi = (full, items) if CHUNKS else (0, full)  # the tail's chunks, or the whole tiles
+    for t in range(lo + gl.program_id(0), hi, gl.num_programs(0)):
+        count, done = _load_item(t, count, done, descs, bufs, bars, m_blocks, total, heads, group, seq_kv, section,
+                                 snake, tail, CLOCK, BLOCK_N, STAGES, SPLIT_M, NUM_WG, CAUSAL, FP8, CHUNKS)
 
 
 @gluon.jit
@@ -765,20 +761,13 @@ def _consumer_partition(bufs, bars, turns, O, o_strides, LSE, descales, m_blocks
     items, full, splits, chunk = tail
     count = 0  # key tiles this program has consumed: the position in the ring, and the turn
     done = 0  # work items
-    if CHUNKS:
-        for t in range(full + gl.program_id(0), items, gl.num_programs(0)):
-            count, done = _consumer_item(t, count, done, q, bufs, bars, turns, O, o_strides, LSE, descales, m_blocks,
-                                         total, heads, group, seq_q, seq_kv, section, snake, tail, parts, qk_scale,
-                                         CLOCK, offs_n, offs_d, s_zero, row_layout, o_layout, p_layout, WG, HEAD_DIM,
-                                         BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                         SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, True)
-    else:
-        for t in range(gl.program_id(0), full, gl.num_programs(0)):
-            count, done = _consumer_item(t, count, done, q, bufs, bars, turns, O, o_strides, LSE, descales, m_blocks,
-                                         total, heads, group, seq_q, seq_kv, section, snake, tail, parts, qk_scale,
-                                         CLOCK, offs_n, offs_d, s_zero, row_layout, o_layout, p_layout, WG, HEAD_DIM,
-                                         BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
-                                         SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, False)
+    lo, hi = (full, items) if CHUNKS else (0, full)  # the tail's chunks, or the whole tiles
+    for t in range(lo + gl.program_id(0), hi, gl.num_programs(0)):
+        count, done = _consumer_item(t, count, done, q, bufs, bars, turns, O, o_strides, LSE, descales, m_blocks,
+                                     total, heads, group, seq_q, seq_kv, section, snake, tail, parts, qk_scale,
+                                     CLOCK, offs_n, offs_d, s_zero, row_layout, o_layout, p_layout, WG, HEAD_DIM,
+                                     BLOCK_N, STAGES, SPLIT_M, CAUSAL, OVERLAP, PINGPONG, NUM_WG, FP8, O_TMA,
+                                     SPLIT_MASK, ROW_PARTIALS, CAUSAL_TRIM, CHUNKS)
     if O_TMA:
         tma.store_wait(0)  # the last O store has read its tile before the program's shared memory goes
 
