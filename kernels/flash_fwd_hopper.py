@@ -1003,6 +1003,16 @@ class _Plan(NamedTuple):
         return self.tail.items if self.tail else self.ints[5]
 
 
+def _tiles(q: torch.Tensor, config: HopperConfig) -> tuple[int, int, int]:
+    """(query blocks a head, query tiles in all, programs) of a launch of ``config`` on q: a program an SM where
+    persistent, else a program a tile."""
+    batch, heads, seq_q, _ = q.shape
+    m_blocks = triton.cdiv(seq_q, config.block_m)
+    total = m_blocks * batch * heads
+    programs = min(total, cuda_properties(q.device.index).multi_processor_count) if config.persistent else total
+    return m_blocks, total, programs
+
+
 def _cut(config: HopperConfig, causal: bool, fp8: bool, total: int, programs: int, seq_kv: int
          ) -> tile_schedule.SplitTail | None:
     """Where a launch of ``total`` tiles on ``programs`` programs cuts its last wave by keys (``split_tail``), or None
@@ -1025,10 +1035,8 @@ def tail_cut(q: torch.Tensor, k: torch.Tensor, causal: bool, layout: tuple | Non
     plan = _PLANS.get((layout, bool(causal), None)) if layout is not None else None
     if plan is not None:
         return plan.tail
-    batch, heads, seq_q, _ = q.shape
     config = _config_of(q, k, causal, None)
-    total = triton.cdiv(seq_q, config.block_m) * batch * heads
-    programs = min(total, cuda_properties(q.device.index).multi_processor_count) if config.persistent else total
+    _, total, programs = _tiles(q, config)
     return _cut(config, causal, q.dtype == FP8, total, programs, k.shape[2])
 
 
@@ -1041,10 +1049,8 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
     fp8 = q.dtype == FP8
     config = _config_of(q, k, causal, config)
     consumer_regs, loader_regs = WORKER_REGS[config.consumers]
-    m_blocks = triton.cdiv(seq_q, config.block_m)
-    total = m_blocks * batch * heads
+    m_blocks, total, programs = _tiles(q, config)
     props = cuda_properties(q.device.index)
-    programs = min(total, props.multi_processor_count) if config.persistent else total
     # Per query head, the K and V its tiles read (a K/V head's, shared by its group of query heads).
     head_bytes = 2 * seq_kv * head_dim * q.element_size() * kv_heads // heads
     schedule = schedule or tile_schedule.plan(m_blocks, batch * heads, head_bytes, props.L2_cache_size,
