@@ -109,10 +109,9 @@ def roofline_table(points: pd.DataFrame) -> pd.DataFrame:
     fractions as percentages (the roof at the step's size where the captures measured a copy curve); the SM clock
     NVML read while a row was timed, where any row has one (profiler.measure.gpu_state); and how far a row's
     rounds spread where any row was timed in rounds (``--rounds``: profiler.measure.runner.median_round)."""
-    _, varying = shape_labels(points)
     # the capture has a column of its own here: a shape label names the shape (N=4096 where only the capture varies)
-    shape, _ = shape_labels(points.drop(columns=["capture"], errors="ignore"))
-    extra_columns = [c for c in varying if c != "capture"]
+    shape, extra_columns = shape_labels(points.drop(columns=["capture"], errors="ignore"))
+    captures = bool("capture" in points and points.capture.nunique() > 1)
     order = [c for c in ("seq_kv", "seq_q") if c in extra_columns] + [c for c in extra_columns if c[:3] != "seq"]
     table = points.assign(shape=shape, steps_last=points.step != "total")
     table = table.sort_values(["steps_last", "impl", "step", *order])
@@ -125,7 +124,7 @@ def roofline_table(points: pd.DataFrame) -> pd.DataFrame:
     columns = ["impl", *["site"] * has_site, *["path"] * has_path, "step", "shape", "time_ms", "tflops", *clock,
                *spread, *issued, "x",
                "view_bound", "of_roof", *["of_size_roof"] * has_size, "binds", "of_ceiling", *extra_columns]
-    table = table[["capture"] * ("capture" in varying) + columns].rename(columns=ROOFLINE_HEADERS)
+    table = table[["capture"] * captures + columns].rename(columns=ROOFLINE_HEADERS)
     for column in ("% of roof", "% of roof at its size", "% of binding ceiling", "rounds' spread (%)"):
         if column in table:
             table[column] = table[column] * 100
