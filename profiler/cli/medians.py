@@ -39,20 +39,20 @@ def parse_targets(values: list[str]) -> dict[str, float]:
 
 
 def ratios_by_capture(folders: list[Path], baseline: str):
-    """{peer: DataFrame of baseline/peer ratios, one row a shape any capture has (empty where a capture has no ok
-    ratio for it), one column a capture}, the peers being the implementations every capture measured besides
-    ``baseline`` (profiler.views.tables.bench_table: the baseline's TFLOP/s over the peer's, rows with status ok
-    only)."""
+    """({peer: DataFrame of baseline/peer ratios, one row a shape any capture has (empty where a capture has no ok
+    ratio for it), one column a capture}, {folder: its meta.json}), the peers being the implementations every capture
+    measured besides ``baseline`` (profiler.views.tables.bench_table: the baseline's TFLOP/s over the peer's, rows with
+    status ok only)."""
     import pandas as pd
 
     from attention_core.shape import Shape
     from profiler.store import CaptureError, load_capture
     from profiler.views.tables import bench_table
 
-    frames = {}
+    frames, metas = {}, {}
     for folder in folders:
         try:
-            _, frames[folder] = load_capture(folder)
+            metas[str(folder)], frames[folder] = load_capture(folder)
         except (CaptureError, OSError) as err:
             raise UsageError(str(err)) from None
         if baseline not in set(frames[folder].impl):
@@ -66,7 +66,7 @@ def ratios_by_capture(folders: list[Path], baseline: str):
         table = bench_table(frame, [baseline, *peers], baseline).set_index(list(Shape.KEY))
         for peer in peers:
             ratios[peer][str(folder)] = table[f"{baseline}/{peer}"].astype(float)
-    return {peer: pd.DataFrame(columns) for peer, columns in ratios.items()}
+    return {peer: pd.DataFrame(columns) for peer, columns in ratios.items()}, metas
 
 
 def what_differs(metas: dict[str, dict]) -> list[str]:
@@ -94,10 +94,8 @@ def run(args) -> int:
     if len(set(folders)) < len(folders):
         raise UsageError("a capture folder is named twice: give each run of the grid once")
     targets = parse_targets(args.target)
-    every = ratios_by_capture(folders, args.baseline)
-    from profiler.store import Capture
-
-    for line in what_differs({str(folder): Capture(folder).meta() for folder in folders}):
+    every, metas = ratios_by_capture(folders, args.baseline)
+    for line in what_differs(metas):
         console.print(line, soft_wrap=True)
     ratios = {peer: table.dropna() for peer, table in every.items()}  # the shapes every capture has an ok ratio of
     unknown = sorted(set(targets) - set(ratios))
