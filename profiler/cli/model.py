@@ -16,6 +16,7 @@ from profiler.cli.console import console, fmt
 from profiler.cli.options import check_fp8, impl_list
 from profiler.cli.shapes import Default, ShapeOptions, add_shape_arguments, shape_grid
 from profiler.model import hardware
+from profiler.model.fused import SPLIT_TAIL_PATH
 from profiler.model.roofs import exp_ceiling, ridge_point
 
 HELP = "FLOPs, bytes and intensity per step from the cost model (no GPU)"
@@ -47,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # A row's path (profiler.store SCHEMA "path"): a forward's, or 'X fwd, Y bwd' where both passes ran
-_PASS = r"(?:tiled|gluon-ws(?: split-tail \d+x\d+)?|split-kv x\d+)"
+_PASS = rf"(?:tiled|gluon-ws(?: {SPLIT_TAIL_PATH.pattern})?|split-kv x\d+)"
 _PATH = re.compile(rf"{_PASS}(?: fwd, (?:tiled|gluon-ws) bwd)?")
 
 

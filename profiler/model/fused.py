@@ -173,13 +173,17 @@ def tile_bytes(shape: Shape, tiles: Tiles) -> float:
     return by_mode(shape, fwd, dkdv + dq + preprocess)
 
 
+# How a row's path names a forward that cut its last wave (kernels.tile_schedule.SplitTail.label): A tiles, S chunks
+SPLIT_TAIL_PATH = re.compile(r"split-tail (\d+)x(\d+)")
+
+
 def split_tail_bytes(shape: Shape, forward_path: str, block_m: int) -> float:
     """Bytes a forward whose ``forward_path`` names 'split-tail AxS' moves beyond :func:`tile_bytes`: its last wave's
     A tiles of ``block_m`` rows, each cut by keys into S chunks (kernels.tile_schedule.split_tail), write every chunk's
     rows as fp32 outputs and logsumexps, which the merge reads back (kernels.tail_combine, FlashDecoding's merge, as
     split_kv.partial_bytes counts a decode's), and each chunk reads its tile's Q again (S − 1 extra reads; its K and V
     tiles are its own share of the keys, so the tile's K and V are read once as before). 0 for other paths."""
-    found = re.search(r"\bsplit-tail (\d+)x(\d+)\b", forward_path)
+    found = SPLIT_TAIL_PATH.search(forward_path)
     if found is None:
         return 0.0
     tiles, splits = int(found[1]), int(found[2])
