@@ -17,6 +17,7 @@ import sys
 import types
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from test_readme import FORWARD_GRIDS, FOURTH_GRID, forward_grids, grid_medians
@@ -38,6 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 ROUND20_KERNELS = "bf7970a3cdf3549875aeeb346bbbc44ed2c8a01272e0c7e759c49c03fd9f71b7"
 ROUND21_KERNELS = "82949889d96a6d0e37215fdf96be9d07bc41c1d3a2746cd8abec5d11f777f1d8"
 ROUND20_GRIDS = tuple(f"perf-h100/gluon_fwd_round20/peers_grid{i}" for i in (1, 2, 3))
+# profiler.measure.meta.sources_sha256 at 5b978bd, the kernels of round 26's H200 grids
+ROUND26_KERNELS = "47b2afb43ef69e6f0d1aa9e5756a72298b63ced426d88c06e4ff018693da91f7"
 
 FP16_ROUNDING = 2.0**-11  # unit roundoff of fp16: the stand-in's fp64 result rounded once to the input dtype
 MISSING = ("fa4 needs the flash-attn-4 package (pip install 'attention-roofline[fa4]'): "
@@ -297,13 +300,13 @@ def test_shipped_h100_capture_holds_every_shape_and_the_results_page_quotes_it()
     assert f"causal head_dim 128 to {span(causal128)} cuDNN in `reports/fa4-peers-h100`" in readme
 
 
-def _grid_of_40(folder: str, mode: str, kernels: str):
+def _grid_of_40(folder: str, mode: str, kernels: str, device: str = "NVIDIA H100 80GB HBM3"):
     """A peers capture of issue 42's 40 shapes (the 32 of the grid and 8 with Llama-3-8B's grouped heads), all in one
     mode: every row ok, ours on the Gluon kernels but where a path says otherwise, each of its three runs on the
     kernels hashed ``kernels`` (profiler.measure.meta.sources_sha256 at the commit named in its note). Returns its
     meta, our rows, and the times by shape, one column per implementation."""
     meta, frame = load_capture(ROOT / "reports" / folder)
-    assert meta["device"] == "NVIDIA H100 80GB HBM3"
+    assert meta["device"] == device
     totals = frame[frame.step == "total"]
     assert (totals.status == "ok").all() and len(totals) == 3 * 40 and set(totals["mode"]) == {mode}
     times = totals.pivot_table(index=["dtype", "head_dim", "causal", "batch", "heads", "kv_heads", "seq_q"],
@@ -343,6 +346,62 @@ def test_shipped_h100_forward_grid_and_the_results_page_quotes_it():
             f"(at or above it on {(cudnn >= 1).sum()})") in readme
     peer = times.sdpa_cudnn / times.fa4
     assert f"where FA4 runs at {peer.min():.2f}x to {peer.max():.2f}x cuDNN" in readme
+
+
+def test_round_26s_h200_grids_and_the_results_page_quotes_them():
+    """reports/fa4-peers-h200-fwd and -bwd: issue 42's 40 shapes on an H200, the forward then the backward, each row
+    the median of three rounds, on the kernels of 5b978bd; docs/results.md's figures (ranges, counts, the widest gap by
+    head_dim, the split-tail rows, the clocks and the rounds' spread) are the captures' own."""
+    page = " ".join((ROOT / "docs" / "results.md").read_text().split())
+    shape = ["dtype", "head_dim", "causal", "batch", "heads", "kv_heads", "seq_q"]
+    figures, clocks, spreads, power = {}, {}, {}, {}
+    for mode in ("fwd", "bwd"):
+        meta, ours, times = _grid_of_40(f"fa4-peers-h200-{mode}", mode, ROUND26_KERNELS, "NVIDIA H200")
+        assert meta["rounds"] == 3 and meta["git_revision"].startswith("5b978bd")
+        _, frame = load_capture(ROOT / "reports" / f"fa4-peers-h200-{mode}")
+        frame = frame[frame.step == "total"]
+        assert (frame.rounds == 3).all()
+        cudnn, fa4 = times.sdpa_cudnn / times.triton_flash, times.fa4 / times.triton_flash
+        figures[mode] = (fa4, cudnn, times.sdpa_cudnn / times.fa4)
+        clocks[mode] = frame.groupby("impl").sm_clock_mhz.median(), frame.sm_clock_mhz.min()
+        power[mode] = frame.groupby("impl").power_w.median()
+        spreads[mode] = frame.groupby("impl").round_spread.agg(["max", "median"])
+        if mode == "fwd":
+            cut = ours[ours.path.str.contains("split-tail")]
+            assert set(cut.path) == {"gluon-ws split-tail 4x32"} and len(cut) == 6
+            assert set(cut.head_dim) == {128} and not cut.causal.any() and set(cut.seq_q) == {8192, 16384}
+            # the default cut starts at 8192 keys: no other row of the grid cuts (kernels.flash_fwd_hopper)
+            cut_ratio = fa4.loc[cut.set_index(shape).index]
+            assert f"ran at {cut_ratio.min():.2f}x to {cut_ratio.max():.2f}x FA4" in page
+        else:
+            assert set(ours.path) == {"gluon-ws"}
+    (ffa4, fcud, fpeer), (bfa4, bcud, bpeer) = figures["fwd"], figures["bwd"]
+    assert (ffa4 >= 0.97).all() and (fcud >= 1).all() and (bfa4 >= 0.9).all() and (bcud >= 1).all()
+
+    def span(ratio):
+        return f"{ratio.min():.2f}x to {ratio.max():.2f}x"
+
+    assert (f"Our forward runs at {span(ffa4)} FA4 (at or above it on {(ffa4 >= 1).sum()} of 40 shapes, the lowest "
+            f"{ffa4.min():.4f}x) and {span(fcud)} cuDNN, where FA4 runs at {span(fpeer)} cuDNN; our backward at "
+            f"{span(bfa4)} FA4 (at or above it on {(bfa4 >= 1).sum()} of 40, the lowest {bfa4.min():.4f}x) and "
+            f"{span(bcud)} cuDNN, where FA4 runs at {span(bpeer)} cuDNN. Every shape meets issue 42's targets") in page
+    by_dim = bfa4.groupby(level="head_dim").median()
+    assert by_dim[128] < by_dim[64]
+    assert (f"The backward's widest gap to FA4 is now at head_dim 128 (its median shape {by_dim[128]:.3f}x FA4, "
+            f"against {by_dim[64]:.3f}x at head_dim 64)") in page
+    (fmed, fmin), (bmed, bmin) = clocks["fwd"], clocks["bwd"]
+    assert (f"each implementation's median row ran at {fmed.min():.0f} to {fmed.max():.0f} MHz in the forward grid and "
+            f"{bmed.min():.0f} to {bmed.max():.0f} MHz in the backward one (single rows down to "
+            f"{min(fmin, bmin):.0f} MHz)") in page
+    watts = pd.concat(power.values())
+    assert (f"NVML's one-second board power read {watts.min():.0f} to {watts.max():.0f} W for the median rows, against "
+            "the 700 W limit") in page
+    fs, bs = spreads["fwd"], spreads["bwd"]
+    assert fs["max"].idxmax() == bs["max"].idxmax() == "sdpa_cudnn"
+    ours_f, ours_b = fs.loc["triton_flash"], bs.loc["triton_flash"]
+    assert (f"differed by up to {fs['max'].max():.1%} (cuDNN's, forward) and {bs['max'].max():.1%} (cuDNN's, "
+            f"backward); ours by up to {ours_f['max']:.1%} and {ours_b['max']:.1%}, the median shape by "
+            f"{ours_f['median']:.1%} and {ours_b['median']:.1%}") in page
 
 
 def test_round_21s_forward_grids_and_the_results_page_quotes_their_medians():
