@@ -34,7 +34,8 @@ prefill (fewer K/V heads than query heads), decode (Nq ≤ 16), backward (and ba
 query heads over 8 K/V heads) N (lengths) D (head_dim). A cell pools every capture listed in its row,
 fit and unseen shapes and both GPUs alike; per row, the captures' validation.parquet hold each
 shape's ratios. The model of the L2 and DRAM columns is `profiler.model.l2` (kernel by kernel:
-preprocess, main kernel, conversions, a peer's copies and group sums):
+preprocess, main kernel, conversions, a peer's copies and group sums, our forward's cut tail: its
+chunks' fp32 partials and their merge):
 
 - **DRAM**: every line read once (Nsight Compute flushes the caches before each kernel), plus what the
   kernel writes less what the write-back L2 still holds dirty at its end: at most half the L2 (a line

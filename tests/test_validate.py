@@ -361,3 +361,70 @@ def test_validation_table_leaves_out_rebuilt_copies(tmp_path, monkeypatch):
         shutil.copytree(ISSUE27 / "unseen-decode", tmp_path / "reports" / "validate-h200-issue27" / name)
     monkeypatch.setattr(script, "ROOT", tmp_path)
     assert list(script.captures()) == ["validate-h200-issue27/unseen-decode"]
+
+
+ROUND25 = ROOT / "reports" / "perf-h100" / "gluon_fwd_round25"
+
+
+def _launches(name):
+    """The launches, in order, of one of round 25's Nsight Compute runs of our forward (ours, head_dim 128, bf16, not
+    causal, on an H100's 132 SMs): (kernel names, grids), read from ncu's CSV as it wrote it."""
+    lines = [line for line in (ROUND25 / f"ncu_{name}.csv").read_text().splitlines() if not line.startswith("==")]
+    import io
+
+    runs = pd.read_csv(io.StringIO("\n".join(lines))).drop_duplicates("ID")
+    return list(runs["Kernel Name"]), list(runs["Grid Size"])
+
+
+@pytest.mark.parametrize("name, shape, cut", [
+    ("n2048_split", Shape.square(16, 16, 2048, 128, dtype="bf16"), (4, 16)),
+    ("b3n8192_split", Shape.square(3, 16, 8192, 128, dtype="bf16"), (36, 3)),
+    ("n2048_nosplit", Shape.square(16, 16, 2048, 128, dtype="bf16"), None),
+])
+def test_a_split_tail_forward_is_read_from_its_launches(name, shape, cut):
+    """validate reads a forward's cut (A tiles in S chunks) from the launches ncu saw: the whole tiles', the chunks'
+    (A·S programs) and the merge's (a program a row); it is where kernels.tile_schedule.split_tail cuts these shapes
+    on 132 SMs; its model adds what profiler.model.fused.split_tail_bytes charges a row, and the merge's kernel."""
+    from kernels.tile_schedule import split_tail
+    from profiler.model.fused import split_tail_bytes
+    from profiler.model.l2 import forward_traffic
+
+    kernels, grids = _launches(name)
+    tile = validate.kernel_tile("triton_flash", kernels[0], grids[0], shape)
+    assert tile == (128, 128)
+    assert validate.split_tail_of(kernels, grids, tile[0]) == cut
+    if cut is None:
+        assert kernels == ["_attn_fwd_hopper"]
+        return
+    expected = split_tail(shape.bh * shape.seq_q // tile[0], 132, shape.seq_kv // tile[1])
+    assert (expected.tail, expected.splits) == cut
+    whole = forward_traffic(shape, kernels[0], tile)
+    cut_traffic = forward_traffic(shape, " | ".join(dict.fromkeys(kernels)), tile, tail=cut)
+    assert [k.name for k in cut_traffic.kernels] == ["forward", "tail merge"]
+    partials = cut[0] * tile[0] * cut[1] * (shape.head_dim + 1) * 4
+    # reads: the chunks' Q again, and the merge's partials; writes: the partials, and the tail's rows by the merge
+    assert cut_traffic.total("requested") - whole.total("requested") == split_tail_bytes(
+        shape, f"gluon-ws split-tail {cut[0]}x{cut[1]}", tile[0]) - partials
+    assert cut_traffic.total("written") - whole.total("written") == partials
+    assert cut_traffic.kernels[1].written == cut[0] * tile[0] * (shape.head_dim * 2 + 4)
+
+
+def test_validation_rows_carry_the_cut_and_its_bytes():
+    """A validation row of a cut forward (launches as round 25's B3 N 8192 run had them: the row names the merge among
+    its kernels) models the partials: DRAM and requested L2 bytes above the same row with the whole tiles' launch
+    alone, the same tensor FLOPs."""
+    shape = Shape.square(3, 16, 8192, 128, dtype="bf16")
+    kernels, grids = _launches("b3n8192_split")
+
+    def table(names, extents):
+        frame = pd.DataFrame({"impl": "triton_flash", "step": "total", "kernel": names, "grid": extents,
+                              "dram_read_bytes": 1.0, "dram_write_bytes": 1.0, "l2_bytes": 1.0, "gpu_time_ns": 1.0,
+                              "tensor_ops_fp16": 0.0, "tensor_ops_bf16": 1.0})
+        return validate.validation_table(validate.with_shape(frame, shape), 50e6, {"sm_count": 132}).iloc[0]
+
+    cut, whole = table(kernels, grids), table(kernels[:1], grids[:1])
+    assert cut.kernels == 3 and cut.kernel_names == "_attn_fwd_hopper | _tail_combine"
+    partials = 36 * 128 * 3 * 129 * 4
+    assert cut.model_l2_read_bytes - whole.model_l2_read_bytes == 2 * 36 * 128 * 128 * 2 + partials
+    assert cut.model_dram_bytes > whole.model_dram_bytes
+    assert cut.model_tensor_flops == whole.model_tensor_flops

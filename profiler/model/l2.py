@@ -178,10 +178,13 @@ ZEROES_IN_PREPROCESS = ("sdpa_flash", "sdpa_cudnn", "fa4")
 
 
 def forward_traffic(shape: Shape, kernel: str, tile: tuple[int, int], packed: bool = False,
-                    kv_splits: int = 1) -> Traffic:
+                    kv_splits: int = 1, tail: tuple[int, int] | None = None) -> Traffic:
     """A fused forward: its programs read their query tile once and every K/V tile they visit, store O and
     the fp32 logsumexp. Split-KV paths (ours, ``_decode_split``; FlashAttention-2's splitkv, ``kv_splits``
-    > 1) store fp32 partials per split that a combine kernel reads back."""
+    > 1) store fp32 partials per split that a combine kernel reads back. ``tail``: (A, S) where our forward
+    cut its last wave's A query tiles into S chunks of keys each (kernels.tile_schedule.split_tail, a path's
+    'split-tail AxS'): the chunks read their tile's Q S times and its K/V once, and store fp32 partials
+    that the merge (kernels.tail_combine) reads back to write those tiles' O and logsumexp rows."""
     q, kv = tensor_bytes(shape, shape.seq_q), kv_bytes(shape)
     o = output_bytes(shape)  # O in the output's dtype (bf16 for fp8 inputs)
     rows = shape.bh * shape.seq_q * LSE_BYTES
@@ -204,6 +207,18 @@ def forward_traffic(shape: Shape, kernel: str, tile: tuple[int, int], packed: bo
         main = KernelTraffic("split", requested, private, shared, written=partials, stored=partials)
         combine = KernelTraffic("combine", partials, partials, written=o + rows, stored=o + rows)
         return Traffic((main, combine))
+    if tail is not None:
+        # the same bytes profiler.model.fused.split_tail_bytes adds to a row's tile bytes; the chunks' fp32
+        # stores are counted whole (not half-sector: not measured yet)
+        tiles, chunks = tail
+        cut_rows = tiles * tile[0]
+        partials = cut_rows * chunks * (shape.head_dim + 1) * split_kv.PARTIAL_BYTES
+        merged = min(cut_rows, shape.bh * shape.seq_q) * (o / (shape.bh * shape.seq_q) + LSE_BYTES)
+        main = KernelTraffic("forward", requested + (chunks - 1) * cut_rows * shape.head_dim * shape.elem_bytes,
+                             private, shared, written=o + rows - merged + partials,
+                             stored=half * (o + rows - merged) + partials)
+        merge = KernelTraffic("tail merge", partials, partials, written=merged, stored=merged)
+        return Traffic((main, merge))
     return Traffic((KernelTraffic("forward", requested, private, shared, written=o + rows, stored=half * o + rows),))
 
 

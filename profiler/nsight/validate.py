@@ -110,6 +110,23 @@ def kv_splits(kernel: str, grid: str) -> int:
     return extents[1]
 
 
+TAIL_MERGE = "_tail_combine"  # kernels.tail_combine's kernel: a forward that cut its last wave ran it
+
+
+def split_tail_of(kernels: list[str], grids: list[str], block_m: int) -> tuple[int, int] | None:
+    """(A, S) where our forward cut its last wave's A query tiles into S chunks of keys each (kernels.tile_schedule.
+    split_tail), from the launches that ran, in order: the whole tiles' ``_attn_fwd_hopper``, the chunks' (a 1-D grid
+    of A·S programs) and the merge (A·``block_m`` programs, one a row); None where no merge ran."""
+    if TAIL_MERGE not in kernels:
+        return None
+    extent = [int(str(g).strip("()").split(",")[0]) for g in grids]
+    forwards = [x for name, x in zip(kernels, extent) if "_attn_fwd_hopper" in name]
+    tiles = extent[kernels.index(TAIL_MERGE)] // block_m
+    if len(forwards) != 2 or tiles < 1:
+        return None
+    return tiles, forwards[1] // tiles
+
+
 def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict | None = None) -> pd.DataFrame:
     """Per implementation × shape × step: measured counters summed over the step's kernels, the
     model's DRAM bytes, L2 (tile) bytes, L2 read requests and tensor FLOPs, and measured / model
@@ -119,7 +136,7 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict |
     split = [c for c in L2_SPLIT.values() if c in kernels.columns]
     grouped = kernels.groupby(["impl", "step", *SHAPE_COLUMNS], sort=False).agg(
         kernels=("kernel", "size"), kernel_names=("kernel", lambda k: " | ".join(dict.fromkeys(k))),
-        grid=("grid", "first"),
+        grid=("grid", "first"), launches=("kernel", list), grids=("grid", list),
         dram_read_bytes=("dram_read_bytes", "sum"), dram_write_bytes=("dram_write_bytes", "sum"),
         l2_bytes=("l2_bytes", "sum"), gpu_time_ns=("gpu_time_ns", "sum"), tensor_ops=("tensor_ops", "sum"),
         **{c: (c, lambda x: x.sum(min_count=1)) for c in split},
@@ -143,10 +160,11 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict |
         if shape.mode == "bwd":
             tile = backward_tile(r.impl, r.kernel_names, shape) or (0, 0)
         traffic = None
+        tail = split_tail_of(r.launches, r.grids, tile[0]) if fused and shape.mode == "fwd" and all(tile) else None
         if fused and all(tile):
             traffic = (backward_traffic(shape, r.impl, r.kernel_names, tile) if shape.mode == "bwd" else
                        forward_traffic(shape, r.kernel_names, tile, packs_gqa(r.impl, r.kernel_names, shape),
-                                       kv_splits=splits))
+                                       kv_splits=splits, tail=tail))
             model_dram = traffic.dram_bytes(l2_bytes)
         nan = float("nan")
         model_reads = traffic.total("requested") if traffic else nan
@@ -160,7 +178,8 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict |
         measured = {c: getattr(r, c, nan) for c in ("l2_sm_read_bytes", "l2_fabric_bytes")}
         spills = getattr(r, "local_load_bytes", nan) + getattr(r, "local_store_bytes", nan)
         rows.append({
-            **r._asdict(), "query_tile": tile[0], "key_tile": tile[1], "kv_splits": splits,
+            **{k: v for k, v in r._asdict().items() if k not in ("launches", "grids")},
+            "query_tile": tile[0], "key_tile": tile[1], "kv_splits": splits,
             "dram_bytes": measured_dram, "model_dram_bytes": model_dram,
             "dram_ratio": measured_dram / model_dram if model_dram else nan,
             "flops": cost.flops,  # the row's FLOPs by the cost model's convention, as in results.parquet
