@@ -1017,14 +1017,9 @@ def _cut(config: HopperConfig, causal: bool, fp8: bool, total: int, programs: in
          ) -> tile_schedule.SplitTail | None:
     """Where a launch of ``total`` tiles on ``programs`` programs cuts its last wave by keys (``split_tail``), or None
     where every tile runs whole."""
-    tail = None
     if config.split_tail and config.persistent and not causal and not fp8:
-        tail = tile_schedule.split_tail(total, programs, triton.cdiv(seq_kv, config.block_n))
-    if tail and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-        # The tail tiles' table reaches the device by a copy, which a stream being captured into a CUDA graph cannot
-        # take: under capture every tile runs whole, as without split_tail (and a plan kept from here stays so).
-        tail = None
-    return tail
+        return tile_schedule.split_tail(total, programs, triton.cdiv(seq_kv, config.block_n))
+    return None
 
 
 def tail_cut(q: torch.Tensor, k: torch.Tensor, causal: bool, layout: tuple | None = None
@@ -1035,6 +1030,8 @@ def tail_cut(q: torch.Tensor, k: torch.Tensor, causal: bool, layout: tuple | Non
     plan = _PLANS.get((layout, bool(causal), None)) if layout is not None else None
     if plan is not None:
         return plan.tail
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        return _launch_plan(q, k, k, causal, None, None, None).tail  # it cuts only with a table made before
     config = _config_of(q, k, causal, None)
     _, total, programs = _tiles(q, config)
     return _cut(config, causal, q.dtype == FP8, total, programs, k.shape[2])
@@ -1069,7 +1066,13 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
     tail = _cut(config, causal, fp8, total, programs, seq_kv)
     tail_tiles = None
     if tail:
-        tail_tiles = tail_combine.tail_tiles(tail, m_blocks, batch * heads, heads, schedule, config.block_m, q.device)
+        # The tail tiles' table reaches the device by a copy, which a stream being captured into a CUDA graph cannot
+        # take: under capture the launch cuts only where a call before made the table (a graph's warm-up calls,
+        # profiler.measure.timing.graphed), else every tile runs whole (and a plan kept from here stays so).
+        capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+        tail_tiles = tail_combine.tail_tiles(tail, m_blocks, batch * heads, heads, schedule, config.block_m, q.device,
+                                             create=not capturing)
+        tail = tail if tail_tiles is not None else None
     constexprs.update(CHUNKS=False, PDL=tail is not None)
     full, items, splits, chunk = (tail.full, tail.items, tail.splits, tail.chunk) if tail else (total, total, 1, 1)
     ints = (heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total, schedule.section, int(schedule.snake),

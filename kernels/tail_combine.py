@@ -12,8 +12,6 @@ arithmetic only (triton 3.6 and 3.9).
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
@@ -50,15 +48,26 @@ def partials(tail: int, block_m: int, splits: int, head_dim: int, device) -> tup
             torch.empty((rows,), dtype=torch.float32, device=device))
 
 
-@functools.lru_cache(maxsize=64)
 def tail_tiles(tail: tile_schedule.SplitTail, n_blocks: int, bh: int, heads: int, schedule: tile_schedule.Schedule,
-               block_m: int, device) -> torch.Tensor:
+               block_m: int, device, create: bool = True) -> torch.Tensor | None:
     """The (batch, head, first row) of each tail tile in ``schedule``'s order (kernels.tile_schedule.tile; not causal,
-    so a tile's rank is its query block), int32 on ``device``, as :func:`combine` takes them: made once per shape, as
-    the copy to the device waits for the work queued before it."""
-    tiles = [tile_schedule.tile(tail.full + i, n_blocks, bh, *schedule) for i in range(tail.tail)]
-    return torch.tensor([(b // heads, b % heads, rank * block_m) for b, rank in tiles], dtype=torch.int32,
-                        device=device)
+    so a tile's rank is its query block), int32 on ``device``, as :func:`combine` takes them: made once per shape
+    (:data:`_TAIL_TILES`), as the copy to the device waits for the work queued before it. Without ``create``, the one
+    made before, or None: a stream being captured into a CUDA graph cannot take the copy."""
+    key = (tail, n_blocks, bh, heads, schedule, block_m, str(device))
+    table = _TAIL_TILES.get(key)
+    if table is None and create:
+        tiles = [tile_schedule.tile(tail.full + i, n_blocks, bh, *schedule) for i in range(tail.tail)]
+        table = torch.tensor([(b // heads, b % heads, rank * block_m) for b, rank in tiles], dtype=torch.int32,
+                             device=device)
+        if len(_TAIL_TILES) >= 64:  # a bounded memo: the oldest shape's table goes first
+            _TAIL_TILES.pop(next(iter(_TAIL_TILES)))
+        _TAIL_TILES[key] = table
+    return table
+
+
+# tail_tiles' tables by shape, oldest first
+_TAIL_TILES: dict[tuple, torch.Tensor] = {}
 
 
 def combine(o: torch.Tensor, lse: torch.Tensor, o_part: torch.Tensor, lse_part: torch.Tensor, tiles: torch.Tensor,

@@ -728,24 +728,35 @@ def test_split_tail_is_the_default_without_a_mask_at_head_dim_128_from_8192_keys
     assert tile_schedule.split_tail(4096, 132, 64) is not None and tile_schedule.split_tail(2 * 132, 132, 64) is None
 
 
-def test_split_tail_plans_cut_the_last_wave_but_not_while_a_cuda_graph_is_captured(monkeypatch):
+def test_split_tail_plans_cut_the_last_wave_and_under_a_cuda_graph_capture_only_with_a_table_made_before(
+        monkeypatch):
     """The launch plan of the grid's head_dim 128 shape at N 8192 (4,096 tiles on 132 SMs) takes split_tail's cut, with
-    the tail tiles' (batch, head, first row) in the tile order; while the stream is being captured into a CUDA graph,
-    where the table's copy to the device cannot run, the plan leaves every tile whole."""
+    the tail tiles' (batch, head, first row) in the tile order. While the stream is being captured into a CUDA graph,
+    where the table's copy to the device cannot run, the plan cuts only with the table a call before made (as a
+    graph's warm-up calls do: profiler.measure.timing.graphed), and leaves every tile whole without one."""
     import types
+
+    from kernels import tail_combine
 
     monkeypatch.setattr(hopper, "cuda_properties", lambda index: types.SimpleNamespace(
         multi_processor_count=132, L2_cache_size=50 * 2**20))
+    monkeypatch.setattr(tail_combine, "_TAIL_TILES", {})
     q = torch.zeros(1, 1, 1, 1, dtype=torch.bfloat16).expand(4, 16, 8192, 128)  # the plan reads shapes only
+    with monkeypatch.context() as capture:
+        capture.setattr(torch.cuda, "is_available", lambda: True)
+        capture.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+        plan = hopper._launch_plan(q, q, q, False, None, None, None)
+        assert plan.tail is None and plan.ints[8:] == (4096, 4096, 1, 1) and not plan.constexprs["PDL"]
+        assert not tail_combine._TAIL_TILES  # nothing copied under the capture
     plan = hopper._launch_plan(q, q, q, False, None, None, None)
     assert plan.tail == tile_schedule.SplitTail(full=4092, tail=4, splits=32, chunk=2)
     assert plan.ints[8:] == (4092, 4220, 32, 2) and plan.constexprs["PDL"] and not plan.constexprs["CHUNKS"]
     assert plan.tail_tiles.tolist() == [[3, 15, 8192 - 128 * (4 - i)] for i in range(4)]  # the last head's last tiles
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    plan = hopper._launch_plan(q, q, q, False, None, None, None)
-    assert plan.tail is None and plan.ints[8:] == (4096, 4096, 1, 1) and not plan.constexprs["PDL"]
-
+    captured = hopper._launch_plan(q, q, q, False, None, None, None)
+    assert captured.tail == plan.tail and captured.tail_tiles is plan.tail_tiles and captured.ints == plan.ints
+    assert hopper.tail_cut(q, q, False) == plan.tail  # what a row's path names (kernels.flash_fwd.forward_path)
 
 
 def test_forward_path_names_the_split_tail_cut_and_the_model_charges_its_partials(monkeypatch):
@@ -787,10 +798,10 @@ def test_forward_path_names_the_split_tail_cut_and_the_model_charges_its_partial
     assert tile_schedule.SplitTail(4092, 4, 32, 2).label == "split-tail 4x32"
 
 
-def test_tail_cut_reads_a_kept_plan_and_cuts_nothing_under_capture(monkeypatch):
+def test_tail_cut_reads_a_kept_plan_and_under_capture_cuts_only_with_a_table(monkeypatch):
     """kernels.flash_fwd_hopper.tail_cut, which a row's path reads: the plan a call kept for the layout where there is
-    one (what later calls launch), else the cut computed as that plan would be; and no cut while a CUDA graph is being
-    captured, as the plan there."""
+    one (what later calls launch), else the cut computed as that plan would be; while a CUDA graph is being captured,
+    as the plan there: no cut until a call outside the capture made the tail's table."""
     import types
 
     from kernels._launch import Memo
@@ -805,6 +816,14 @@ def test_tail_cut_reads_a_kept_plan_and_cuts_nothing_under_capture(monkeypatch):
     hopper._PLANS.keep((layout, False, None), hopper._launch_plan(q, q, q, False, None, None, None)._replace(tail=None))
     assert hopper.tail_cut(q, q, False, layout) is None  # what the kept plan launches
     assert hopper.tail_cut(q, q, False, ("another layout",)) == cut
+    from kernels import tail_combine
+
+    monkeypatch.setattr(tail_combine, "_TAIL_TILES", {})
+    with monkeypatch.context() as capture:
+        capture.setattr(torch.cuda, "is_available", lambda: True)
+        capture.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+        assert hopper.tail_cut(q, q, False) is None
+    hopper._launch_plan(q, q, q, False, None, None, None)  # a call outside the capture: the table is made
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    assert hopper.tail_cut(q, q, False) is None
+    assert hopper.tail_cut(q, q, False) == cut
