@@ -400,13 +400,57 @@ def test_a_split_tail_forward_is_read_from_its_launches(name, shape, cut):
     assert (expected.tail, expected.splits) == cut
     whole = forward_traffic(shape, kernels[0], tile)
     cut_traffic = forward_traffic(shape, " | ".join(dict.fromkeys(kernels)), tile, tail=cut)
-    assert [k.name for k in cut_traffic.kernels] == ["forward", "tail merge"]
-    partials = cut[0] * tile[0] * cut[1] * (shape.head_dim + 1) * 4
+    assert [k.name for k in cut_traffic.kernels] == ["forward", "chunks", "tail merge"]
+    tiles, chunks = cut
+    partials = tiles * tile[0] * chunks * (shape.head_dim + 1) * 4
+    q_rows = tiles * tile[0] * shape.head_dim * 2
     # reads: the chunks' Q again, and the merge's partials; writes: the partials, and the tail's rows by the merge
     assert cut_traffic.total("requested") - whole.total("requested") == split_tail_bytes(
-        shape, f"gluon-ws split-tail {cut[0]}x{cut[1]}", tile[0]) - partials
+        shape, f"gluon-ws split-tail {tiles}x{chunks}", tile[0]) - partials == (chunks - 1) * q_rows + partials
     assert cut_traffic.total("written") - whole.total("written") == partials
-    assert cut_traffic.kernels[1].written == cut[0] * tile[0] * (shape.head_dim * 2 + 4)
+    merged = tiles * tile[0] * (shape.head_dim * 2 + 4)
+    assert cut_traffic.kernels[2].written == cut_traffic.kernels[2].stored == merged
+    # sector bytes: the Gluon kernel's O stores count twice (half-sector), its logsumexps and the fp32 partials once,
+    # and the merge's O rows once: the tail's O rows move from half-sector stores to whole ones
+    assert cut_traffic.total("stored") - whole.total("stored") == partials - tiles * tile[0] * shape.head_dim * 2
+    # the chunks read the tail's K and V once in all (each chunk its share), and its Q once a chunk
+    kv_tile = 2 * shape.seq_kv * shape.head_dim * 2
+    assert cut_traffic.kernels[1].requested == chunks * q_rows + tiles * kv_tile
+    assert cut_traffic.total("private") + cut_traffic.total("shared") > whole.total("private") + whole.total("shared")
+
+
+def test_a_ragged_tail_merges_only_the_rows_below_nq():
+    """Nq 8195 (head_dim 128 tiles: 65 a head, the last of 3 rows): 5 heads' 325 tiles on 132 SMs leave 61 tail tiles
+    in 2 chunks (the launch-cache GPU test's shape); the tail is the last head's 61 blocks, its last one ragged, so the
+    merge reads and writes 61·128 − 125 rows, while the chunks write every row's partials."""
+    from kernels.tile_schedule import split_tail
+    from profiler.model.l2 import forward_traffic
+
+    shape = Shape.square(1, 5, 8195, 128, dtype="bf16")
+    cut = split_tail(5 * 65, 132, 65)
+    assert (cut.tail, cut.splits) == (61, 2)
+    traffic = forward_traffic(shape, "_attn_fwd_hopper | _tail_combine", (128, 128), tail=(61, 2))
+    rows = 61 * 128 - (65 * 128 - 8195)
+    assert traffic.kernels[2].requested == rows * 2 * 129 * 4
+    assert traffic.kernels[2].written == rows * (128 * 2 + 4)
+    assert traffic.kernels[1].written == 61 * 128 * 2 * 129 * 4
+
+
+def test_a_merge_among_other_launches_gets_no_model_numbers():
+    """A tail merge that is not the third of the whole tiles', the chunks' and its own launch: validate cannot say
+    what was cut, so the row's model columns are empty (NaN, left out of every range) rather than an uncut model's."""
+    with pytest.raises(ValueError, match="tail merge among launches"):
+        validate.split_tail_of(["_attn_fwd_hopper", "_tail_combine"], ["(132, 1, 1)", "(512, 1, 1)"], 128)
+    with pytest.raises(ValueError):
+        validate.split_tail_of(["_attn_fwd_hopper", "_tail_combine", "_attn_fwd_hopper"],
+                               ["(132, 1, 1)", "(512, 1, 1)", "(64, 1, 1)"], 128)
+    shape = Shape.square(3, 16, 8192, 128, dtype="bf16")
+    frame = pd.DataFrame({"impl": "triton_flash", "step": "total", "kernel": ["_attn_fwd_hopper", "_tail_combine"],
+                          "grid": ["(132, 1, 1)", "(4608, 1, 1)"], "dram_read_bytes": 1.0, "dram_write_bytes": 1.0,
+                          "l2_bytes": 1.0, "gpu_time_ns": 1.0, "tensor_ops_fp16": 0.0, "tensor_ops_bf16": 1.0})
+    row = validate.validation_table(validate.with_shape(frame, shape), 50e6, {"sm_count": 132}).iloc[0]
+    assert all(pd.isna(row[c]) for c in ("model_dram_bytes", "dram_ratio", "model_l2_bytes", "model_l2_read_bytes"))
+    assert row.model_tensor_flops > 0
 
 
 def test_validation_rows_carry_the_cut_and_its_bytes():

@@ -208,18 +208,49 @@ def forward_traffic(shape: Shape, kernel: str, tile: tuple[int, int], packed: bo
         combine = KernelTraffic("combine", partials, partials, written=o + rows, stored=o + rows)
         return Traffic((main, combine))
     if tail is not None:
-        # the same bytes profiler.model.fused.split_tail_bytes adds to a row's tile bytes; the chunks' fp32
-        # stores are counted whole (not half-sector: not measured yet)
-        tiles, chunks = tail
-        cut_rows = tiles * tile[0]
-        partials = cut_rows * chunks * (shape.head_dim + 1) * split_kv.PARTIAL_BYTES
-        merged = min(cut_rows, shape.bh * shape.seq_q) * (o / (shape.bh * shape.seq_q) + LSE_BYTES)
-        main = KernelTraffic("forward", requested + (chunks - 1) * cut_rows * shape.head_dim * shape.elem_bytes,
-                             private, shared, written=o + rows - merged + partials,
-                             stored=half * (o + rows - merged) + partials)
-        merge = KernelTraffic("tail merge", partials, partials, written=merged, stored=merged)
-        return Traffic((main, merge))
+        return split_tail_traffic(shape, tile, tail, requested, private, shared, half)
     return Traffic((KernelTraffic("forward", requested, private, shared, written=o + rows, stored=half * o + rows),))
+
+
+def split_tail_traffic(shape: Shape, tile: tuple[int, int], tail: tuple[int, int], requested: float, private: float,
+                       shared: float, half: int) -> Traffic:
+    """Our forward with its last wave's A query tiles cut into S chunks of keys each (``tail`` = (A, S):
+    kernels.tile_schedule.split_tail), given the uncut forward's ``requested``, ``private`` and ``shared`` reads: three
+    launches, each a kernel of its own to Nsight Compute, which flushes the caches before each.
+
+    - the whole tiles: every tile but the tail's, as the uncut forward reads and writes them;
+    - the chunks (A·S programs): each reads its tile's Q and its share of the tile's keys, so the tail's Q is read S
+      times and its K and V once; each writes its rows' fp32 output and logsumexp (kernels.tail_combine.partials,
+      A·BLOCK_M·S rows, the ragged rows past Nq too);
+    - the merge (one program a row, rows past Nq skipped): reads a row's S partials, writes its O and logsumexp.
+
+    The tail is the last A tiles of the tile order, which goes head by head without a mask (kernels.tile_schedule.plan):
+    taken here as ceil(A / query blocks) heads, each with its last, possibly ragged, query block. Its fp32 stores are
+    counted whole (not half-sector: not measured yet); the merge's reads take the run's coalescing fraction
+    (:meth:`Traffic.slice_bytes`), which they do not share: a few MB of a run's GB.
+    profiler.model.fused.split_tail_bytes charges a row's tile bytes the same partials and Q re-reads (with whole
+    tiles' rows)."""
+    tiles, chunks = tail
+    block_m, d, e = tile[0], shape.head_dim, shape.elem_bytes
+    m_blocks = math.ceil(shape.seq_q / block_m)
+    heads = min(math.ceil(tiles / m_blocks), shape.bh)  # the heads the tail's tiles belong to
+    rows = tiles * block_m - heads * (m_blocks * block_m - shape.seq_q)  # the tail's rows below Nq
+    q_rows = rows * d * e
+    kv_tile = (requested - tensor_bytes(shape, shape.seq_q)) / (shape.bh * m_blocks)  # K and V a tile reads
+    o, lse = output_bytes(shape), shape.bh * shape.seq_q * LSE_BYTES
+    merged_o = rows * o / (shape.bh * shape.seq_q)  # the O rows the merge writes
+    out_rows = merged_o + rows * LSE_BYTES  # and their logsumexps
+    partials = tiles * block_m * chunks * (d + 1) * split_kv.PARTIAL_BYTES
+    whole = KernelTraffic("forward", requested - q_rows - tiles * kv_tile, private - q_rows, shared,
+                          written=o + lse - out_rows, stored=half * (o - merged_o) + lse - rows * LSE_BYTES)
+    head_kv = 2 * shape.seq_kv * d * e  # a (query) head's K and V
+    readers = tiles / heads  # tiles reading each of those heads' keys
+    keys = heads * head_kv  # distinct: read by several programs (both partitions) where a head has several tail tiles
+    chunk = KernelTraffic("chunks", chunks * q_rows + tiles * kv_tile, q_rows + (0.0 if readers > 1.5 else keys),
+                          keys if readers > 1.5 else 0.0, written=partials, stored=partials)
+    read = rows * chunks * (d + 1) * split_kv.PARTIAL_BYTES
+    merge = KernelTraffic("tail merge", read, read, written=out_rows, stored=out_rows)
+    return Traffic((whole, chunk, merge))
 
 
 def backward_traffic(shape: Shape, impl: str, kernel: str, tile: tuple[int, int]) -> Traffic:

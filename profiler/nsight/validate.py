@@ -115,16 +115,18 @@ TAIL_MERGE = "_tail_combine"  # kernels.tail_combine's kernel: a forward that cu
 
 def split_tail_of(kernels: list[str], grids: list[str], block_m: int) -> tuple[int, int] | None:
     """(A, S) where our forward cut its last wave's A query tiles into S chunks of keys each (kernels.tile_schedule.
-    split_tail), from the launches that ran, in order: the whole tiles' ``_attn_fwd_hopper``, the chunks' (a 1-D grid
-    of A·S programs) and the merge (A·``block_m`` programs, one a row); None where no merge ran."""
+    split_tail), from the launches that ran, in ncu's order, which is theirs: the whole tiles' ``_attn_fwd_hopper``,
+    the chunks' (a 1-D grid of A·S programs) and the merge (A·``block_m`` programs, one a row); None where no merge
+    ran. A merge among other launches raises ValueError: what ran is not what the model of a cut describes."""
     if TAIL_MERGE not in kernels:
         return None
     extent = [int(str(g).strip("()").split(",")[0]) for g in grids]
-    forwards = [x for name, x in zip(kernels, extent) if "_attn_fwd_hopper" in name]
-    tiles = extent[kernels.index(TAIL_MERGE)] // block_m
-    if len(forwards) != 2 or tiles < 1:
-        return None
-    return tiles, forwards[1] // tiles
+    tiles = extent[-1] // block_m
+    if (len(kernels) != 3 or [TAIL_MERGE in k for k in kernels] != [False, False, True]
+            or not all("_attn_fwd_hopper" in k for k in kernels[:2]) or tiles < 1 or extent[1] % tiles):
+        raise ValueError(f"a tail merge among launches {kernels} with grids {grids}: not the whole tiles', the "
+                         "chunks' and the merge's")
+    return tiles, extent[1] // tiles
 
 
 def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict | None = None) -> pd.DataFrame:
@@ -160,8 +162,13 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict |
         if shape.mode == "bwd":
             tile = backward_tile(r.impl, r.kernel_names, shape) or (0, 0)
         traffic = None
-        tail = split_tail_of(r.launches, r.grids, tile[0]) if fused and shape.mode == "fwd" and all(tile) else None
-        if fused and all(tile):
+        tail, unknown = None, False
+        if fused and shape.mode == "fwd" and all(tile):
+            try:
+                tail = split_tail_of(r.launches, r.grids, tile[0])
+            except ValueError:  # a merge the model cannot place: no model numbers rather than wrong ones
+                unknown = True
+        if fused and all(tile) and not unknown:
             traffic = (backward_traffic(shape, r.impl, r.kernel_names, tile) if shape.mode == "bwd" else
                        forward_traffic(shape, r.kernel_names, tile, packs_gqa(r.impl, r.kernel_names, shape),
                                        kv_splits=splits, tail=tail))
@@ -172,7 +179,8 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict |
         # line is taken as streamed once: at the near slice, and again at the far one for the half homed
         # there (profiler.model.l2's partitions)
         model_slices = (traffic.slice_bytes(slice_read_fraction(r.impl, r.kernel_names, shape)) if traffic
-                        else (1 + FAR_LOOKUP) * cost.tile_bytes)
+                        else nan if unknown else (1 + FAR_LOOKUP) * cost.tile_bytes)
+        model_dram = nan if unknown else model_dram
         model_fabric = traffic.fabric() if traffic else nan
         measured_dram = r.dram_read_bytes + r.dram_write_bytes
         measured = {c: getattr(r, c, nan) for c in ("l2_sm_read_bytes", "l2_fabric_bytes")}
