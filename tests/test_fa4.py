@@ -357,7 +357,7 @@ def test_round_26s_h200_grids_and_the_results_page_quotes_them():
     figures, clocks, spreads, power = {}, {}, {}, {}
     for mode in ("fwd", "bwd"):
         meta, ours, times = _grid_of_40(f"fa4-peers-h200-{mode}", mode, ROUND26_KERNELS, "NVIDIA H200")
-        assert meta["rounds"] == 3 and meta["git_revision"].startswith("5b978bd")
+        assert meta["rounds"] == 3 and meta["git_revision"].startswith("5b978bd") and meta["nvml_power"] == "instant"
         _, frame = load_capture(ROOT / "reports" / f"fa4-peers-h200-{mode}")
         frame = frame[frame.step == "total"]
         assert (frame.rounds == 3).all()
@@ -394,8 +394,8 @@ def test_round_26s_h200_grids_and_the_results_page_quotes_them():
             f"{bmed.min():.0f} to {bmed.max():.0f} MHz in the backward one (single rows down to "
             f"{min(fmin, bmin):.0f} MHz)") in page
     watts = pd.concat(power.values())
-    assert (f"NVML's one-second board power read {watts.min():.0f} to {watts.max():.0f} W for the median rows, against "
-            "the 700 W limit") in page
+    assert (f"NVML's instant board power, each implementation's median row, read {watts.min():.0f} to "
+            f"{watts.max():.0f} W, against the 700 W limit") in page
     fs, bs = spreads["fwd"], spreads["bwd"]
     assert fs["max"].idxmax() == bs["max"].idxmax() == "sdpa_cudnn"
     ours_f, ours_b = fs.loc["triton_flash"], bs.loc["triton_flash"]

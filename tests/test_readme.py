@@ -112,8 +112,8 @@ def test_the_backward_row_says_where_its_rounded_minimum_stands():
     fa4 = times.fa4 / times.triton_flash
     assert f"{fa4.min():.2f}" == "0.90" and len(fa4) == 40
     text = unwrapped(RESULTS)
-    assert (f"the backward's lowest shape against FA4 measured {fa4.min():.4f}x, shown as 0.90x (the target is 0.90x); "
-            f"our backward is at or above FA4 on {(fa4 >= 1).sum()} of the {len(fa4)} shapes") in text
+    assert (f"its H100 backward row's lowest shape against FA4 measured {fa4.min():.4f}x, shown as 0.90x (the target "
+            f"is 0.90x); our backward is at or above FA4 on {(fa4 >= 1).sum()} of the {len(fa4)} shapes") in text
 
 
 # Round 21's three forward grids, the same three commands run one after another on one H100; the first is the peers
