@@ -404,6 +404,41 @@ def test_round_26s_h200_grids_and_the_results_page_quotes_them():
             f"{ours_f['median']:.1%} and {ours_b['median']:.1%}") in page
 
 
+def test_perf_notes_round_26_quotes_its_grids():
+    """docs/perf-notes.md, round 26: the backward's range and lowest shapes, the old H200 grid against the new on the
+    shapes both hold, and the margins over issue 42's targets; all from the captures."""
+    notes = " ".join((ROOT / "docs" / "perf-notes.md").read_text().split())
+    notes = notes[notes.index("## Peers grids on an H200, round 26"):]
+    shape = ["dtype", "head_dim", "causal", "batch", "seq_q", "seq_kv"]
+
+    def ratios(folder, mode):
+        _, frame = load_capture(ROOT / "reports" / folder)
+        frame = frame[(frame.step == "total") & (frame["mode"] == mode)]
+        times = frame.pivot_table(index=shape, columns="impl", values="time_ms")
+        return times.fa4 / times.triton_flash, times.sdpa_cudnn / times.fa4
+
+    new = {mode: ratios(f"fa4-peers-h200-{mode}", mode) for mode in ("fwd", "bwd")}
+    old = {mode: ratios("fa4-peers-h200", mode) for mode in ("fwd", "bwd")}
+    bwd = new["bwd"][0]
+    assert f"and by the capture, {bwd.min():.4f}x to {bwd.max():.4f}x FA4" in notes
+    lowest = ", ".join(f"{dtype} N {seq} B{batch} {'causal' if causal else 'not causal'} {ratio:.3f}x"
+                       for (dtype, _, causal, batch, seq, _), ratio in bwd.nsmallest(3).items())
+    assert all(dim == 128 for dim in bwd.nsmallest(3).index.get_level_values("head_dim"))
+    assert f"The lowest shapes against FA4 are all head_dim 128 ({lowest})" in notes
+    spans = []
+    for mode in ("fwd", "bwd"):
+        both = old[mode][0].index.intersection(new[mode][0].index)
+        assert len(both) == 32
+        spans.append(f"{old[mode][0].min():.2f}x-{old[mode][0].max():.2f}x")
+        spans.append(f"{new[mode][0].loc[both].min():.2f}x-{new[mode][0].loc[both].max():.2f}x")
+        assert f"{old[mode][1].loc[both].median():.3f}x and {new[mode][1].loc[both].median():.3f}x" in notes
+    assert (f"our forward went from {spans[0]} FA4 to {spans[1]}, the backward from {spans[2]} to {spans[3]} "
+            f"({new['bwd'][0].max():.2f}x is a grouped-query shape, not in the old grid)") in notes
+    assert bwd.idxmax() not in old["bwd"][0].index  # the grouped-query shape
+    margins = new["fwd"][0].min() / 0.97 - 1, bwd.min() / 0.90 - 1
+    assert f"more than the margins here ({margins[0]:.1%} forward, {margins[1]:.1%} backward)" in notes
+
+
 def test_round_21s_forward_grids_and_the_results_page_quotes_their_medians():
     """Round 21 ran the forward grid three times, one after another on one H100, on the same kernels (the first is the
     peers capture; the others in reports/perf-h100/gluon_fwd_round21), and a fourth after them: every shape on the
