@@ -25,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from attention_core.shape import Shape
 from kernels import flash_bwd_hopper
 from kernels._autotune import LOG2E, LOG2E_C, autotune, configs_from, default_tile, dot_precision, pruner, seq_bucket
 from kernels._checks import check_backward_inputs, check_triton_device, dtype_name
@@ -359,6 +360,14 @@ def backward_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gluon: bool
         return "tiled"
     reason = flash_bwd_hopper.unsupported_reason(q, k, v, q) if gluon else _not_gluon(q, k, v, q)
     return "tiled" if reason else "gluon-ws"
+
+
+def planned_backward_path(shape: Shape, capability: tuple[int, int] | None) -> str:
+    """The path :func:`backward_path` names for contiguous BHSD inputs of ``shape`` on a GPU of that compute
+    capability, from the numbers alone: the Gluon backward on sm_90 at its head_dims in fp16 and bf16 (without
+    deterministic algorithms), else 'tiled'. For ``python -m profiler model --path auto``."""
+    gluon = capability == (9, 0) and shape.head_dim in flash_bwd_hopper.HEAD_DIMS and shape.dtype in ("fp16", "bf16")
+    return "gluon-ws" if gluon and not torch.are_deterministic_algorithms_enabled() else "tiled"
 
 
 def _not_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> str | None:

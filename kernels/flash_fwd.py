@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from attention_core import split_kv
+from attention_core.shape import Shape
 from kernels import _launch, flash_fwd_hopper
 from kernels._autotune import LN2_C, LOG2E, autotune, configs_from, default_tile, dot_precision, pruner, seq_bucket
 from kernels._checks import check_qkv, check_triton_device, dtype_name, resolve_scale
@@ -256,6 +257,22 @@ def forward_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
         tail = flash_fwd_hopper.tail_cut(q, k, causal, layout)
         return "gluon-ws" + (f" {tail.label}" if tail else "")
     return route[1].label if route[0] == "split" else "tiled"
+
+
+def planned_forward_path(shape: Shape, capability: tuple[int, int] | None, sm_count: int | None) -> str:
+    """The path :func:`forward_path` names for contiguous BHSD inputs of ``shape`` (fp16 or bf16) on a GPU of that
+    compute capability and SM count, from the numbers alone (a test checks the two agree): the split-KV plan
+    (attention_core.split_kv), else the Gluon forward on sm_90 at its head_dims where the portable kernel did not
+    measure faster (:func:`flash_fwd_hopper.slower_at`), with its cut tail (:func:`flash_fwd_hopper.planned_cut`),
+    else 'tiled'. For ``python -m profiler model --path auto``, which costs the path a named GPU takes."""
+    decode = split_kv.plan(shape.batch, shape.kv_heads, shape.group, shape.seq_q, shape.seq_kv)
+    if decode is not None:
+        return decode.label
+    if (capability != (9, 0) or shape.head_dim not in flash_fwd_hopper.HEAD_DIMS or shape.dtype not in ("fp16", "bf16")
+            or flash_fwd_hopper.slower_at(shape.head_dim, shape.causal, shape.seq_q)):
+        return "tiled"
+    tail = flash_fwd_hopper.planned_cut(shape.head_dim, shape.causal, shape.bh, shape.seq_q, shape.seq_kv, sm_count)
+    return "gluon-ws" + (f" {tail.label}" if tail else "")
 
 
 # The route of the default forward by (_launch.layout_key of q, k, v; causal): what the checks, the

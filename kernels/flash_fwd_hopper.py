@@ -257,11 +257,16 @@ def default_config(head_dim: int, causal: bool, seq_q: int, seq_kv: int | None =
 def slower_reason(q: torch.Tensor, causal: bool) -> str | None:
     """Why the portable kernel is preferred for this shape although the Gluon one could run it. None with
     ``ATTN_GLUON=force``, which runs the Gluon forward below :data:`PORTABLE_UP_TO` too, to time the route."""
+    return slower_at(q.shape[-1], causal, q.shape[2])
+
+
+def slower_at(head_dim: int, causal: bool, seq_q: int) -> str | None:
+    """:func:`slower_reason` for a shape given by its numbers."""
     if os.environ.get("ATTN_GLUON") == "force":
         return None
-    limit = PORTABLE_UP_TO.get((q.shape[-1], bool(causal)))
-    if limit is not None and q.shape[2] <= limit:
-        return (f"the portable kernel measured faster at head_dim {q.shape[-1]}, {'causal' if causal else 'no mask'}, "
+    limit = PORTABLE_UP_TO.get((head_dim, bool(causal)))
+    if limit is not None and seq_q <= limit:
+        return (f"the portable kernel measured faster at head_dim {head_dim}, {'causal' if causal else 'no mask'}, "
                 f"Nq <= {limit}")
     return None
 
@@ -1007,10 +1012,25 @@ def _tiles(q: torch.Tensor, config: HopperConfig) -> tuple[int, int, int]:
     """(query blocks a head, query tiles in all, programs) of a launch of ``config`` on q: a program an SM where
     persistent, else a program a tile."""
     batch, heads, seq_q, _ = q.shape
+    sms = cuda_properties(q.device.index).multi_processor_count if config.persistent else None
+    return tiles_of(batch * heads, seq_q, config, sms)
+
+
+def tiles_of(batch_heads: int, seq_q: int, config: HopperConfig, sm_count: int | None) -> tuple[int, int, int]:
+    """:func:`_tiles` for ``batch_heads`` heads of ``seq_q`` rows on a GPU of ``sm_count`` SMs (which a persistent
+    ``config`` needs)."""
     m_blocks = triton.cdiv(seq_q, config.block_m)
-    total = m_blocks * batch * heads
-    programs = min(total, cuda_properties(q.device.index).multi_processor_count) if config.persistent else total
-    return m_blocks, total, programs
+    total = m_blocks * batch_heads
+    return m_blocks, total, min(total, sm_count) if config.persistent else total
+
+
+def planned_cut(head_dim: int, causal: bool, batch_heads: int, seq_q: int, seq_kv: int, sm_count: int
+                ) -> tile_schedule.SplitTail | None:
+    """Where the default launch cuts its last wave (:func:`_cut`) for a shape given by its numbers, on a GPU of
+    ``sm_count`` SMs: what :func:`tail_cut` computes from tensors (kernels.flash_fwd.planned_forward_path)."""
+    config = default_config(head_dim, causal, seq_q, seq_kv)
+    _, total, programs = tiles_of(batch_heads, seq_q, config, sm_count)
+    return _cut(config, causal, False, total, programs, seq_kv)
 
 
 def _cut(config: HopperConfig, causal: bool, fp8: bool, total: int, programs: int, seq_kv: int

@@ -94,6 +94,41 @@ def test_model_costs_the_kernel_path_a_capture_names(capsys):
     assert "full fwd (gluon-ws split-tail 4x32) on H100-SXM" in capsys.readouterr().out
 
 
+def test_model_path_auto_costs_the_path_our_kernels_take_on_the_named_gpu(capsys, monkeypatch):
+    """``--path auto``: the path our kernels take for the shape on --device-name (its compute capability and SM
+    count: kernels.flash_fwd.planned_forward_path), costed as that path named: the H100's Gluon forward cutting its
+    last wave at N 8192, whole at 4096, the split-KV decode, the portable kernels on an A100; with both passes, both
+    paths. Without --path the table says which path an sm_90 GPU takes; a GPU without a compute capability in the
+    datasheet table cannot be planned for: one line, exit 2."""
+    from profiler.cli.console import console
+
+    monkeypatch.setattr(console, "width", 250)
+    shape = ["--batch", "4", "--heads", "16", "--dim", "128", "--dtype", "bf16", "--impl", "triton_flash"]
+    cases = [(["--seq", "8192"], "H100-SXM", "gluon-ws split-tail 4x32"), (["--seq", "4096"], "H200", "gluon-ws"),
+             (["--seq", "8192"], "A100-SXM4-80GB", "tiled"),
+             (["--seq-q", "1", "--seq-kv", "32768", "--batch", "1"], "H100-SXM", "split-kv x32"),
+             (["--seq", "8192", "--mode", "fwd+bwd"], "H100-SXM", "gluon-ws split-tail 4x32 fwd, gluon-ws bwd")]
+    for extra, device, path in cases:
+        args = ["model", *shape, *extra, "--device-name", device]
+        assert main([*args, "--path", "auto", "--json"]) == 0
+        auto = json.loads(capsys.readouterr().out)
+        assert main([*args, "--path", path, "--json"]) == 0
+        assert auto == json.loads(capsys.readouterr().out), (device, path)
+        assert main([*args, "--path", "auto"]) == 0
+        assert f"({path}) on {device}" in capsys.readouterr().out
+    assert main(["model", *shape, "--seq", "8192"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("Our kernels' rows are costed on the portable path; on H100-SXM they take 'gluon-ws split-tail 4x32' "
+            "here: --path auto costs that.") in out
+    assert main(["model", *shape, "--seq", "8192", "--device-name", "A100-SXM4-80GB"]) == 0
+    assert "--path auto" not in capsys.readouterr().out  # the portable path is the one an A100 takes
+    unknown = hardware.Device("a GPU", "", {"bf16": 100.0}, None, 1.0, None, None, 100)
+    monkeypatch.setattr(hardware, "lookup", lambda name: unknown)
+    assert main(["model", *shape, "--seq", "8192", "--path", "auto"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--path auto needs a GPU's compute capability" in err[0]
+
+
 def test_model_says_the_exp_roof_does_not_bind_a_memory_bound_decode(capsys, monkeypatch):
     """At one query row every fused kernel is memory-bound, far under the exp roof: the note says it does not bind;
     a long prefill is compute-bound, and the note gives the exp roof as the cap of a kernel without overlap."""
@@ -128,6 +163,7 @@ def test_model_table_names_the_device_and_ridge(capsys):
         (["model", "--device-name", "TPU"], "unknown --device-name 'TPU'; known: A100-SXM4-40GB"),
         (["model", "--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
         (["model", "--path", "gluon"], "argument --path: 'gluon' is not a kernel path: tiled, gluon-ws"),
+        (["model", "--path", "Auto"], "or auto"),
         (["bench", "--seq", "1,x"], "'1,x' is not a comma-separated list of integers"),
         (["sweep", "--seq", "64,,128"], "'64,,128' has an empty item; separate values with single commas"),
         (["bench", "--impl", "naive,"], "'naive,' has an empty item"),

@@ -827,3 +827,49 @@ def test_tail_cut_reads_a_kept_plan_and_under_capture_cuts_only_with_a_table(mon
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     assert hopper.tail_cut(q, q, False) == cut
+
+
+def test_planned_paths_are_what_the_kernels_name_on_such_a_gpu(monkeypatch):
+    """kernels.flash_fwd.planned_forward_path, from a shape's numbers (``model --path auto``), is what forward_path
+    names for contiguous BHSD tensors of that shape on an sm_90 GPU of 132 SMs (here faked: the device's SM count, and
+    the Gluon kernel's conditions on head_dim and dtype, which a real sm_90 checks with the tensors' layout), over
+    decode, short and long, causal and not, grouped and ragged shapes; on another GPU every path is the portable one.
+    The backward's plan is the Gluon backward on sm_90 at its head_dims."""
+    import types
+
+    from kernels import flash_fwd
+    from kernels.flash_bwd import planned_backward_path
+    from kernels.flash_fwd import planned_forward_path
+
+    monkeypatch.setattr(hopper, "cuda_properties", lambda index: types.SimpleNamespace(
+        multi_processor_count=132, L2_cache_size=50 * 2**20))
+    monkeypatch.setattr(flash_fwd, "_not_gluon", lambda q, k, v, causal: (
+        None if q.shape[-1] in hopper.HEAD_DIMS and q.dtype in (torch.float16, torch.bfloat16) else "not sm_90's")
+        or hopper.slower_reason(q, causal))
+    monkeypatch.setattr(flash_fwd, "_ROUTES", type(flash_fwd._ROUTES)())
+    monkeypatch.setattr(flash_fwd._launch, "ENABLED", False)  # every path computed, none read from a kept plan
+    seen = set()
+    for head_dim in (64, 128, 32):
+        for causal in (False, True):
+            for batch, heads, kv_heads, seq_q, seq_kv in [(4, 16, 16, 8192, 8192), (1, 5, 5, 8195, 8195),
+                                                          (8, 16, 16, 4096, 4096), (16, 32, 32, 2048, 2048),
+                                                          (1, 32, 8, 16384, 16384), (2, 8, 8, 1000, 1000),
+                                                          (4, 8, 8, 1536, 1536), (1, 64, 8, 1, 32768),
+                                                          (1, 32, 8, 4, 4096), (3, 16, 16, 8192, 8192)]:
+                for dtype in ("fp16", "bf16"):
+                    shape = Shape(batch, heads, seq_q, seq_kv, head_dim, dtype=dtype, causal=causal,
+                                  kv_heads=kv_heads)
+                    torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+                    q = torch.zeros(1, 1, 1, 1, dtype=torch_dtype).expand(batch, heads, seq_q, head_dim)
+                    k = torch.zeros(1, 1, 1, 1, dtype=torch_dtype).expand(batch, kv_heads, seq_kv, head_dim)
+                    if causal and seq_q != seq_kv:
+                        continue
+                    named = forward_path(q, k, k, causal=causal)
+                    assert planned_forward_path(shape, (9, 0), 132) == named, shape
+                    assert planned_forward_path(shape, (8, 0), 108) == (named if named.startswith("split-kv")
+                                                                         else "tiled")
+                    seen.add(named.split(" ")[0] if not named.startswith("gluon-ws split") else "split-tail")
+                    gluon = head_dim in bwd_hopper.HEAD_DIMS
+                    assert planned_backward_path(shape, (9, 0)) == ("gluon-ws" if gluon else "tiled")
+                    assert planned_backward_path(shape, (8, 9)) == "tiled"
+    assert seen == {"gluon-ws", "split-tail", "split-kv", "tiled"}

@@ -43,8 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--path", type=kernel_path, default=None,
                    help="the kernel path to cost, as a capture's path column names it: 'gluon-ws' (the sm_90 Gluon "
                         "kernels' tiles), 'gluon-ws split-tail AxS' (and the forward's tail cut in chunks), "
-                        "'split-kv xS', 'X fwd, Y bwd' (default: the portable kernels'); implementations with one "
-                        "path ignore it")
+                        "'split-kv xS', 'X fwd, Y bwd', or 'auto': the path our kernels take on --device-name for "
+                        "this shape (default: the portable kernels'); implementations with one path ignore it")
 
 
 # A row's path (profiler.store SCHEMA "path"): a forward's, or 'X fwd, Y bwd' where both passes ran
@@ -53,12 +53,34 @@ _PATH = re.compile(rf"{_PASS}(?: fwd, (?:tiled|gluon-ws) bwd)?")
 
 
 def kernel_path(text: str) -> str:
-    """``--path``: a path as the store's ``path`` column writes it, or argparse's error naming what is allowed."""
-    if not _PATH.fullmatch(text):
+    """``--path``: a path as the store's ``path`` column writes it, or 'auto', or argparse's error naming what is
+    allowed."""
+    if text != "auto" and not _PATH.fullmatch(text):
         raise argparse.ArgumentTypeError(
-            f"'{text}' is not a kernel path: tiled, gluon-ws, 'gluon-ws split-tail AxS', 'split-kv xS', or "
-            "'X fwd, Y bwd' with Y tiled or gluon-ws")
+            f"'{text}' is not a kernel path: tiled, gluon-ws, 'gluon-ws split-tail AxS', 'split-kv xS', "
+            "'X fwd, Y bwd' with Y tiled or gluon-ws, or auto")
     return text
+
+
+def planned_path(shape, device: hardware.Device) -> str:
+    """The path our kernels take for ``shape`` on ``device`` (its compute capability and SM count, from the datasheet
+    table), as a capture's ``path`` column would name it: kernels.flash_fwd.planned_forward_path and
+    kernels.flash_bwd.planned_backward_path, joined by profiler.model.cost.kernel_path."""
+    from kernels.flash_bwd import planned_backward_path
+    from kernels.flash_fwd import planned_forward_path
+    from profiler.model.cost import kernel_path as path_of_row
+    from profiler.registry import get_impl
+
+    # the SM count sets where an sm_90 forward cuts its last wave (kernels.flash_fwd_hopper.planned_cut)
+    missing = [what for what, value in (("compute capability", device.compute_capability),
+                                         ("SM count", device.sm_count if device.compute_capability == (9, 0) else 0))
+               if value is None]
+    if missing:
+        raise UsageError(f"--path auto needs {device.name}'s {' and '.join(missing)}, which the datasheet table lacks; "
+                         "name a path instead (tiled, gluon-ws, ...)")
+    return path_of_row(get_impl("triton_flash").costing, shape,
+                       forward=planned_forward_path(shape, device.compute_capability, device.sm_count),
+                       backward=planned_backward_path(shape, device.compute_capability))
 
 
 def run(args) -> int:
@@ -93,7 +115,8 @@ def run(args) -> int:
     impls = [get_impl(n) for n in args.impl] if args.impl else [
         impl for impl in map(get_impl, BUILTIN)
         if shape.dtype in impl.dtypes and (impl.head_dims is None or shape.head_dim in impl.head_dims)]
-    rows = model_table(shape, device, impls, args.path or "")
+    path = planned_path(shape, device) if args.path == "auto" else args.path
+    rows = model_table(shape, device, impls, path or "")
     # The exp roof (profiler.model.roofs.exp_ceiling) of a fused kernel's whole step on the datasheet: None elsewhere
     exp = (exp_ceiling(peak, device.exp2_per_s, shape.head_dim, shape.mode)
            if device.exp2_per_s is not None and shape.dtype in TENSOR_DTYPES else None)
@@ -107,7 +130,7 @@ def run(args) -> int:
     table = Table(
         "impl", "step", "GFLOP", "HBM MB (compulsory)", "MB (tile)", "FLOP/B", "FLOP/B (tile)", "roof TFLOP/s",
         "bound",
-        title=(f"{shape.label} {'' if shape.causal else 'full '}{shape.mode}{f' ({args.path})' if args.path else ''} "
+        title=(f"{shape.label} {'' if shape.causal else 'full '}{shape.mode}{f' ({path})' if path else ''} "
                f"on {device.name} (datasheet): "
                f"peak {peak / 1e12:.0f} TFLOP/s, {bw / 1e12:.2f} TB/s, ridge {ridge:.0f} FLOP/B"),
     )
@@ -118,6 +141,11 @@ def run(args) -> int:
     console.print(table)
     console.print("MB (tile): bytes when each block re-reads what it shares (profiler.model.fused.tile_bytes); "
                   "'-' where an implementation's tiles are not declared.")
+    if not path and device.compute_capability is not None and device.sm_count is not None:
+        taken = planned_path(shape, device)
+        if taken not in ("tiled", ""):
+            console.print(f"Our kernels' rows are costed on the portable path; on {device.name} they take '{taken}' "
+                          "here: --path auto costs that.")
     # The roof a fused kernel's whole step has here without the exponentials: where none reaches the exp roof (a
     # memory-bound decode step), the exp roof does not bind and the note says only that.
     fused_roofs = [r["attainable_tflops"] * 1e12 for r in rows if r["step"] == "total" and r["impl"] in fused]

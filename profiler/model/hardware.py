@@ -33,6 +33,9 @@ class Device:
     # Dense fp16 tensor-core FLOPs per exp2 the special-function units (SFU) can do in the same time:
     # (tensor FLOP per clock per SM) / (exp2 results per clock per SM). None where not established.
     tensor_flops_per_exp: int | None = None
+    # (major, minor) compute capability: which of our kernels' paths the GPU takes (python -m profiler model --path
+    # auto: kernels.flash_fwd.planned_forward_path). None where not listed.
+    compute_capability: tuple[int, int] | None = None
 
     @property
     def exp2_per_s(self) -> float | None:
@@ -76,6 +79,8 @@ _CUDA_GUIDE = "CUDA C++ Programming Guide, table of technical specifications per
 # Hopper 989.5e12 / (132 × 1.83e9) = 4096, Ampere 312e12 / (108 × 1.41e9) = 2048, L40S
 # 362e12 / (142 × 2.52e9) = 1012 and RTX 4090 (fp32 accumulation at half rate on GeForce)
 # 165.2e12 / (128 × 2.52e9) = 512. Hence 256, 128, 64 and 32 tensor FLOPs per exponential.
+# NVIDIA's list of CUDA GPUs and their compute capability (developer.nvidia.com/cuda-gpus)
+_CC = "NVIDIA, CUDA GPUs: compute capability by product (developer.nvidia.com/cuda-gpus)"
 _SFU = ("CUDA C++ Programming Guide, arithmetic instruction throughput: 16 exp2 per clock per SM; tensor FLOP "
         "per clock per SM from the datasheet peak, SM count and boost clock")
 
@@ -85,33 +90,42 @@ DEVICES: dict[str, Device] = {
         Device(
             "A100-SXM4-40GB", r"A100.*SXM4?-40GB|A100-SXM-40GB",
             {"fp16": 312, "bf16": 312, "tf32": 156}, 19.5, 1.555, 40 * MB, 164 * KIB, 108,
-            {"flops": _A100, "hbm": _A100, "l2": _AMPERE_WP, "smem": _CUDA_GUIDE, "sm": _AMPERE_WP, "sfu": _SFU},
+            {"flops": _A100, "hbm": _A100, "l2": _AMPERE_WP, "smem": _CUDA_GUIDE, "sm": _AMPERE_WP, "sfu": _SFU,
+             "cc": _CC},
             tensor_flops_per_exp=128,
+            compute_capability=(8, 0),
         ),
         Device(
             "A100-SXM4-80GB", r"A100.*SXM4?-80GB",
             {"fp16": 312, "bf16": 312, "tf32": 156}, 19.5, 2.039, 40 * MB, 164 * KIB, 108,
-            {"flops": _A100, "hbm": _A100, "l2": _AMPERE_WP, "smem": _CUDA_GUIDE, "sm": _AMPERE_WP, "sfu": _SFU},
+            {"flops": _A100, "hbm": _A100, "l2": _AMPERE_WP, "smem": _CUDA_GUIDE, "sm": _AMPERE_WP, "sfu": _SFU,
+             "cc": _CC},
             tensor_flops_per_exp=128,
+            compute_capability=(8, 0),
         ),
         Device(
             "A100-PCIe-80GB", r"A100.*80GB PCIe|A100-PCIE-80GB",
             {"fp16": 312, "bf16": 312, "tf32": 156}, 19.5, 1.935, 40 * MB, 164 * KIB, 108,
             {"flops": _A100, "hbm": _A100 + " (the A100 of the seed post on IO-awareness)",
-             "l2": _AMPERE_WP, "smem": _CUDA_GUIDE, "sm": _AMPERE_WP, "sfu": _SFU},
+             "l2": _AMPERE_WP, "smem": _CUDA_GUIDE, "sm": _AMPERE_WP, "sfu": _SFU, "cc": _CC},
             tensor_flops_per_exp=128,
+            compute_capability=(8, 0),
         ),
         Device(
             "H100-SXM", r"H100.*(SXM|HBM3)",
             {"fp16": 989.5, "bf16": 989.5, "tf32": 494.5, "fp8": 1979}, 67.0, 3.35, 50 * MB, 228 * KIB, 132,
-            {"flops": _H100, "hbm": _H100, "l2": _HOPPER_WP, "smem": _CUDA_GUIDE, "sm": _HOPPER_WP, "sfu": _SFU},
+            {"flops": _H100, "hbm": _H100, "l2": _HOPPER_WP, "smem": _CUDA_GUIDE, "sm": _HOPPER_WP, "sfu": _SFU,
+             "cc": _CC},
             tensor_flops_per_exp=256,
+            compute_capability=(9, 0),
         ),
         Device(
             "H100-PCIe", r"H100.*PCIe",
             {"fp16": 756.5, "bf16": 756.5, "tf32": 378, "fp8": 1513}, 51.0, 2.0, 50 * MB, 228 * KIB, 114,
-            {"flops": _H100, "hbm": _H100, "l2": _HOPPER_WP, "smem": _CUDA_GUIDE, "sm": _HOPPER_WP, "sfu": _SFU},
+            {"flops": _H100, "hbm": _H100, "l2": _HOPPER_WP, "smem": _CUDA_GUIDE, "sm": _HOPPER_WP, "sfu": _SFU,
+             "cc": _CC},
             tensor_flops_per_exp=256,
+            compute_capability=(9, 0),
         ),
         Device(
             "H200", r"H200",
@@ -119,29 +133,33 @@ DEVICES: dict[str, Device] = {
             {"flops": "NVIDIA H200 Tensor Core GPU datasheet (2024), SXM: dense = half the sparse figure",
              "hbm": "NVIDIA H200 datasheet: 141 GB HBM3e at 4.8 TB/s",
              "l2": "cudaDeviceProp.l2CacheSize reported by the driver on an H200 (60 MB; not in the datasheet)",
-             "smem": _CUDA_GUIDE, "sm": "cudaDeviceProp.multiProcessorCount on an H200", "sfu": _SFU},
+             "smem": _CUDA_GUIDE, "sm": "cudaDeviceProp.multiProcessorCount on an H200", "sfu": _SFU, "cc": _CC},
             tensor_flops_per_exp=256,
+            compute_capability=(9, 0),
         ),
         Device(
             "B200", r"B200",
             {"fp16": 2250, "bf16": 2250, "tf32": 1100}, None, 8.0, None, 228 * KIB, None,
             {"flops": "NVIDIA DGX B200 datasheet (2024), per GPU: dense = half the sparse figure",
-             "hbm": "NVIDIA DGX B200 datasheet: 8 TB/s HBM3e per GPU", "smem": _CUDA_GUIDE},
+             "hbm": "NVIDIA DGX B200 datasheet: 8 TB/s HBM3e per GPU", "smem": _CUDA_GUIDE, "cc": _CC},
+            compute_capability=(10, 0),
         ),
         Device(
             "L40S", r"L40S",
             {"fp16": 362.05, "bf16": 362.05, "tf32": 183, "fp8": 733}, 91.6, 0.864, 96 * MB, 100 * KIB, 142,
             {"flops": "NVIDIA L40S datasheet (2023): dense = half the sparse figure",
              "hbm": "NVIDIA L40S datasheet: 864 GB/s GDDR6", "l2": _ADA_WP, "smem": _CUDA_GUIDE,
-             "sm": "NVIDIA L40S datasheet (142 RT cores, one per SM)", "sfu": _SFU},
+             "sm": "NVIDIA L40S datasheet (142 RT cores, one per SM)", "sfu": _SFU, "cc": _CC},
             tensor_flops_per_exp=64,
+            compute_capability=(8, 9),
         ),
         Device(
             "RTX-4090", r"RTX 4090",
             {"fp16": 165.2, "bf16": 165.2, "tf32": 82.6}, 82.6, 1.008, 72 * MB, 100 * KIB, 128,
             {"flops": _ADA_WP + ": FP16/BF16 tensor with FP32 accumulate, dense",
-             "hbm": _ADA_WP, "l2": _ADA_WP, "smem": _CUDA_GUIDE, "sm": _ADA_WP, "sfu": _SFU},
+             "hbm": _ADA_WP, "l2": _ADA_WP, "smem": _CUDA_GUIDE, "sm": _ADA_WP, "sfu": _SFU, "cc": _CC},
             tensor_flops_per_exp=32,
+            compute_capability=(8, 9),
         ),
         Device(
             "RTX-PRO-6000-Blackwell", r"RTX PRO 6000",
@@ -150,7 +168,8 @@ DEVICES: dict[str, Device] = {
                       "dense FP16 derived as 4000 / 2 (sparsity) / 2 (FP8) / 2 (FP16) = 500, not a "
                       "quoted figure. FP32 125 TFLOPS is quoted",
              "hbm": "same datasheet: 96 GB GDDR7 at 1792 GB/s", "l2": "same datasheet: 128 MB L2",
-             "smem": _CUDA_GUIDE, "sm": "same datasheet: 24064 CUDA cores / 128 per SM"},
+             "smem": _CUDA_GUIDE, "sm": "same datasheet: 24064 CUDA cores / 128 per SM", "cc": _CC},
+            compute_capability=(12, 0),
         ),
     ]
 }
