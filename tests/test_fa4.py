@@ -390,8 +390,8 @@ def test_round_26s_h200_grids_and_the_results_page_quotes_them():
     assert (f"The backward's widest gap to FA4 is now at head_dim 128 (its median shape {by_dim[128]:.3f}x FA4, "
             f"against {by_dim[64]:.3f}x at head_dim 64)") in page
     (fmed, fmin), (bmed, bmin) = clocks["fwd"], clocks["bwd"]
-    assert (f"each implementation's median row ran at {fmed.min():.0f} to {fmed.max():.0f} MHz in the forward grid and "
-            f"{bmed.min():.0f} to {bmed.max():.0f} MHz in the backward one (single rows down to "
+    assert (f"each implementation's median row ran at {fmed.min():.1f} to {fmed.max():.1f} MHz in the forward grid and "
+            f"{bmed.min():.1f} to {bmed.max():.1f} MHz in the backward one (single rows down to "
             f"{min(fmin, bmin):.0f} MHz)") in page
     watts = pd.concat(power.values())
     assert (f"NVML's instant board power, each implementation's median row, read {watts.min():.0f} to "

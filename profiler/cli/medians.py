@@ -90,7 +90,8 @@ def what_differs(metas: dict[str, dict]) -> list[str]:
 def run(args) -> int:
     folders = [Path(folder) for folder in args.captures]
     if len(folders) < 2:
-        raise UsageError(f"medians takes two or more capture folders of one grid; got {len(folders)}")
+        raise UsageError(f"medians takes two or more capture folders of one grid; got {len(folders)} (one capture's "
+                         "ratios: python -m profiler report FOLDER, or bench's own table)")
     if len(set(folders)) < len(folders):
         raise UsageError("a capture folder is named twice: give each run of the grid once")
     targets = parse_targets(args.target)

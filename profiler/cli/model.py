@@ -54,12 +54,23 @@ _PATH = re.compile(rf"{_PASS}(?: fwd, (?:tiled|gluon-ws) bwd)?")
 
 def kernel_path(text: str) -> str:
     """``--path``: a path as the store's ``path`` column writes it, or 'auto', or argparse's error naming what is
-    allowed."""
+    allowed (a cut tail of at least one tile in at least two chunks: kernels.tile_schedule.split_tail)."""
     if text != "auto" and not _PATH.fullmatch(text):
         raise argparse.ArgumentTypeError(
             f"'{text}' is not a kernel path: tiled, gluon-ws, 'gluon-ws split-tail AxS', 'split-kv xS', "
             "'X fwd, Y bwd' with Y tiled or gluon-ws, or auto")
+    cut = SPLIT_TAIL_PATH.search(text)
+    if cut and (int(cut[1]) < 1 or int(cut[2]) < 2):
+        raise argparse.ArgumentTypeError(f"'{cut[0]}': a cut tail is A >= 1 tiles in S >= 2 chunks each")
     return text
+
+
+def check_path(path: str, shape) -> None:
+    """A path the forward takes for this shape: it cuts its last wave only without a mask, in fp16 or bf16
+    (kernels.flash_fwd_hopper._cut), so a split-tail path with a causal mask or fp8 is refused."""
+    if SPLIT_TAIL_PATH.search(path) and (shape.causal or shape.dtype not in ("fp16", "bf16")):
+        raise UsageError(f"--path '{path}': the forward cuts its last wave only without a mask, in fp16 or bf16 "
+                         f"(here {'causal' if shape.causal else 'no mask'}, {shape.dtype})")
 
 
 def planned_path(shape, device: hardware.Device) -> str:
@@ -116,6 +127,7 @@ def run(args) -> int:
         impl for impl in map(get_impl, BUILTIN)
         if shape.dtype in impl.dtypes and (impl.head_dims is None or shape.head_dim in impl.head_dims)]
     path = planned_path(shape, device) if args.path == "auto" else args.path
+    check_path(path or "", shape)
     rows = model_table(shape, device, impls, path or "")
     # The exp roof (profiler.model.roofs.exp_ceiling) of a fused kernel's whole step on the datasheet: None elsewhere
     exp = (exp_ceiling(peak, device.exp2_per_s, shape.head_dim, shape.mode)

@@ -1,6 +1,7 @@
-# Round 23: part PART (1: head_dim 64; 2: head_dim 128; 3: the GQA rows; "1 2 3" all) of a peers grid
-# (reports/fa4-peers-h100-fwd's three commands, or -bwd's with MODE=bwd) with bench's options in ARGS; GRID names its
-# folder, kept on the machine between calls (--resume), and copied to $OUT after each part.
+# The grid script of rounds 23 to 26 (a copy of .device-fa4-2/r23grid.sh as round 26 ran it): part PART (1: head_dim
+# 64; 2: head_dim 128; 3: the grouped-query rows; "1 2 3" all) of a peers grid (the three commands of
+# reports/fa4-peers-h200-fwd, or -bwd's with MODE=bwd) with bench's options in ARGS; GRID names its folder, kept on
+# the machine between calls (--resume), and copied to $OUT after each part.
 name=$(cat .device-fa4-2/big-wheel-name)
 [ -d /tmp/site/flash_attn ] || { cat /tmp/fa4-stash/part_aa .device-fa4-2/part_ab > /tmp/fa4-stash/$name && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site /tmp/fa4-stash/$name /tmp/fa4-stash/small/*.whl 2>&1 | grep -v "^WARNING"; }
 source /tmp/dev/gpu-env.sh && export PYTHONPATH=.:/tmp/site:$PYTHONPATH
