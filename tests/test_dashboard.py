@@ -785,6 +785,23 @@ def test_compare_names_the_column_that_keeps_two_captures_apart(tmp_path, monkey
     assert "N in both" not in note and "implementation in both" not in note
 
 
+def test_the_scaling_tab_gives_a_bench_captures_whole_ranges(monkeypatch):
+    """A bench capture without naive: under its baseline chart the Scaling tab says each peer's lowest and highest ratio
+    over every shape of the capture, whatever the filters show (the default filters draw 12 of the H200 backward
+    grid's 120 rows): the README's results row for reports/fa4-peers-h200-bwd, computed from the capture."""
+    from profiler.views.formatting import baseline_ranges
+
+    at = _app(ROOT / "reports", monkeypatch, "--select", "fa4-peers-h200-bwd")
+    _, rows = load_capture(ROOT / "reports" / "fa4-peers-h200-bwd")
+    totals = rows[rows.step == "total"].pivot_table(index=["dtype", "head_dim", "causal", "batch", "heads", "seq_q"],
+                                                    columns="impl", values="time_ms")
+    fa4 = totals.fa4 / totals.triton_flash
+    captions = [c.value for c in at.caption if "every shape whatever the filters" in c.value]
+    assert captions == [f"fa4-peers-h200-bwd, every shape whatever the filters: "
+                        f"{baseline_ranges(rows, 'triton_flash')}"]
+    assert f"fa4 {fa4.min():.3f}x to {fa4.max():.3f}x over 40 shapes" in captions[0] and not at.exception
+
+
 def test_the_roofline_table_shows_whole_kernel_paths(monkeypatch):
     """The Roofline tab's table gives its `path` column a width that holds 'gluon-ws': sized from its first rows (the
     peers', which have no path) it showed 'gluon-w' in a new user's trial of the forward peers capture."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import streamlit as st
 
 from profiler.views import plots
+from profiler.views.formatting import baseline_ranges
 from profiler.views.tabs.context import Context, chart
 
 
@@ -24,8 +25,14 @@ def render(ctx: Context) -> None:
         return
     # A bench capture names the implementation its ratios are taken against: those ratios stand in for naive's.
     baselines = {ctx.captures[name].meta.get("baseline") for name in ctx.chosen} - {None}
-    against = plots.baseline_figure(ctx.drawn, baselines.pop()) if len(baselines) == 1 else None
+    baseline = baselines.pop() if len(baselines) == 1 else None
+    against = plots.baseline_figure(ctx.drawn, baseline) if baseline else None
     if against is not None and against.data:
         chart(right, against)
+        # the chart shows the filters' shapes; the README's results rows quote each capture's whole range
+        for name in ctx.chosen:
+            ranges = baseline_ranges(ctx.captures[name].frame, baseline)
+            if ranges:
+                right.caption(f"{name}, every shape whatever the filters: {ranges}")
     right.info("No speedup over naive here: no selected capture timed `naive` at these shapes "
                "(`--impl naive,...` times it).")
