@@ -129,6 +129,17 @@ def test_model_path_auto_costs_the_path_our_kernels_take_on_the_named_gpu(capsys
     assert len(err) == 1 and "--path auto needs a GPU's compute capability" in err[0]
 
 
+def test_one_shape_commands_take_causal_as_a_flag_or_true_false(capsys):
+    """``model`` and ``capture`` cost or measure one shape: --causal is a bare flag there, and takes true or false as
+    the list-taking commands do (a user's `model --causal true` was refused): causal FLOPs are half the full ones."""
+    flops = {}
+    for name, args in [("flag", ["--causal"]), ("true", ["--causal", "true"]), ("false", ["--causal", "false"]),
+                       ("none", [])]:
+        assert main(["model", "--seq", "1024", "--impl", "triton_flash", *args, "--json"]) == 0
+        flops[name] = json.loads(capsys.readouterr().out)[0]["flops"]
+    assert flops["flag"] == flops["true"] == flops["false"] / 2 == flops["none"] / 2
+
+
 def test_model_says_the_exp_roof_does_not_bind_a_memory_bound_decode(capsys, monkeypatch):
     """At one query row every fused kernel is memory-bound, far under the exp roof: the note says it does not bind;
     a long prefill is compute-bound, and the note gives the exp roof as the cap of a kernel without overlap."""
@@ -164,6 +175,7 @@ def test_model_table_names_the_device_and_ridge(capsys):
         (["model", "--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
         (["model", "--path", "gluon"], "argument --path: 'gluon' is not a kernel path: tiled, gluon-ws"),
         (["model", "--path", "Auto"], "or auto"),
+        (["model", "--causal", "both"], "'both': allowed values are true and false (one shape"),
         (["model", "--path", "gluon-ws split-tail 4x0"], "'split-tail 4x0': a cut tail is A >= 1 tiles in S >= 2"),
         (["model", "--path", "gluon-ws split-tail 4x32", "--causal"], "cuts its last wave only without a mask"),
         (["model", "--path", "gluon-ws split-tail 4x32", "--dtype", "fp8"], "in fp16 or bf16 (here no mask, fp8)"),

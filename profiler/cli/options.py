@@ -60,6 +60,15 @@ def causal_list(text: str) -> list[bool]:
     return options[text.lower()]
 
 
+def causal_one(text: str) -> bool:
+    """--causal of a command that takes one shape (``model``): a bare flag, or true/false as the others take it."""
+    options = {"true": True, "false": False, "yes": True, "no": False}
+    if text.lower() not in options:
+        raise argparse.ArgumentTypeError(f"'{text}': allowed values are true and false (one shape; 'both' is for the "
+                                         "commands that take lists)")
+    return options[text.lower()]
+
+
 class Everything(list):
     """``--impl all``: every built-in implementation, whichever dtypes each takes (:func:`check_impl_dtypes`
     refuses only names typed one by one)."""

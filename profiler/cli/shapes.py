@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from attention_core.presets import PRESETS
 from attention_core.shape import DTYPE_BYTES, MODES, Shape
 from profiler.cli import UsageError
-from profiler.cli.options import causal_list, choice_list, int_list, positive_int
+from profiler.cli.options import causal_list, causal_one, choice_list, int_list, positive_int
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,8 @@ def add_shape_arguments(p: argparse.ArgumentParser, options: ShapeOptions) -> No
             p.add_argument("--mode", type=choice_list(MODES), default=options.mode.gpu, help=options.mode.help)
     else:
         p.add_argument("--dtype", choices=options.dtypes, default=None, help=options.dtype.help)
-        p.add_argument("--causal", action="store_true", help=options.causal.help)
+        p.add_argument("--causal", type=causal_one, nargs="?", const=True, default=False,
+                       help=(options.causal.help or "") + " (a flag, or true/false)")
         if options.mode is not None:
             p.add_argument("--mode", choices=MODES, default=options.mode.gpu[0], help=options.mode.help)
 
