@@ -153,7 +153,8 @@ def run(args) -> int:
     console.print(table)
     console.print("MB (tile): bytes when each block re-reads what it shares (profiler.model.fused.tile_bytes); "
                   "'-' where an implementation's tiles are not declared.")
-    if not path and device.compute_capability is not None and device.sm_count is not None:
+    multi_path = any(impl.costing.fast_path or impl.costing.split_kv for impl in impls)  # ours (kernel_path)
+    if not path and multi_path and device.compute_capability is not None and device.sm_count is not None:
         taken = planned_path(shape, device)
         if taken not in ("tiled", ""):
             console.print(f"Our kernels' rows are costed on the portable path; on {device.name} they take '{taken}' "

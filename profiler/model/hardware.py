@@ -73,14 +73,14 @@ _H100 = "NVIDIA H100 Tensor Core GPU datasheet (2023): dense = half the 'with sp
 _HOPPER_WP = "NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022)"
 _ADA_WP = "NVIDIA Ada GPU Architecture whitepaper v2.1, Appendix A"
 _CUDA_GUIDE = "CUDA C++ Programming Guide, table of technical specifications per compute capability"
+# NVIDIA's list of CUDA GPUs and their compute capability (developer.nvidia.com/cuda-gpus)
+_CC = "NVIDIA, CUDA GPUs: compute capability by product (developer.nvidia.com/cuda-gpus)"
 # The CUDA C++ Programming Guide's throughput table (arithmetic instructions) gives 16 results per
 # clock per SM for exp2 (and the other SFU functions) at compute capability 8.0, 8.9 and 9.0. The
 # tensor cores' dense fp16 FLOP per clock per SM is the datasheet peak over SMs × boost clock:
 # Hopper 989.5e12 / (132 × 1.83e9) = 4096, Ampere 312e12 / (108 × 1.41e9) = 2048, L40S
 # 362e12 / (142 × 2.52e9) = 1012 and RTX 4090 (fp32 accumulation at half rate on GeForce)
 # 165.2e12 / (128 × 2.52e9) = 512. Hence 256, 128, 64 and 32 tensor FLOPs per exponential.
-# NVIDIA's list of CUDA GPUs and their compute capability (developer.nvidia.com/cuda-gpus)
-_CC = "NVIDIA, CUDA GPUs: compute capability by product (developer.nvidia.com/cuda-gpus)"
 _SFU = ("CUDA C++ Programming Guide, arithmetic instruction throughput: 16 exp2 per clock per SM; tensor FLOP "
         "per clock per SM from the datasheet peak, SM count and boost clock")
 
