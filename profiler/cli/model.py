@@ -10,6 +10,7 @@ import re
 
 from rich.table import Table
 
+from attention_core import split_kv
 from attention_core.shape import TENSOR_DTYPES
 from profiler.cli import UsageError
 from profiler.cli.console import console, fmt
@@ -67,10 +68,18 @@ def kernel_path(text: str) -> str:
 
 def check_path(path: str, shape) -> None:
     """A path the forward takes for this shape: it cuts its last wave only without a mask, in fp16 or bf16
-    (kernels.flash_fwd_hopper._cut), so a split-tail path with a causal mask or fp8 is refused."""
+    (kernels.flash_fwd_hopper._cut), so a split-tail path with a causal mask or fp8 is refused; and a split-KV path
+    names the splits of the shape's own plan (attention_core.split_kv.plan, which the model costs whatever the path
+    says)."""
     if SPLIT_TAIL_PATH.search(path) and (shape.causal or shape.dtype not in ("fp16", "bf16")):
         raise UsageError(f"--path '{path}': the forward cuts its last wave only without a mask, in fp16 or bf16 "
                          f"(here {'causal' if shape.causal else 'no mask'}, {shape.dtype})")
+    named = re.search(r"split-kv x(\d+)", path)
+    if named:
+        plan = split_kv.plan(shape.batch, shape.kv_heads, shape.group, shape.seq_q, shape.seq_kv)
+        if plan is None or plan.splits != int(named[1]):
+            raise UsageError(f"--path '{path}': this shape's split-KV plan is "
+                             f"{plan.label if plan else 'none (it runs whole tiles)'}")
 
 
 def planned_path(shape, device: hardware.Device) -> str:
