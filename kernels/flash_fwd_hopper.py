@@ -951,6 +951,8 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     plan = _PLANS.get(key) if key is not None else None
     if plan is None:
         plan = _launch_plan(q, k, v, causal, config, schedule, out_dtype)
+        if plan.cut_dropped:
+            key = None  # whole tiles under a capture that could not cut: kept under no key, so later calls cut
         if key is not None:
             _PLANS.keep(key, plan)
     grid, ints, constexprs, block_n, tail, tail_tiles = plan
@@ -1001,6 +1003,7 @@ class _Plan(NamedTuple):
     block_n: int
     tail: tile_schedule.SplitTail | None  # with split_tail, where it cuts the last wave
     tail_tiles: torch.Tensor | None  # and its tiles' (batch, head, first row), int32 on the device
+    cut_dropped: bool = False  # a cut left out under CUDA-graph capture, for want of its table: not to be kept
 
     @property
     def items(self) -> int:
@@ -1088,7 +1091,7 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
     if tail:
         # The tail tiles' table reaches the device by a copy, which a stream being captured into a CUDA graph cannot
         # take: under capture the launch cuts only where a call before made the table (a graph's warm-up calls,
-        # profiler.measure.timing.graphed), else every tile runs whole (and a plan kept from here stays so).
+        # profiler.measure.timing.graphed), else every tile runs whole (and hopper_forward keeps no such plan).
         capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
         tail_tiles = tail_combine.tail_tiles(tail, m_blocks, batch * heads, heads, schedule, config.block_m, q.device,
                                              create=not capturing)
@@ -1097,7 +1100,8 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
     full, items, splits, chunk = (tail.full, tail.items, tail.splits, tail.chunk) if tail else (total, total, 1, 1)
     ints = (heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total, schedule.section, int(schedule.snake),
             full, items, splits, chunk)
-    return _Plan((programs,), ints, constexprs, config.block_n, tail, tail_tiles)
+    dropped = tail is None and _cut(config, causal, fp8, total, programs, seq_kv) is not None
+    return _Plan((programs,), ints, constexprs, config.block_n, tail, tail_tiles, dropped)
 
 
 

@@ -60,13 +60,12 @@ def tail_tiles(tail: tile_schedule.SplitTail, n_blocks: int, bh: int, heads: int
         tiles = [tile_schedule.tile(tail.full + i, n_blocks, bh, *schedule) for i in range(tail.tail)]
         table = torch.tensor([(b // heads, b % heads, rank * block_m) for b, rank in tiles], dtype=torch.int32,
                              device=device)
-        if len(_TAIL_TILES) >= 64:  # a bounded memo: the oldest shape's table goes first
-            _TAIL_TILES.pop(next(iter(_TAIL_TILES)))
         _TAIL_TILES[key] = table
     return table
 
 
-# tail_tiles' tables by shape, oldest first
+# tail_tiles' tables by shape, never dropped: a CUDA graph captured with one reads it at every replay, and the memo may
+# be all that keeps it alive (a table is 12 bytes a tail tile: at most 132 on an H100)
 _TAIL_TILES: dict[tuple, torch.Tensor] = {}
 
 

@@ -122,6 +122,9 @@ def test_model_path_auto_costs_the_path_our_kernels_take_on_the_named_gpu(capsys
             "here: --path auto costs that.") in out
     assert main(["model", *shape, "--seq", "8192", "--device-name", "A100-SXM4-80GB"]) == 0
     assert "--path auto" not in capsys.readouterr().out  # the portable path is the one an A100 takes
+    # a decode's split plan is what the table costs already, on any GPU: no note
+    assert main(["model", *shape, "--seq-q", "1", "--seq-kv", "32768", "--batch", "1"]) == 0
+    assert "--path auto" not in capsys.readouterr().out
     unknown = hardware.Device("a GPU", "", {"bf16": 100.0}, None, 1.0, None, None, 100)
     monkeypatch.setattr(hardware, "lookup", lambda name: unknown)
     assert main(["model", *shape, "--seq", "8192", "--path", "auto"]) == 2
@@ -176,6 +179,7 @@ def test_model_table_names_the_device_and_ridge(capsys):
         (["model", "--path", "gluon"], "argument --path: 'gluon' is not a kernel path: tiled, gluon-ws"),
         (["model", "--path", "Auto"], "or auto"),
         (["model", "--causal", "both"], "'both': allowed values are true and false (one shape"),
+        (["model", "--dtype", "fp8", "--path", "auto"], "--path auto plans our fp16 and bf16 kernels, not fp8"),
         (["model", "--seq-q", "1", "--seq-kv", "32768", "--batch", "1", "--path", "split-kv x64"],
          "this shape's split-KV plan is split-kv x16"),
         (["model", "--seq", "4096", "--path", "split-kv x8"], "split-KV plan is none (it runs whole tiles)"),

@@ -747,6 +747,7 @@ def test_split_tail_plans_cut_the_last_wave_and_under_a_cuda_graph_capture_only_
         capture.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
         plan = hopper._launch_plan(q, q, q, False, None, None, None)
         assert plan.tail is None and plan.ints[8:] == (4096, 4096, 1, 1) and not plan.constexprs["PDL"]
+        assert plan.cut_dropped  # so hopper_forward keeps it under no key: later calls cut
         assert not tail_combine._TAIL_TILES  # nothing copied under the capture
     plan = hopper._launch_plan(q, q, q, False, None, None, None)
     assert plan.tail == tile_schedule.SplitTail(full=4092, tail=4, splits=32, chunk=2)
@@ -756,6 +757,7 @@ def test_split_tail_plans_cut_the_last_wave_and_under_a_cuda_graph_capture_only_
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     captured = hopper._launch_plan(q, q, q, False, None, None, None)
     assert captured.tail == plan.tail and captured.tail_tiles is plan.tail_tiles and captured.ints == plan.ints
+    assert not plan.cut_dropped and not captured.cut_dropped
     assert hopper.tail_cut(q, q, False) == plan.tail  # what a row's path names (kernels.flash_fwd.forward_path)
 
 

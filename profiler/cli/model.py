@@ -17,6 +17,7 @@ from profiler.cli.console import console, fmt
 from profiler.cli.options import check_fp8, impl_list
 from profiler.cli.shapes import Default, ShapeOptions, add_shape_arguments, shape_grid
 from profiler.model import hardware
+from profiler.model.cost import kernel_path as path_of_row
 from profiler.model.fused import SPLIT_TAIL_PATH
 from profiler.model.roofs import exp_ceiling, ridge_point
 
@@ -88,10 +89,11 @@ def planned_path(shape, device: hardware.Device) -> str:
     kernels.flash_bwd.planned_backward_path, joined by profiler.model.cost.kernel_path."""
     from kernels.flash_bwd import planned_backward_path
     from kernels.flash_fwd import planned_forward_path
-    from profiler.model.cost import kernel_path as path_of_row
     from profiler.registry import get_impl
 
     # the SM count sets where an sm_90 forward cuts its last wave (kernels.flash_fwd_hopper.planned_cut)
+    if shape.dtype not in ("fp16", "bf16"):  # the fp8 forward has paths of its own (kernels.flash_fwd_fp8)
+        raise UsageError(f"--path auto plans our fp16 and bf16 kernels, not {shape.dtype}: name a path instead")
     missing = [what for what, value in (("compute capability", device.compute_capability),
                                          ("SM count", device.sm_count if device.compute_capability == (9, 0) else 0))
                if value is None]
@@ -162,10 +164,11 @@ def run(args) -> int:
     console.print(table)
     console.print("MB (tile): bytes when each block re-reads what it shares (profiler.model.fused.tile_bytes); "
                   "'-' where an implementation's tiles are not declared.")
-    multi_path = any(impl.costing.fast_path or impl.costing.split_kv for impl in impls)  # ours (kernel_path)
-    if not path and multi_path and device.compute_capability is not None and device.sm_count is not None:
+    ours = [impl for impl in impls if impl.name == "triton_flash"]  # the kernels --path auto plans
+    if (not path and ours and shape.dtype in ("fp16", "bf16") and device.compute_capability is not None
+            and device.sm_count is not None):
         taken = planned_path(shape, device)
-        if taken not in ("tiled", ""):
+        if taken != path_of_row(ours[0].costing, shape):  # not what the table costs already (a decode's split plan)
             console.print(f"Our kernels' rows are costed on the portable path; on {device.name} they take '{taken}' "
                           "here: --path auto costs that.")
     # The roof a fused kernel's whole step has here without the exponentials: where none reaches the exp roof (a

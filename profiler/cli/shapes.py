@@ -69,7 +69,7 @@ def add_shape_arguments(p: argparse.ArgumentParser, options: ShapeOptions) -> No
     else:
         p.add_argument("--dtype", choices=options.dtypes, default=None, help=options.dtype.help)
         p.add_argument("--causal", type=causal_one, nargs="?", const=True, default=False,
-                       help=(options.causal.help or "") + " (a flag, or true/false)")
+                       help=" ".join(filter(None, (options.causal.help, "(a flag, or true/false)"))))
         if options.mode is not None:
             p.add_argument("--mode", choices=MODES, default=options.mode.gpu[0], help=options.mode.help)
 

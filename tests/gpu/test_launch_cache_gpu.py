@@ -147,29 +147,41 @@ def test_a_replayed_split_tail_call_keeps_its_three_launches_and_gives_the_uncac
 def test_a_split_tail_call_in_a_cuda_graph_cuts_as_its_path_says_and_gives_the_eager_bits(cached, monkeypatch):
     """Under `bench --cuda-graph` (profiler.measure.timing.graphed: three warm-up calls, then the capture), the default
     forward at 8195 keys (head_dim 128, no mask: 61 tail tiles in 2 chunks on 132 SMs) is captured with its cut, with
-    the launch cache (a kept plan) and without it (the tail's table made by the warm-up calls), as forward_path says;
-    a replay gives the eager call's bits, within the fp64 oracle's bound."""
+    the launch cache (a plan kept by the first call) and without it (the tail's table made by the warm-up calls), as
+    forward_path says, under the capture too; a replay gives the eager call's bits, within the fp64 oracle's bound."""
     from kernels import _launch, tail_combine
     from profiler.measure.timing import graphed
 
     if torch.cuda.get_device_properties(0).multi_processor_count != 132:
         pytest.skip("the shape is cut for 132 SMs (H100 and H200 SXM)")
     monkeypatch.setattr(_launch, "ENABLED", cached)
+    if flash_fwd_hopper._LAUNCHES.enabled is not cached:
+        pytest.skip("the launch cache runs on triton 3.6 only (kernels._launch.SUPPORTED)")
     flash_fwd._ROUTES.clear(), flash_fwd_hopper._PLANS.clear(), flash_fwd_hopper._LAUNCHES.entries.clear()
     monkeypatch.setattr(tail_combine, "_TAIL_TILES", {})
-    merges = []
+    merges, paths = [], []
     combine = tail_combine.combine
     monkeypatch.setattr(tail_combine, "combine", lambda *args: merges.append(torch.cuda.is_current_stream_capturing())
                         or combine(*args))
     q, k, v = _inputs("bhsd", seed=4, batch=1, heads=5, kv_heads=5, seq=8195)
     assert forward_path(q, k, v) == "gluon-ws split-tail 61x2"
     eager, _ = flash_attention_forward(q, k, v)
+    kept = list(flash_fwd_hopper._PLANS.values())
+    if cached:
+        assert len(kept) == 1 and kept[0].tail is not None and not kept[0].cut_dropped
+    else:
+        assert len(flash_fwd_hopper._PLANS) == 0 and len(tail_combine._TAIL_TILES) == 1
     static = {}
-    replay = graphed(lambda: static.update(o=flash_attention_forward(q, k, v)[0]))
+
+    def call():
+        paths.append((torch.cuda.is_current_stream_capturing(), forward_path(q, k, v)))
+        static.update(o=flash_attention_forward(q, k, v)[0])
+
+    replay = graphed(call)
     assert merges[-1] is True  # the merge was captured: the graph runs the cut
+    assert paths[-1] == (True, "gluon-ws split-tail 61x2")  # and the path said so under the capture
     static["o"].zero_()
     replay()
     torch.cuda.synchronize()
     assert torch.equal(static["o"], eager)
-    assert forward_path(q, k, v) == "gluon-ws split-tail 61x2"
     assert relative_error(eager, naive_attention(q.double(), k.double(), v.double())) < 8e-3

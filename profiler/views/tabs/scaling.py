@@ -30,7 +30,7 @@ def render(ctx: Context) -> None:
     if against is not None and against.data:
         chart(right, against)
         # the chart shows the filters' shapes; the README's results rows quote each capture's whole range
-        for name in ctx.chosen:
+        for name in (n for n in ctx.chosen if ctx.captures[n].meta.get("baseline") == baseline):
             ranges = baseline_ranges(ctx.captures[name].frame, baseline)
             if ranges:
                 right.caption(f"{name}, every shape whatever the filters: {ranges}")
