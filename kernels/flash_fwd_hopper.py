@@ -1055,9 +1055,11 @@ def tail_cut(q: torch.Tensor, k: torch.Tensor, causal: bool, layout: tuple | Non
         return plan.tail
     if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
         return _launch_plan(q, k, k, causal, None, None, None).tail  # it cuts only with a table made before
-    config = _config_of(q, k, causal, None)
-    _, total, programs = _tiles(q, config)
-    return _cut(config, causal, q.dtype == FP8, total, programs, k.shape[2])
+    if q.dtype == FP8:
+        return None  # FP8_CONFIGS leave split_tail off
+    batch, heads, seq_q, head_dim = q.shape
+    return planned_cut(head_dim, causal, batch * heads, seq_q, k.shape[2],
+                       cuda_properties(q.device.index).multi_processor_count)
 
 
 def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, config: HopperConfig | None,
@@ -1086,7 +1088,7 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
         O_LAYOUT=tile_layout(SPLIT_M, head_dim, out_dtype or q.dtype) if config.o_tma else None,
         SPLIT_MASK=config.split_mask, ROW_PARTIALS=config.row_partials,
         CAUSAL_TRIM=config.causal_trim and bool(causal))
-    tail = _cut(config, causal, fp8, total, programs, seq_kv)
+    cut = tail = _cut(config, causal, fp8, total, programs, seq_kv)
     tail_tiles = None
     if tail:
         # The tail tiles' table reaches the device by a copy, which a stream being captured into a CUDA graph cannot
@@ -1100,8 +1102,7 @@ def _launch_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
     full, items, splits, chunk = (tail.full, tail.items, tail.splits, tail.chunk) if tail else (total, total, 1, 1)
     ints = (heads, heads // kv_heads, seq_q, seq_kv, m_blocks, total, schedule.section, int(schedule.snake),
             full, items, splits, chunk)
-    dropped = tail is None and _cut(config, causal, fp8, total, programs, seq_kv) is not None
-    return _Plan((programs,), ints, constexprs, config.block_n, tail, tail_tiles, dropped)
+    return _Plan((programs,), ints, constexprs, config.block_n, tail, tail_tiles, cut is not None and tail is None)
 
 
 

@@ -91,9 +91,9 @@ def planned_path(shape, device: hardware.Device) -> str:
     from kernels.flash_fwd import planned_forward_path
     from profiler.registry import get_impl
 
-    # the SM count sets where an sm_90 forward cuts its last wave (kernels.flash_fwd_hopper.planned_cut)
     if shape.dtype not in ("fp16", "bf16"):  # the fp8 forward has paths of its own (kernels.flash_fwd_fp8)
         raise UsageError(f"--path auto plans our fp16 and bf16 kernels, not {shape.dtype}: name a path instead")
+    # the SM count sets where an sm_90 forward cuts its last wave (kernels.flash_fwd_hopper.planned_cut)
     missing = [what for what, value in (("compute capability", device.compute_capability),
                                          ("SM count", device.sm_count if device.compute_capability == (9, 0) else 0))
                if value is None]
@@ -165,9 +165,11 @@ def run(args) -> int:
     console.print("MB (tile): bytes when each block re-reads what it shares (profiler.model.fused.tile_bytes); "
                   "'-' where an implementation's tiles are not declared.")
     ours = [impl for impl in impls if impl.name == "triton_flash"]  # the kernels --path auto plans
-    if (not path and ours and shape.dtype in ("fp16", "bf16") and device.compute_capability is not None
-            and device.sm_count is not None):
-        taken = planned_path(shape, device)
+    if not path and ours:
+        try:
+            taken = planned_path(shape, device)
+        except UsageError:  # a dtype or a GPU it cannot plan for: no note
+            taken = path_of_row(ours[0].costing, shape)
         if taken != path_of_row(ours[0].costing, shape):  # not what the table costs already (a decode's split plan)
             console.print(f"Our kernels' rows are costed on the portable path; on {device.name} they take '{taken}' "
                           "here: --path auto costs that.")

@@ -188,7 +188,7 @@ def split_tail_bytes(shape: Shape, forward_path: str, block_m: int) -> float:
         return 0.0
     tiles, splits = int(found[1]), int(found[2])
     rows = tiles * block_m
-    partials = 2 * rows * splits * (shape.head_dim + 1) * split_kv.PARTIAL_BYTES
+    partials = split_kv.partial_bytes(1, 1, rows, shape.head_dim, splits)  # written and read back
     return float(partials + (splits - 1) * rows * shape.head_dim * shape.elem_bytes)
 
 
