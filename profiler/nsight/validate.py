@@ -98,11 +98,16 @@ def kernel_tile(impl: str, kernel: str, grid: str, shape: Shape, meta: dict | No
     return tile or (128, 128)
 
 
+def grid_extents(grid: str) -> list[int]:
+    """A launch's grid as ncu writes it, '(132, 1, 1)', as its extents."""
+    return [int(x) for x in str(grid).strip("()").split(",")]
+
+
 def kv_splits(kernel: str, grid: str) -> int:
     """Key/value splits of a split-KV path: FlashAttention-2's (taken when batch × heads cannot fill
     the GPU) launches flash_fwd_splitkv_kernel on (query blocks, splits, batch × heads); ours
     (kernels/flash_decode.py) launches _decode_split on (splits, batch × K/V heads)."""
-    extents = [int(x) for x in str(grid).strip("()").split(",")]
+    extents = grid_extents(grid)
     if "_decode_split" in kernel:
         return extents[0]
     if "splitkv" not in kernel:
@@ -120,7 +125,7 @@ def split_tail_of(kernels: list[str], grids: list[str], block_m: int) -> tuple[i
     ran. A merge among other launches raises ValueError: what ran is not what the model of a cut describes."""
     if TAIL_MERGE not in kernels:
         return None
-    extent = [int(str(g).strip("()").split(",")[0]) for g in grids]
+    extent = [grid_extents(g)[0] for g in grids]
     tiles = extent[-1] // block_m
     if (len(kernels) != 3 or [TAIL_MERGE in k for k in kernels] != [False, False, True]
             or not all("_attn_fwd_hopper" in k for k in kernels[:2]) or tiles < 1 or extent[1] % tiles):
