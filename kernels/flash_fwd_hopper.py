@@ -955,7 +955,7 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
             key = None  # whole tiles under a capture that could not cut: kept under no key, so later calls cut
         if key is not None:
             _PLANS.keep(key, plan)
-    grid, ints, constexprs, block_n, tail, tail_tiles = plan
+    grid, ints, constexprs, block_n, tail, tail_tiles, _ = plan  # the last, cut_dropped, was read above
     if clock is not None and config.split_tail:
         check_clock(clock, (plan.items, constexprs["NUM_WG"] + 1, CLOCK_EVENTS), q.device)
     o = empty_in_layout(q, out_dtype)

@@ -875,3 +875,59 @@ def test_planned_paths_are_what_the_kernels_name_on_such_a_gpu(monkeypatch):
                     assert planned_backward_path(shape, (9, 0)) == ("gluon-ws" if gluon else "tiled")
                     assert planned_backward_path(shape, (8, 9)) == "tiled"
     assert seen == {"gluon-ws", "split-tail", "split-kv", "tiled"}
+
+
+class _Recorded:
+    """Stands in for a LaunchCache: records each launch (key, grid, args, constexprs, options) instead of compiling."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.launches = enabled, []
+
+    def __call__(self, key, grid, args, constexprs, **options):
+        self.launches.append((key, grid, args, constexprs, options))
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["launch-cache", "no-launch-cache"])
+@pytest.mark.parametrize("shape, kv_heads, causal, cuts", [
+    ((1, 2, 300, 128), 2, False, False),  # one short wave, N not a multiple of the tile
+    ((1, 2, 300, 64), 2, True, False),
+    ((1, 4, 1, 128), 2, False, False),  # N = 1, grouped
+    ((4, 16, 8192, 128), 16, False, True),  # 256 tiles on 132 SMs: the default cuts the last wave (split_tail)
+])
+def test_the_forwards_host_side_binds_every_kernel_parameter_on_a_faked_h100(monkeypatch, shape, kv_heads, causal,
+                                                                              cuts, cached):
+    """hopper_forward up to its launches, on the CPU (an H100's 132 SMs and 50 MiB of L2 faked, the launches
+    recorded): each launch names every parameter of the Gluon kernel once, positionally or as a constexpr, and a
+    cut launches the whole tiles (programmatically dependent), the tail's chunks and the merge, as tail_cut says.
+    Round 27's first GPU grid found this path raising in every call (an unpacking one field short), which no CPU
+    test reached before."""
+    props = type("Props", (), {"multi_processor_count": 132, "L2_cache_size": 50 * 2 ** 20})()
+    monkeypatch.setattr(hopper, "cuda_properties", lambda index: props)
+    monkeypatch.setattr(hopper, "_LAUNCHES", _Recorded(cached))
+    monkeypatch.setattr(hopper, "_PLANS", hopper.Memo())
+    merges = []
+    monkeypatch.setattr(hopper.tail_combine, "combine", lambda *args: merges.append(args))
+    batch, heads, seq, head_dim = shape
+    q = torch.zeros(shape, dtype=torch.bfloat16)
+    k = torch.zeros(batch, kv_heads, seq, head_dim, dtype=torch.bfloat16)
+    names = hopper._attn_fwd_hopper.arg_names
+    for _ in range(2):  # the second call: the kept plan where the launch cache is on
+        hopper._LAUNCHES.launches.clear()
+        merges.clear()
+        o, lse = hopper.hopper_forward(q, k, k, causal, head_dim ** -0.5)
+        assert (o.shape, o.dtype, lse.shape, lse.dtype) == (q.shape, q.dtype, q.shape[:3], torch.float32)
+        launches = hopper._LAUNCHES.launches
+        for _, _, args, constexprs, options in launches:
+            assert list(names) == list(names[:len(args)]) + sorted(constexprs, key=names.index)
+            assert len(args) + len(constexprs) == len(names) and options["num_warps"] == 4
+        tail = hopper.tail_cut(q, k, causal, hopper.layout_key(q, k, k) if cached else None)
+        assert (tail is not None) == cuts and len(hopper._PLANS) == (1 if cached else 0)
+        (key, grid, _, constexprs, _), *chunks = launches
+        assert (key is not None) == cached and constexprs["PDL"] == cuts and not constexprs["CHUNKS"]
+        if not cuts:
+            assert not chunks and not merges
+            continue
+        assert grid == (132,) and len(merges) == 1
+        ((_, chunk_grid, _, chunk_constexprs, options),) = chunks
+        assert chunk_grid == (tail.tail * tail.splits,) and chunk_constexprs["CHUNKS"] and options["launch_pdl"]
+        assert merges[0][4].shape == (tail.tail, 3)  # the tail tiles' (batch, head, first row)
