@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from math import nan
 from pathlib import Path
 
 import pandas as pd
@@ -19,6 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from attention_core.shape import Shape  # noqa: E402
 from profiler.model.hardware import DEVICES  # noqa: E402
+from profiler.model.l2 import slice_read_fraction  # noqa: E402
 from profiler.nsight.validate import TARGETS, summary  # noqa: E402
 
 DOC = ROOT / "docs" / "validation.md"
@@ -50,7 +52,8 @@ chunks' fp32 partials and their merge):
 - **L2 fabric** (`lts__t_sectors_srcunit_ltcfabric`, the other partition's requests): half of each line
   per partition that reads it, half of every store and reduce-add: the partition factor, checked.
 
-Captures: `reports/validate-h200`, `validate-h200-n2048` (H200, forward), `validate-decode-h100`
+Captures: `reports/validate-h200`, `validate-h200-n2048` (H200, forward), `validate-h200-split-tail` (H200, B4 H16
+head_dim 128 at N 4096 and 8192, where our forward cuts its last wave: a long grid), `validate-decode-h100`
 (H100), `reports/validate-h200-issue27/*` (H200: `fit-*` are the shapes the model's decode, GQA and
 coalescing numbers were read from, `unseen-*` shapes used for nothing else), and
 `reports/validate-h100-issue43/*` (H100: `unseen3-*` and `unseen4-*`, the newest kernels with their
@@ -94,7 +97,16 @@ EFFECTS = [
      "merges follows how many of a head's programs run at once (all of them on small grids, a fraction at "
      "N = 4096), which the measured fraction does not; `lrc__lts2lrc_sectors_op_read` / "
      "`lrc__xbar2gpc_sectors_op_read` show it ({portable} over our portable forward's captures with them)"),
+    (lambda r: r["mode"] == "fwd" and r.seq_q > 16 and r.missed == ["l2_ratio"] and r.l2_ratio > 1
+     and waves(r) >= LONG_GRID,
+     "a long grid ({waves:.1f} waves of query tiles on the {sms} SMs, where the `fit-*` captures' fused forwards ran "
+     "{fit_waves}): the coalescer merged fewer of the SMs' concurrent reads of a sector than the fraction measured "
+     "on those short grids, as if the programs reading one head's K and V fell out of step over the waves: "
+     "`lrc__lts2lrc_sectors_op_read` / `lrc__xbar2gpc_sectors_op_read` is {fraction:.2f} here, the model's "
+     "{model_fraction:.2f}"),
 ]
+# Waves of query tiles from which a forward's grid counts as long (the `fit-*` captures ran at most 4)
+LONG_GRID = 8
 # The table's column names, which each row outside its target quotes
 COLUMN_NAMES = {"dram_ratio": "DRAM", "tensor_flops_ratio": "tensor FLOPs", "l2_read_ratio": "L2 reads requested",
                 "l2_ratio": "L2 bytes (lts__t)", "l2_fabric_ratio": "L2 fabric"}
@@ -111,11 +123,20 @@ def spans(tables: dict[str, pd.DataFrame]) -> dict[str, str]:
     rows = rows[rows.step == "total"]
     fa2 = rows[(rows.impl == "sdpa_flash") & (rows["mode"] == "fwd") & (rows.seq_q > 16)]
     fa2 = fa2.spill_bytes.dropna() / 1e6 if "spill_bytes" in fa2 else pd.Series(dtype=float)
+    fit = pd.concat([t for name, t in tables.items() if "/fit-" in f"/{name}"], ignore_index=True)
+    fit = fit[(fit.step == "total") & (fit["mode"] == "fwd") & (fit.seq_q > 16) & (fit.query_tile > 0)]
+    fit_waves = fit.apply(waves, axis=1)
     portable = rows[(rows.impl == "triton_flash") & (rows["mode"] == "fwd") & (rows.seq_q > 16)
                     & ~rows.kernel_names.str.contains("_hopper")]
     fraction = (portable.l2_lts_read_bytes / portable.l2_sm_read_bytes).dropna()
     return {"fa2_spills": f"{fa2.min():.0f}-{fa2.max():.0f} MB" if len(fa2) else "(no capture has the counter)",
-            "portable": f"{fraction.min():.2f}-{fraction.max():.2f}" if len(fraction) else "(none measured)"}
+            "portable": f"{fraction.min():.2f}-{fraction.max():.2f}" if len(fraction) else "(none measured)",
+            "fit_waves": f"{fit_waves.min():.1f} to {fit_waves.max():.1f}" if len(fit_waves) else "(none)"}
+
+
+def waves(r) -> float:
+    """Query tiles of a fused forward row per SM: B · H · cdiv(Nq, query tile) / the SMs."""
+    return r.batch * r.heads * -(-r.seq_q // r.query_tile) / SMS if r.query_tile else 0.0
 
 
 def grid_programs(grid: str) -> int:
@@ -141,8 +162,11 @@ def outliers(tables: dict[str, pd.DataFrame]) -> list[str]:
             why = next((text for test, text in EFFECTS if test(row)), "not explained yet")
             ratios = ", ".join(f"{COLUMN_NAMES[c]} {r[c]:.3f}" for c in missed)
             label = Shape.from_row(r).label
+            shape = Shape.from_row(r)
             lines.append(f"- {name}: {r.impl} {r.step} {label}: {ratios}. "
-                         + why.format(spill=(spill if pd.notna(spill) else 0) / 1e6, sms=SMS, **quoted))
+                         + why.format(spill=(spill if pd.notna(spill) else 0) / 1e6, sms=SMS, waves=waves(row),
+                                      fraction=r.get("l2_lts_read_bytes", nan) / r.get("l2_sm_read_bytes", nan),
+                                      model_fraction=slice_read_fraction(r.impl, r.kernel_names, shape), **quoted))
     return lines
 
 

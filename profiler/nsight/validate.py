@@ -21,7 +21,7 @@ import pandas as pd
 
 from attention_core import split_kv
 from attention_core.shape import TAG, Shape
-from profiler.model.cost import cost_of
+from profiler.model.cost import cost_of, kernel_path
 from profiler.model.counters import backward_tile, dram_bytes, model_tensor_flops, packs_gqa
 from profiler.model.fused import split_kv_executed_flops
 from profiler.model.l2 import FAR_LOOKUP, backward_traffic, forward_traffic, slice_read_fraction
@@ -134,6 +134,19 @@ def split_tail_of(kernels: list[str], grids: list[str], block_m: int) -> tuple[i
     return tiles, extent[1] // tiles
 
 
+def ran_path(costing, shape: Shape, kernel_names: str, tail: tuple[int, int] | None) -> str:
+    """The ``path`` a capture row of our fused kernels gets (profiler.model.cost.kernel_path), from the kernels Nsight
+    Compute saw rather than from the shape: the sm_90 Gluon kernels' 'gluon-ws', with a forward's cut last wave as
+    'gluon-ws split-tail AxS' (profiler.model.fused.SPLIT_TAIL_PATH), else what the shape gives ('tiled', or the
+    split-KV plan's 'split-kv xS')."""
+    forward = backward = None
+    if "_attn_fwd_hopper" in kernel_names:
+        forward = "gluon-ws" + (f" split-tail {tail[0]}x{tail[1]}" if tail else "")
+    if "_attn_bwd_hopper" in kernel_names:
+        backward = "gluon-ws"
+    return kernel_path(costing, shape, forward, backward)
+
+
 def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict | None = None) -> pd.DataFrame:
     """Per implementation × shape × step: measured counters summed over the step's kernels, the
     model's DRAM bytes, L2 (tile) bytes, L2 read requests and tensor FLOPs, and measured / model
@@ -179,6 +192,7 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict |
                                        kv_splits=splits, tail=tail))
             model_dram = traffic.dram_bytes(l2_bytes)
         nan = float("nan")
+        path = ran_path(costing, shape, r.kernel_names, tail) if fused else kernel_path(costing, shape)
         model_reads = traffic.total("requested") if traffic else nan
         # without a kernel-by-kernel traffic (an unfused step, or a fused row whose tiles are unknown) each
         # line is taken as streamed once: at the near slice, and again at the far one for the half homed
@@ -192,7 +206,7 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict |
         spills = getattr(r, "local_load_bytes", nan) + getattr(r, "local_store_bytes", nan)
         rows.append({
             **{k: v for k, v in r._asdict().items() if k not in ("launches", "grids")},
-            "query_tile": tile[0], "key_tile": tile[1], "kv_splits": splits,
+            "path": path, "query_tile": tile[0], "key_tile": tile[1], "kv_splits": splits,
             "dram_bytes": measured_dram, "model_dram_bytes": model_dram,
             "dram_ratio": measured_dram / model_dram if model_dram else nan,
             "flops": cost.flops,  # the row's FLOPs by the cost model's convention, as in results.parquet
@@ -236,7 +250,7 @@ def write_validation(folder: Path | str, meta: dict) -> pd.DataFrame:
     roofs = Roofs.from_meta(meta)
     rows = [capture_row(r.impl, costing_for(r.impl, meta), Shape.from_row(r), r.step, roofs,
                          timing=Timing(*[r.gpu_time_ns / 1e6] * 3), status="ok",  # ncu's one profiled run
-                         message="time: ncu gpu__time_duration of one run")
+                         message="time: ncu gpu__time_duration of one run", path=r.path)  # the kernels ncu saw
             for r in table.itertuples()]
     Capture(folder).write_results(to_frame(rows))
     return table
