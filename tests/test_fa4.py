@@ -41,6 +41,8 @@ ROUND21_KERNELS = "82949889d96a6d0e37215fdf96be9d07bc41c1d3a2746cd8abec5d11f777f
 ROUND20_GRIDS = tuple(f"perf-h100/gluon_fwd_round20/peers_grid{i}" for i in (1, 2, 3))
 # profiler.measure.meta.sources_sha256 at 5b978bd, the kernels of round 26's H200 grids
 ROUND26_KERNELS = "47b2afb43ef69e6f0d1aa9e5756a72298b63ced426d88c06e4ff018693da91f7"
+# and at 422ff4f, round 27's (the same compiled kernels: what changed in kernels/ since 5b978bd is host code)
+ROUND27_KERNELS = "3703570882ab8984d92728396791cdbe27562eebf8dd7d97ab2db423f670ed56"
 
 FP16_ROUNDING = 2.0**-11  # unit roundoff of fp16: the stand-in's fp64 result rounded once to the input dtype
 MISSING = ("fa4 needs the flash-attn-4 package (pip install 'attention-roofline[fa4]'): "
@@ -491,3 +493,81 @@ def test_the_results_page_quotes_the_power_capped_probe():
             f"N 4096, 8192 and 16384 and {ratio[64, 8192]:.3f}x for causal head_dim 64 at N 8192") in readme
     assert all(row["causal"] for row in rows) and min(watts) > 650 and max(clocks) < 1900  # each one power-capped
     assert "hold the board at about its 700 W limit" in readme
+
+
+def test_round_27s_h200_grids_and_the_results_page_quotes_them():
+    """reports/perf-h200/peers_round27: the forward grid again on an H200 (all 40 shapes) and the backward's head_dim
+    128 and grouped-query parts (24), on the kernels of 422ff4f; docs/results.md's figures (each grid alone, each
+    shape's median over rounds 26 and 27, the moves between them, the one forward shape under 0.97x and its rounds'
+    spread) are the captures' own."""
+    page = " ".join((ROOT / "docs" / "results.md").read_text().split())
+    folder = ROOT / "reports" / "perf-h200" / "peers_round27"
+    shape = ["dtype", "head_dim", "causal", "batch", "heads", "kv_heads", "seq_q"]
+    alone, medians, moved, spreads, both = {}, {}, {}, {}, {}
+    for mode, shapes in (("fwd", 40), ("bwd", 24)):
+        meta, frame = load_capture(folder / f"{mode}_grid2")
+        assert meta["device"] == "NVIDIA H200" and meta["rounds"] == 3 and meta["kernels_sha256"] == ROUND27_KERNELS
+        assert all(run["kernels_sha256"] == ROUND27_KERNELS for run in meta["earlier_runs"])
+        frame = frame[frame.step == "total"]
+        assert (frame.status == "ok").all() and set(frame["mode"]) == {mode} and len(frame) == 3 * shapes
+        times = frame.pivot_table(index=shape, columns="impl", values="time_ms")
+        _, old = load_capture(ROOT / "reports" / f"fa4-peers-h200-{mode}")
+        old = old[old.step == "total"].pivot_table(index=shape, columns="impl", values="time_ms")
+        fa4 = pd.DataFrame({26: old.fa4 / old.triton_flash, 27: times.fa4 / times.triton_flash}).dropna()
+        cudnn = pd.DataFrame({26: old.sdpa_cudnn / old.triton_flash,
+                              27: times.sdpa_cudnn / times.triton_flash}).dropna()
+        assert len(fa4) == shapes
+        alone[mode], both[mode] = (fa4[27], cudnn[27]), fa4
+        medians[mode] = fa4.median(axis=1), cudnn.median(axis=1)
+        moved[mode] = (fa4.max(axis=1) / fa4.min(axis=1) - 1).max()
+        spreads[mode] = frame.set_index(shape).groupby("impl").round_spread
+        if mode == "bwd":
+            rest = old.index.difference(times.index)
+            assert set(rest.get_level_values("head_dim")) == {64} and len(rest) == 16
+            only26 = (old.fa4 / old.triton_flash).loc[rest], (old.sdpa_cudnn / old.triton_flash).loc[rest]
+
+    def span(ratio):
+        return f"{ratio.min():.2f}x to {ratio.max():.2f}x"
+
+    (ffa4, fcud), (bfa4, bcud) = alone["fwd"], alone["bwd"]
+    assert (f"Alone, its forward grid runs at {span(ffa4)} FA4 (at or above it on {(ffa4 >= 1).sum()} of 40 shapes, "
+            f"the lowest {ffa4.min():.4f}x) and {span(fcud)} cuDNN, and its backward at {span(bfa4)} FA4 (the lowest "
+            f"{bfa4.min():.4f}x) and {span(bcud)} cuDNN") in page
+    (fm, fc), (bm, bc) = medians["fwd"], medians["bwd"]
+    assert (fm >= 0.97).all() and (fc >= 1).all() and (bm >= 0.90).all() and (bc >= 1).all()
+    assert (f"forward {(fm >= 0.97).sum()} of 40 (the lowest {fm.min():.3f}x FA4, {fc.min():.3f}x cuDNN), backward "
+            f"{(bm >= 0.9).sum()} of 24 ({bm.min():.3f}x FA4, {bc.min():.3f}x cuDNN); the 16 backward shapes in round "
+            f"26 alone are head_dim 64's, the lowest {only26[0].min():.3f}x FA4 and "
+            f"{only26[1].min():.3f}x cuDNN") in page
+    assert (f"ours/FA4 moved by up to {moved['fwd']:.1%} forward and {moved['bwd']:.1%} backward") in page
+    under = ffa4[ffa4 < 0.97]
+    assert len(under) == 1
+    _, old = load_capture(ROOT / "reports" / "fa4-peers-h200-fwd")
+    before = old[old.step == "total"].set_index(shape).groupby("impl").round_spread
+    ours = [f"{g.get_group('triton_flash').loc[under.index[0]]:.1%}" for g in (before, spreads["fwd"])]
+    theirs = [f"{g.get_group('fa4').loc[under.index[0]]:.1%}" for g in (before, spreads["fwd"])]
+    assert ours[0] == ours[1]
+    assert (f"(0.966x, {both['fwd'][26].loc[under.index[0]]:.3f}x in round 26), is one where our "
+            f"own three rounds differed by {ours[0]} in both grids, against FA4's {theirs[0]} and {theirs[1]}") in page
+    assert f"{under.iloc[0]:.3f}" == "0.966"
+
+
+def test_perf_notes_round_27_quotes_medians_as_it_prints_them(capsys):
+    """docs/perf-notes.md, round 27: the lines of `medians` over rounds 26's and 27's grids are what the command prints
+    from the shipped captures, and the validation figures are reports/validate-h200-split-tail's."""
+    notes = (ROOT / "docs" / "perf-notes.md").read_text()
+    notes = notes[notes.index("## Peers grids on an H200, round 27"):]
+    for mode, target in (("fwd", "0.97"), ("bwd", "0.90")):
+        capsys.readouterr()
+        args = [f"reports/fa4-peers-h200-{mode}", f"reports/perf-h200/peers_round27/{mode}_grid2"]
+        assert main(["medians", *[str(ROOT / a) for a in args], "--target", f"fa4={target}"]) == 0
+        printed = [line.strip() for line in capsys.readouterr().out.splitlines() if line.strip()]
+        assert f"python -m profiler medians {' '.join(args)} --target fa4={target}" in notes
+        assert len(printed) == {"fwd": 3, "bwd": 5}[mode]
+        assert [line for line in printed if line not in notes] == []
+    validation = pd.read_parquet(ROOT / "reports" / "validate-h200-split-tail" / "validation.parquet")
+    ours = validation[validation.impl == "triton_flash"].set_index("seq_q")
+    assert (f"Our DRAM bytes against the model: {ours.dram_ratio[4096]:.3f} at N 4096 and {ours.dram_ratio[8192]:.3f} "
+            "at N 8192") in " ".join(notes.split())
+    coalesced = validation.l2_lts_read_bytes / validation.l2_sm_read_bytes
+    assert (f"reads {coalesced.min():.2f} to {coalesced.max():.2f} against the model's") in " ".join(notes.split())
