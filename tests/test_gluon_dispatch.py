@@ -887,47 +887,116 @@ class _Recorded:
         self.launches.append((key, grid, args, constexprs, options))
 
 
+def _bound(kernel, args: tuple, constexprs: dict) -> dict:
+    """A recorded launch's arguments by the kernel's parameter names, after checking it names each parameter once:
+    positionally, then as constexprs."""
+    names = kernel.arg_names
+    assert len(args) + len(constexprs) == len(names) and set(constexprs) == set(names[len(args):])
+    return {**dict(zip(names, args)), **constexprs}
+
+
+# An H100's (and an H200's) SMs and L2 as torch.cuda.get_device_properties gives them, for host code on the CPU
+_FAKE_SM90 = type("Props", (), {"multi_processor_count": 132, "L2_cache_size": 50 * 2 ** 20})()
+
+
 @pytest.mark.parametrize("cached", [True, False], ids=["launch-cache", "no-launch-cache"])
-@pytest.mark.parametrize("shape, kv_heads, causal, cuts", [
-    ((1, 2, 300, 128), 2, False, False),  # one short wave, N not a multiple of the tile
-    ((1, 2, 300, 64), 2, True, False),
-    ((1, 4, 1, 128), 2, False, False),  # N = 1, grouped
-    ((4, 16, 8192, 128), 16, False, True),  # 256 tiles on 132 SMs: the default cuts the last wave (split_tail)
+@pytest.mark.parametrize("shape, kv_heads, seq_kv, causal, dtype, cuts", [
+    ((1, 2, 300, 128), 2, 520, False, torch.bfloat16, False),  # one short wave, Nq and Nkv not multiples of the tiles
+    ((1, 2, 300, 64), 2, 300, True, torch.float16, False),
+    ((1, 4, 1, 128), 2, 77, False, torch.bfloat16, False),  # Nq = 1, grouped
+    ((1, 2, 320, 128), 2, 320, False, hopper.FP8, False),  # e4m3, with its descales and V keys-contiguous
+    # 4 · 16 · 64 = 4096 tiles on 132 SMs, 31 whole waves and 4 tiles: the default cuts those 4 by keys (split_tail)
+    ((4, 16, 8192, 128), 16, 8192, False, torch.bfloat16, True),
 ])
-def test_the_forwards_host_side_binds_every_kernel_parameter_on_a_faked_h100(monkeypatch, shape, kv_heads, causal,
-                                                                              cuts, cached):
+def test_the_forwards_host_side_binds_every_kernel_parameter_on_a_faked_h100(monkeypatch, shape, kv_heads, seq_kv,
+                                                                              causal, dtype, cuts, cached):
     """hopper_forward up to its launches, on the CPU (an H100's 132 SMs and 50 MiB of L2 faked, the launches
-    recorded): each launch names every parameter of the Gluon kernel once, positionally or as a constexpr, and a
-    cut launches the whole tiles (programmatically dependent), the tail's chunks and the merge, as tail_cut says.
-    Round 27's first GPU grid found this path raising in every call (an unpacking one field short), which no CPU
-    test reached before."""
-    props = type("Props", (), {"multi_processor_count": 132, "L2_cache_size": 50 * 2 ** 20})()
-    monkeypatch.setattr(hopper, "cuda_properties", lambda index: props)
+    recorded): each launch names every parameter of the Gluon kernel once, positionally or as a constexpr, with the
+    shape's heads, lengths, tiles and cut; a cut launches the whole tiles (programmatically dependent), the tail's
+    chunks and the merge, as tail_cut says. Round 27's first GPU grid found this path raising in every call (an
+    unpacking one field short), which no CPU test reached before."""
+    monkeypatch.setattr(hopper, "cuda_properties", lambda index: _FAKE_SM90)
     monkeypatch.setattr(hopper, "_LAUNCHES", _Recorded(cached))
     monkeypatch.setattr(hopper, "_PLANS", hopper.Memo())
     merges = []
     monkeypatch.setattr(hopper.tail_combine, "combine", lambda *args: merges.append(args))
     batch, heads, seq, head_dim = shape
-    q = torch.zeros(shape, dtype=torch.bfloat16)
-    k = torch.zeros(batch, kv_heads, seq, head_dim, dtype=torch.bfloat16)
-    names = hopper._attn_fwd_hopper.arg_names
+    q = torch.zeros(shape).to(dtype)
+    k = torch.zeros(batch, kv_heads, seq_kv, head_dim).to(dtype)
+    fp8 = dtype == hopper.FP8
+    # fp8's V with its keys contiguous (kernels.flash_fwd_fp8.quantize_fp8's keys_contiguous)
+    v = torch.zeros(batch, kv_heads, head_dim, seq_kv).to(dtype).transpose(2, 3) if fp8 else k
+    descales = (torch.ones(batch, heads), torch.ones(batch, kv_heads), torch.ones(batch, kv_heads)) if fp8 else None
+    config = hopper.FP8_CONFIGS[head_dim, causal] if fp8 else hopper.default_config(head_dim, causal, seq, seq_kv)
+    m_blocks = -(-seq // config.block_m)
+    total = batch * heads * m_blocks
     for _ in range(2):  # the second call: the kept plan where the launch cache is on
         hopper._LAUNCHES.launches.clear()
         merges.clear()
-        o, lse = hopper.hopper_forward(q, k, k, causal, head_dim ** -0.5)
-        assert (o.shape, o.dtype, lse.shape, lse.dtype) == (q.shape, q.dtype, q.shape[:3], torch.float32)
-        launches = hopper._LAUNCHES.launches
-        for _, _, args, constexprs, options in launches:
-            assert list(names) == list(names[:len(args)]) + sorted(constexprs, key=names.index)
-            assert len(args) + len(constexprs) == len(names) and options["num_warps"] == 4
-        tail = hopper.tail_cut(q, k, causal, hopper.layout_key(q, k, k) if cached else None)
+        o, lse = hopper.hopper_forward(q, k, v, causal, head_dim ** -0.5, descales=descales)
+        assert (o.shape, lse.shape, lse.dtype) == (q.shape, q.shape[:3], torch.float32)
+        assert o.dtype == (torch.bfloat16 if fp8 else dtype)
+        tail = hopper.tail_cut(q, k, causal, hopper.layout_key(q, k, v) if cached else None)
         assert (tail is not None) == cuts and len(hopper._PLANS) == (1 if cached else 0)
-        (key, grid, _, constexprs, _), *chunks = launches
-        assert (key is not None) == cached and constexprs["PDL"] == cuts and not constexprs["CHUNKS"]
+        (key, grid, args, constexprs, options), *chunks = hopper._LAUNCHES.launches
+        bound = _bound(hopper._attn_fwd_hopper, args, constexprs)
+        assert (key is not None) == cached and options == {"num_warps": 4}
+        assert grid == ((min(total, 132),) if config.persistent else (total,))
+        assert (bound["heads"], bound["group"], bound["seq_q"], bound["seq_kv"]) == (heads, heads // kv_heads, seq,
+                                                                                     seq_kv)
+        assert (bound["m_blocks"], bound["total"], bound["HEAD_DIM"], bound["FP8"]) == (m_blocks, total, head_dim, fp8)
+        assert bound["CAUSAL"] == causal and bound["LSE"] is lse and not bound["CHUNKS"] and bound["PDL"] == cuts
         if not cuts:
-            assert not chunks and not merges
+            assert (bound["full"], bound["items"], bound["splits"], bound["chunk"]) == (total, total, 1, 1)
+            assert bound["O_PART"] is None and not chunks and not merges
             continue
-        assert grid == (132,) and len(merges) == 1
-        ((_, chunk_grid, _, chunk_constexprs, options),) = chunks
-        assert chunk_grid == (tail.tail * tail.splits,) and chunk_constexprs["CHUNKS"] and options["launch_pdl"]
-        assert merges[0][4].shape == (tail.tail, 3)  # the tail tiles' (batch, head, first row)
+        assert (bound["full"], bound["items"], bound["splits"], bound["chunk"]) == (
+            tail.full, tail.items, tail.splits, tail.chunk) == (4092, 4092 + 4 * 32, 32, 2)
+        assert bound["O_PART"].shape == (tail.tail * config.block_m * tail.splits, head_dim)
+        ((_, chunk_grid, chunk_args, chunk_constexprs, chunk_options),) = chunks
+        assert chunk_args is args and _bound(hopper._attn_fwd_hopper, chunk_args, chunk_constexprs)["CHUNKS"]
+        assert chunk_grid == (tail.tail * tail.splits,) and chunk_options == {"num_warps": 4, "launch_pdl": True}
+        (merge,) = merges
+        assert merge[0] is o and merge[1] is lse and merge[2] is bound["O_PART"]
+        assert merge[4].shape == (tail.tail, 3)  # the tail tiles' (batch, head, first row)
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["launch-cache", "no-launch-cache"])
+@pytest.mark.parametrize("shape, kv_heads, seq_kv, causal", [
+    ((1, 2, 300, 128), 2, 520, False),  # Nq and Nkv not multiples of the tiles
+    ((1, 4, 1, 64), 2, 1, True),  # N = 1, grouped
+    ((2, 8, 1000, 64), 2, 1000, False),  # grouped, more key blocks than SMs
+])
+def test_the_backwards_host_side_binds_every_kernel_parameter_on_a_faked_h100(monkeypatch, shape, kv_heads, seq_kv,
+                                                                               causal, cached):
+    """hopper_backward up to its launches, on the CPU as the forward's test above: the logsumexp/delta pass, the
+    Gluon backward and the dQ conversion each name every parameter once, with the shape's heads, lengths, key
+    blocks and padded queries, and the gradients come back in their inputs' shapes."""
+    monkeypatch.setattr(bwd_hopper, "cuda_properties", lambda index: _FAKE_SM90)
+    recorders = {name: _Recorded(cached) for name in ("_BWD", "_DQ_CONVERT", "_STATS")}
+    for name, recorder in recorders.items():
+        monkeypatch.setattr(bwd_hopper, name, recorder)
+    monkeypatch.setattr(bwd_hopper, "_SCHEDULES", bwd_hopper.Memo())
+    batch, heads, seq, head_dim = shape
+    q = torch.zeros(shape, dtype=torch.bfloat16)
+    k = torch.zeros(batch, kv_heads, seq_kv, head_dim, dtype=torch.bfloat16)
+    lse = torch.zeros(shape[:3])
+    config = bwd_hopper.default_config(head_dim, causal, seq, heads // kv_heads)
+    q_pad = -(-seq // config.block_m) * config.block_m
+    n_blocks = -(-seq_kv // config.block_n)
+    dq, dk, dv = bwd_hopper.hopper_backward(q, q, k, k, q, lse, causal, head_dim ** -0.5)
+    assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, k.shape)
+    ((key, grid, args, constexprs, options),) = recorders["_BWD"].launches
+    bound = _bound(bwd_hopper._attn_bwd_hopper, args, constexprs)
+    programs = n_blocks * batch * kv_heads
+    assert grid == ((min(programs, 132),) if config.persistent else (programs,)) and options == {"num_warps": 4}
+    assert (key is not None) == cached and bound["HEAD_DIM"] == head_dim and bound["CAUSAL"] == causal
+    assert (bound["heads"], bound["group"], bound["seq_q"], bound["seq_kv"], bound["q_pad"], bound["n_blocks"],
+            bound["bh_kv"]) == (heads, heads // kv_heads, seq, seq_kv, q_pad, n_blocks, batch * kv_heads)
+    ((_, grid, args, constexprs, _),) = recorders["_DQ_CONVERT"].launches
+    bound = _bound(bwd_hopper._dq_convert, args, constexprs)
+    assert grid == (q_pad // config.block_m, batch * heads) and bound["DQ"] is dq
+    assert (bound["heads"], bound["seq_q"], bound["q_pad"], bound["BLOCK"]) == (heads, seq, q_pad, config.block_m)
+    ((_, grid, args, constexprs, _),) = recorders["_STATS"].launches
+    bound = _bound(bwd_hopper._bwd_stats, args, constexprs)
+    assert grid == (q_pad // config.block_m, batch * heads) and bound["LSE"] is lse
