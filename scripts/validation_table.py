@@ -53,7 +53,7 @@ chunks' fp32 partials and their merge):
   per partition that reads it, half of every store and reduce-add: the partition factor, checked.
 
 Captures: `reports/validate-h200`, `validate-h200-n2048` (H200, forward), `validate-h200-split-tail` (H200, B4 H16
-head_dim 128 at N 4096 and 8192, where our forward cuts its last wave: a long grid), `validate-decode-h100`
+head_dim 128 at N 4096 and 8192, long grids; at 8192 our forward cuts its last wave), `validate-decode-h100`
 (H100), `reports/validate-h200-issue27/*` (H200: `fit-*` are the shapes the model's decode, GQA and
 coalescing numbers were read from, `unseen-*` shapes used for nothing else), and
 `reports/validate-h100-issue43/*` (H100: `unseen3-*` and `unseen4-*`, the newest kernels with their
@@ -61,7 +61,10 @@ defaults on shapes used for nothing else, `unseen4-*` with the local-memory coun
 and `unseen-portable*`, our portable forward under `ATTN_GLUON=0`; run by
 `scripts/perf_experiments/validate_h200.sh unseen3|unseen4|portable`). Reproduce one with its
 meta.json's `command`; re-derive the tables from the stored CSVs with
-`python -m profiler validate --rebuild FOLDER`. fp8 is not validated yet (`validate` takes fp16 and bf16).
+`python -m profiler validate --rebuild FOLDER`. fp8 is not validated yet (`validate` takes fp16 and bf16). A
+validation row's `path` is the one its kernels show (`gluon-ws`, `gluon-ws split-tail AxS`, `split-kv xS`, `tiled`);
+the captures of issues 27 and 43 were written before that column, and their `results.parquet` names `tiled` on
+the Gluon kernels' rows (a rebuild would also re-model their backward rows on today's tiles, which they did not run).
 
 """.format(dram=TARGETS["dram_ratio"], tensor=TARGETS["tensor_flops_ratio"], reads=TARGETS["l2_read_ratio"],
            l2=TARGETS["l2_ratio"])
@@ -98,14 +101,15 @@ EFFECTS = [
      "N = 4096), which the measured fraction does not; `lrc__lts2lrc_sectors_op_read` / "
      "`lrc__xbar2gpc_sectors_op_read` show it ({portable} over our portable forward's captures with them)"),
     (lambda r: r["mode"] == "fwd" and r.seq_q > 16 and r.missed == ["l2_ratio"] and r.l2_ratio > 1
-     and waves(r) >= LONG_GRID,
+     and waves(r) >= LONG_GRID and coalesced(r) > model_coalesced(r),
      "a long grid ({waves:.1f} waves of query tiles on the {sms} SMs, where the `fit-*` captures' fused forwards ran "
-     "{fit_waves}): the coalescer merged fewer of the SMs' concurrent reads of a sector than the fraction measured "
-     "on those short grids, as if the programs reading one head's K and V fell out of step over the waves: "
-     "`lrc__lts2lrc_sectors_op_read` / `lrc__xbar2gpc_sectors_op_read` is {fraction:.2f} here, the model's "
-     "{model_fraction:.2f}"),
+     "{fit_waves}): the L2 Request Coalescer merged fewer of the SMs' reads than the model, which took its share "
+     "from those captures: `lrc__lts2lrc_sectors_op_read` / `lrc__xbar2gpc_sectors_op_read` (the reads that reached "
+     "the slices) is {fraction:.2f} here and {model_fraction:.2f} in the model. Measured only where N and the waves "
+     "grow together (B and H fixed), so whether the share follows the grid's length (programs of a head falling out "
+     "of step) or the key loop's is not separated"),
 ]
-# Waves of query tiles from which a forward's grid counts as long (the `fit-*` captures ran at most 4)
+# Waves of query tiles from which a forward's grid counts as long: above every `fit-*` capture's (checked in spans)
 LONG_GRID = 8
 # The table's column names, which each row outside its target quotes
 COLUMN_NAMES = {"dram_ratio": "DRAM", "tensor_flops_ratio": "tensor FLOPs", "l2_read_ratio": "L2 reads requested",
@@ -126,12 +130,24 @@ def spans(tables: dict[str, pd.DataFrame]) -> dict[str, str]:
     fit = pd.concat([t for name, t in tables.items() if "/fit-" in f"/{name}"], ignore_index=True)
     fit = fit[(fit.step == "total") & (fit["mode"] == "fwd") & (fit.seq_q > 16) & (fit.query_tile > 0)]
     fit_waves = fit.apply(waves, axis=1)
+    assert fit_waves.max() < LONG_GRID, "a fit capture's grid is as long as those the long-grid effect explains"
     portable = rows[(rows.impl == "triton_flash") & (rows["mode"] == "fwd") & (rows.seq_q > 16)
                     & ~rows.kernel_names.str.contains("_hopper")]
     fraction = (portable.l2_lts_read_bytes / portable.l2_sm_read_bytes).dropna()
     return {"fa2_spills": f"{fa2.min():.0f}-{fa2.max():.0f} MB" if len(fa2) else "(no capture has the counter)",
             "portable": f"{fraction.min():.2f}-{fraction.max():.2f}" if len(fraction) else "(none measured)",
             "fit_waves": f"{fit_waves.min():.1f} to {fit_waves.max():.1f}" if len(fit_waves) else "(none)"}
+
+
+def coalesced(r) -> float:
+    """The share of the SMs' L2 reads that reached the slices after the coalescer (lrc__lts2lrc over lrc__xbar2gpc
+    sectors), NaN where the capture lacks the counters."""
+    return r.get("l2_lts_read_bytes", nan) / r.get("l2_sm_read_bytes", nan)
+
+
+def model_coalesced(r) -> float:
+    """That share as the model takes it (profiler.model.l2.slice_read_fraction)."""
+    return slice_read_fraction(r.impl, r.kernel_names, Shape.from_row(r))
 
 
 def waves(r) -> float:
@@ -162,11 +178,9 @@ def outliers(tables: dict[str, pd.DataFrame]) -> list[str]:
             why = next((text for test, text in EFFECTS if test(row)), "not explained yet")
             ratios = ", ".join(f"{COLUMN_NAMES[c]} {r[c]:.3f}" for c in missed)
             label = Shape.from_row(r).label
-            shape = Shape.from_row(r)
             lines.append(f"- {name}: {r.impl} {r.step} {label}: {ratios}. "
                          + why.format(spill=(spill if pd.notna(spill) else 0) / 1e6, sms=SMS, waves=waves(row),
-                                      fraction=r.get("l2_lts_read_bytes", nan) / r.get("l2_sm_read_bytes", nan),
-                                      model_fraction=slice_read_fraction(r.impl, r.kernel_names, shape), **quoted))
+                                      fraction=coalesced(row), model_fraction=model_coalesced(row), **quoted))
     return lines
 
 

@@ -134,14 +134,17 @@ def split_tail_of(kernels: list[str], grids: list[str], block_m: int) -> tuple[i
     return tiles, extent[1] // tiles
 
 
-def ran_path(costing, shape: Shape, kernel_names: str, tail: tuple[int, int] | None) -> str:
+def ran_path(costing, shape: Shape, kernel_names: str, tail: tuple[int, int] | None, splits: int) -> str:
     """The ``path`` a capture row of our fused kernels gets (profiler.model.cost.kernel_path), from the kernels Nsight
     Compute saw rather than from the shape: the sm_90 Gluon kernels' 'gluon-ws', with a forward's cut last wave as
-    'gluon-ws split-tail AxS' (profiler.model.fused.SPLIT_TAIL_PATH), else what the shape gives ('tiled', or the
-    split-KV plan's 'split-kv xS')."""
-    forward = backward = None
+    'gluon-ws split-tail AxS' (profiler.model.fused.SPLIT_TAIL_PATH), our split-KV decode's 'split-kv xS' with the
+    ``splits`` its grid had (:func:`kv_splits`), else the portable kernels' 'tiled'. A merge whose cut could not be
+    read (:func:`split_tail_of` raised; the row's model columns are NaN) leaves the row 'gluon-ws'."""
+    forward, backward = "tiled", None  # the portable forward's kernels, whatever the shape's split-KV plan says
     if "_attn_fwd_hopper" in kernel_names:
         forward = "gluon-ws" + (f" split-tail {tail[0]}x{tail[1]}" if tail else "")
+    elif "_decode_split" in kernel_names:
+        forward = f"split-kv x{splits}"
     if "_attn_bwd_hopper" in kernel_names:
         backward = "gluon-ws"
     return kernel_path(costing, shape, forward, backward)
@@ -192,7 +195,7 @@ def validation_table(kernels: pd.DataFrame, l2_bytes: float | None, meta: dict |
                                        kv_splits=splits, tail=tail))
             model_dram = traffic.dram_bytes(l2_bytes)
         nan = float("nan")
-        path = ran_path(costing, shape, r.kernel_names, tail) if fused else kernel_path(costing, shape)
+        path = ran_path(costing, shape, r.kernel_names, tail, splits) if fused else kernel_path(costing, shape)
         model_reads = traffic.total("requested") if traffic else nan
         # without a kernel-by-kernel traffic (an unfused step, or a fused row whose tiles are unknown) each
         # line is taken as streamed once: at the near slice, and again at the far one for the half homed
