@@ -95,8 +95,9 @@ def test_the_h200_rows_say_they_meet_issue_42s_targets_in_two_grids():
         grids[mode] = fa4, cudnn, fa4.median(axis=1), cudnn.median(axis=1)
     fa4, cudnn, median_fa4, median_cudnn = grids["fwd"]
     assert len(median_fa4) == 40 and (median_fa4 >= 0.97).all() and (median_cudnn >= 1).all()
-    assert (f"Each shape's median over the two forward grids is at or above 0.97x FA4 on 40 of 40 (the lowest "
-            f"{median_fa4.min():.3f}x) and 1.00x cuDNN (the lowest {median_cudnn.min():.3f}x)") in text
+    assert ((fa4.mean(axis=1) - median_fa4).abs() < 1e-12).all()  # of two, the median is the mean
+    assert (f"Each shape's median over the two forward grids (with two, their mean) is at or above 0.97x FA4 on 40 of "
+            f"40 (the lowest {median_fa4.min():.3f}x) and 1.00x cuDNN (the lowest {median_cudnn.min():.3f}x)") in text
     b_fa4, b_cudnn, b_median_fa4, b_median_cudnn = grids["bwd"]
     _, round26_bwd = peer_times("fa4-peers-h200-bwd", "bwd")
     left_out = round26_bwd.index.difference(b_fa4.index)
@@ -112,7 +113,8 @@ def test_the_h200_rows_say_they_meet_issue_42s_targets_in_two_grids():
     assert len(alone) == 1 and (fa4[0] >= 0.97).all()
     assert (f"A shape's ours/FA4 moved by up to {moved.max():.1%} between the two forward grids, so one grid alone can "
             f"put a shape under 0.97x: round 27's had {shape_phrase(alone.index[0])}, at {alone.iloc[0]:.3f}x "
-            f"({fa4[0][alone.index[0]]:.3f}x in round 26)") in text
+            f"({fa4[0][alone.index[0]]:.3f}x in round 26). Issue 42 stays open until head_dim 64's backward shapes "
+            "have their second grid") in text
     _, old = load_capture(REPORTS / "fa4-peers-h200")
     old = old[old.step == "total"]
     assert pd.Timestamp(json.loads((REPORTS / "fa4-peers-h200" / "meta.json").read_text())["time"]).date() == \
