@@ -504,6 +504,7 @@ def test_round_27s_h200_grids_and_the_results_page_quotes_them():
     folder = ROOT / "reports" / "perf-h200" / "peers_round27"
     shape = ["dtype", "head_dim", "causal", "batch", "heads", "kv_heads", "seq_q"]
     alone, medians, moved, spreads, both = {}, {}, {}, {}, {}
+    folder_of = {mode: folder / f"{mode}_grid2" for mode in ("fwd", "bwd")}
     for mode, shapes in (("fwd", 40), ("bwd", 24)):
         meta, frame = load_capture(folder / f"{mode}_grid2")
         assert meta["device"] == "NVIDIA H200" and meta["rounds"] == 3 and meta["kernels_sha256"] == ROUND27_KERNELS
@@ -552,6 +553,14 @@ def test_round_27s_h200_grids_and_the_results_page_quotes_them():
     assert (f"(0.966x, {both['fwd'][26].loc[under.index[0]]:.3f}x in round 26), is one where our "
             f"own three rounds differed by {ours[0]} in both grids, against FA4's {theirs[0]} and {theirs[1]}") in page
     assert f"{under.iloc[0]:.3f}" == "0.966"
+    clocks = []
+    for mode in ("fwd", "bwd"):
+        for folder in (ROOT / "reports" / f"fa4-peers-h200-{mode}", folder_of[mode]):
+            frame = load_capture(folder)[1]
+            median = frame[frame.step == "total"].groupby("impl").sm_clock_mhz.median()
+            clocks.append(f"{median.triton_flash / median.fa4:.3f}x")
+    assert (f"our median row's SM clock was {clocks[0]} and {clocks[1]} FA4's in the two forward grids and {clocks[2]} "
+            f"and {clocks[3]} in the backward ones") in page
 
 
 def test_perf_notes_round_27_quotes_medians_as_it_prints_them(capsys):

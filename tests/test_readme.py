@@ -97,7 +97,8 @@ def test_the_h200_rows_say_they_meet_issue_42s_targets_in_two_grids():
     assert len(median_fa4) == 40 and (median_fa4 >= 0.97).all() and (median_cudnn >= 1).all()
     assert ((fa4.mean(axis=1) - median_fa4).abs() < 1e-12).all()  # of two, the median is the mean
     assert (f"Each shape's median over the two forward grids (with two, their mean) is at or above 0.97x FA4 on 40 of "
-            f"40 (the lowest {median_fa4.min():.3f}x) and 1.00x cuDNN (the lowest {median_cudnn.min():.3f}x)") in text
+            f"40 (the lowest {median_fa4.min():.3f}x, {median_fa4.min() / 0.97 - 1:.1%} above the target) and 1.00x "
+            f"cuDNN (the lowest {median_cudnn.min():.3f}x)") in text
     b_fa4, b_cudnn, b_median_fa4, b_median_cudnn = grids["bwd"]
     _, round26_bwd = peer_times("fa4-peers-h200-bwd", "bwd")
     left_out = round26_bwd.index.difference(b_fa4.index)
@@ -111,10 +112,11 @@ def test_the_h200_rows_say_they_meet_issue_42s_targets_in_two_grids():
     moved = fa4.max(axis=1) / fa4.min(axis=1) - 1
     alone = fa4[1][fa4[1] < 0.97]
     assert len(alone) == 1 and (fa4[0] >= 0.97).all()
-    assert (f"A shape's ours/FA4 moved by up to {moved.max():.1%} between the two forward grids, so one grid alone can "
-            f"put a shape under 0.97x: round 27's had {shape_phrase(alone.index[0])}, at {alone.iloc[0]:.3f}x "
-            f"({fa4[0][alone.index[0]]:.3f}x in round 26). Issue 42 stays open until head_dim 64's backward shapes "
-            "have their second grid") in text
+    assert moved.max() > median_fa4.min() / 0.97 - 1
+    assert (f"Between the two forward grids a shape's ours/FA4 moved by up to {moved.max():.1%}, more than that "
+            f"margin, and one grid alone can put a shape under 0.97x: round 27's had "
+            f"{shape_phrase(alone.index[0])}, at {alone.iloc[0]:.3f}x ({fa4[0][alone.index[0]]:.3f}x in round 26). "
+            "Issue 42 stays open until head_dim 64's backward shapes have their second grid") in text
     _, old = load_capture(REPORTS / "fa4-peers-h200")
     old = old[old.step == "total"]
     assert pd.Timestamp(json.loads((REPORTS / "fa4-peers-h200" / "meta.json").read_text())["time"]).date() == \

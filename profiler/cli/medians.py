@@ -15,12 +15,13 @@ HELP = "each shape's median ratio over several captures of one grid (no GPU)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("captures", nargs="+", help="two or more capture folders of the same shapes")
+    p.add_argument("captures", nargs="+", help="two or more capture folders of one grid; a shape missing from one is "
+                                              "left out, and the output says how many")
     p.add_argument("--baseline", default="triton_flash", help="the implementation the ratios are of "
                                                                "(default: triton_flash)")
     p.add_argument("--target", action="append", default=[], metavar="PEER=RATIO",
-                   help="count the shapes whose median baseline/PEER is at or above RATIO (default 1.0 for every "
-                        "peer); repeat for several peers, e.g. --target fa4=0.97")
+                   help="count the shapes whose median speed over PEER (PEER's time / the baseline's) is at or "
+                        "above RATIO (default 1.0 for every peer); repeat for several peers, e.g. --target fa4=0.97")
 
 
 def parse_targets(values: list[str]) -> dict[str, float]:
