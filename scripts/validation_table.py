@@ -133,7 +133,7 @@ def spans(tables: dict[str, pd.DataFrame]) -> dict[str, str]:
     assert fit_waves.max() < LONG_GRID, "a fit capture's grid is as long as those the long-grid effect explains"
     portable = rows[(rows.impl == "triton_flash") & (rows["mode"] == "fwd") & (rows.seq_q > 16)
                     & ~rows.kernel_names.str.contains("_hopper")]
-    fraction = (portable.l2_lts_read_bytes / portable.l2_sm_read_bytes).dropna()
+    fraction = portable.apply(coalesced, axis=1).dropna() if len(portable) else pd.Series(dtype=float)
     return {"fa2_spills": f"{fa2.min():.0f}-{fa2.max():.0f} MB" if len(fa2) else "(no capture has the counter)",
             "portable": f"{fraction.min():.2f}-{fraction.max():.2f}" if len(fraction) else "(none measured)",
             "fit_waves": f"{fit_waves.min():.1f} to {fit_waves.max():.1f}" if len(fit_waves) else "(none)"}

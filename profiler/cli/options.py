@@ -53,20 +53,23 @@ def choice_list(allowed: tuple[str, ...]):
     return parse
 
 
+# --causal's words and the masks each stands for
+_CAUSAL = {"true": [True], "false": [False], "both": [False, True], "yes": [True], "no": [False]}
+
+
 def causal_list(text: str) -> list[bool]:
-    options = {"true": [True], "false": [False], "both": [False, True], "yes": [True], "no": [False]}
-    if text.lower() not in options:
+    if text.lower() not in _CAUSAL:
         raise argparse.ArgumentTypeError(f"'{text}': allowed values are true, false, both")
-    return options[text.lower()]
+    return _CAUSAL[text.lower()]
 
 
 def causal_one(text: str) -> bool:
     """--causal of a command that takes one shape (``model``): a bare flag, or true/false as the others take it."""
-    options = {"true": True, "false": False, "yes": True, "no": False}
-    if text.lower() not in options:
+    masks = _CAUSAL.get(text.lower(), [])
+    if len(masks) != 1:
         raise argparse.ArgumentTypeError(f"'{text}': allowed values are true and false (one shape; 'both' is for the "
                                          "commands that take lists)")
-    return options[text.lower()]
+    return masks[0]
 
 
 class Everything(list):
