@@ -495,6 +495,19 @@ def test_the_results_page_quotes_the_power_capped_probe():
     assert "hold the board at about its 700 W limit" in readme
 
 
+# A peers grid's shape, the grouped-query rows told apart by their heads
+GRID_SHAPE = ["dtype", "head_dim", "causal", "batch", "heads", "kv_heads", "seq_q"]
+
+
+def _peer_ratios(folder: Path):
+    """A peers capture's meta, its total rows, and ours against FA4 and against cuDNN (the peer's time over ours) by
+    :data:`GRID_SHAPE`."""
+    meta, frame = load_capture(folder)
+    frame = frame[frame.step == "total"]
+    times = frame.pivot_table(index=GRID_SHAPE, columns="impl", values="time_ms")
+    return meta, frame, times.fa4 / times.triton_flash, times.sdpa_cudnn / times.triton_flash
+
+
 def test_round_27s_h200_grids_and_the_results_page_quotes_them():
     """reports/perf-h200/peers_round27: the forward grid again on an H200 (all 40 shapes) and the backward's head_dim
     128 and grouped-query parts (24), on the kernels of 422ff4f; docs/results.md's figures (each grid alone, each
@@ -502,30 +515,25 @@ def test_round_27s_h200_grids_and_the_results_page_quotes_them():
     spread) are the captures' own."""
     page = " ".join((ROOT / "docs" / "results.md").read_text().split())
     folder = ROOT / "reports" / "perf-h200" / "peers_round27"
-    shape = ["dtype", "head_dim", "causal", "batch", "heads", "kv_heads", "seq_q"]
-    alone, medians, moved, spreads, both = {}, {}, {}, {}, {}
-    folder_of = {mode: folder / f"{mode}_grid2" for mode in ("fwd", "bwd")}
+    alone, medians, moved, spreads, both, frames = {}, {}, {}, {}, {}, {}
     for mode, shapes in (("fwd", 40), ("bwd", 24)):
-        meta, frame = load_capture(folder / f"{mode}_grid2")
+        meta, frame, fa4_27, cudnn_27 = _peer_ratios(folder / f"{mode}_grid2")
         assert meta["device"] == "NVIDIA H200" and meta["rounds"] == 3 and meta["kernels_sha256"] == ROUND27_KERNELS
         assert all(run["kernels_sha256"] == ROUND27_KERNELS for run in meta["earlier_runs"])
-        frame = frame[frame.step == "total"]
         assert (frame.status == "ok").all() and set(frame["mode"]) == {mode} and len(frame) == 3 * shapes
-        times = frame.pivot_table(index=shape, columns="impl", values="time_ms")
-        _, old = load_capture(ROOT / "reports" / f"fa4-peers-h200-{mode}")
-        old = old[old.step == "total"].pivot_table(index=shape, columns="impl", values="time_ms")
-        fa4 = pd.DataFrame({26: old.fa4 / old.triton_flash, 27: times.fa4 / times.triton_flash}).dropna()
-        cudnn = pd.DataFrame({26: old.sdpa_cudnn / old.triton_flash,
-                              27: times.sdpa_cudnn / times.triton_flash}).dropna()
+        _, old_frame, fa4_26, cudnn_26 = _peer_ratios(ROOT / "reports" / f"fa4-peers-h200-{mode}")
+        frames[mode] = old_frame, frame
+        fa4 = pd.DataFrame({26: fa4_26, 27: fa4_27}).dropna()
+        cudnn = pd.DataFrame({26: cudnn_26, 27: cudnn_27}).dropna()
         assert len(fa4) == shapes
         alone[mode], both[mode] = (fa4[27], cudnn[27]), fa4
         medians[mode] = fa4.median(axis=1), cudnn.median(axis=1)
         moved[mode] = (fa4.max(axis=1) / fa4.min(axis=1) - 1).max()
-        spreads[mode] = frame.set_index(shape).groupby("impl").round_spread
+        spreads[mode] = frame.set_index(GRID_SHAPE).groupby("impl").round_spread
         if mode == "bwd":
-            rest = old.index.difference(times.index)
+            rest = fa4_26.index.difference(fa4_27.index)
             assert set(rest.get_level_values("head_dim")) == {64} and len(rest) == 16
-            only26 = (old.fa4 / old.triton_flash).loc[rest], (old.sdpa_cudnn / old.triton_flash).loc[rest]
+            only26 = fa4_26.loc[rest], cudnn_26.loc[rest]
 
     def span(ratio):
         return f"{ratio.min():.2f}x to {ratio.max():.2f}x"
@@ -545,8 +553,7 @@ def test_round_27s_h200_grids_and_the_results_page_quotes_them():
     assert (f"ours/FA4 moved by up to {moved['fwd']:.1%} forward and {moved['bwd']:.1%} backward") in page
     under = ffa4[ffa4 < 0.97]
     assert len(under) == 1
-    _, old = load_capture(ROOT / "reports" / "fa4-peers-h200-fwd")
-    before = old[old.step == "total"].set_index(shape).groupby("impl").round_spread
+    before = frames["fwd"][0].set_index(GRID_SHAPE).groupby("impl").round_spread
     ours = [f"{g.get_group('triton_flash').loc[under.index[0]]:.1%}" for g in (before, spreads["fwd"])]
     theirs = [f"{g.get_group('fa4').loc[under.index[0]]:.1%}" for g in (before, spreads["fwd"])]
     assert ours[0] == ours[1]
@@ -555,9 +562,8 @@ def test_round_27s_h200_grids_and_the_results_page_quotes_them():
     assert f"{under.iloc[0]:.3f}" == "0.966"
     clocks = []
     for mode in ("fwd", "bwd"):
-        for folder in (ROOT / "reports" / f"fa4-peers-h200-{mode}", folder_of[mode]):
-            frame = load_capture(folder)[1]
-            median = frame[frame.step == "total"].groupby("impl").sm_clock_mhz.median()
+        for frame in frames[mode]:
+            median = frame.groupby("impl").sm_clock_mhz.median()
             clocks.append(f"{median.triton_flash / median.fa4:.3f}x")
     assert (f"our median row's SM clock was {clocks[0]} and {clocks[1]} FA4's in the two forward grids and {clocks[2]} "
             f"and {clocks[3]} in the backward ones") in page
@@ -589,25 +595,18 @@ def test_perf_notes_round_27s_figures_are_the_captures():
     26 ratio, the cut rows, head_dim 64's margins in round 26 alone, and the long-grid validation figures."""
     notes = " ".join((ROOT / "docs" / "perf-notes.md").read_text().split())
     notes = notes[notes.index("## Peers grids on an H200, round 27"):]
-    shape = ["dtype", "head_dim", "causal", "batch", "heads", "kv_heads", "seq_q"]
-
-    def grid(folder):
-        _, frame = load_capture(ROOT / "reports" / folder)
-        frame = frame[frame.step == "total"]
-        times = frame.pivot_table(index=shape, columns="impl", values="time_ms")
-        return frame, times.fa4 / times.triton_flash, times.sdpa_cudnn / times.triton_flash
-
-    frame, fwd, _ = grid("perf-h200/peers_round27/fwd_grid2")
-    _, fwd26, _ = grid("fa4-peers-h200-fwd")
-    _, bwd, bwd_cudnn = grid("perf-h200/peers_round27/bwd_grid2")
-    _, bwd26, bwd26_cudnn = grid("fa4-peers-h200-bwd")
+    reports = ROOT / "reports"
+    _, frame, fwd, _ = _peer_ratios(reports / "perf-h200/peers_round27/fwd_grid2")
+    _, _, fwd26, _ = _peer_ratios(reports / "fa4-peers-h200-fwd")
+    _, _, bwd, bwd_cudnn = _peer_ratios(reports / "perf-h200/peers_round27/bwd_grid2")
+    _, _, bwd26, bwd26_cudnn = _peer_ratios(reports / "fa4-peers-h200-bwd")
     assert (f"Its 24 shapes: {bwd.min():.4f}x to {bwd.max():.4f}x FA4, {bwd_cudnn.min():.3f}x to "
             f"{bwd_cudnn.max():.3f}x cuDNN") in notes
     assert bwd.idxmin() == bwd26.idxmin()
     assert f"The lowest shape is round 26's ({bwd26.min():.4f}x then, {bwd.min():.4f}x now)" in notes
     assert (f"The lowest, {fwd.min():.4f}x, is under 0.97x: fp16 head_dim 128 at N 4096, batch 8, not causal, "
             f"{fwd26[fwd.idxmin()]:.4f}x in round 26") in notes
-    cut = frame[(frame.impl == "triton_flash") & frame.path.str.contains("split-tail")].set_index(shape).index
+    cut = frame[(frame.impl == "triton_flash") & frame.path.str.contains("split-tail")].set_index(GRID_SHAPE).index
     assert len(cut) == 6 and f"The six cut rows (`gluon-ws split-tail 4x32`) ran at {fwd.loc[cut].min():.2f}x to " \
         f"{fwd.loc[cut].max():.2f}x FA4" in notes
     rest = bwd26.index.difference(bwd.index)
