@@ -72,7 +72,58 @@ def test_captures_of_other_kernels_or_switches_are_named():
     assert "note:" not in run_cli("medians", *GRIDS).stdout
 
 
+# Issue 42's H200 backward grids: round 26's whole, round 27's without head_dim 64 (24 of 40 shapes), round 28's whole
+H200_BACKWARD = [str(ROOT / "reports" / folder) for folder in (
+    "fa4-peers-h200-bwd", "perf-h200/peers_round27/bwd_grid2", "perf-h200/peers_round28/bwd_grid3")]
+
+
+def _ratios(folder: str, peer: str):
+    """Ours against ``peer`` (the peer's total time over ours) by shape in one capture, its ok rows only."""
+    from profiler.store import load_capture
+
+    _, frame = load_capture(Path(folder))
+    frame = frame[(frame.step == "total") & (frame.status == "ok")]
+    times = frame.pivot_table(index=["dtype", "head_dim", "causal", "batch", "heads", "kv_heads", "seq_q"],
+                              columns="impl", values="time_ms")
+    return times[peer] / times.triton_flash
+
+
+def test_min_captures_takes_each_shapes_median_over_the_captures_that_hold_it():
+    """With --min-captures 2, the 16 head_dim-64 shapes round 27 did not run get their median over rounds 26 and 28
+    (with two, the mean) and the other 24 over all three: one line covers the 40, says '2 to 3 captures', and each
+    shape below the target lists its captures with 'none' where one has no row. Without it those 16 are left out."""
+    import pandas as pd
+
+    out = run_cli("medians", *H200_BACKWARD, "--target", "fa4=0.93", "--min-captures", "2")
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    fa4 = pd.DataFrame({i: _ratios(folder, "fa4") for i, folder in enumerate(H200_BACKWARD)})
+    cudnn = pd.DataFrame({i: _ratios(folder, "sdpa_cudnn") for i, folder in enumerate(H200_BACKWARD)})
+    held = fa4.notna().sum(axis=1)
+    assert len(fa4) == 40 and (held[held == 2].index.get_level_values("head_dim") == 64).all()
+    assert (held == 2).sum() == 16 and (held == 3).sum() == 24 and fa4[1].isna().sum() == 16
+    median, cudnn_median = fa4.median(axis=1), cudnn.median(axis=1)
+    assert abs(median[held == 2] - fa4[held == 2][[0, 2]].mean(axis=1)).max() < 1e-12
+    moved = fa4.max(axis=1) / fa4.min(axis=1) - 1
+    assert (f"triton_flash/fa4, each shape's median of 2 to 3 captures: lowest {median.min():.3f}" in text
+            and f"highest {median.max():.3f}, {(median >= 0.93).sum()} of 40 at or above 0.93; the captures differ on "
+                f"a shape by up to {moved.max():.1%} (the median shape by {moved.median():.1%})" in text)
+    assert (f"triton_flash/sdpa_cudnn, each shape's median of 2 to 3 captures: lowest {cudnn_median.min():.3f}" in text
+            and f"{(cudnn_median >= 1).sum()} of 40 at or above 1;" in text and "left out" not in text)
+    below = median[median < 0.93]
+    assert text.count("below 0.93:") == len(below) and (below.index.get_level_values("head_dim") == 64).any()
+    for shape, value in below.items():
+        each = ", ".join("none" if v != v else f"{v:.3f}" for v in fa4.loc[shape])
+        assert f": {value:.3f} (captures: {each})" in text
+    assert any("none" in each for each in text.split("(captures: ")[1:])
+    every = " ".join(run_cli("medians", *H200_BACKWARD).stdout.split())
+    assert "median of 3 captures" in every and every.count("left out: 16 shapes without an ok row of both in every "
+                                                           "capture") == 2
+
+
 @pytest.mark.parametrize("args, message", [
+    ([*H200_BACKWARD, "--min-captures", "1"], "--min-captures 1: give a number from 2 to the 3 captures named"),
+    ([*H200_BACKWARD, "--min-captures", "4"], "--min-captures 4: give a number from 2 to the 3 captures named"),
     ([GRIDS[0]], "medians takes two or more capture folders of one grid; got 1"),
     ([GRIDS[0], GRIDS[0]], "a capture folder is named twice"),
     ([GRIDS[0], "no-such-folder"], "'no-such-folder' is not a capture folder"),

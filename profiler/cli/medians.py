@@ -16,12 +16,16 @@ HELP = "each shape's median ratio over several captures of one grid (no GPU)"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("captures", nargs="+", help="two or more capture folders of one grid; a shape missing from one is "
-                                              "left out, and the output says how many")
+                                              "left out (see --min-captures), and the output says how many")
     p.add_argument("--baseline", default="triton_flash", help="the implementation the ratios are of "
                                                                "(default: triton_flash)")
     p.add_argument("--target", action="append", default=[], metavar="PEER=RATIO",
                    help="count the shapes whose median speed over PEER (PEER's time / the baseline's) is at or "
                         "above RATIO (default 1.0 for every peer); repeat for several peers, e.g. --target fa4=0.97")
+    p.add_argument("--min-captures", type=int, default=None, metavar="K",
+                   help="take each shape's median over the captures that have an ok ratio of it, if at least K do "
+                        "(default: every capture), for grids run in parts: e.g. one grid whole and one without some "
+                        "shapes")
 
 
 def parse_targets(values: list[str]) -> dict[str, float]:
@@ -96,10 +100,15 @@ def run(args) -> int:
     if len(set(folders)) < len(folders):
         raise UsageError("a capture folder is named twice: give each run of the grid once")
     targets = parse_targets(args.target)
+    least = len(folders) if args.min_captures is None else args.min_captures
+    if not 2 <= least <= len(folders):
+        raise UsageError(f"--min-captures {args.min_captures}: give a number from 2 to the {len(folders)} captures "
+                         "named")
     every, metas = ratios_by_capture(folders, args.baseline)
     for line in what_differs(metas):
         console.print(line, soft_wrap=True)
-    ratios = {peer: table.dropna() for peer, table in every.items()}  # the shapes every capture has an ok ratio of
+    # the shapes at least `least` captures have an ok ratio of (every capture's, by default)
+    ratios = {peer: table[table.notna().sum(axis=1) >= least] for peer, table in every.items()}
     unknown = sorted(set(targets) - set(ratios))
     if unknown:
         raise UsageError(f"--target names {', '.join(unknown)}, which the captures do not all have; their peers: "
@@ -109,25 +118,32 @@ def run(args) -> int:
                          "of one grid (the same bench command)")
     for peer, table in ratios.items():
         if table.empty:
-            console.print(f"{args.baseline}/{peer}: no shape with an ok row in every capture")
+            console.print(f"{args.baseline}/{peer}: no shape with an ok row in {_captures(least, len(folders))}")
             continue
-        median = table.median(axis=1)
+        median = table.median(axis=1)  # over each shape's ok ratios: NaN where a capture has none are skipped
         moved = table.max(axis=1) / table.min(axis=1) - 1
+        counts = sorted(set(table.notna().sum(axis=1)))
+        of = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
         target = targets.get(peer, 1.0)
         worst = median.idxmin()
         shape = dict(zip(median.index.names, worst))
         console.print(
-            f"{args.baseline}/{peer}, each shape's median of {table.shape[1]} captures: lowest {median.min():.3f} "
+            f"{args.baseline}/{peer}, each shape's median of {of} captures: lowest {median.min():.3f} "
             f"({shape_words(shape, heads=True)}), highest {median.max():.3f}, "
             f"{int((median >= target).sum())} of {len(median)} at or above {fmt(target, 'g')}; the captures differ on "
             f"a shape by up to {moved.max():.1%} (the median shape by {moved.median():.1%})", soft_wrap=True)
         left_out = len(every[peer]) - len(table)
         if left_out:
             console.print(f"  left out: {left_out} shape{'s' if left_out > 1 else ''} without an ok row of both in "
-                          "every capture", soft_wrap=True)
+                          f"{_captures(least, len(folders))}", soft_wrap=True)
         for key, value in median[median < target].sort_values().items():
             shape = dict(zip(median.index.names, key))
-            each = ", ".join(f"{v:.3f}" for v in table.loc[key])
+            each = ", ".join("none" if v != v else f"{v:.3f}" for v in table.loc[key])
             console.print(f"  below {fmt(target, 'g')}: {shape_words(shape, heads=True)}: {value:.3f} "
                           f"(captures: {each})", soft_wrap=True)
     return 0
+
+
+def _captures(least: int, of: int) -> str:
+    """'every capture', or 'at least K captures' where --min-captures asks fewer than all."""
+    return "every capture" if least == of else f"at least {least} captures"
