@@ -569,6 +569,115 @@ def test_round_27s_h200_grids_and_the_results_page_quotes_them():
             f"and {clocks[3]} in the backward ones") in page
 
 
+def test_round_28s_h200_grids_and_the_results_page_quotes_them():
+    """reports/perf-h200/peers_round28: both grids whole on an H200, on the tree of 542f73e (round 27's compiled
+    kernels); docs/results.md's figures (each grid alone, each shape's median over the grids that hold it, head_dim 64's
+    over rounds 26 and 28, the moves, and the one backward shape under 0.90x with its rows' clocks, which across the
+    six grids do not track ours/FA4) are the captures' own."""
+    import numpy as np
+
+    page = " ".join((ROOT / "docs" / "results.md").read_text().split())
+    page = page[page.index("Round 28 ran both grids whole"):]
+    fa4, cudnn, frames = {}, {}, {}
+    for mode in ("fwd", "bwd"):
+        grids = {26: ROOT / "reports" / f"fa4-peers-h200-{mode}",
+                 27: ROOT / "reports" / "perf-h200" / "peers_round27" / f"{mode}_grid2",
+                 28: ROOT / "reports" / "perf-h200" / "peers_round28" / f"{mode}_grid3"}
+        fa4[mode], cudnn[mode] = pd.DataFrame(), pd.DataFrame()
+        for grid, folder in grids.items():
+            meta, frame, fa4[mode][grid], cudnn[mode][grid] = _peer_ratios(folder)
+            frames[mode, grid] = frame
+        meta, frame = load_capture(grids[28])[0], frames[mode, 28]
+        assert meta["device"] == "NVIDIA H200" and meta["rounds"] == 3 and meta["git_revision"].startswith("542f73e")
+        assert meta["kernels_sha256"] == ROUND27_KERNELS and "corrections" not in meta
+        assert all(run["kernels_sha256"] == ROUND27_KERNELS for run in meta["earlier_runs"])
+        assert (frame.status == "ok").all() and set(frame["mode"]) == {mode} and len(frame) == 3 * 40
+
+    def span(ratio):
+        return f"{ratio.min():.2f}x to {ratio.max():.2f}x"
+
+    ffa4, fcud, bfa4, bcud = fa4["fwd"][28], cudnn["fwd"][28], fa4["bwd"][28], cudnn["bwd"][28]
+    assert ffa4.min() >= 0.97 and bfa4.min() < 0.90
+    assert (f"Alone, its forward grid runs at {ffa4.min():.3f}x to {ffa4.max():.2f}x FA4 (at or above it on "
+            f"{(ffa4 >= 1).sum()} of 40 shapes) and {span(fcud)} cuDNN, and its backward at {bfa4.min():.3f}x to "
+            f"{bfa4.max():.2f}x FA4 (the lowest {bfa4.min():.4f}x, under the 0.90x target) and {span(bcud)} "
+            "cuDNN") in page
+    median = {mode: (fa4[mode].median(axis=1), cudnn[mode].median(axis=1)) for mode in fa4}  # NaN skipped
+    (fm, fc), (bm, bc) = median["fwd"], median["bwd"]
+    assert (fm >= 0.97).all() and (fc >= 1).all() and (bm >= 0.90).all() and (bc >= 1).all()
+    assert fa4["fwd"].notna().all().all() and fa4["bwd"].notna().sum(axis=1).min() == 2
+    d64 = fa4["bwd"].index.get_level_values("head_dim") == 64
+    assert fa4["bwd"][27][d64].isna().all() and fa4["bwd"][27][~d64].notna().all()
+    assert (f"forward 40 of 40 (the lowest {fm.min():.3f}x FA4, {fc.min():.3f}x cuDNN), backward 40 of 40 "
+            f"({bm.min():.3f}x FA4, {bc.min():.3f}x cuDNN; head_dim 64's lowest {bm[d64].min():.3f}x FA4 and "
+            f"{bc[d64].min():.3f}x cuDNN over rounds 26 and 28)") in page
+    moved = {mode: (fa4[mode].max(axis=1) / fa4[mode].min(axis=1) - 1).max() for mode in fa4}
+    assert f"moved by up to {moved['fwd']:.1%} forward and {moved['bwd']:.1%} backward" in page
+    under = bfa4[bfa4 < 0.90]
+    assert len(under) == 1
+    shape = under.index[0]
+    clocks = {grid: frames["bwd", grid].pivot_table(index=GRID_SHAPE, columns="impl", values="sm_clock_mhz")
+              for grid in (26, 27, 28)}
+    ratio = clocks[28].triton_flash / clocks[28].fa4
+    lower = ratio[ratio < ratio[shape]]
+    assert len(lower) == 2 and (bfa4[lower.index] >= 0.90).all()
+    assert (f"(0.890x; {fa4['bwd'][26][shape]:.3f}x and {fa4['bwd'][27][shape]:.3f}x in rounds 26 and 27), had its "
+            f"rows timed at {clocks[28].triton_flash[shape]:.0f} MHz ours and {clocks[28].fa4[shape]:.0f} MHz FA4's by "
+            f"NVML ({ratio[shape]:.3f}x)") in page
+    assert f"two shapes of the same grid ran ours further below FA4's clock (to {lower.min():.3f}x)" in page
+    correlations = []
+    for frame in frames.values():
+        times = frame.pivot_table(index=GRID_SHAPE, columns="impl", values=["time_ms", "sm_clock_mhz"])
+        speed = times["time_ms"].fa4 / times["time_ms"].triton_flash
+        clock = times["sm_clock_mhz"].triton_flash / times["sm_clock_mhz"].fa4
+        correlations.append(np.corrcoef(np.log(speed), np.log(clock))[0, 1])
+    assert len(correlations) == 6 and max(abs(c) for c in correlations) < 0.5
+    assert (f"(the correlation of their logarithms is {min(correlations):.2f} to {max(correlations):.2f} over the six "
+            "grids)") in page
+
+
+def test_perf_notes_round_28_quotes_medians_as_it_prints_them_and_the_captures_figures(capsys):
+    """docs/perf-notes.md, round 28: the `medians` lines over the three grids of each direction (the backward's with
+    --min-captures 2) are what the command prints from the shipped captures, and the section's figures (the backward
+    shape under 0.90x, its rounds' spreads, head_dim 64's lowest alone and over rounds 26 and 28, the median shape, and
+    the margins the resolution quotes) are the captures' own."""
+    raw = (ROOT / "docs" / "perf-notes.md").read_text()
+    raw = raw[raw.index("## Peers grids on an H200, round 28"):]
+    notes = " ".join(raw.split())
+    grids = {mode: [f"reports/fa4-peers-h200-{mode}", f"reports/perf-h200/peers_round27/{mode}_grid2",
+                    f"reports/perf-h200/peers_round28/{mode}_grid3"] for mode in ("fwd", "bwd")}
+    for mode, extra, lines in (("bwd", ["--min-captures", "2", "--target", "fa4=0.90"], 3),
+                               ("fwd", ["--target", "fa4=0.97"], 3)):
+        capsys.readouterr()
+        assert main(["medians", *[str(ROOT / a) for a in grids[mode]], *extra]) == 0
+        printed = [line.strip() for line in capsys.readouterr().out.splitlines() if line.strip()]
+        assert f"python -m profiler medians {' '.join(grids[mode])} {' '.join(extra)}" in raw
+        assert len(printed) == lines and [line for line in printed if line not in raw] == []
+    ratios = {mode: [_peer_ratios(ROOT / folder) for folder in grids[mode]] for mode in grids}
+    fa4 = {mode: pd.DataFrame({i: r[2] for i, r in enumerate(ratios[mode])}) for mode in grids}
+    cudnn = {mode: pd.DataFrame({i: r[3] for i, r in enumerate(ratios[mode])}) for mode in grids}
+    alone = fa4["bwd"][2]
+    shape = alone.idxmin()
+    spread = ratios["bwd"][2][1].set_index(GRID_SHAPE).groupby("impl").round_spread
+    d64 = alone.index.get_level_values("head_dim") == 64
+    assert ("0.936x in round 26 and 0.933x in round 27" in notes and f"{fa4['bwd'][0][shape]:.3f}" == "0.936"
+            and f"{fa4['bwd'][1][shape]:.3f}" == "0.933")
+    assert f"Every other shape is at or above 0.90x (head_dim 64's lowest {alone[d64].min():.3f}x)" in notes
+    assert (f"our three rounds of it differed by {spread.get_group('triton_flash').loc[shape]:.1%}, FA4's by "
+            f"{spread.get_group('fa4').loc[shape]:.1%}") in notes
+    median = {mode: fa4[mode].median(axis=1) for mode in fa4}
+    bwd = median["bwd"]
+    d64_cudnn = cudnn["bwd"].median(axis=1)[d64].min()
+    assert (f"the lowest median {bwd[d64].min():.3f}x FA4 ({bwd[d64].min() / 0.9 - 1:.1%} above the target, where "
+            f"round 26 alone had {fa4['bwd'][0][d64].min() / 0.9 - 1:.1%}) and {d64_cudnn:.3f}x cuDNN") in notes
+    assert (f"0.97x FA4 forward (the lowest {median['fwd'].min():.3f}x, {median['fwd'].min() / 0.97 - 1:.1%} above), "
+            f"0.90x backward ({bwd.min():.3f}x, {bwd.min() / 0.9 - 1:.1%} above)") in notes
+    lowest = bwd.sort_values().head(5)
+    assert (lowest.index.get_level_values("head_dim") == 128).sum() == 4
+    assert (f"The backward's median shape is {bwd.median():.3f}x FA4 (each shape's median over the three grids), and "
+            f"four of its five lowest ({lowest.min():.3f}x to {lowest.max():.3f}x) are head_dim 128's") in notes
+
+
 def test_perf_notes_round_27_quotes_medians_as_it_prints_them(capsys):
     """docs/perf-notes.md, round 27: the lines of `medians` over rounds 26's and 27's grids are what the command prints
     from the shipped captures, and the validation figures are reports/validate-h200-split-tail's."""
