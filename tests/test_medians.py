@@ -94,6 +94,7 @@ def test_min_captures_takes_each_shapes_median_over_the_captures_that_hold_it():
     shape below the target lists its captures with 'none' where one has no row. Without it those 16 are left out."""
     import pandas as pd
 
+    # 0.93: a target that the lowest head_dim-64 median (0.924, over two grids) is under, so a 'none' is printed
     out = run_cli("medians", *H200_BACKWARD, "--target", "fa4=0.93", "--min-captures", "2")
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
@@ -112,18 +113,21 @@ def test_min_captures_takes_each_shapes_median_over_the_captures_that_hold_it():
             and f"{(cudnn_median >= 1).sum()} of 40 at or above 1;" in text and "left out" not in text)
     below = median[median < 0.93]
     assert text.count("below 0.93:") == len(below) and (below.index.get_level_values("head_dim") == 64).any()
+    assert fa4.loc[below.index].isna().any(axis=1).any()  # one of them lists a capture without it as 'none'
     for shape, value in below.items():
         each = ", ".join("none" if v != v else f"{v:.3f}" for v in fa4.loc[shape])
         assert f": {value:.3f} (captures: {each})" in text
-    assert any("none" in each for each in text.split("(captures: ")[1:])
     every = " ".join(run_cli("medians", *H200_BACKWARD).stdout.split())
     assert "median of 3 captures" in every and every.count("left out: 16 shapes without an ok row of both in every "
                                                            "capture") == 2
 
 
 @pytest.mark.parametrize("args, message", [
-    ([*H200_BACKWARD, "--min-captures", "1"], "--min-captures 1: give a number from 2 to the 3 captures named"),
-    ([*H200_BACKWARD, "--min-captures", "4"], "--min-captures 4: give a number from 2 to the 3 captures named"),
+    ([*H200_BACKWARD, "--min-captures", "1"], "--min-captures 1: give a number from 2 to 3, the number of captures "
+                                              "named"),
+    ([*H200_BACKWARD, "--min-captures", "4"], "--min-captures 4: give a number from 2 to 3, the number of captures "
+                                              "named"),
+    ([*H200_BACKWARD, "--min-captures", "two"], "argument --min-captures: 'two' is not an integer"),
     ([GRIDS[0]], "medians takes two or more capture folders of one grid; got 1"),
     ([GRIDS[0], GRIDS[0]], "a capture folder is named twice"),
     ([GRIDS[0], "no-such-folder"], "'no-such-folder' is not a capture folder"),
@@ -133,7 +137,7 @@ def test_min_captures_takes_each_shapes_median_over_the_captures_that_hold_it():
                                           "fa4, sdpa_cudnn"),
     ([*GRIDS[:2], "--baseline", "naive"], "has no 'naive' rows; its implementations: fa4, sdpa_cudnn, triton_flash"),
     ([GRIDS[0], str(ROOT / "reports" / "fa4-peers-h100-bwd")], "the captures share no shape with ok rows of "
-                                                                 "triton_flash and a peer in each"),
+                                                                 "triton_flash and a peer in every capture"),
 ])
 def test_bad_input_is_one_line_and_exit_status_2(args, message):
     out = run_cli("medians", *args)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from profiler.cli import UsageError
 from profiler.cli.console import console, fmt, shape_words
+from profiler.cli.options import positive_int
 
 HELP = "each shape's median ratio over several captures of one grid (no GPU)"
 
@@ -22,10 +23,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", action="append", default=[], metavar="PEER=RATIO",
                    help="count the shapes whose median speed over PEER (PEER's time / the baseline's) is at or "
                         "above RATIO (default 1.0 for every peer); repeat for several peers, e.g. --target fa4=0.97")
-    p.add_argument("--min-captures", type=int, default=None, metavar="K",
-                   help="take each shape's median over the captures that have an ok ratio of it, if at least K do "
-                        "(default: every capture), for grids run in parts: e.g. one grid whole and one without some "
-                        "shapes")
+    p.add_argument("--min-captures", type=positive_int, default=None, metavar="K",
+                   help="take each shape's median over the captures that have an ok ratio of it, if at least K do: "
+                        "K from 2 to the number of captures (default: all of them), for grids run in parts, e.g. one "
+                        "grid whole and one without some shapes; how far the captures differ on a shape is then over "
+                        "those it is in")
 
 
 def parse_targets(values: list[str]) -> dict[str, float]:
@@ -102,8 +104,8 @@ def run(args) -> int:
     targets = parse_targets(args.target)
     least = len(folders) if args.min_captures is None else args.min_captures
     if not 2 <= least <= len(folders):
-        raise UsageError(f"--min-captures {args.min_captures}: give a number from 2 to the {len(folders)} captures "
-                         "named")
+        raise UsageError(f"--min-captures {args.min_captures}: give a number from 2 to {len(folders)}, the number of "
+                         "captures named")
     every, metas = ratios_by_capture(folders, args.baseline)
     for line in what_differs(metas):
         console.print(line, soft_wrap=True)
@@ -114,8 +116,8 @@ def run(args) -> int:
         raise UsageError(f"--target names {', '.join(unknown)}, which the captures do not all have; their peers: "
                          f"{', '.join(ratios)}")
     if all(table.empty for table in ratios.values()):
-        raise UsageError(f"the captures share no shape with ok rows of {args.baseline} and a peer in each: give runs "
-                         "of one grid (the same bench command)")
+        raise UsageError(f"the captures share no shape with ok rows of {args.baseline} and a peer in "
+                         f"{_captures(least, len(folders))}: give runs of one grid (the same bench command)")
     for peer, table in ratios.items():
         if table.empty:
             console.print(f"{args.baseline}/{peer}: no shape with an ok row in {_captures(least, len(folders))}")
