@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import statistics
 import sys
 import types
@@ -597,11 +598,13 @@ def test_round_28s_h200_grids_and_the_results_page_quotes_them():
         return f"{ratio.min():.2f}x to {ratio.max():.2f}x"
 
     ffa4, fcud, bfa4, bcud = fa4["fwd"][28], cudnn["fwd"][28], fa4["bwd"][28], cudnn["bwd"][28]
-    assert ffa4.min() >= 0.97 and bfa4.min() < 0.90
+    assert ffa4.min() >= 0.97 and bfa4.min() < 0.90 and (bfa4 < 0.90).sum() == 1
     assert (f"Alone, its forward grid runs at {ffa4.min():.3f}x to {ffa4.max():.2f}x FA4 (at or above it on "
             f"{(ffa4 >= 1).sum()} of 40 shapes) and {span(fcud)} cuDNN, and its backward at {bfa4.min():.3f}x to "
-            f"{bfa4.max():.2f}x FA4 (the lowest {bfa4.min():.4f}x, under the 0.90x target) and {span(bcud)} "
-            "cuDNN") in page
+            f"{bfa4.max():.2f}x FA4 (one shape under the 0.90x target) and {span(bcud)} cuDNN") in page
+    started = {mode: pd.Timestamp(load_capture(ROOT / "reports" / "perf-h200" / "peers_round28" / f"{mode}_grid3")[0]
+                                  ["earlier_runs"][0]["time"]) for mode in ("fwd", "bwd")}
+    assert started["bwd"] < started["fwd"] and "whole on an H200, the backward first" in page
     median = {mode: (fa4[mode].median(axis=1), cudnn[mode].median(axis=1)) for mode in fa4}  # NaN skipped
     (fm, fc), (bm, bc) = median["fwd"], median["bwd"]
     assert (fm >= 0.97).all() and (fc >= 1).all() and (bm >= 0.90).all() and (bc >= 1).all()
@@ -613,27 +616,35 @@ def test_round_28s_h200_grids_and_the_results_page_quotes_them():
             f"{bc[d64].min():.3f}x cuDNN over rounds 26 and 28)") in page
     moved = {mode: (fa4[mode].max(axis=1) / fa4[mode].min(axis=1) - 1).max() for mode in fa4}
     assert f"moved by up to {moved['fwd']:.1%} forward and {moved['bwd']:.1%} backward" in page
-    under = bfa4[bfa4 < 0.90]
-    assert len(under) == 1
-    shape = under.index[0]
+    shape = bfa4.idxmin()
     clocks = {grid: frames["bwd", grid].pivot_table(index=GRID_SHAPE, columns="impl", values="sm_clock_mhz")
               for grid in (26, 27, 28)}
-    ratio = clocks[28].triton_flash / clocks[28].fa4
-    lower = ratio[ratio < ratio[shape]]
+    ratio = pd.DataFrame({grid: c.triton_flash / c.fa4 for grid, c in clocks.items()})
+    assert (f"({bfa4[shape]:.3f}x; {fa4['bwd'][26][shape]:.3f}x and {fa4['bwd'][27][shape]:.3f}x in rounds 26 and 27), "
+            f"had its rows timed at {clocks[28].triton_flash[shape]:.0f} MHz ours and {clocks[28].fa4[shape]:.0f} MHz "
+            f"FA4's by NVML: our clock over FA4's was {ratio[28][shape]:.3f}x, against {ratio[26][shape]:.3f}x and "
+            f"{ratio[27][shape]:.3f}x in rounds 26 and 27. Whether that clock is the cause is open") in page
+    lower = ratio[28][ratio[28] < ratio[28][shape]]
     assert len(lower) == 2 and (bfa4[lower.index] >= 0.90).all()
-    assert (f"(0.890x; {fa4['bwd'][26][shape]:.3f}x and {fa4['bwd'][27][shape]:.3f}x in rounds 26 and 27), had its "
-            f"rows timed at {clocks[28].triton_flash[shape]:.0f} MHz ours and {clocks[28].fa4[shape]:.0f} MHz FA4's by "
-            f"NVML ({ratio[shape]:.3f}x)") in page
-    assert f"two shapes of the same grid ran ours further below FA4's clock (to {lower.min():.3f}x)" in page
-    correlations = []
+    assert f"two shapes of round 28's backward ran ours further below FA4's clock (to {lower.min():.3f}x)" in page
+    within = []
     for frame in frames.values():
         times = frame.pivot_table(index=GRID_SHAPE, columns="impl", values=["time_ms", "sm_clock_mhz"])
         speed = times["time_ms"].fa4 / times["time_ms"].triton_flash
         clock = times["sm_clock_mhz"].triton_flash / times["sm_clock_mhz"].fa4
-        correlations.append(np.corrcoef(np.log(speed), np.log(clock))[0, 1])
-    assert len(correlations) == 6 and max(abs(c) for c in correlations) < 0.5
-    assert (f"(the correlation of their logarithms is {min(correlations):.2f} to {max(correlations):.2f} over the six "
+        within.append(np.corrcoef(np.log(speed), np.log(clock))[0, 1])
+    assert len(within) == 6 and max(abs(c) for c in within) < 0.5
+    assert (f"(the correlation of their logarithms is {min(within):.2f} to {max(within):.2f} over the six "
             "grids)") in page
+    between = {}
+    for a, b in ((27, 28), (26, 28), (26, 27)):  # a shape's change in ours/FA4 against its change in clock ratio
+        speed = np.log(fa4["bwd"][b] / fa4["bwd"][a]).dropna()
+        clock = np.log(ratio[b] / ratio[a]).loc[speed.index]
+        between[a, b] = len(speed), np.corrcoef(speed, clock)[0, 1], np.polyfit(clock, speed, 1)[0]
+    (n78, r78, s78), (n68, r68, s68), (_, r67, _) = between.values()
+    assert (f"from round 27 to 28 (correlation {r78:.2f} over {n78} shapes, slope {s78:.2f}: about {s78 * 10:.1f}% of "
+            f"speed for 10% of clock) and from 26 to 28 ({r68:.2f} over {n68}, slope {s68:.2f}), though not from 26 to "
+            f"27 ({r67:.2f})") in page
 
 
 def test_perf_notes_round_28_quotes_medians_as_it_prints_them_and_the_captures_figures(capsys):
@@ -663,8 +674,15 @@ def test_perf_notes_round_28_quotes_medians_as_it_prints_them_and_the_captures_f
     assert ("0.936x in round 26 and 0.933x in round 27" in notes and f"{fa4['bwd'][0][shape]:.3f}" == "0.936"
             and f"{fa4['bwd'][1][shape]:.3f}" == "0.933")
     assert f"Every other shape is at or above 0.90x (head_dim 64's lowest {alone[d64].min():.3f}x)" in notes
-    assert (f"our three rounds of it differed by {spread.get_group('triton_flash').loc[shape]:.1%}, FA4's by "
+    assert (f"Our three rounds of that shape differed by {spread.get_group('triton_flash').loc[shape]:.1%}, FA4's by "
             f"{spread.get_group('fa4').loc[shape]:.1%}") in notes
+    frame = ratios["bwd"][2][1]
+    clock = frame.pivot_table(index=GRID_SHAPE, columns="impl", values="sm_clock_mhz").loc[shape]
+    before = [r[1].pivot_table(index=GRID_SHAPE, columns="impl", values="sm_clock_mhz").loc[shape]
+              for r in ratios["bwd"][:2]]
+    assert (f"NVML read its rows at {clock.triton_flash:.0f} MHz ours and {clock.fa4:.0f} MHz FA4's, our clock "
+            f"{clock.triton_flash / clock.fa4:.3f}x FA4's where rounds 26 and 27 had "
+            f"{before[0].triton_flash / before[0].fa4:.3f}x and {before[1].triton_flash / before[1].fa4:.3f}x") in notes
     median = {mode: fa4[mode].median(axis=1) for mode in fa4}
     bwd = median["bwd"]
     d64_cudnn = cudnn["bwd"].median(axis=1)[d64].min()
@@ -672,6 +690,25 @@ def test_perf_notes_round_28_quotes_medians_as_it_prints_them_and_the_captures_f
             f"round 26 alone had {fa4['bwd'][0][d64].min() / 0.9 - 1:.1%}) and {d64_cudnn:.3f}x cuDNN") in notes
     assert (f"0.97x FA4 forward (the lowest {median['fwd'].min():.3f}x, {median['fwd'].min() / 0.97 - 1:.1%} above), "
             f"0.90x backward ({bwd.min():.3f}x, {bwd.min() / 0.9 - 1:.1%} above)") in notes
+    fwd_27, bwd_28 = fa4["fwd"][1].min(), fa4["bwd"][2].min()
+    assert (f"1.00x cuDNN both ({cudnn['fwd'].median(axis=1).min():.3f}x and {cudnn['bwd'].median(axis=1).min():.3f}x)"
+            in notes)
+    assert (f"(round 27's forward by {1 - fwd_27 / 0.97:.1%}, round 28's backward by {1 - bwd_28 / 0.9:.1%}), a shape "
+            f"moved by up to {(fa4['fwd'].max(axis=1) / fa4['fwd'].min(axis=1)).max() - 1:.1%} forward and "
+            f"{(fa4['bwd'].max(axis=1) / fa4['bwd'].min(axis=1)).max() - 1:.1%} backward between grids, and "
+            f"{(median['fwd'] / 0.97 - 1 < 0.02).sum()} of the 40 forward medians are within 2% of 0.97x") in notes
+    # the "Last lines" quoted are the grid logs' own, and the calls' seconds are calls.txt's
+    logs = ROOT / "reports" / "perf-h200" / "peers_round28"
+    quoted = [line.strip() for line in raw.splitlines()
+              if line.startswith("    triton_flash/") and "each shape's median" not in line]
+    last = {f: (logs / f).read_text() for f in ("gb.txt.2", "g.txt.2")}
+    assert len(quoted) == 4 and all(line in last["gb.txt.2"] + last["g.txt.2"] for line in quoted)
+    calls = (logs / "calls.txt").read_text()
+    walls = [float(w) for w in re.findall(r"wall_s ([\d.]+)", calls)]
+    assert [f"{w:.0f} s" for w in walls[2:]] == ["554 s", "317 s", "377 s", "231 s"]
+    assert all(f"{w:.0f} s" in notes for w in walls[2:])
+    left = int(re.findall(r"Given back after call 6: budget_left_s (\d+)", calls)[0])
+    assert f"Device time: about {round(1800 - left, -1):,.0f} s of the session's 1,800" in notes
     lowest = bwd.sort_values().head(5)
     assert (lowest.index.get_level_values("head_dim") == 128).sum() == 4
     assert (f"The backward's median shape is {bwd.median():.3f}x FA4 (each shape's median over the three grids), and "
