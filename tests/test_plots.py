@@ -497,7 +497,7 @@ def test_scaling_draws_a_fixed_token_sweep_as_one_line():
     want = rows[(rows.impl == "triton_flash") & (rows.head_dim == 64)].set_index("seq_kv").tflops
     assert dict(zip(flash.x, flash.y)) == pytest.approx(want.to_dict(), rel=1e-12) and len(flash.x) == 4
     (model,) = [t for t in figs["memory"].data
-                if t.name == "model O(N): fused keeps O, lse · 32768 tokens H32 D64 bf16 full fwd"]
+                if t.name == "model O(N), fused · 32768 tokens H32 D64 bf16 full fwd"]
     ours = rows[(rows.impl == "triton_flash") & (rows.head_dim == 64)].sort_values("seq_q")
     assert list(model.x) == ours.seq_q.tolist()
     assert list(model.y) == pytest.approx([predicted_peak_bytes(Shape.from_row(r), True) / 2**20
@@ -567,21 +567,34 @@ def test_compare_draws_a_token_sweep_as_one_line_across_its_batches():
     assert all(x == [2048, 4096, 8192, 16384] for x in lines.values())
 
 
-def test_the_memory_model_lines_name_what_the_mode_keeps():
-    """A backward family's model lines are the backward's (predicted_peak_bytes with mode bwd: four N×N
-    matrices unfused; fused adds dQ, dK, dV and delta to O and lse) and say so."""
+def test_the_memory_model_lines_say_what_the_mode_keeps():
+    """A backward family's model lines are the backward's (predicted_peak_bytes with mode bwd: four N×N matrices
+    unfused; fused adds dQ, dK, dV and delta to O and lse). Their legend names are short, so that a half-width chart
+    keeps its plot; their hover and the caption's note (memory_model_note) say what each keeps, a clause a mode."""
     _, frame = load_capture(ROOT / "reports" / "fa4-peers-h100")
     rows = frame[(frame["mode"] == "bwd") & (frame.head_dim == 64) & (frame.dtype == "fp16") & ~frame.causal]
     memory = plots.scaling_figures(rows)["memory"]
     model = {t.name: t for t in memory.data if t.name.startswith("model")}
-    assert set(model) == {"model O(N²): naive keeps S, P, dP, dS",
-                          "model O(N): fused keeps O, lse, dQ, dK, dV, delta"}
-    fused = model["model O(N): fused keeps O, lse, dQ, dK, dV, delta"]
+    assert set(model) == {"model O(N²), naive", "model O(N), fused"}
+    fused = model["model O(N), fused"]
     shapes = [Shape.square(b, 32, n, 64, dtype="fp16", mode="bwd")
               for b, n in zip((16, 8, 4, 2), (2048, 4096, 8192, 16384))]
     assert list(fused.y) == pytest.approx([predicted_peak_bytes(s, True) / 2**20 for s in shapes])
-    forward = plots.scaling_figures(frame[(frame["mode"] == "fwd") & (frame.head_dim == 64)])["memory"]
-    assert any(t.name.startswith("model O(N): fused keeps O, lse ·") for t in forward.data)
+    assert "keeps O, the logsumexp, dQ, dK, dV and delta<extra>" in fused.hovertemplate
+    assert "keeps S, P, dP and dS<extra>" in model["model O(N²), naive"].hovertemplate
+    assert plots.memory_model_note(rows) == (
+        '"model O(N²), naive" is what unfused attention keeps (S, P, dP and dS) and "model O(N), fused" what a fused '
+        'kernel keeps (O, the logsumexp, dQ, dK, dV and delta), above the inputs (profiler.model.memory)')
+    forward = frame[(frame["mode"] == "fwd") & (frame.head_dim == 64)]
+    assert any(t.name.startswith("model O(N), fused ·") and "keeps O and the logsumexp<extra>" in t.hovertemplate
+               for t in plots.scaling_figures(forward)["memory"].data)
+    both = plots.memory_model_note(frame[frame.head_dim == 64])
+    assert both.startswith('forward, "model O(N²), naive" is what unfused attention keeps (S and P)')
+    assert '; with the backward, "model O(N²), naive" is what unfused attention keeps (S, P, dP and dS)' in both
+    decode = load_capture(ROOT / "reports" / "decode-b1-h100")[1]
+    assert (decode.seq_q < decode.seq_kv).all() and plots.memory_model_note(decode) is None  # no model line drawn
+    assert all(f.layout.xaxis.title.text == "key length N (= Nq if square)"
+               for f in plots.scaling_figures(rows).values())
 
 
 def _label_boxes(fig) -> list[tuple[float, float, float, float]]:

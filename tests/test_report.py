@@ -567,4 +567,5 @@ def test_a_split_tail_row_is_named_in_the_glossary_and_under_the_memory_chart(tm
     assert "(ran gluon-ws split-tail 4x32 on 2 of 2 rows)" in text
     assert "split-tail: the forward's last wave of A query tiles cut into S chunks of keys each (AxS)" in text
     page = report.build_report(folder)
-    assert "Peak memory: rows whose path names split-tail AxS" in page and "kernels.tail_combine.partials" in page
+    assert ("Peak memory: &quot;model O(N²), naive&quot; is what unfused attention keeps (S and P)" in page
+            and "; rows whose path names split-tail AxS" in page and "kernels.tail_combine.partials" in page)

@@ -171,11 +171,32 @@ def memory_notes(totals: pd.DataFrame) -> list[str]:
     return [note for word, note in MEMORY_NOTES.items() if paths.str.contains(word, regex=False).any()]
 
 
-# The peak-memory model lines (predicted_peak_bytes): unfused and fused, forward and with the backward.
-MEMORY_MODEL_LABELS = {
-    "fwd": ("model O(N²): naive keeps S and P", "model O(N): fused keeps O, lse"),
-    "bwd": ("model O(N²): naive keeps S, P, dP, dS", "model O(N): fused keeps O, lse, dQ, dK, dV, delta"),
+# The scaling charts' x axis; short, as a half-width chart's plot is narrower than a longer title was
+LENGTH_TITLE = "key length N (= Nq if square)"
+
+# The peak-memory model lines (predicted_peak_bytes): unfused and fused. Their names stay short, so that the legend
+# leaves a half-width chart its plot; what each keeps, forward and with the backward, is in their hover and in
+# memory_model_note, which the chart's caption gives.
+MEMORY_MODEL_LABELS = ("model O(N²), naive", "model O(N), fused")
+MEMORY_MODEL_KEEPS = {
+    "fwd": ("S and P", "O and the logsumexp"),
+    "bwd": ("S, P, dP and dS", "O, the logsumexp, dQ, dK, dV and delta"),
 }
+
+
+def memory_model_note(totals: pd.DataFrame) -> str | None:
+    """What the memory chart's model lines count for the modes of ``totals``' square rows (those the lines are drawn
+    for), or None where none is drawn: one clause a mode."""
+    ok = _ok(totals)
+    drawn = {"fwd" if mode == "fwd" else "bwd" for mode in ok[ok.seq_q == ok.seq_kv]["mode"]}
+    modes = [mode for mode in ("fwd", "bwd") if mode in drawn]
+    if not modes:
+        return None
+    words = {"fwd": "forward", "bwd": "with the backward"}
+    clauses = [f"{words[mode] + ', ' if len(modes) > 1 else ''}\"{MEMORY_MODEL_LABELS[0]}\" is what unfused attention "
+               f"keeps ({MEMORY_MODEL_KEEPS[mode][0]}) and \"{MEMORY_MODEL_LABELS[1]}\" what a fused kernel keeps "
+               f"({MEMORY_MODEL_KEEPS[mode][1]}), above the inputs (profiler.model.memory)" for mode in modes]
+    return "; ".join(clauses)
 
 
 def _with_time_of(data: pd.DataFrame, impl: str, key: list[str], column: str, how: str) -> pd.DataFrame:
@@ -249,19 +270,19 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
             shapes = [replace(shapes[0], seq_q=int(n), seq_kv=int(n)) for n in seqs]
         suffix = "" if len(families) == 1 else f" · {_line_label(tuple(points[FAMILY_COLUMNS].iloc[0]), 0, line[0])}"
         # What each model keeps (profiler.model.memory.predicted_peak_bytes), named for the mode drawn.
-        labels = MEMORY_MODEL_LABELS["fwd" if shapes[0].mode == "fwd" else "bwd"]
-        for fused, label in ((False, labels[0]), (True, labels[1])):
+        keeps = MEMORY_MODEL_KEEPS["fwd" if shapes[0].mode == "fwd" else "bwd"]
+        for fused, label, kept in ((False, MEMORY_MODEL_LABELS[0], keeps[0]), (True, MEMORY_MODEL_LABELS[1], keeps[1])):
             y = [predicted_peak_bytes(shape, fused) / 2**20 for shape in shapes]
             # one length only: a line of one point draws nothing, so a marker stands for it
-            figs["memory"].add_trace(go.Scatter(x=[shape.seq_q for shape in shapes], y=y,
-                                                mode="lines" if len(shapes) > 1 else "markers",
-                                                name=label + suffix,
-                                                line={"dash": "dot", "color": "grey" if fused else "black"}))
+            figs["memory"].add_trace(go.Scatter(
+                x=[shape.seq_q for shape in shapes], y=y, mode="lines" if len(shapes) > 1 else "markers",
+                name=label + suffix, line={"dash": "dot", "color": "grey" if fused else "black"},
+                hovertemplate=f"N %{{x}}: %{{y:.2f}} MiB, keeps {kept}<extra>%{{fullData.name}}</extra>"))
     titles = {"time": ("median time (ms)", "Time"), "tflops": ("TFLOP/s", "Throughput"),
               "memory": ("peak over inputs (MiB)", "Peak memory: measured vs model"),
               "speedup": ("speedup over naive (x)", "Speedup over naive PyTorch")}
     for key, fig in figs.items():
-        _length_axis(fig, data.seq_kv, "key length N (= query length for square shapes)")
+        _length_axis(fig, data.seq_kv, LENGTH_TITLE)
         _log_value_axis(fig, titles[key][0])
         fig.update_layout(template=PLOTLY_TEMPLATE, title=titles[key][1], height=420)
         if len(families) > 1:
@@ -287,7 +308,7 @@ def baseline_figure(totals: pd.DataFrame, baseline: str) -> go.Figure:
                                  line=style))
     if fig.data:
         fig.add_hline(y=1.0, line={"dash": "dot", "color": "grey"})
-        _length_axis(fig, data.seq_kv, "key length N (= query length for square shapes)")
+        _length_axis(fig, data.seq_kv, LENGTH_TITLE)
     fig.update_yaxes(title=f"time over {baseline}'s (x)")
     fig.update_layout(template=PLOTLY_TEMPLATE, title=f"Against {baseline}: each peer's time over {baseline}'s",
                       height=420)
@@ -422,7 +443,7 @@ def compare_figure(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str)
         fig.add_trace(go.Scatter(x=group.seq_kv, y=group["speedup B/A"], mode="lines+markers", name=name,
                                  line={"color": impl_color(impl), "dash": DASHES[k % len(DASHES)]}))
     fig.add_hline(y=1.0, line_dash="dot")
-    _length_axis(fig, totals.seq_kv, "key length N (= query length for square shapes)")
+    _length_axis(fig, totals.seq_kv, LENGTH_TITLE)
     # Capture names can be long: they go in the title, the axis keeps a short label.
     fig.update_yaxes(title="speedup B / A (x, above 1: B faster)")
     fig.update_layout(template=PLOTLY_TEMPLATE, title=f"B = {label_b} against A = {label_a}", height=420)

@@ -73,7 +73,8 @@ def family_figures(meta: dict, rows: pd.DataFrame, kernels: pd.DataFrame | None 
         title = f"{rooflines.ISSUED_TITLE}: {style.families_title(rows)}"
         out.append(("Roofline", " · ".join(notes), rooflines.roofline_figure(
             issued, roofs, "compulsory", title=title, exp2_per_s=exp2, device_type=meta.get("device_type"))))
-    memory = plots.memory_notes(rows[rows.step == "total"])  # what some rows' paths hold beyond the model line
+    totals = rows[rows.step == "total"]  # what the model lines count, and what some rows' paths hold beyond them
+    memory = [note for note in (plots.memory_model_note(totals), *plots.memory_notes(totals)) if note]
     for key, fig in plots.scaling_figures(rows).items():
         if key != "speedup" or fig.data:  # a family without naive has no speedup to draw
             out.append(("Scaling", "Peak memory: " + "; ".join(memory) + "." if key == "memory" and memory else "",

@@ -17,7 +17,8 @@ def render(ctx: Context) -> None:
     chart(left, figs["time"])
     chart(right, figs["tflops"])
     chart(left, figs["memory"])
-    notes = plots.memory_notes(ctx.drawn[ctx.drawn.step == "total"])
+    totals = ctx.drawn[ctx.drawn.step == "total"]
+    notes = [note for note in (plots.memory_model_note(totals), *plots.memory_notes(totals)) if note]
     if notes:
         left.caption("Peak memory: " + "; ".join(notes) + ".")
     if figs["speedup"].data:
