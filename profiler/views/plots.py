@@ -199,6 +199,14 @@ def memory_model_note(totals: pd.DataFrame) -> str | None:
     return "; ".join(clauses)
 
 
+def memory_caption(totals: pd.DataFrame) -> str:
+    """The caption under the memory chart of ``totals`` (whole-attention rows): what its model lines count
+    (:func:`memory_model_note`) and what some rows' paths hold beyond them (:func:`memory_notes`); empty where neither
+    applies."""
+    notes = [note for note in (memory_model_note(totals), *memory_notes(totals)) if note]
+    return "Peak memory: " + "; ".join(notes) + "." if notes else ""
+
+
 def _with_time_of(data: pd.DataFrame, impl: str, key: list[str], column: str, how: str) -> pd.DataFrame:
     """``data`` with ``column``: ``impl``'s time at each row's ``key`` (its first row there, also in merged
     captures); ``how`` as pandas' merge ("left" keeps rows where it did not run, "inner" drops them)."""

@@ -73,12 +73,10 @@ def family_figures(meta: dict, rows: pd.DataFrame, kernels: pd.DataFrame | None 
         title = f"{rooflines.ISSUED_TITLE}: {style.families_title(rows)}"
         out.append(("Roofline", " · ".join(notes), rooflines.roofline_figure(
             issued, roofs, "compulsory", title=title, exp2_per_s=exp2, device_type=meta.get("device_type"))))
-    totals = rows[rows.step == "total"]  # what the model lines count, and what some rows' paths hold beyond them
-    memory = [note for note in (plots.memory_model_note(totals), *plots.memory_notes(totals)) if note]
+    memory = plots.memory_caption(rows[rows.step == "total"])
     for key, fig in plots.scaling_figures(rows).items():
         if key != "speedup" or fig.data:  # a family without naive has no speedup to draw
-            out.append(("Scaling", "Peak memory: " + "; ".join(memory) + "." if key == "memory" and memory else "",
-                        fig))
+            out.append(("Scaling", memory if key == "memory" else "", fig))
     if (rows.seq_q < rows.seq_kv).any():
         out.append(("Bandwidth", "GB/s counts the model's compulsory bytes (Q, K, V read once, O and the logsumexp "
                                  "written once). Above the copy line is possible: a read-mostly stream outruns a copy. "

@@ -17,10 +17,9 @@ def render(ctx: Context) -> None:
     chart(left, figs["time"])
     chart(right, figs["tflops"])
     chart(left, figs["memory"])
-    totals = ctx.drawn[ctx.drawn.step == "total"]
-    notes = [note for note in (plots.memory_model_note(totals), *plots.memory_notes(totals)) if note]
-    if notes:
-        left.caption("Peak memory: " + "; ".join(notes) + ".")
+    caption = plots.memory_caption(ctx.drawn[ctx.drawn.step == "total"])
+    if caption:
+        left.caption(caption)
     if figs["speedup"].data:
         chart(right, figs["speedup"])
         return
