@@ -579,16 +579,15 @@ def test_round_28s_h200_grids_and_the_results_page_quotes_them():
 
     page = " ".join((ROOT / "docs" / "results.md").read_text().split())
     page = page[page.index("Round 28 ran both grids whole"):]
-    fa4, cudnn, frames = {}, {}, {}
+    fa4, cudnn, frames, metas = {}, {}, {}, {}
     for mode in ("fwd", "bwd"):
         grids = {26: ROOT / "reports" / f"fa4-peers-h200-{mode}",
                  27: ROOT / "reports" / "perf-h200" / "peers_round27" / f"{mode}_grid2",
                  28: ROOT / "reports" / "perf-h200" / "peers_round28" / f"{mode}_grid3"}
         fa4[mode], cudnn[mode] = pd.DataFrame(), pd.DataFrame()
         for grid, folder in grids.items():
-            meta, frame, fa4[mode][grid], cudnn[mode][grid] = _peer_ratios(folder)
-            frames[mode, grid] = frame
-        meta, frame = load_capture(grids[28])[0], frames[mode, 28]
+            metas[mode, grid], frames[mode, grid], fa4[mode][grid], cudnn[mode][grid] = _peer_ratios(folder)
+        meta, frame = metas[mode, 28], frames[mode, 28]
         assert meta["device"] == "NVIDIA H200" and meta["rounds"] == 3 and meta["git_revision"].startswith("542f73e")
         assert meta["kernels_sha256"] == ROUND27_KERNELS and "corrections" not in meta
         assert all(run["kernels_sha256"] == ROUND27_KERNELS for run in meta["earlier_runs"])
@@ -602,8 +601,7 @@ def test_round_28s_h200_grids_and_the_results_page_quotes_them():
     assert (f"Alone, its forward grid runs at {ffa4.min():.3f}x to {ffa4.max():.2f}x FA4 (at or above it on "
             f"{(ffa4 >= 1).sum()} of 40 shapes) and {span(fcud)} cuDNN, and its backward at {bfa4.min():.3f}x to "
             f"{bfa4.max():.2f}x FA4 (one shape under the 0.90x target) and {span(bcud)} cuDNN") in page
-    started = {mode: pd.Timestamp(load_capture(ROOT / "reports" / "perf-h200" / "peers_round28" / f"{mode}_grid3")[0]
-                                  ["earlier_runs"][0]["time"]) for mode in ("fwd", "bwd")}
+    started = {mode: pd.Timestamp(metas[mode, 28]["earlier_runs"][0]["time"]) for mode in ("fwd", "bwd")}
     assert started["bwd"] < started["fwd"] and "whole on an H200, the backward first" in page
     median = {mode: (fa4[mode].median(axis=1), cudnn[mode].median(axis=1)) for mode in fa4}  # NaN skipped
     (fm, fc), (bm, bc) = median["fwd"], median["bwd"]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 from test_cli import run_cli
-from test_readme import FORWARD_GRIDS, forward_grids, grid_medians
+from test_readme import FORWARD_GRIDS, forward_grids, grid_medians, peer_times
 
 ROOT = Path(__file__).resolve().parents[1]
 GRIDS = [str(ROOT / "reports" / folder) for folder in FORWARD_GRIDS]
@@ -77,17 +77,6 @@ H200_BACKWARD = [str(ROOT / "reports" / folder) for folder in (
     "fa4-peers-h200-bwd", "perf-h200/peers_round27/bwd_grid2", "perf-h200/peers_round28/bwd_grid3")]
 
 
-def _ratios(folder: str, peer: str):
-    """Ours against ``peer`` (the peer's total time over ours) by shape in one capture, its ok rows only."""
-    from profiler.store import load_capture
-
-    _, frame = load_capture(Path(folder))
-    frame = frame[(frame.step == "total") & (frame.status == "ok")]
-    times = frame.pivot_table(index=["dtype", "head_dim", "causal", "batch", "heads", "kv_heads", "seq_q"],
-                              columns="impl", values="time_ms")
-    return times[peer] / times.triton_flash
-
-
 def test_min_captures_takes_each_shapes_median_over_the_captures_that_hold_it():
     """With --min-captures 2, the 16 head_dim-64 shapes round 27 did not run get their median over rounds 26 and 28
     (with two, the mean) and the other 24 over all three: one line covers the 40, says '2 to 3 captures', and each
@@ -98,8 +87,9 @@ def test_min_captures_takes_each_shapes_median_over_the_captures_that_hold_it():
     out = run_cli("medians", *H200_BACKWARD, "--target", "fa4=0.93", "--min-captures", "2")
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
-    fa4 = pd.DataFrame({i: _ratios(folder, "fa4") for i, folder in enumerate(H200_BACKWARD)})
-    cudnn = pd.DataFrame({i: _ratios(folder, "sdpa_cudnn") for i, folder in enumerate(H200_BACKWARD)})
+    times = [peer_times(folder, "bwd")[1] for folder in H200_BACKWARD]  # the peer's time over ours, by shape
+    fa4 = pd.DataFrame({i: t.fa4 / t.triton_flash for i, t in enumerate(times)})
+    cudnn = pd.DataFrame({i: t.sdpa_cudnn / t.triton_flash for i, t in enumerate(times)})
     held = fa4.notna().sum(axis=1)
     assert len(fa4) == 40 and (held[held == 2].index.get_level_values("head_dim") == 64).all()
     assert (held == 2).sum() == 16 and (held == 3).sum() == 24 and fa4[1].isna().sum() == 16

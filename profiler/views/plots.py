@@ -279,7 +279,7 @@ def scaling_figures(totals: pd.DataFrame) -> dict[str, go.Figure]:
         suffix = "" if len(families) == 1 else f" · {_line_label(tuple(points[FAMILY_COLUMNS].iloc[0]), 0, line[0])}"
         # What each model keeps (profiler.model.memory.predicted_peak_bytes), named for the mode drawn.
         keeps = MEMORY_MODEL_KEEPS["fwd" if shapes[0].mode == "fwd" else "bwd"]
-        for fused, label, kept in ((False, MEMORY_MODEL_LABELS[0], keeps[0]), (True, MEMORY_MODEL_LABELS[1], keeps[1])):
+        for fused, label, kept in zip((False, True), MEMORY_MODEL_LABELS, keeps):
             y = [predicted_peak_bytes(shape, fused) / 2**20 for shape in shapes]
             # one length only: a line of one point draws nothing, so a marker stands for it
             figs["memory"].add_trace(go.Scatter(
